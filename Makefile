@@ -1,0 +1,44 @@
+# tour-pyserini: `make demo` and `make test` are the only two commands a fresh clone needs.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+SCIFACT := collections/scifact
+DENSE   := indexes/scifact.minilm
+BM25    := indexes/scifact.bm25
+
+.PHONY: install demo test bench lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: install
+	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
+	$(PY) -m tour_pyserini.search --index $(BM25) --topics $(SCIFACT)/topics.test.tsv \
+	    --output runs/scifact.bm25.trec --hits 1000 --remove-query --run-tag bm25
+	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv \
+	    --output runs/scifact.minilm.trec --hits 1000 --run-tag minilm
+	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt \
+	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec --metrics nDCG@10 R@100 RR@10
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/wrapper_overhead.py
+
+lint: install
+	$(VENV)/bin/ruff check tour_pyserini tests bench scripts
+	$(VENV)/bin/ruff format --check tour_pyserini tests bench scripts
+
+clean:
+	rm -rf $(VENV) indexes .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

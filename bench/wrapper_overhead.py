@@ -1,0 +1,125 @@
+"""Does the wrapper add cost? Our search CLI against Pyserini's, side by side in one run.
+
+For the same dense index, topics and encoder settings, runs ``python -m tour_pyserini.search`` and
+``python -m pyserini.search.faiss`` (through ``tour_pyserini.run_pyserini``) alternately, ``--repeats``
+times each, checks that the rankings are identical, and reports the median wall-time ratio. It also
+times the in-process search alone (``TourSearcher.batch_search`` against ``FaissSearcher.batch_search``
+on the same searcher), which leaves out process start-up. Results go to ``runs/bench-wrapper.json``.
+
+Usage: python bench/wrapper_overhead.py [--index indexes/scifact.minilm] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed_run(cmd: list[str]) -> float:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"command failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return elapsed
+
+
+def rankings(path: Path) -> dict[str, list[str]]:
+    from tour_pyserini.runs import read_run
+
+    return {qid: list(docs) for qid, docs in read_run(path).items()}
+
+
+def in_process_ratio(index: str, topics: str, hits: int, repeats: int) -> dict:
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.search import TourSearcher
+
+    searcher = TourSearcher.from_index(index)
+    queries = read_topics(topics)
+    texts, qids = [q.text for q in queries], [q.qid for q in queries]
+    ours, theirs = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        searcher.faiss.batch_search(texts, qids, hits, 1)
+        theirs.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        searcher.batch_search(texts, qids, hits, 1)
+        ours.append(time.perf_counter() - start)
+    return {
+        "ours_s": statistics.median(ours),
+        "pyserini_s": statistics.median(theirs),
+        "ratio": statistics.median(ours) / statistics.median(theirs),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", default="indexes/scifact.minilm")
+    ap.add_argument("--collection", default="collections/scifact")
+    ap.add_argument("--topics", default="collections/scifact/topics.test.tsv")
+    ap.add_argument("--hits", type=int, default=1000)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--output", default="runs/bench-wrapper.json")
+    args = ap.parse_args()
+
+    from tour_pyserini.encoders import bundled_model_dir
+
+    py = sys.executable
+    subprocess.run([py, "-m", "tour_pyserini.index", "--collection", args.collection, "--output", args.index],
+                   cwd=ROOT, check=True)  # fmt: skip
+    common = ["--index", args.index, "--topics", args.topics, "--hits", str(args.hits),
+              "--batch-size", str(args.batch_size), "--threads", "1"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        ours_out, theirs_out = Path(tmp) / "ours.trec", Path(tmp) / "pyserini.trec"
+        ours_cmd = [py, "-m", "tour_pyserini.search", *common, "--output", str(ours_out), "--no-resume"]
+        theirs_cmd = [py, "-m", "tour_pyserini.run_pyserini", "pyserini.search.faiss", *common,
+                      "--encoder", str(bundled_model_dir()), "--encoder-class", "auto", "--pooling", "mean",
+                      "--l2-norm", "--output", str(theirs_out)]  # fmt: skip
+        ours_t, theirs_t = [], []
+        for i in range(args.repeats):
+            print(f"repeat {i + 1}/{args.repeats}", file=sys.stderr)
+            theirs_t.append(timed_run(theirs_cmd))
+            ours_t.append(timed_run(ours_cmd))
+        a, b = rankings(ours_out), rankings(theirs_out)
+        identical = a == b
+
+    report = {
+        "index": args.index,
+        "topics": args.topics,
+        "queries": len(a),
+        "hits": args.hits,
+        "identical_rankings": identical,
+        "cli": {
+            "ours_s": statistics.median(ours_t),
+            "pyserini_s": statistics.median(theirs_t),
+            "ratio": statistics.median(ours_t) / statistics.median(theirs_t),
+            "ours_all_s": ours_t,
+            "pyserini_all_s": theirs_t,
+        },
+        "in_process": in_process_ratio(args.index, args.topics, args.hits, args.repeats),
+    }
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    cli, inproc = report["cli"], report["in_process"]
+    print(f"identical rankings over {len(a)} queries: {identical}")
+    print(f"{'':12s} {'ours s':>8s} {'pyserini s':>11s} {'ratio':>6s}")
+    print(f"{'whole CLI':12s} {cli['ours_s']:8.2f} {cli['pyserini_s']:11.2f} {cli['ratio']:6.3f}")
+    print(f"{'search only':12s} {inproc['ours_s']:8.2f} {inproc['pyserini_s']:11.2f} {inproc['ratio']:6.3f}")
+    print(f"written to {args.output}")
+    if not identical:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The command-line programs, run as a user runs them: files in, files out, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tour_pyserini.runs import read_run
+from tour_pyserini.search.__main__ import main as search_main
+
+pytestmark = pytest.mark.slow
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def assert_strictly_decreasing_trec(path, hits):
+    lines = [line.split() for line in path.read_text().splitlines()]
+    assert all(len(f) == 6 and f[1] == "Q0" for f in lines)
+    by_query: dict[str, list[tuple[int, float]]] = {}
+    for qid, _, _, rank, score, _ in lines:
+        by_query.setdefault(qid, []).append((int(rank), float(score)))
+    for ranked in by_query.values():
+        assert [r for r, _ in ranked] == list(range(1, len(ranked) + 1)) and len(ranked) <= hits
+        assert all(a[1] > b[1] for a, b in zip(ranked, ranked[1:]))
+    return by_query
+
+
+def test_dense_and_bm25_runs(dense_index, bm25_index, mini_scifact, tmp_path, capsys):
+    dense_run, bm25_run = tmp_path / "dense.trec", tmp_path / "bm25.trec"
+    topics = str(mini_scifact["topics"])
+    search_main(["--index", str(dense_index), "--topics", topics, "--output", str(dense_run),
+                 "--hits", "100", "--batch-size", "16", "--run-tag", "minilm"])  # fmt: skip
+    search_main(["--index", str(bm25_index), "--topics", topics, "--output", str(bm25_run),
+                 "--hits", "100", "--remove-query"])  # fmt: skip
+    assert "s/query" in capsys.readouterr().out
+    for path in (dense_run, bm25_run):
+        by_query = assert_strictly_decreasing_trec(path, 100)
+        assert len(by_query) == len(mini_scifact["topics"].read_text().splitlines())
+    assert dense_run.read_text().split("\n")[0].endswith(" minilm")
+
+
+def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path):
+    out = tmp_path / "resumed.trec"
+    args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
+            "--hits", "20", "--batch-size", "8"]  # fmt: skip
+    search_main(args)
+    complete = out.read_text()
+    # leave a partial file as an interrupted run would, with its last query cut off
+    lines = complete.splitlines(keepends=True)
+    out.unlink()
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text("".join(lines[:50]) + lines[50][:10])
+    from tour_pyserini.search.__main__ import parser
+
+    parsed = vars(parser().parse_args(args))
+    signature = {k: v for k, v in parsed.items() if k not in ("no_resume", "threads", "batch_size")}
+    out.with_name(out.name + ".partial.json").write_text(json.dumps(signature, sort_keys=True))
+    search_main(args)
+    assert out.read_text() == complete
+    assert not partial.exists()
+
+
+def test_matches_pyserini_faiss_cli(dense_index, mini_scifact, tmp_path):
+    """Same index, topics and encoder settings: the same ranking as ``python -m pyserini.search.faiss``."""
+    from tour_pyserini.encoders import bundled_model_dir
+
+    ours, theirs = tmp_path / "ours.trec", tmp_path / "pyserini.trec"
+    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(ours),
+                 "--hits", "100"])  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.run_pyserini", "pyserini.search.faiss", "--index", str(dense_index),
+        "--topics", str(mini_scifact["topics"]), "--encoder", str(bundled_model_dir()), "--encoder-class", "auto",
+        "--pooling", "mean", "--l2-norm", "--output", str(theirs), "--hits", "100", "--batch-size", "64",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = read_run(ours), read_run(theirs)
+    assert list(a) == list(b)
+    for qid in a:
+        assert list(a[qid]) == list(b[qid])  # same docids in the same order
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing-index", "error: index directory"),
+        ("bad-topics", "topics.tsv:2: expected 'qid<TAB>text'"),
+        ("empty-query", "topics.tsv:2: query '2' has empty text"),
+    ],
+)
+def test_search_errors_are_one_line_and_write_nothing(case, message, dense_index, tmp_path):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text({"bad-topics": "1\tok\n2 broken\n", "empty-query": "1\tok\n2\t \n"}.get(case, "1\tok\n"))
+    index = tmp_path / "no-index" if case == "missing-index" else dense_index
+    out = tmp_path / "run.trec"
+    proc = run_module("tour_pyserini.search", "--index", str(index), "--topics", str(topics), "--output", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() and not out.with_name("run.trec.partial").exists()
+
+
+def test_eval_errors(tmp_path, mini_scifact):
+    run = tmp_path / "r.trec"
+    run.write_text("nope Q0 d 1 1.0 t\n")
+    proc = run_module("tour_pyserini.eval", "--qrels", str(mini_scifact["qrels"]), "--run", str(run))
+    assert proc.returncode == 2 and "no query in common" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_console_script_lists_commands():
+    from tour_pyserini.cli import SUBCOMMANDS
+
+    proc = run_module("tour_pyserini.cli")
+    assert proc.returncode == 2 and all(name in proc.stderr for name in SUBCOMMANDS)

@@ -1,0 +1,99 @@
+"""The collections shipped in the repo and the loaders' handling of bad files."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SCIFACT, SCIFACT_QRELS
+
+from tour_pyserini.data import read_qrels, read_topics
+
+SHARED = ROOT.parent / "shared" / "data" / "scifact"
+
+
+def test_scifact_counts_and_qrels_docids_exist():
+    docs = [json.loads(line) for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8")]
+    assert len(docs) == 5183
+    ids = {d["id"] for d in docs}
+    assert len(ids) == 5183
+    assert all(d["contents"] == f"{d['title']}\n{d['text']}" and d["title"] and d["text"] for d in docs)
+    topics = read_topics(SCIFACT / "topics.test.tsv")
+    assert len(topics) == 300
+    assert len(SCIFACT_QRELS.read_text().splitlines()) == 339
+    qrels = read_qrels(SCIFACT_QRELS)
+    assert set(qrels) <= {t.qid for t in topics}
+    assert {d for judged in qrels.values() for d in judged} <= ids
+
+
+def test_abstract_sentences_are_joined_not_glued():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from prepare_scifact import abstract_sentences
+
+    cell = "['First sentence.'\n 'Second (1.4 +/-'\n '0.2).']"
+    assert abstract_sentences(cell) == ["First sentence.", "Second (1.4 +/-", "0.2)."]
+    assert abstract_sentences('["It\'s quoted."]') == ["It's quoted."]
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data/scifact")
+def test_prepare_script_reproduces_the_committed_files(tmp_path):
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "prepare_scifact.py"),
+            "--source",
+            str(SHARED),
+            "--root",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    for rel in ("collections/scifact/corpus.jsonl", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt"):
+        assert filecmp.cmp(tmp_path / rel, ROOT / rel, shallow=False), rel
+
+
+def test_topics_tsv_and_jsonl(tmp_path):
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("1\tfirst query\n\n2\tsecond\twith tab\n")
+    assert [(t.qid, t.text) for t in read_topics(tsv)] == [("1", "first query"), ("2", "second\twith tab")]
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"qid": "a", "question": "who?", "answers": ["me"]}\n')
+    assert read_topics(jsonl)[0].answers == ("me",)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("t.tsv", "1\tok\n2 no tab here\n", r"t.tsv:2: expected 'qid<TAB>text', found no tab"),
+        ("t.tsv", "1\tok\n2\t   \n", r"t.tsv:2: query '2' has empty text"),
+        ("t.tsv", "1\tok\n1\tagain\n", r"t.tsv:2: duplicate qid '1'"),
+        ("t.jsonl", '{"qid": "a", "question": "q", "answers": "x"}\n', r"t.jsonl:1: 'answers' must be a list"),
+        ("t.jsonl", "{oops\n", r"t.jsonl:1: not valid JSON"),
+    ],
+)
+def test_malformed_topics_name_file_and_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_topics(path)
+
+
+def test_unknown_topics_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="unknown topics"):
+        read_topics(tmp_path / "missing.tsv")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("1 0 d1 1\n1 0 d2\n", r"q.txt:2: expected 'qid iter docid relevance', found 3 fields"),
+     ("1 0 d1 high\n", r"q.txt:1: relevance 'high' is not an integer")],
+)  # fmt: skip
+def test_malformed_qrels(tmp_path, content, message):
+    path = tmp_path / "q.txt"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_qrels(path)

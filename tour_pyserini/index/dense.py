@@ -1,0 +1,54 @@
+"""Dense indexes built with Pyserini's own document encoder and Faiss writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tour_pyserini._java import import_pyserini
+from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.index.build import corpus_file
+from tour_pyserini.index.docstore import DocStore, read_jsonl_corpus
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+
+
+def write_dense_index(
+    collection: str | Path,
+    out_dir: Path,
+    encoder: EncoderSpec,
+    batch_size: int = 64,
+    fields: tuple[str, ...] = ("title", "text"),
+) -> IndexMeta:
+    """Encode every document of ``collection`` into a FaissSearcher directory ``out_dir``.
+
+    The same code path as ``python -m pyserini.encode ... --to-faiss``: Pyserini's
+    ``JsonlCollectionIterator`` reads the fields (with a progress bar), ``AutoDocumentEncoder`` encodes
+    "title text" with the encoder's pooling and normalisation, and ``FaissRepresentationWriter`` writes
+    ``index`` (an exact inner-product ``IndexFlatIP``) and ``docid``. A docid -> text store goes beside them.
+    """
+    import torch
+
+    encode = import_pyserini("pyserini.encode")
+    optional = import_pyserini("pyserini.encode.optional")
+    corpus = corpus_file(collection)
+    document_encoder = encode.AutoDocumentEncoder(
+        encoder.path, device="cpu", pooling=encoder.pooling, l2_norm=encoder.l2_norm
+    )
+    dimension = document_encoder.model.config.hidden_size
+    batches = encode.JsonlCollectionIterator(str(corpus), fields=list(fields))
+    writer = optional.FaissRepresentationWriter(str(out_dir), dimension=dimension)
+    with writer, torch.inference_mode():
+        for batch in batches(batch_size):
+            # Pyserini reads an empty field as None and would encode the string "None"
+            texts = [t or "" for t in batch["text"]]
+            titles = [t or "" for t in batch["title"]] if "title" in batch else None
+            batch["vector"] = document_encoder.encode(texts=texts, titles=titles, max_length=encoder.max_length)
+            writer.write(batch, list(fields))
+    n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
+    return IndexMeta(
+        kind="dense",
+        collection=str(collection),
+        num_docs=n_docs,
+        encoder=encoder.to_json(),
+        dimension=dimension,
+        extra={"batch_size": batch_size, "fields": list(fields)},
+    )

@@ -1,0 +1,90 @@
+"""A docid -> (title, text) store kept next to each index, for teachers and re-rankers.
+
+Pyserini's ``FaissSearcher.doc()`` only works for its prebuilt indexes, so our indexes carry their own
+store: one SQLite file, read by key without loading the collection into memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Document:
+    docid: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        return f"{self.title} {self.text}".strip()
+
+
+def read_jsonl_corpus(path: Path) -> Iterable[Document]:
+    """Documents of a Pyserini/BEIR JSONL corpus (``id``/``_id``/``docid``; ``title`` + ``text`` or ``contents``)."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            docid = obj.get("id", obj.get("_id", obj.get("docid")))
+            if docid is None:
+                raise ValueError(f"{path}:{lineno}: document has no 'id', '_id' or 'docid' field")
+            if "title" in obj or "text" in obj:
+                yield Document(str(docid), obj.get("title") or "", obj.get("text") or "")
+            else:
+                yield Document(str(docid), "", obj.get("contents") or "")
+
+
+class DocStore:
+    """Read-only access to the documents of one index by docid."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no document store at {self.path}")
+        # check_same_thread=False: read-only lookups are safe from the threads of a batch search
+        self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+
+    @staticmethod
+    def build(path: str | Path, docs: Iterable[Document]) -> int:
+        """Write a new store at ``path`` and return the number of documents."""
+        path = Path(path)
+        path.unlink(missing_ok=True)
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE docs (docid TEXT PRIMARY KEY, title TEXT, text TEXT)")
+            db.executemany("INSERT INTO docs VALUES (?, ?, ?)", ((d.docid, d.title, d.text) for d in docs))
+            (n,) = db.execute("SELECT COUNT(*) FROM docs").fetchone()
+        return n
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
+
+    def __contains__(self, docid: str) -> bool:
+        return self._db.execute("SELECT 1 FROM docs WHERE docid = ?", (docid,)).fetchone() is not None
+
+    def get(self, docids: Sequence[str]) -> list[Document]:
+        """Documents in the order asked for; an unknown docid raises ``KeyError``."""
+        found: dict[str, Document] = {}
+        for start in range(0, len(docids), 500):  # SQLite caps the number of bound parameters
+            chunk = list(docids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in self._db.execute(f"SELECT docid, title, text FROM docs WHERE docid IN ({marks})", chunk):
+                found[row[0]] = Document(*row)
+        missing = [d for d in docids if d not in found]
+        if missing:
+            raise KeyError(f"docids not in {self.path}: {missing[:5]}")
+        return [found[d] for d in docids]
+
+    def __getitem__(self, docid: str) -> Document:
+        return self.get([docid])[0]
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,51 @@
+"""What an index directory holds, how to tell its kind, and the errors for one that is missing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+META_FILE = "tour_pyserini.json"
+DOCSTORE_FILE = "docstore.sqlite"
+
+
+class MissingIndexError(FileNotFoundError):
+    """An index directory is missing or is not an index this project can search."""
+
+
+@dataclass
+class IndexMeta:
+    """Written by ``python -m tour_pyserini.index`` next to the index files."""
+
+    kind: str  # "dense" or "bm25"
+    collection: str
+    num_docs: int
+    encoder: dict | None = None  # EncoderSpec.to_json() for dense indexes
+    dimension: int | None = None
+    build_seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def write(self, index_dir: Path) -> None:
+        (index_dir / META_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, index_dir: Path) -> IndexMeta | None:
+        path = Path(index_dir) / META_FILE
+        return cls(**json.loads(path.read_text())) if path.exists() else None
+
+
+def index_kind(index_dir: str | Path) -> str:
+    """``"dense"`` for a FaissSearcher directory (``index`` + ``docid``), ``"bm25"`` for a Lucene index."""
+    index_dir = Path(index_dir)
+    if not index_dir.is_dir():
+        raise MissingIndexError(f"index directory {str(index_dir)!r} does not exist")
+    if (index_dir / "index").is_file() and (index_dir / "docid").is_file():
+        return "dense"
+    if any(index_dir.glob("segments_*")):
+        return "bm25"
+    raise MissingIndexError(
+        f"{str(index_dir)!r} is neither a Faiss index (files 'index' and 'docid') nor a Lucene index "
+        "(segments_*); build one with `python -m tour_pyserini.index`"
+    )

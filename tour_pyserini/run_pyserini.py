@@ -1,0 +1,29 @@
+"""python -m tour_pyserini.run_pyserini MODULE [ARGS...]: run one of Pyserini's own command-line tools
+with this project's Java bootstrap, e.g.::
+
+    python -m tour_pyserini.run_pyserini pyserini.search.faiss --index indexes/scifact.minilm ...
+
+Pyserini's CLIs cannot start on a machine whose default Java is older than 21 or without an OpenAI
+key; this runs them unchanged, which is how our results are checked against Pyserini's.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+from tour_pyserini._java import import_pyserini
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or not argv[0].startswith("pyserini"):
+        sys.exit(f"usage: python -m tour_pyserini.run_pyserini pyserini.MODULE [ARGS...]\n{__doc__}")
+    module, args = argv[0], argv[1:]
+    import_pyserini(module.rsplit(".", 1)[0] if module.endswith("__main__") else module)
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""TourSearcher: Pyserini's FaissSearcher with a query rewriter in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini._java import import_pyserini
+from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, index_kind
+from tour_pyserini.results import Hit, SearchResult, Trace, timed
+from tour_pyserini.rewriters import Identity, QueryBatch, Rewriter
+
+
+class DimensionMismatchError(ValueError):
+    """Query vectors and index vectors have different sizes."""
+
+
+def check_queries(texts: Sequence[str], qids: Sequence[str]) -> None:
+    if len(texts) != len(qids):
+        raise ValueError(f"{len(texts)} queries but {len(qids)} qids")
+    for qid, text in zip(qids, texts):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"query {qid!r} has empty text")
+
+
+class TourSearcher:
+    """Dense search over a real ``pyserini.search.faiss.FaissSearcher`` with a pluggable query rewriter.
+
+    Parameters
+    ----------
+    faiss_searcher : FaissSearcher
+        Pyserini's searcher; its ``query_encoder`` encodes query texts.
+    rewriter : Rewriter, optional
+        Turns encoded queries into final rankings; the identity (one plain search) by default.
+    docstore : DocStore, optional
+        docid -> text, for rewriters whose teachers read candidate documents.
+    threads : int
+        Faiss threads per search call.
+
+    Examples
+    --------
+    >>> searcher = TourSearcher.from_index("indexes/scifact.minilm")
+    >>> hits = searcher.search("0-dimensional biomaterials show inductive properties.", k=10)
+    >>> hits[0].docid, hits[0].score
+    """
+
+    def __init__(self, faiss_searcher, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
+                 threads: int = 1):  # fmt: skip
+        self.faiss = faiss_searcher
+        self.rewriter = rewriter or Identity()
+        self.docstore = docstore
+        self.threads = threads
+
+    @classmethod
+    def from_index(
+        cls,
+        index_dir: str | Path,
+        encoder: str | EncoderSpec | None = None,
+        rewriter: Rewriter | None = None,
+        threads: int = 1,
+    ) -> TourSearcher:
+        """Open a dense index built by ``python -m tour_pyserini.index`` (or any FaissSearcher directory).
+
+        ``encoder`` defaults to the one the index was built with, else the bundled MiniLM.
+        """
+        index_dir = Path(index_dir)
+        if index_kind(index_dir) != "dense":
+            raise MissingIndexError(f"{index_dir} is a BM25 index, not a dense one")
+        meta = IndexMeta.read(index_dir)
+        if not isinstance(encoder, EncoderSpec):
+            built_with = (meta.encoder or {}) if meta else {}
+            same = encoder is None or encoder == built_with.get("name")
+            encoder = EncoderSpec.resolve(
+                encoder or built_with.get("name", DEFAULT_ENCODER),
+                pooling=built_with.get("pooling") if same else None,
+                l2_norm=built_with.get("l2_norm") if same else None,
+            )
+        query_encoder = import_pyserini("pyserini.encode").AutoQueryEncoder(
+            encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device="cpu"
+        )
+        faiss_searcher = import_pyserini("pyserini.search.faiss").FaissSearcher(str(index_dir), query_encoder)
+        hidden = query_encoder.model.config.hidden_size
+        if hidden != faiss_searcher.dimension:
+            raise DimensionMismatchError(
+                f"encoder {encoder.name!r} makes {hidden}-d vectors but index {index_dir} holds "
+                f"{faiss_searcher.dimension}-d vectors"
+            )
+        store = index_dir / DOCSTORE_FILE
+        return cls(faiss_searcher, rewriter, DocStore(store) if store.exists() else None, threads)
+
+    @property
+    def dimension(self) -> int:
+        return self.faiss.dimension
+
+    @property
+    def num_docs(self) -> int:
+        return self.faiss.num_docs
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors (n, d), float32, exactly as ``FaissSearcher.batch_search`` computes them."""
+        import torch
+
+        with torch.inference_mode():
+            vectors = [np.asarray(self.faiss.query_encoder.encode(text)).reshape(-1) for text in texts]
+        return self._check_vectors(np.vstack(vectors))
+
+    def _check_vectors(self, vectors: np.ndarray) -> np.ndarray:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim == 1:
+            vectors = vectors.reshape(1, -1)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
+            raise DimensionMismatchError(
+                f"query vectors of shape {vectors.shape} do not match the index dimension {self.dimension}"
+            )
+        if not np.isfinite(vectors).all():
+            raise ValueError("query vectors contain NaN or infinite values")
+        return vectors
+
+    def search_vectors(self, vectors: np.ndarray, k: int, return_vector: bool = False) -> list[list[Hit]]:
+        """One Faiss search of the whole index for each row of ``vectors`` (n, d): what rewriters call."""
+        vectors = self._check_vectors(vectors)
+        keys = [str(i) for i in range(len(vectors))]
+        if return_vector:
+            _, results = self.faiss.batch_search(vectors, keys, k, self.threads, return_vector=True)
+            return [[Hit(r.docid, float(r.score), r.vectors) for r in results[key]] for key in keys]
+        results = self.faiss.batch_search(vectors, keys, k, self.threads)
+        return [[Hit(r.docid, float(r.score)) for r in results[key]] for key in keys]
+
+    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
+        """Encode, rewrite and search a batch of queries; one result with its trace per query, in order."""
+        check_queries(queries, qids)
+        traces = [Trace() for _ in qids]
+        with timed(traces, "encode"):
+            vectors = self.encode(queries)
+        results = self.rewriter.rewrite(QueryBatch(list(qids), list(queries), vectors), self, k)
+        for result, trace in zip(results, traces):
+            result.trace.seconds["encode"] += trace.seconds["encode"]
+        return results
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        """The final ranking of one query."""
+        return self.retrieve([query], ["q"], k)[0].hits
+
+    def batch_search(
+        self, queries: Sequence[str], qids: Sequence[str], k: int = 10, threads: int | None = None
+    ) -> dict[str, list[Hit]]:
+        """Rankings of many queries, keyed by qid, as ``FaissSearcher.batch_search`` returns them."""
+        if threads is not None:
+            self.threads = threads
+        return {r.qid: r.hits for r in self.retrieve(queries, qids, k)}
