@@ -12,7 +12,7 @@ import numpy as np
 PHASES = ("encode", "search", "teacher", "update")
 
 
-@dataclass
+@dataclass(slots=True)
 class Hit:
     """One retrieved document; ``vector`` is its index vector when the search asked for it."""
 

@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from tour_pyserini.results import Hit
 
 DECIMALS = 6
@@ -23,14 +25,13 @@ def strictly_decreasing(scores: Sequence[float], decimals: int = DECIMALS) -> li
     A score that ties with or exceeds the one above it after rounding becomes that score minus one
     unit of the last decimal, so ties keep the rank order and the printed scores strictly decrease.
     """
-    unit = 10.0**-decimals
-    out: list[float] = []
-    for score in scores:
-        rounded = round(float(score), decimals)
-        if out and rounded > out[-1] - unit / 2:
-            rounded = round(out[-1] - unit, decimals)
-        out.append(rounded)
-    return out
+    if len(scores) == 0:
+        return []
+    units = np.rint(np.asarray(scores, dtype=np.float64) * 10.0**decimals).astype(np.int64)
+    # u'_i = min(u_i, u'_{i-1} - 1) unrolls to min_{j<=i}(u_j + j) - i
+    steps = np.arange(len(units))
+    units = np.minimum.accumulate(units + steps) - steps
+    return (units / 10.0**decimals).tolist()
 
 
 def format_run_lines(qid: str, hits: Sequence[Hit], tag: str, decimals: int = DECIMALS) -> str:

@@ -40,6 +40,8 @@ class TourSearcher:
         docid -> text, for rewriters whose teachers read candidate documents.
     threads : int
         Faiss threads per search call.
+    encode_threads : int, optional
+        Torch threads for query encoding; default: torch's own default when the searcher is made.
 
     Examples
     --------
@@ -49,11 +51,14 @@ class TourSearcher:
     """
 
     def __init__(self, faiss_searcher, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
-                 threads: int = 1):  # fmt: skip
+                 threads: int = 1, encode_threads: int | None = None):  # fmt: skip
+        import torch
+
         self.faiss = faiss_searcher
         self.rewriter = rewriter or Identity()
         self.docstore = docstore
         self.threads = threads
+        self.encode_threads = encode_threads or torch.get_num_threads()
 
     @classmethod
     def from_index(
@@ -104,6 +109,9 @@ class TourSearcher:
         """Query vectors (n, d), float32, exactly as ``FaissSearcher.batch_search`` computes them."""
         import torch
 
+        # torch and faiss may share one OpenMP runtime, in which case a search with `threads`
+        # would silently set the encoder's threads too
+        torch.set_num_threads(self.encode_threads)
         with torch.inference_mode():
             vectors = [np.asarray(self.faiss.query_encoder.encode(text)).reshape(-1) for text in texts]
         return self._check_vectors(np.vstack(vectors))
@@ -121,14 +129,29 @@ class TourSearcher:
         return vectors
 
     def search_vectors(self, vectors: np.ndarray, k: int, return_vector: bool = False) -> list[list[Hit]]:
-        """One Faiss search of the whole index for each row of ``vectors`` (n, d): what rewriters call."""
+        """One Faiss search of the whole index for each row of ``vectors`` (n, d): what rewriters call.
+
+        Uses the FaissSearcher's own index and docids directly, so that each hit becomes one
+        :class:`Hit` (not a Pyserini result object first): this is the loop every rewriter iterates.
+        """
+        import faiss
+
         vectors = self._check_vectors(vectors)
-        keys = [str(i) for i in range(len(vectors))]
+        faiss.omp_set_num_threads(self.threads)
         if return_vector:
-            _, results = self.faiss.batch_search(vectors, keys, k, self.threads, return_vector=True)
-            return [[Hit(r.docid, float(r.score), r.vectors) for r in results[key]] for key in keys]
-        results = self.faiss.batch_search(vectors, keys, k, self.threads)
-        return [[Hit(r.docid, float(r.score)) for r in results[key]] for key in keys]
+            scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, k)
+        else:
+            scores, rows = self.faiss.index.search(vectors, k)
+            candidates = None
+        docids = self.faiss.docids
+        rankings = []
+        for q, (row_ids, row_scores) in enumerate(zip(rows.tolist(), scores.tolist())):
+            hits = [Hit(docids[i], s) for i, s in zip(row_ids, row_scores) if i != -1]
+            if candidates is not None:
+                for hit, vector in zip(hits, candidates[q]):
+                    hit.vector = vector
+            rankings.append(hits)
+        return rankings
 
     def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
         """Encode, rewrite and search a batch of queries; one result with its trace per query, in order."""
