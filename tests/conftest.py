@@ -14,8 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT / "collections" / "scifact"
 SCIFACT_QRELS = ROOT / "qrels" / "scifact.test.txt"
-N_QUERIES = 40  # judged test queries in the fixture
-N_DISTRACTORS = 300  # other SciFact abstracts
+N_QUERIES = 40  # judged test queries in the fixture, multi-relevant ones first
+N_DISTRACTORS = 600  # other SciFact abstracts
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,9 @@ def mini_scifact(tmp_path_factory) -> dict[str, Path]:
 
     out = tmp_path_factory.mktemp("mini-scifact")
     qrels = read_qrels(SCIFACT_QRELS)
-    topics = [t for t in read_topics(SCIFACT / "topics.test.tsv") if t.qid in qrels][:N_QUERIES]
+    judged = [t for t in read_topics(SCIFACT / "topics.test.tsv") if t.qid in qrels]
+    # queries with several relevant abstracts first: they leave recall to gain beyond the first hits
+    topics = sorted(judged, key=lambda t: len(qrels[t.qid]) < 2)[:N_QUERIES]
     qids = {t.qid for t in topics}
     relevant = {d for q in qids for d in qrels[q]}
     docs, distractors = [], 0
@@ -46,23 +48,29 @@ def mini_scifact(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def dense_index(mini_scifact, tmp_path_factory) -> Path:
+def index_root(tmp_path_factory) -> Path:
+    """Both fixture indexes live side by side, as in indexes/ (the bm25 teacher finds its index there)."""
+    return tmp_path_factory.mktemp("indexes")
+
+
+@pytest.fixture(scope="session")
+def dense_index(mini_scifact, index_root) -> Path:
     from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.index.build import build_index
     from tour_pyserini.index.dense import write_dense_index
 
-    out = tmp_path_factory.mktemp("indexes") / "mini.minilm"
+    out = index_root / "mini.minilm"
     spec = EncoderSpec.resolve()
     build_index(out, lambda tmp: write_dense_index(mini_scifact["collection"], tmp, spec))
     return out
 
 
 @pytest.fixture(scope="session")
-def bm25_index(mini_scifact, tmp_path_factory) -> Path:
+def bm25_index(mini_scifact, index_root) -> Path:
     from tour_pyserini.index.bm25 import write_bm25_index
     from tour_pyserini.index.build import build_index
 
-    out = tmp_path_factory.mktemp("indexes") / "mini.bm25"
+    out = index_root / "mini.bm25"
     build_index(out, lambda tmp: write_bm25_index(mini_scifact["collection"], tmp))
     return out
 
@@ -72,3 +80,23 @@ def searcher(dense_index):
     from tour_pyserini.search import TourSearcher
 
     return TourSearcher.from_index(dense_index)
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory) -> Path:
+    """A real sequence-classification model: the bundled MiniLM with a seeded, untrained scoring head.
+
+    Its scores carry no relevance signal (no trained cross-encoder can be downloaded here); it exercises
+    the real loading, batching and truncation code.
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tour_pyserini.encoders import bundled_model_dir
+
+    out = tmp_path_factory.mktemp("cross-encoder")
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(str(bundled_model_dir()), num_labels=1)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(out)
+    return out

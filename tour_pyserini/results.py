@@ -30,6 +30,7 @@ class Trace:
     cache_hits: int = 0
     stop_reason: str | None = None
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    losses: list[float] = field(default_factory=list)  # the rewriter's loss at each iteration
 
     @property
     def total_seconds(self) -> float:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from tour_pyserini.results import SearchResult
+from tour_pyserini.results import Hit, SearchResult
 
 if TYPE_CHECKING:
     from tour_pyserini.search.searcher import TourSearcher
@@ -53,3 +54,23 @@ class Rewriter(ABC):
 
     @abstractmethod
     def rewrite(self, batch: QueryBatch, searcher: TourSearcher, k: int) -> list[SearchResult]: ...
+
+
+def rerank_head(hits: Sequence[Hit], head_scores: np.ndarray) -> list[Hit]:
+    """Put the first ``len(head_scores)`` hits in order of ``head_scores``; the rest keep retriever order below.
+
+    Head hits get score ``offset + head_score`` with the offset placing all of them above the tail,
+    so run files stay strictly decreasing. Ties in ``head_scores`` keep retriever order.
+    """
+    n = len(head_scores)
+    head, tail = list(hits[:n]), list(hits[n:])
+    order = np.argsort(-np.asarray(head_scores, dtype=np.float64), kind="stable")
+    offset = (tail[0].score - float(np.min(head_scores)) + 1.0) if tail else 0.0
+    reranked = [Hit(head[i].docid, offset + float(head_scores[i]), head[i].vector) for i in order]
+    return reranked + tail
+
+
+def check_depth(depth: int, searcher) -> None:
+    """Rewriters that need ``depth`` candidates refuse an index with fewer documents."""
+    if depth > searcher.num_docs:
+        raise ValueError(f"k = {depth} is larger than the index ({searcher.num_docs} documents)")

@@ -133,16 +133,24 @@ class TourSearcher:
 
         Uses the FaissSearcher's own index and docids directly, so that each hit becomes one
         :class:`Hit` (not a Pyserini result object first): this is the loop every rewriter iterates.
+        Each row's result is the same whether it is searched alone or in a batch: Faiss switches to
+        a BLAS kernel (different rounding) for batches of ``distance_compute_blas_threshold`` queries
+        or more, so that threshold is raised for the call when a batch would reach it.
         """
         import faiss
 
         vectors = self._check_vectors(vectors)
         faiss.omp_set_num_threads(self.threads)
-        if return_vector:
-            scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, k)
-        else:
-            scores, rows = self.faiss.index.search(vectors, k)
-            candidates = None
+        threshold = faiss.cvar.distance_compute_blas_threshold
+        faiss.cvar.distance_compute_blas_threshold = max(threshold, len(vectors) + 1)
+        try:
+            if return_vector:
+                scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, k)
+            else:
+                scores, rows = self.faiss.index.search(vectors, k)
+                candidates = None
+        finally:
+            faiss.cvar.distance_compute_blas_threshold = threshold
         docids = self.faiss.docids
         rankings = []
         for q, (row_ids, row_scores) in enumerate(zip(rows.tolist(), scores.tolist())):

@@ -1,0 +1,106 @@
+"""Teachers on real data: BM25 through Lucene, a real cross-encoder model, the oracle, fusion and the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.encoders import bundled_model_dir
+from tour_pyserini.index import DocStore
+from tour_pyserini.results import Trace
+from tour_pyserini.teachers import ScoreCache, ScoreRequest, Teacher, TeacherContext, get_teacher
+from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
+from tour_pyserini.teachers.oracle import OracleTeacher
+
+pytestmark = pytest.mark.slow
+
+
+def test_bm25_teacher_equals_lucene_searcher_scores(bm25_index, dense_index, mini_scifact):
+    """The sibling BM25 index is found from the dense one, and scores equal LuceneSearcher's own BM25."""
+    from tour_pyserini.search import Bm25Searcher
+
+    teacher = get_teacher("bm25", TeacherContext(index_dir=str(dense_index)))
+    assert teacher.index_dir == bm25_index
+    topic = read_topics(mini_scifact["topics"])[0]
+    hits = Bm25Searcher.from_index(bm25_index).retrieve([topic.text], [topic.qid], 10)[0].hits
+    scores = teacher.score([ScoreRequest(topic.qid, topic.text, [h.docid for h in hits])])[0]
+    assert np.allclose(scores, [h.score for h in hits], atol=1e-4)
+
+
+def test_cross_encoder_scores_are_deterministic_and_batch_independent(cross_encoder_dir, dense_index):
+    store = DocStore(dense_index / "docstore.sqlite")
+    docids = (dense_index / "docid").read_text().split()[:12]
+    request = ScoreRequest("q", "vitamin D and bone density", docids, store.get(docids))
+    a = CrossEncoderTeacher(cross_encoder_dir, batch_size=4).score([request])[0]
+    b = CrossEncoderTeacher(cross_encoder_dir, batch_size=32).score([request])[0]
+    assert a.shape == (12,) and np.isfinite(a).all() and np.ptp(a) > 0
+    assert np.allclose(a, b, atol=1e-4)  # length-sorted batches: same scores, whatever the batch size
+    short = CrossEncoderTeacher(cross_encoder_dir, max_length=16).score([request])[0]
+    assert not np.allclose(a, short)  # truncation to 16 tokens really truncates
+
+
+def test_cross_encoder_refuses_a_model_without_a_classification_head(tmp_path):
+    with pytest.raises(ValueError, match="not a sequence-classification model"):
+        get_teacher(f"cross-encoder:{bundled_model_dir()}")
+    with pytest.raises(ValueError, match="not a HuggingFace model directory"):
+        get_teacher(f"cross-encoder:{tmp_path}")
+
+
+def test_unknown_teacher_specs():
+    with pytest.raises(ValueError, match="unknown teacher 'monot5'"):
+        get_teacher("monot5")
+    with pytest.raises(ValueError, match="needs qrels"):
+        get_teacher("oracle")
+
+
+def test_oracle_and_cache_counting(mini_scifact):
+    qrels = read_qrels(mini_scifact["qrels"])
+    qid, judged = next(iter(qrels.items()))
+    relevant = next(iter(judged))
+    teacher = get_teacher(f"oracle:{mini_scifact['qrels']}")
+    assert teacher.oracle and teacher.label == "oracle"
+    cache = ScoreCache(teacher)
+    trace = Trace()
+    first = cache.score([qid], ["q"], [[relevant, "unjudged"]], [trace])[0]
+    assert first.tolist() == [10.0 * judged[relevant], 0.0]
+    cache.score([qid], ["q"], [["unjudged", "other", relevant]], [trace])
+    assert (trace.teacher_calls, trace.cache_hits) == (3, 2)  # each candidate scored once per query
+
+    uncached, trace2 = ScoreCache(teacher, enabled=False), Trace()
+    uncached.score([qid], ["q"], [[relevant, "unjudged"]], [trace2])
+    again = uncached.score([qid], ["q"], [[relevant, "unjudged"]], [trace2])[0]
+    assert (trace2.teacher_calls, trace2.cache_hits) == (4, 0) and again.tolist() == first.tolist()
+
+
+class _NaNTeacher(Teacher):
+    """A broken teacher, to check that bad scores are refused rather than propagated."""
+
+    needs_text = False
+    label = "nan"
+
+    @classmethod
+    def from_spec(cls, argument, context):
+        return cls()
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
+        return [np.full(len(r.docids), np.nan) for r in requests]
+
+
+def test_non_finite_teacher_scores_are_an_error():
+    with pytest.raises(ValueError, match="non-finite"):
+        ScoreCache(_NaNTeacher()).score(["q"], ["text"], [["d1"]], [Trace()])
+
+
+def test_fusion_standardises_with_the_first_lists_statistics(mini_scifact, bm25_index):
+    qrels = read_qrels(mini_scifact["qrels"])
+    qid, judged = next(iter(qrels.items()))
+    fusion = get_teacher(f"fusion:oracle:{mini_scifact['qrels']}+bm25:{bm25_index}")
+    assert fusion.oracle and "oracle" in fusion.label
+    docids = [next(iter(judged)), *(bm25_index.parent / "mini.minilm" / "docid").read_text().split()[:4]]
+    both = fusion.score([ScoreRequest(qid, "cancer cells", docids)])[0]
+    later = fusion.score([ScoreRequest(qid, "cancer cells", docids[:2])])[0]
+    assert np.allclose(both[:2], later)  # the same candidate keeps its fused score in a later call
+    assert isinstance(fusion.parts[0], OracleTeacher)

@@ -1,0 +1,94 @@
+"""The math of the rewriters as small pure functions on NumPy arrays (SPEC sections 2-4).
+
+Shapes: a query vector ``q`` is (d,), candidate vectors ``C`` are (k, d) in retrieval order, scores
+are (k,). Everything here is testable against hand-computed values without Java or models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LOG_CLAMP = 1e-7  # the official TOUR code clamps probabilities at 1e-7 inside the log
+
+
+def softmax(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    z = np.asarray(x, dtype=np.float64) / temperature
+    z = np.exp(z - z.max())
+    return z / z.sum()
+
+
+def nucleus(teacher_probs: np.ndarray, p: float) -> np.ndarray:
+    """Indices of C_hard: the smallest prefix of candidates, sorted by teacher probability, whose mass is >= p.
+
+    Ties in probability keep retrieval order (stable sort), so the set is deterministic; the teacher's
+    top-1 is always included, and p = 1 selects every candidate.
+    """
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"nucleus p must be in (0, 1], got {p}")
+    order = np.argsort(-np.asarray(teacher_probs, dtype=np.float64), kind="stable")
+    mass = np.cumsum(np.asarray(teacher_probs, dtype=np.float64)[order])
+    size = int(np.searchsorted(mass, p * (1.0 - 1e-9))) + 1  # tolerance: floating sums of p = 1
+    return order[: min(size, len(order))]
+
+
+def hard_loss_and_grad(q: np.ndarray, C: np.ndarray, positives: np.ndarray) -> tuple[float, np.ndarray]:
+    """L_hard = -log sum_{c in positives} P_k(c|q) with P_k = softmax(C q), and dL/dq.
+
+    dL/dq = sum_i P_k(c_i) c_i - sum_{i in positives} P_k(c_i | positives) c_i: towards the
+    retriever-weighted mean of the pseudo positives, away from the retriever-weighted mean of all.
+    """
+    p_k = softmax(C @ q)
+    mass = p_k[positives].sum()
+    loss = -float(np.log(max(mass, LOG_CLAMP)))
+    within = np.zeros_like(p_k)
+    within[positives] = p_k[positives] / mass
+    return loss, (p_k - within) @ C
+
+
+def soft_loss_and_grad(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray) -> tuple[float, np.ndarray]:
+    """L_soft = KL(P_teacher || P_k) and dL/dq = sum_i P_k(c_i) c_i - sum_i P_teacher(c_i) c_i."""
+    p_k = softmax(C @ q)
+    t = np.asarray(teacher_probs, dtype=np.float64)
+    nz = t > 0
+    loss = float(np.sum(t[nz] * (np.log(t[nz]) - np.log(np.maximum(p_k[nz], LOG_CLAMP)))))
+    return loss, (p_k - t) @ C
+
+
+def clip_by_norm(grad: np.ndarray, max_norm: float | None) -> np.ndarray:
+    """Gradient-norm clipping as ``torch.nn.utils.clip_grad_norm_`` does it (factor capped at 1)."""
+    if max_norm is None:
+        return grad
+    norm = float(np.linalg.norm(grad))
+    return grad * min(1.0, max_norm / (norm + 1e-6))
+
+
+def sgd_step(
+    q: np.ndarray, grad: np.ndarray, buf: np.ndarray | None, lr: float, momentum: float, weight_decay: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """One ``torch.optim.SGD`` step (momentum, dampening 0, L2 weight decay); returns (new q, new buffer)."""
+    g = grad + weight_decay * q
+    buf = g if buf is None else momentum * buf + g
+    return q - lr * buf, buf
+
+
+def linear_lr(lr: float, t: int, iterations: int) -> float:
+    """Linear decay with no warm-up: lr * (T - t) / T for t = 0..T-1 (1.2, 0.8, 0.4 for lr 1.2, T 3)."""
+    return lr * (iterations - t) / iterations
+
+
+def rocchio(q: np.ndarray, C: np.ndarray, alpha: float, beta: float, gamma: float, topk: int, bottomk: int):
+    """Pyserini's ``DenseVectorRocchioPrf``: alpha q + beta mean(top-k) - gamma mean(bottom-k), in its dtype."""
+    new_q = alpha * q + beta * np.mean(C[:topk], axis=0)
+    if bottomk > 0:
+        new_q -= gamma * np.mean(C[-bottomk:], axis=0)
+    return new_q
+
+
+def average_prf(q: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Pyserini's ``DenseVectorAveragePrf``: the mean of the query and the feedback vectors."""
+    return np.mean(np.vstack((q, C)), axis=0)
+
+
+def aggregate(teacher_scores: np.ndarray, retriever_scores: np.ndarray, lam: float, smoothing: float = 100.0):
+    """Final TOUR / re-ranking scores: lam softmax(teacher) + (1 - lam) softmax(sim / smoothing) over the list."""
+    return lam * softmax(teacher_scores) + (1.0 - lam) * softmax(retriever_scores, smoothing)
