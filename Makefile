@@ -34,6 +34,8 @@ test: install
 
 bench: install
 	$(PY) bench/wrapper_overhead.py
+	$(PY) bench/tour_speed.py
+	$(PY) bench/tour_quality.py
 
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts
