@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,18 @@ from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Identity, QueryBatch, Rewriter
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a block allocates many acyclic objects."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class DimensionMismatchError(ValueError):
@@ -153,12 +167,15 @@ class TourSearcher:
             faiss.cvar.distance_compute_blas_threshold = threshold
         docids = self.faiss.docids
         rankings = []
-        for q, (row_ids, row_scores) in enumerate(zip(rows.tolist(), scores.tolist())):
-            hits = [Hit(docids[i], s) for i, s in zip(row_ids, row_scores) if i != -1]
-            if candidates is not None:
-                for hit, vector in zip(hits, candidates[q]):
-                    hit.vector = vector
-            rankings.append(hits)
+        # Creating k hits per query would otherwise trigger many cyclic-GC passes over every live hit
+        # of the batch (measured: batched TOUR ran 20% slower than one query at a time)
+        with gc_paused():
+            for q, (row_ids, row_scores) in enumerate(zip(rows.tolist(), scores.tolist())):
+                hits = [Hit(docids[i], s) for i, s in zip(row_ids, row_scores) if i != -1]
+                if candidates is not None:
+                    for hit, vector in zip(hits, candidates[q]):
+                        hit.vector = vector
+                rankings.append(hits)
         return rankings
 
     def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
