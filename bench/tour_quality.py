@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from wrapper_overhead import ROOT
+from wrapper_overhead import ensure_indexes
 
 METRICS = ["nDCG@10", "R@100"]
 
@@ -51,9 +49,7 @@ def main() -> None:
     ap.add_argument("--output", default="runs/bench-tour-quality")
     args = ap.parse_args()
 
-    for extra, out in (([], args.index), (["--bm25"], args.bm25_index)):
-        subprocess.run([sys.executable, "-m", "tour_pyserini.index", *extra, "--collection", args.collection,
-                        "--output", out], cwd=ROOT, check=True)  # fmt: skip
+    ensure_indexes(args.collection, args.index, args.bm25_index)
 
     from tour_pyserini.data import read_qrels, read_topics
     from tour_pyserini.eval import evaluate

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from wrapper_overhead import ROOT, compare_rankings, timed_run
+from wrapper_overhead import compare_rankings, ensure_indexes, timed_run
 
 
 def update_cost_ms(k: int = 100, d: int = 768, repeats: int = 2000) -> dict:
@@ -131,11 +131,7 @@ def main() -> None:
     ap.add_argument("--output", default="runs/bench-tour-speed.json")
     args = ap.parse_args()
 
-    import subprocess
-
-    for extra, out in (([], args.index), (["--bm25"], args.bm25_index)):
-        subprocess.run([sys.executable, "-m", "tour_pyserini.index", *extra, "--collection", args.collection,
-                        "--output", out], cwd=ROOT, check=True)  # fmt: skip
+    ensure_indexes(args.collection, args.index, args.bm25_index)
     report = {
         "update_ms_per_query_iteration_k100_d768": update_cost_ms(),
         "batched_vs_one_at_a_time_bm25_teacher": batched_vs_sequential(args.index, args.topics, args.queries, 32),

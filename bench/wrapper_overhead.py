@@ -35,6 +35,14 @@ def timed_run(cmd: list[str]) -> float:
     return elapsed
 
 
+def ensure_indexes(collection: str, dense: str, bm25: str | None = None) -> None:
+    """Build (or reuse) the indexes a benchmark needs, with the project's own index command."""
+    for extra, out in (([], dense), (["--bm25"], bm25)):
+        if out is not None:
+            cmd = [sys.executable, "-m", "tour_pyserini.index", *extra, "--collection", collection, "--output", out]
+            subprocess.run(cmd, cwd=ROOT, check=True)
+
+
 def compare_rankings(ours: Path, theirs: Path) -> dict:
     """Queries whose docid order is identical, and those that differ only inside groups of tied scores.
 
@@ -103,8 +111,7 @@ def main() -> None:
     from tour_pyserini.encoders import bundled_model_dir
 
     py = sys.executable
-    subprocess.run([py, "-m", "tour_pyserini.index", "--collection", args.collection, "--output", args.index],
-                   cwd=ROOT, check=True)  # fmt: skip
+    ensure_indexes(args.collection, args.index)
     common = ["--index", args.index, "--topics", args.topics, "--hits", str(args.hits),
               "--batch-size", str(args.batch_size), "--threads", "1"]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.data.lines import read_fields
 from tour_pyserini.results import Hit
 
 DECIMALS = 6
@@ -119,24 +120,14 @@ def write_run(path: str | Path, rankings: Iterable[tuple[str, Sequence[Hit]]], t
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     """``{qid: {docid: score}}`` from a TREC run; malformed lines and repeated docids raise ``ValueError``."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"run file {str(path)!r} does not exist")
     run: dict[str, dict[str, float]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise ValueError(f"{path}:{lineno}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
-            qid, _, docid, _, score, _ = fields
-            try:
-                value = float(score)
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: score {score!r} is not a number") from None
-            docs = run.setdefault(qid, {})
-            if docid in docs:
-                raise ValueError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
-            docs[docid] = value
+    for lineno, (qid, _, docid, _, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
+        try:
+            value = float(score)
+        except ValueError:
+            raise ValueError(f"{path}:{lineno}: score {score!r} is not a number") from None
+        docs = run.setdefault(qid, {})
+        if docid in docs:
+            raise ValueError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
+        docs[docid] = value
     return run

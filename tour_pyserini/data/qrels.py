@@ -4,25 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tour_pyserini.data.lines import read_fields
+
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """``{qid: {docid: relevance}}``; a line without exactly four fields or an integer grade raises."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"qrels file {str(path)!r} does not exist")
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 4:
-                raise ValueError(f"{path}:{lineno}: expected 'qid iter docid relevance', found {len(fields)} fields")
-            qid, _, docid, grade = fields
-            try:
-                qrels.setdefault(qid, {})[docid] = int(grade)
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: relevance {grade!r} is not an integer") from None
+    for lineno, (qid, _, docid, grade) in read_fields(path, "qid iter docid relevance", "qrels"):
+        try:
+            qrels.setdefault(qid, {})[docid] = int(grade)
+        except ValueError:
+            raise ValueError(f"{path}:{lineno}: relevance {grade!r} is not an integer") from None
     if not qrels:
         raise ValueError(f"{path}: no judgements")
     return qrels

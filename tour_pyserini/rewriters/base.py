@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from tour_pyserini.results import Hit, SearchResult
+from tour_pyserini.results import Hit, SearchResult, timed
+from tour_pyserini.rewriters.updates import aggregate
 
 if TYPE_CHECKING:
     from tour_pyserini.search.searcher import TourSearcher
@@ -74,3 +75,22 @@ def check_depth(depth: int, searcher) -> None:
     """Rewriters that need ``depth`` candidates refuse an index with fewer documents."""
     if depth > searcher.num_docs:
         raise ValueError(f"k = {depth} is larger than the index ({searcher.num_docs} documents)")
+
+
+def rank_by_teacher(batch: QueryBatch, searcher, vectors: np.ndarray, cache, traces, k: int, hits: int,
+                    lam: float, smoothing: float) -> list[SearchResult]:  # fmt: skip
+    """Search with ``vectors``; rank each top-``k`` by lam softmax(teacher) + (1 - lam) softmax(sim / smoothing).
+
+    The final step shared by re-ranking and TOUR: documents below ``k`` keep retriever order, and
+    ``hits`` documents are returned per query.
+    """
+    with timed(traces, "search"):
+        rankings = searcher.search_vectors(vectors, max(hits, k))
+    heads = [[h.docid for h in ranking[:k]] for ranking in rankings]
+    teacher_scores = cache.score(batch.qids, batch.texts, heads, traces)
+    results = []
+    for qid, ranking, scores, trace in zip(batch.qids, rankings, teacher_scores, traces):
+        retriever = np.array([h.score for h in ranking[: len(scores)]])
+        final = rerank_head(ranking, aggregate(scores, retriever, lam, smoothing))
+        results.append(SearchResult(qid, final[:hits], trace))
+    return results

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from tour_pyserini.results import SearchResult, Trace, timed
-from tour_pyserini.rewriters.base import QueryBatch, Rewriter, check_depth, rerank_head
-from tour_pyserini.rewriters.updates import aggregate
+from tour_pyserini.results import SearchResult, Trace
+from tour_pyserini.rewriters.base import QueryBatch, Rewriter, check_depth, rank_by_teacher
 from tour_pyserini.teachers import ScoreCache, Teacher
 
 
@@ -27,14 +24,5 @@ class Rerank(Rewriter):
     def rewrite(self, batch: QueryBatch, searcher, k: int) -> list[SearchResult]:
         check_depth(self.k, searcher)
         traces = [Trace() for _ in batch.qids]
-        with timed(traces, "search"):
-            rankings = searcher.search_vectors(batch.vectors, max(k, self.k))
-        heads = [[h.docid for h in hits[: self.k]] for hits in rankings]
         cache = ScoreCache(self.teacher, searcher.docstore)
-        teacher_scores = cache.score(batch.qids, batch.texts, heads, traces)
-        results = []
-        for qid, hits, scores, trace in zip(batch.qids, rankings, teacher_scores, traces):
-            retriever = np.array([h.score for h in hits[: len(scores)]])
-            final = rerank_head(hits, aggregate(scores, retriever, self.lam, self.smoothing))
-            results.append(SearchResult(qid, final[:k], trace))
-        return results
+        return rank_by_teacher(batch, searcher, batch.vectors, cache, traces, self.k, k, self.lam, self.smoothing)

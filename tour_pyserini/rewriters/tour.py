@@ -16,9 +16,8 @@ from typing import ClassVar
 import numpy as np
 
 from tour_pyserini.results import SearchResult, Trace, timed
-from tour_pyserini.rewriters.base import QueryBatch, Rewriter, check_depth, rerank_head
+from tour_pyserini.rewriters.base import QueryBatch, Rewriter, check_depth, rank_by_teacher
 from tour_pyserini.rewriters.updates import (
-    aggregate,
     clip_by_norm,
     hard_loss_and_grad,
     linear_lr,
@@ -132,21 +131,7 @@ class _Tour(Rewriter):
             active = still_active
         for i in active:
             traces[i].stop_reason = "max iterations"
-        return self._final_ranking(batch, searcher, q, cache, traces, k)
-
-    def _final_ranking(self, batch, searcher, q, cache, traces, k) -> list[SearchResult]:
-        """Search with the final vectors; rank their top-k by the aggregated score, the rest below."""
-        cfg = self.config
-        with timed(traces, "search"):
-            rankings = searcher.search_vectors(q, max(k, cfg.k))
-        heads = [[h.docid for h in hits[: cfg.k]] for hits in rankings]
-        teacher_scores = cache.score(batch.qids, batch.texts, heads, traces)
-        results = []
-        for qid, hits, scores, trace in zip(batch.qids, rankings, teacher_scores, traces):
-            retriever = np.array([h.score for h in hits[: len(scores)]])
-            final = rerank_head(hits, aggregate(scores, retriever, cfg.lam, cfg.smoothing))
-            results.append(SearchResult(qid, final[:k], trace))
-        return results
+        return rank_by_teacher(batch, searcher, q, cache, traces, cfg.k, k, cfg.lam, cfg.smoothing)
 
 
 class TourHard(_Tour):
