@@ -107,7 +107,38 @@ def main() -> None:
         lines.append(f"| {r['system']} | {r['teacher']} | {m['nDCG@10']:.4f} | {m['R@100']:.4f} | "
                      f"{r['seconds_per_query'] * 1000:.1f} | {r['teacher_calls_per_query']:.1f} |")  # fmt: skip
     Path(f"{args.output}.md").write_text("\n".join(lines) + "\n")
-    print(f"written to {args.output}.md and .json")
+    plot(rows, f"{args.output}.png")
+    print(f"written to {args.output}.md, .json and .png")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """Quality against teacher budget for rerank and TOUR as k varies (bm25 teacher), the paper's Figure 2 axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    base = next(r for r in rows if r["system"] == "dense")
+    for ax, metric in zip(axes, METRICS):
+        for family, marker in (("rerank", "o"), ("tour-hard", "s"), ("tour-soft", "^")):
+            points = sorted(
+                (r["teacher_calls_per_query"], r["metrics"][metric], r["system"].split("@")[1])
+                for r in rows
+                if r["teacher"] == "bm25" and r["system"].startswith(family + "@")
+            )
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker=marker, label=family)
+            for x, y, k in points:
+                ax.annotate(f"k={k}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.axhline(base["metrics"][metric], color="grey", linestyle="--", label="dense (no teacher)")
+        ax.set_xscale("log")
+        ax.set_xlabel("teacher calls per query (bm25 teacher)")
+        ax.set_ylabel(metric)
+        ax.set_title(f"SciFact test: {metric}")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -138,3 +138,25 @@ def test_rerank_head_orders_head_above_tail():
     assert [h.docid for h in out] == ["b", "c", "a", "d"]  # tie b/c keeps retriever order
     assert all(x.score >= y.score for x, y in zip(out, out[1:]))  # the run writer breaks the b/c tie
     assert min(h.score for h in out[:3]) > out[3].score
+
+
+@pytest.mark.parametrize(
+    "teacher_scores, hard_stops, soft_stops",
+    [
+        ([3.0, 1.0, 0.0], True, True),  # the retriever's top-1 (index 0) is the teacher's favourite
+        ([0.0, 3.0, 1.0], False, False),  # the teacher prefers another candidate
+        ([2.0, 2.0, 0.0], True, True),  # a tie at the top: stable order keeps the retriever's top-1 first
+        ([1.0, 1.0, 1.0], True, True),  # all-equal scores: nothing to learn
+        # teacher probabilities 0.33, 0.40, 0.27: the nucleus (p 0.5) needs two candidates and takes the
+        # retriever's top-1, which is not the teacher's argmax: hard stops, soft goes on
+        ([1.0, 1.1, 0.9], True, False),
+    ],
+)
+def test_early_stop_rules_on_hand_made_scores(teacher_scores, hard_stops, soft_stops):
+    from tour_pyserini.rewriters.tour import TourHard, TourSoft
+
+    C = np.eye(3)
+    q = np.array([0.3, 0.2, 0.1])  # retrieval order: 0, 1, 2
+    scores = np.array(teacher_scores)
+    assert TourHard(teacher=None).step(q, C, scores).stop is hard_stops
+    assert TourSoft(teacher=None).step(q, C, scores).stop is soft_stops
