@@ -9,7 +9,7 @@ SCIFACT := collections/scifact
 DENSE   := indexes/scifact.minilm
 BM25    := indexes/scifact.bm25
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo nq-demo test bench lint clean
 
 install: $(VENV)/.installed
 
@@ -28,6 +28,19 @@ demo: install
 	    --output runs/scifact.minilm.trec --hits 1000 --run-tag minilm
 	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt \
 	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec --metrics nDCG@10 R@100 RR@10
+
+NQ := collections/nq-oracle
+
+# open-domain QA: dense and BM25 on nq-oracle test, scored by DPR answer-string top-k accuracy
+nq-demo: install
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
+	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
+	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.bm25 --topics $(NQ)/topics.test.jsonl \
+	    --output runs/nq-oracle.bm25.trec --hits 100 --run-tag bm25
+	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.test.jsonl \
+	    --output runs/nq-oracle.minilm.trec --hits 100 --run-tag minilm
+	$(PY) -m tour_pyserini.eval --answers $(NQ)/topics.test.jsonl --collection $(NQ) \
+	    --run runs/nq-oracle.bm25.trec runs/nq-oracle.minilm.trec --topk 1 5 20 100
 
 test: install
 	$(PY) -m pytest

@@ -100,3 +100,24 @@ def cross_encoder_dir(tmp_path_factory) -> Path:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(bundled_model_dir())).save_pretrained(out)
     return out
+
+
+NQ_ORACLE = ROOT / "collections" / "nq-oracle"
+
+
+@pytest.fixture(scope="session")
+def mini_nq(tmp_path_factory) -> dict[str, Path]:
+    """120 nq-oracle test questions with their gold passages and 300 other passages, BM25-indexed."""
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.index.bm25 import write_bm25_index
+    from tour_pyserini.index.build import build_index
+
+    out = tmp_path_factory.mktemp("mini-nq")
+    topics = read_topics(NQ_ORACLE / "topics.test.jsonl")[:120]
+    lines = (NQ_ORACLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "corpus.jsonl").write_text("".join(lines[:300] + lines[-600:]), encoding="utf-8")
+    (out / "topics.jsonl").write_text(
+        "".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n" for t in topics)
+    )
+    build_index(out / "bm25", lambda tmp: write_bm25_index(out, tmp))
+    return {"collection": out, "topics": out / "topics.jsonl", "bm25": out / "bm25"}
