@@ -97,3 +97,48 @@ def test_malformed_qrels(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ValueError, match=message):
         read_qrels(path)
+
+
+QA = ROOT / "collections" / "qa-topics"
+
+
+@pytest.mark.parametrize(
+    "name, count",
+    [("nq", 3610), ("trivia", 11313), ("curated", 694), ("wq", 2032), ("squad", 10570)],
+)
+def test_dpr_topic_files(name, count):
+    topics = read_topics(QA / "dpr" / f"topics.dpr.{name}.test.txt")
+    assert len(topics) == count
+    assert [t.qid for t in topics[:3]] == ["0", "1", "2"]  # Pyserini's DPR qids: 0-based line numbers
+    assert all(t.answers for t in topics)
+
+
+def test_dpr_csv_quoted_answers_and_nq_open():
+    nq = read_topics(QA / "dpr" / "topics.dpr.nq.test.txt")
+    assert nq[36].answers == ("Solange Knowles", "Destiny 's Child")  # "['..', ""..""]" unquoted as Pyserini does
+    nq_open = read_topics(QA / "nq-open" / "NQ-open.dev.jsonl")
+    assert len(nq_open) == 3610 and all(t.answers for t in nq_open)
+
+
+def test_entityquestions_relations():
+    topics = read_topics(QA / "entityquestions" / "test")
+    assert len(topics) == 22075
+    relations = {t.relation for t in topics}
+    assert len(relations) == 24 and "P106" in relations
+    one = read_topics(QA / "entityquestions" / "test" / "P106.test.json")
+    assert len(one) == sum(t.relation == "P106" for t in topics) and one[0].qid == "P106-0"
+
+
+def test_beir_folder_and_missing_ir_datasets(tmp_path, monkeypatch):
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "second"}\n')
+    assert [t.qid for t in read_topics(tmp_path)] == ["q1", "q2"]
+    monkeypatch.setenv("IR_DATASETS_HOME", str(tmp_path / "ird"))
+    with pytest.raises(FileNotFoundError, match="unknown topics 'not/a-dataset'"):
+        read_topics("not/a-dataset")
+
+
+def test_dpr_line_without_answer_list(tmp_path):
+    path = tmp_path / "dpr.txt"
+    path.write_text("who?\t['me']\nwhat?\tnot a list\n")
+    with pytest.raises(ValueError, match=r"dpr.txt:2: expected 'question<TAB>\[answers\]'"):
+        read_topics(path)

@@ -1,7 +1,22 @@
-"""Topics files: TSV (``qid<TAB>text``) and JSON lines (``{"qid", "question"|"text"|"query", ...}``)."""
+"""Topics (queries, with answers for open-domain QA) from every format the project meets.
+
+``read_topics(source)`` accepts:
+
+- TSV: ``qid<TAB>text`` (TREC/BEIR/Pyserini topics), or DPR's ``question<TAB>['answer', ...]`` (NQ,
+  TriviaQA), whose qids are 0-based line numbers as in Pyserini's DPR topics;
+- JSON lines: ``{"qid"|"_id"|"id", "question"|"text"|"query", "answers"|"answer"}`` — DPR's CuratedTrec,
+  WebQuestions and SQuAD files and NQ-open have no qid, so the 0-based line number is used;
+- a JSON list of ``{"question", "answers"}`` (one EntityQuestions relation file, e.g. ``P106.test.json``),
+  or a directory of such files (all relations), with the relation kept in ``Topic.relation``;
+- a BEIR folder (its ``queries.jsonl``);
+- an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``.
+
+Malformed input raises ``ValueError`` naming the file and line.
+"""
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 from collections.abc import Iterator
@@ -17,6 +32,7 @@ class Topic:
     qid: str
     text: str
     answers: tuple[str, ...] = ()
+    relation: str = ""  # EntityQuestions relation (e.g. "P106"), for per-relation breakdowns
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -32,44 +48,131 @@ def _first(obj: dict, keys: tuple[str, ...]):
     return next((obj[k] for k in keys if k in obj), None)
 
 
+def _answers(value, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: 'answers' must be a list, got {type(value).__name__}")
+    return tuple(str(a) for a in value)
+
+
+def _from_object(obj: dict, default_qid: str, where: str, relation: str = "") -> Topic:
+    qid, text = _first(obj, _QID_KEYS), _first(obj, _TEXT_KEYS)
+    if text is None:
+        raise ValueError(f"{where}: expected a text field ({'/'.join(_TEXT_KEYS)})")
+    answers = _answers(obj.get("answers", obj.get("answer", [])), where)
+    return Topic(str(default_qid if qid is None else qid), str(text), answers, relation)
+
+
 def _parse_jsonl(path: Path) -> Iterator[tuple[int, Topic]]:
-    for lineno, line in _lines(path):
+    for index, (lineno, line) in enumerate(_lines(path)):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-        qid, text = _first(obj, _QID_KEYS), _first(obj, _TEXT_KEYS)
-        if qid is None or text is None:
-            raise ValueError(f"{path}:{lineno}: expected a qid ({'/'.join(_QID_KEYS)}) and a text "
-                             f"({'/'.join(_TEXT_KEYS)}) field")  # fmt: skip
-        answers = obj.get("answers", obj.get("answer", []))
-        if not isinstance(answers, list):
-            raise ValueError(f"{path}:{lineno}: 'answers' must be a list, got {type(answers).__name__}")
-        yield lineno, Topic(str(qid), str(text), tuple(str(a) for a in answers))
+        yield lineno, _from_object(obj, str(index), f"{path}:{lineno}")
+
+
+def _parse_json_list(path: Path) -> Iterator[tuple[int, Topic]]:
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a JSON list of {{question, answers}} objects")
+    relation = path.name.split(".")[0]
+    for i, obj in enumerate(items):
+        yield i + 1, _from_object(obj, f"{relation}-{i}", f"{path}: item {i}", relation)
+
+
+def _dpr_answers(field: str) -> list | None:
+    """The answers of a DPR ``question<TAB>['a', ...]`` line, or None if the field is not such a list."""
+    if field.startswith('"') and field.endswith('"'):  # CSV-style quoting, as Pyserini unquotes it
+        field = field[1:-1].replace('""', '"')
+    if not field.startswith("["):
+        return None
+    try:
+        value = ast.literal_eval(field)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, list) else None
 
 
 def _parse_tsv(path: Path) -> Iterator[tuple[int, Topic]]:
-    for lineno, line in _lines(path):
-        qid, tab, text = line.partition("\t")
+    dpr = None
+    for index, (lineno, line) in enumerate(_lines(path)):
+        first, tab, second = line.partition("\t")
         if not tab:
             raise ValueError(f"{path}:{lineno}: expected 'qid<TAB>text', found no tab")
-        yield lineno, Topic(qid.strip(), text)
+        if dpr is None:  # the first line decides the format
+            dpr = _dpr_answers(second) is not None
+        if dpr:
+            answers = _dpr_answers(second)
+            if answers is None:
+                raise ValueError(f"{path}:{lineno}: expected 'question<TAB>[answers]' as in the first line")
+            yield lineno, Topic(str(index), first, _answers(answers, f"{path}:{lineno}"))
+        else:
+            yield lineno, Topic(first.strip(), second)
 
 
-def read_topics(path: str | Path) -> list[Topic]:
+def _from_ir_datasets(dataset_id: str) -> Iterator[tuple[int, Topic]]:
+    import ir_datasets
+
+    try:
+        dataset = ir_datasets.load(dataset_id)
+    except KeyError:
+        raise FileNotFoundError(f"unknown topics {dataset_id!r}: no such file, and not an ir_datasets id") from None
+    try:
+        for i, query in enumerate(dataset.queries_iter(), 1):
+            yield i, Topic(query.query_id, getattr(query, "text", None) or query[1])
+    except Exception:  # ir_datasets downloads what is missing, which fails offline
+        home = ir_datasets.util.home_path()
+        raise FileNotFoundError(
+            f"ir_datasets {dataset_id!r}: its source files are missing under {home} (IR_DATASETS_HOME) "
+            "and could not be downloaded"
+        ) from None
+
+
+def _records(source: Path) -> Iterator[tuple[str, int, Topic]]:
+    if source.is_dir():
+        if (source / "queries.jsonl").is_file():  # a BEIR folder
+            for lineno, topic in _parse_jsonl(source / "queries.jsonl"):
+                yield str(source / "queries.jsonl"), lineno, topic
+            return
+        files = sorted(source.glob("*.json"))
+        if not files:
+            raise FileNotFoundError(f"unknown topics {str(source)!r}: a directory without queries.jsonl or *.json")
+        for path in files:
+            for lineno, topic in _parse_json_list(path):
+                yield str(path), lineno, topic
+        return
+    name = source.name.removesuffix(".gz")
+    if name.endswith(".jsonl"):
+        parse = _parse_jsonl
+    elif name.endswith(".json"):
+        parse = _parse_json_list if source.read_text(encoding="utf-8").lstrip().startswith("[") else _parse_jsonl
+    else:  # DPR ships JSON lines as .txt too (CuratedTrec, WebQuestions, SQuAD)
+        first = next(_lines(source), (0, ""))[1]
+        parse = _parse_jsonl if first.lstrip().startswith("{") else _parse_tsv
+    for lineno, topic in parse(source):
+        yield str(source), lineno, topic
+
+
+def read_topics(source: str | Path) -> list[Topic]:
     """Topics in file order. Empty texts, duplicate qids and malformed lines raise ``ValueError``."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"unknown topics {str(path)!r}: no such file")
-    is_json = path.name.removesuffix(".gz").endswith((".jsonl", ".json"))
+    path = Path(source)
+    if path.exists():
+        records = _records(path)
+    elif "/" in str(source) and not path.suffix:
+        records = ((str(source), i, t) for i, t in _from_ir_datasets(str(source)))
+    else:
+        raise FileNotFoundError(f"unknown topics {str(source)!r}: no such file")
     topics, seen = [], set()
-    for lineno, topic in (_parse_jsonl if is_json else _parse_tsv)(path):
+    for where, lineno, topic in records:
         if not topic.text.strip():
-            raise ValueError(f"{path}:{lineno}: query {topic.qid!r} has empty text")
+            raise ValueError(f"{where}:{lineno}: query {topic.qid!r} has empty text")
         if topic.qid in seen:
-            raise ValueError(f"{path}:{lineno}: duplicate qid {topic.qid!r}")
+            raise ValueError(f"{where}:{lineno}: duplicate qid {topic.qid!r}")
         seen.add(topic.qid)
         topics.append(topic)
     if not topics:
-        raise ValueError(f"{path}: no topics")
+        raise ValueError(f"{source}: no topics")
     return topics
