@@ -13,7 +13,8 @@ from tour_pyserini.cli_util import run_cli
 SUBCOMMANDS = {
     "index": "build a dense or BM25 index of a JSONL collection",
     "search": "search an index for every topic and write a TREC run",
-    "eval": "score TREC runs against qrels",
+    "eval": "score TREC runs against qrels or answers",
+    "compare": "compare runs with a baseline: deltas, paired t-test, randomisation test, win/tie/loss",
 }
 
 
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> None:
         usage = "\n".join(f"  {name:8s} {text}" for name, text in SUBCOMMANDS.items())
         print(f"usage: tour-pyserini <command> [options]\n\ncommands:\n{usage}", file=sys.stderr)
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
-    module = importlib.import_module(f"tour_pyserini.{argv[0]}.__main__")
+    name = f"tour_pyserini.{argv[0]}"
+    module = importlib.import_module(name if argv[0] == "compare" else f"{name}.__main__")
     run_cli(module.main, argv[1:])
 
 

@@ -1,0 +1,58 @@
+"""Paired significance tests and the compare command."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+from scipy.stats import ttest_rel
+
+from tour_pyserini.compare import main as compare_main
+from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
+
+
+def test_t_test_agrees_with_scipy():
+    rng = np.random.default_rng(3)
+    base = rng.random(50)
+    run = base + rng.normal(0.05, 0.1, 50)
+    assert paired_t_test(run, base) == pytest.approx(ttest_rel(run, base).pvalue, rel=1e-12)
+    assert paired_t_test(base, base) == 1.0
+
+
+def test_randomization_test_is_seeded_and_sensible():
+    rng = np.random.default_rng(4)
+    base = rng.random(40)
+    better = base + 0.2
+    noisy = base + rng.normal(0, 0.1, 40)
+    assert randomization_test(better, base, 2000, seed=1) == pytest.approx(1 / 2001)  # no flip reaches +0.2
+    assert randomization_test(noisy, base, 2000, seed=1) == randomization_test(noisy, base, 2000, seed=1)
+    assert randomization_test(noisy, base, 2000, seed=1) != randomization_test(noisy, base, 2000, seed=2)
+    assert randomization_test(noisy, base) > 0.05
+    assert randomization_test(base, base) == 1.0
+    # the randomisation and t-test p-values agree roughly on a clear but noisy effect
+    effect = base + 0.03 + rng.normal(0, 0.05, 40)
+    assert abs(randomization_test(effect, base) - paired_t_test(effect, base)) < 0.02
+
+
+def test_win_tie_loss():
+    assert win_tie_loss([1, 0.5, 0.2, 0.3], [0.5, 0.5, 0.4, 0.3]) == (1, 2, 1)
+
+
+def test_compare_cli_csv(tmp_path, capsys):
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("".join(f"{q} 0 d{q} 1\n" for q in range(1, 7)))
+    base, run = tmp_path / "base.trec", tmp_path / "run.trec"
+    # the run puts the relevant document first for every query, the baseline second (and misses query 6)
+    base.write_text("".join(f"{q} Q0 x 1 2.0 b\n{q} Q0 d{q} 2 1.0 b\n" for q in range(1, 6)))
+    run.write_text("".join(f"{q} Q0 d{q} 1 2.0 r\n{q} Q0 x 2 1.0 r\n" for q in range(1, 7)))
+    compare_main(["--qrels", str(qrels), "--baseline", str(base), "--run", str(run), "--metrics", "RR@10",
+                  "--format", "csv", "--trials", "500", "--plot", str(tmp_path / "diff.png")])  # fmt: skip
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0][:4] == ["run", "metric", "mean", "Δ vs baseline"]
+    run_row = rows[2]
+    assert run_row[0] == "run.trec" and float(run_row[2]) == 1.0
+    assert float(run_row[3]) == pytest.approx(1.0 - 5 * 0.5 / 6, abs=1e-4)  # query 6 missing from the baseline: 0
+    assert run_row[6] == "6/0/0"
+    assert (tmp_path / "diff.png").stat().st_size > 0

@@ -1,0 +1,126 @@
+"""python -m tour_pyserini.compare: runs against a baseline, with paired significance tests.
+
+For every metric: each run's mean, its difference to the baseline, the paired t-test and paired
+randomisation-test p-values, and per-query wins/ties/losses. Judgements come from ``--qrels`` (ir-measures)
+or ``--answers`` (DPR answer-string accuracy), exactly as in ``python -m tour_pyserini.eval``.
+
+    python -m tour_pyserini.compare --qrels qrels/scifact.test.txt --baseline runs/scifact.minilm.trec \\
+        --run runs/scifact.tour-soft-20.bm25.trec runs/scifact.rerank-100.bm25.trec --metrics nDCG@10 R@100
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tour_pyserini.cli_util import run_cli
+from tour_pyserini.eval.scoring import add_judgement_arguments, score_runs
+from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
+
+
+@dataclass
+class Comparison:
+    run: str
+    metric: str
+    mean: float
+    delta: float
+    p_ttest: float
+    p_randomization: float
+    wins: int
+    ties: int
+    losses: int
+
+
+def compare(per_query: dict[str, dict[str, dict[str, float]]], baseline: str, qids: list[str],
+            trials: int = 10_000, seed: int = 0) -> list[Comparison]:  # fmt: skip
+    """``per_query[run][metric][qid]`` → one comparison per (run, metric), the baseline's own rows included."""
+    rows = []
+    for metric, base_values in per_query[baseline].items():
+        base = [base_values[q] for q in qids]
+        for run, metrics in per_query.items():
+            values = [metrics[metric][q] for q in qids]
+            mean = sum(values) / len(values)
+            rows.append(
+                Comparison(
+                    run,
+                    metric,
+                    mean,
+                    mean - sum(base) / len(base),
+                    paired_t_test(values, base),
+                    randomization_test(values, base, trials, seed),
+                    *win_tie_loss(values, base),
+                )  # fmt: skip
+            )
+    return rows
+
+
+def render(rows: list[Comparison], fmt: str, baseline: str) -> str:
+    header = ["run", "metric", "mean", "Δ vs baseline", "p (t-test)", "p (randomisation)", "win/tie/loss"]
+    body = [
+        [Path(r.run).name + (" (baseline)" if r.run == baseline else ""), r.metric, f"{r.mean:.4f}",
+         f"{r.delta:+.4f}", f"{r.p_ttest:.4g}", f"{r.p_randomization:.4g}", f"{r.wins}/{r.ties}/{r.losses}"]
+        for r in rows
+    ]  # fmt: skip
+    if fmt == "csv":
+        out = io.StringIO()
+        csv.writer(out).writerows([header, *body])
+        return out.getvalue().rstrip("\n")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+
+
+def plot(per_query, baseline: str, qids: list[str], metric: str, path: str) -> None:
+    """Per-query differences to the baseline, sorted, one panel per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in per_query if r != baseline]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.6 * len(runs)), squeeze=False)
+    for ax, run in zip(axes[:, 0], runs):
+        diffs = sorted(per_query[run][metric][q] - per_query[baseline][metric][q] for q in qids)
+        ax.bar(range(len(diffs)), diffs, width=1.0, color=["tab:green" if d > 0 else "tab:red" for d in diffs])
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_ylabel(f"Δ {metric}")
+        ax.set_title(f"{Path(run).name} − {Path(baseline).name}", fontsize=9)
+    axes[-1, 0].set_xlabel("queries, sorted by difference")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m tour_pyserini.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_judgement_arguments(ap)
+    ap.add_argument("--baseline", required=True, help="the run the others are compared to")
+    ap.add_argument("--run", required=True, nargs="+", help="runs to compare with the baseline")
+    ap.add_argument("--format", choices=["markdown", "csv"], default="markdown")
+    ap.add_argument("--trials", type=int, default=10_000, help="randomisation-test permutations")
+    ap.add_argument("--seed", type=int, default=0, help="randomisation-test seed (same seed, same p-values)")
+    ap.add_argument("--plot", metavar="FILE.png", help="per-query difference plot (first metric)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    paths = [args.baseline, *[r for r in args.run if r != args.baseline]]
+    results, qids = score_runs(args, paths)
+    per_query = {run: ev.per_query for run, ev in results.items()}
+    rows = compare(per_query, args.baseline, qids, args.trials, args.seed)
+    print(render(rows, args.format, args.baseline))
+    print(f"({len(qids)} queries; missing queries count as 0; randomisation: {args.trials} trials, seed {args.seed})",
+          file=sys.stderr)  # fmt: skip
+    if args.plot:
+        plot(per_query, args.baseline, qids, next(iter(per_query[args.baseline])), args.plot)
+
+
+if __name__ == "__main__":
+    run_cli(main)
