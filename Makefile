@@ -9,7 +9,7 @@ SCIFACT := collections/scifact
 DENSE   := indexes/scifact.minilm
 BM25    := indexes/scifact.bm25
 
-.PHONY: install demo nq-demo test bench lint clean
+.PHONY: install demo nq-demo cranfield test bench lint clean
 
 install: $(VENV)/.installed
 
@@ -41,6 +41,19 @@ nq-demo: install
 	    --output runs/nq-oracle.minilm.trec --hits 100 --run-tag minilm
 	$(PY) -m tour_pyserini.eval --answers $(NQ)/topics.test.jsonl --collection $(NQ) \
 	    --run runs/nq-oracle.bm25.trec runs/nq-oracle.minilm.trec --topk 1 5 20 100
+
+CRAN := collections/cranfield
+
+# the classic course collection: BM25 and dense on Cranfield's 225 queries
+cranfield: install
+	$(PY) -m tour_pyserini.index --collection $(CRAN) --output indexes/cranfield.minilm
+	$(PY) -m tour_pyserini.index --bm25 --collection $(CRAN) --output indexes/cranfield.bm25
+	$(PY) -m tour_pyserini.search --index indexes/cranfield.bm25 --topics $(CRAN)/topics.tsv \
+	    --output runs/cranfield.bm25.trec --hits 1000 --run-tag bm25
+	$(PY) -m tour_pyserini.search --index indexes/cranfield.minilm --topics $(CRAN)/topics.tsv \
+	    --output runs/cranfield.minilm.trec --hits 1000 --run-tag minilm
+	$(PY) -m tour_pyserini.eval --qrels qrels/cranfield.txt \
+	    --run runs/cranfield.bm25.trec runs/cranfield.minilm.trec --metrics nDCG@10 AP R@100
 
 test: install
 	$(PY) -m pytest

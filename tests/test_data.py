@@ -142,3 +142,45 @@ def test_dpr_line_without_answer_list(tmp_path):
     path.write_text("who?\t['me']\nwhat?\tnot a list\n")
     with pytest.raises(ValueError, match=r"dpr.txt:2: expected 'question<TAB>\[answers\]'"):
         read_topics(path)
+
+
+def test_cranfield_counts_and_qrels_mapping():
+    docs = [json.loads(line) for line in (ROOT / "collections/cranfield/corpus.jsonl").open(encoding="utf-8")]
+    assert len(docs) == 1400 and {d["id"] for d in docs} == {str(i) for i in range(1, 1401)}
+    topics = read_topics(ROOT / "collections/cranfield/topics.tsv")
+    assert [t.qid for t in topics] == [str(i) for i in range(1, 226)]  # order of appearance, not the .I numbers
+    assert topics[2].text.startswith("what problems of heat conduction")  # .I 004 in cran.qry is query 3
+    qrels = read_qrels(ROOT / "qrels/cranfield.txt")
+    assert set(qrels) == {t.qid for t in topics}
+    assert {d for judged in qrels.values() for d in judged} <= {d["id"] for d in docs}
+    assert qrels["1"]["184"] == 3  # original grade 2 (high relevance) -> 3
+    grades = [g for judged in qrels.values() for g in judged.values()]
+    assert sorted(set(grades)) == [0, 1, 2, 3, 4] and grades.count(4) == 128
+
+
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
+@pytest.mark.parametrize(
+    "script, source, outputs",
+    [
+        ("prepare_cranfield.py", "cranfield", ["collections/cranfield/corpus.jsonl", "collections/cranfield/topics.tsv",
+                                               "qrels/cranfield.txt"]),
+        ("prepare_nq_oracle.py", "nq-open", ["collections/nq-oracle/corpus.jsonl",
+                                             "collections/nq-oracle/topics.train.jsonl",
+                                             "collections/nq-oracle/topics.test.jsonl"]),
+    ],
+)  # fmt: skip
+def test_prepare_scripts_reproduce_committed_files(script, source, outputs, tmp_path):
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / script),
+        "--source",
+        str(SHARED_DATA / source),
+        "--root",
+        str(tmp_path),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True)
+    for rel in outputs:
+        assert filecmp.cmp(tmp_path / rel, ROOT / rel, shallow=False), rel
