@@ -97,3 +97,23 @@ def test_has_answer_known_cases(mini_nq):
     assert not m.has_answer("x2", text, ["Conrad Wilhelm"])  # token order matters
     assert not m.has_answer("x3", text, ["190"])  # whole tokens only
     assert AnswerMatcher(store, regex=True).has_answer("x4", text, [r"19\d1"])
+
+
+def test_per_relation_breakdown(tmp_path, capsys):
+    """EntityQuestions-style topics (one JSON list per relation) get Acc@k per relation."""
+    eq = tmp_path / "eq"
+    eq.mkdir()
+    (eq / "P1.test.json").write_text(json.dumps([{"question": "who wrote x?", "answers": ["Ann Lee"]},
+                                                 {"question": "who wrote y?", "answers": ["Bo Chen"]}]))  # fmt: skip
+    (eq / "P2.test.json").write_text(json.dumps([{"question": "where is z?", "answers": ["Oslo"]}]))
+    collection = tmp_path / "c"
+    collection.mkdir()
+    docs = [("d1", "x", "x was written by Ann Lee."), ("d2", "y", "nobody knows"), ("d3", "z", "z is in Oslo")]
+    (collection / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
+                                                     for i, t, x in docs))  # fmt: skip
+    run = tmp_path / "run.trec"
+    run.write_text("P1-0 Q0 d1 1 2.0 t\nP1-1 Q0 d2 1 2.0 t\nP2-0 Q0 d3 1 2.0 t\n")
+    eval_main(["--answers", str(eq), "--collection", str(collection), "--run", str(run), "--topk", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["Acc@1"] == pytest.approx(2 / 3)
+    assert result["per_relation"] == {"P1": {"Acc@1": 0.5}, "P2": {"Acc@1": 1.0}}

@@ -50,3 +50,37 @@ def test_cli_json_and_table(tmp_path, capsys):
     eval_main(["--qrels", str(qrels), "--run", str(run), "--metrics", "RR@10", "--per-query"])
     out = capsys.readouterr().out
     assert "r.trec  0.7500" in out and "1    0.5000" in out
+
+
+@pytest.mark.slow
+def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, tmp_path):
+    """Real trec_eval (Anserini's, via Pyserini's wrapper) with -c -q on a real run missing a quarter of the queries."""
+    import re
+
+    from test_cli import run_module
+
+    from tour_pyserini.data import read_qrels, read_topics
+    from tour_pyserini.runs import read_run, write_run
+
+    topics = read_topics(mini_scifact["topics"])
+    kept = topics[: 3 * len(topics) // 4]
+    results = searcher.batch_search([t.text for t in kept], [t.qid for t in kept], k=100)
+    run_path = tmp_path / "partial.trec"
+    write_run(run_path, results.items())
+    measures = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100", "map": "AP", "recip_rank": "RR"}
+    proc = run_module("tour_pyserini.run_pyserini", "pyserini.eval.trec_eval", "-c", "-q",
+                      *[a for m in measures for a in ("-m", m.replace("_cut_", "_cut.").replace("l_1", "l.1"))],
+                      str(mini_scifact["qrels"]), str(run_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs: dict[tuple[str, str], float] = {}
+    for name, qid, value in re.findall(r"^(\w+)\s+(\S+)\s+([0-9.]+)$", proc.stdout, flags=re.MULTILINE):
+        theirs[(measures[name], qid)] = float(value)
+    ours = evaluate(read_qrels(mini_scifact["qrels"]), read_run(run_path), list(measures.values()))
+    assert ours.num_queries == len(topics)
+    for metric in measures.values():
+        assert round(ours.means[metric], 4) == theirs[(metric, "all")]
+        for qid, value in ours.per_query[metric].items():
+            if qid in results:
+                assert round(value, 4) == theirs[(metric, qid)], (metric, qid)
+            else:  # trec_eval -q prints no line for a missing query; -c counts it as 0 in "all"
+                assert value == 0.0 and (metric, qid) not in theirs

@@ -20,7 +20,8 @@ import importlib.util
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -134,6 +135,8 @@ def start_jvm() -> JavaRuntime | None:
         return None
     rt = find_java()
     os.environ["JAVA_HOME"] = str(rt.home)  # pyjnius locates libjvm through JAVA_HOME
+    # Pyserini shells out to `java` for trec_eval: let child processes find the same runtime first
+    os.environ["PATH"] = os.pathsep.join([str(rt.home / "bin"), os.environ.get("PATH", "")])
     jnius_config.set_classpath(str(anserini_jar()))
     if rt.has_vector_module:
         jnius_config.add_options(f"--add-modules={_INCUBATOR_VECTOR}")
@@ -142,14 +145,21 @@ def start_jvm() -> JavaRuntime | None:
     return rt
 
 
-def import_pyserini(module: str) -> ModuleType:
-    """Import ``module`` (e.g. ``"pyserini.search.faiss"``) with the JVM started and no OpenAI key needed."""
-    start_jvm()
+@contextmanager
+def openai_placeholder() -> Iterator[None]:
+    """Pyserini 1.6.0 builds an OpenAI client at import, which fails without a key: lend it a dummy one."""
     placeholder = "OPENAI_API_KEY" not in os.environ
     if placeholder:
-        os.environ["OPENAI_API_KEY"] = "unused-placeholder"  # Pyserini builds an OpenAI client at import
+        os.environ["OPENAI_API_KEY"] = "unused-placeholder"
     try:
-        return importlib.import_module(module)
+        yield
     finally:
         if placeholder:
             os.environ.pop("OPENAI_API_KEY", None)
+
+
+def import_pyserini(module: str) -> ModuleType:
+    """Import ``module`` (e.g. ``"pyserini.search.faiss"``) with the JVM started and no OpenAI key needed."""
+    start_jvm()
+    with openai_placeholder():
+        return importlib.import_module(module)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from tour_pyserini._java import import_pyserini
+from tour_pyserini._java import openai_placeholder, start_jvm
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,9 +20,10 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or not argv[0].startswith("pyserini"):
         sys.exit(f"usage: python -m tour_pyserini.run_pyserini pyserini.MODULE [ARGS...]\n{__doc__}")
     module, args = argv[0], argv[1:]
-    import_pyserini(module.rsplit(".", 1)[0] if module.endswith("__main__") else module)
+    start_jvm()
     sys.argv = [module, *args]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    with openai_placeholder():
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

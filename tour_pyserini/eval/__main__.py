@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     results, qids = score_runs(args, args.run, args.write_answer_qrels)
     if args.json:
         for run, ev in results.items():
-            obj = {"per_query": ev.per_query, **ev.means} if args.per_query else ev.means
+            obj = dict(ev.means)
+            if args.per_query:
+                obj["per_query"] = ev.per_query
+            if getattr(ev, "per_relation", None):
+                obj["per_relation"] = ev.per_relation
             print(json.dumps(obj if len(results) == 1 else {"run": run, **obj}))
         return
     names = list(next(iter(results.values())).means)
@@ -46,6 +50,11 @@ def main(argv: list[str] | None = None) -> None:
         for run, ev in results.items():
             rows = [["qid", *names]] + [[qid, *(f"{ev.per_query[n][qid]:.4f}" for n in names)] for qid in qids]
             print(f"{run}\n{format_table(rows)}\n")
+    for run, ev in results.items():
+        if getattr(ev, "per_relation", None):  # EntityQuestions: one row per relation
+            rel = ev.per_relation
+            rows = [["relation", *names]] + [[r, *(f"{rel[r][n]:.4f}" for n in names)] for r in rel]
+            print(f"{run} by relation\n{format_table(rows)}\n")
     rows = [["run", *names]] + [[Path(run).name, *(f"{ev.means[n]:.4f}" for n in names)] for run, ev in results.items()]
     print(format_table(rows))
     print(f"({len(qids)} judged queries; queries missing from a run count as 0)")

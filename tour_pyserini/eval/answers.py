@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from tour_pyserini._java import import_pyserini
@@ -69,6 +69,7 @@ class AnswerEvaluation:
     per_query: dict[str, dict[str, float]]  # "Acc@k" -> qid -> 0/1
     means: dict[str, float]
     num_queries: int
+    per_relation: dict[str, dict[str, float]] = field(default_factory=dict)  # relation -> "Acc@k" -> mean
 
 
 def answer_accuracy(
@@ -91,7 +92,11 @@ def answer_accuracy(
         for k in topk:
             per_query[f"Acc@{k}"][topic.qid] = float(rank is not None and rank <= k)
     means = {name: sum(v.values()) / len(v) for name, v in per_query.items()}
-    return AnswerEvaluation(per_query, means, len(judged))
+    per_relation: dict[str, dict[str, float]] = {}
+    for relation in sorted({t.relation for t in judged if t.relation}):
+        qids = [t.qid for t in judged if t.relation == relation]
+        per_relation[relation] = {name: sum(v[q] for q in qids) / len(qids) for name, v in per_query.items()}
+    return AnswerEvaluation(per_query, means, len(judged), per_relation)
 
 
 def answer_qrels(
