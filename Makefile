@@ -62,6 +62,7 @@ bench: install
 	$(PY) bench/wrapper_overhead.py
 	$(PY) bench/tour_speed.py
 	$(PY) bench/tour_quality.py
+	$(PY) bench/pyserini_parity.py
 
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts

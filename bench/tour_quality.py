@@ -53,7 +53,7 @@ def main() -> None:
 
     from tour_pyserini.data import read_qrels, read_topics
     from tour_pyserini.eval import evaluate
-    from tour_pyserini.runs import write_run
+    from tour_pyserini.runs import read_run, write_run
     from tour_pyserini.search import Bm25Searcher, TourSearcher
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
@@ -72,7 +72,7 @@ def main() -> None:
         hits = [(r.qid, [h for h in r.hits if h.docid != r.qid]) for r in results]  # BEIR: drop the query
         run_path = Path("runs") / f"scifact.{name.replace('@', '-')}{'.' + teacher if teacher != '-' else ''}.trec"
         write_run(run_path, hits, tag=f"{name}.{teacher}" if teacher != "-" else name)
-        run = {qid: {h.docid: h.score for h in hs} for qid, hs in hits}
+        run = read_run(run_path)  # evaluate the file: its scores break ties in our rank order
         row = {
             "collection": "scifact-test",
             "system": name,
