@@ -123,17 +123,18 @@ def open_searcher(args: argparse.Namespace):
 
 
 def summarize(results: list[SearchResult]) -> str:
-    n = max(len(results), 1)
+    """One line of per-query averages from the traces: the numbers the TOUR paper reports."""
+    if not results:
+        return "no queries"
     traces = [r.trace for r in results]
+    n = len(traces)
     stopped = sum(t.stop_reason not in (None, "max iterations") for t in traces)
+    seconds = ", ".join(f"{phase} {sum(t.seconds[phase] for t in traces) / n:.4f}" for phase in traces[0].seconds)
     return (
         f"mean iterations {sum(t.iterations for t in traces) / n:.2f}, "
         f"teacher calls/query {sum(t.teacher_calls for t in traces) / n:.1f}, "
-        f"cache hits/query {sum(t.cache_hits for t in traces) / n:.1f}, early stops {stopped}/{len(traces)}, "
-        + ", ".join(f"{p} {sum(t.seconds[p] for t in traces) / n:.4f}" for p in traces[0].seconds)
-        + " s/query"
-        if traces
-        else "no queries"
+        f"cache hits/query {sum(t.cache_hits for t in traces) / n:.1f}, early stops {stopped}/{n}, "
+        f"{seconds} s/query"
     )
 
 
