@@ -4,6 +4,10 @@ Writes (rerunnable; output is byte-identical for the same input):
   collections/scifact/corpus.jsonl       Pyserini JSONL: id, title, text, contents = title + "\\n" + text
   collections/scifact/topics.test.tsv    qid<TAB>text, the 300 BEIR test queries
   qrels/scifact.test.txt                 TREC qrels, 339 lines
+  collections/scifact/topics.train.tsv   the 809 SciFact training claims (never the validation claims,
+                                         which are BEIR's test queries), for training teachers
+  qrels/scifact.train.txt                919 lines: each claim's cited_doc_ids, BEIR's recipe (checked:
+                                         applied to claims_validation it gives the BEIR test qrels exactly)
 
 Usage: python scripts/prepare_scifact.py [--source ../shared/data/scifact] [--root .]
 """
@@ -16,6 +20,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import tokenize
 import zipfile
 from pathlib import Path
@@ -45,6 +50,15 @@ def convert_corpus(zip_path: Path, out: Path) -> int:
     return len(rows)
 
 
+def cited_qrels(zip_path: Path, split: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Claims of a split (id -> text, file order) and their (claim id, cited doc id) pairs."""
+    with zipfile.ZipFile(zip_path) as zf, zf.open(f"claims_{split}.csv") as raw:
+        rows = list(csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8")))
+    claims = {r["id"]: r["claim"].strip() for r in rows}
+    pairs = list(dict.fromkeys((r["id"], d) for r in rows for d in re.findall(r"\d+", r["cited_doc_ids"])))
+    return claims, pairs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", type=Path, default=Path("../shared/data/scifact"))
@@ -58,7 +72,19 @@ def main() -> None:
     qrels = (args.source / "qrels.beir-v1.0.0-scifact.test.txt").read_text(encoding="utf-8")
     (args.root / "qrels").mkdir(exist_ok=True)
     (args.root / "qrels/scifact.test.txt").write_text(qrels, encoding="utf-8")
-    print(f"{n_docs} docs, {topics.count(chr(10))} topics, {qrels.count(chr(10))} qrels lines")
+
+    zip_path = args.source / "scifact-hf-export.zip"
+    _, validation_pairs = cited_qrels(zip_path, "validation")
+    test_pairs = {(line.split()[0], line.split()[2]) for line in qrels.splitlines()}
+    if set(validation_pairs) != test_pairs:
+        raise SystemExit("cited_doc_ids of claims_validation no longer reproduce the BEIR test qrels")
+    claims, pairs = cited_qrels(zip_path, "train")
+    (args.root / "collections/scifact/topics.train.tsv").write_text(
+        "".join(f"{qid}\t{text}\n" for qid, text in claims.items()), encoding="utf-8"
+    )
+    (args.root / "qrels/scifact.train.txt").write_text("".join(f"{q} 0 {d} 1\n" for q, d in pairs), encoding="utf-8")
+    print(f"{n_docs} docs, {topics.count(chr(10))} test topics, {qrels.count(chr(10))} test qrels lines, "
+          f"{len(claims)} train topics, {len(pairs)} train qrels lines")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,6 +29,22 @@ def test_scifact_counts_and_qrels_docids_exist():
     assert {d for judged in qrels.values() for d in judged} <= ids
 
 
+def test_scifact_train_split_is_disjoint_from_test():
+    train = read_topics(SCIFACT / "topics.train.tsv")
+    test = read_topics(SCIFACT / "topics.test.tsv")
+    assert len(train) == 809 and not {t.qid for t in train} & {t.qid for t in test}
+    # SciFact itself has two claim texts in both splits; a teacher trainer must drop them (issue 5)
+    assert {t.text for t in train} & {t.text for t in test} == {
+        "There is no association between HNF4A mutations and diabetes risks.",
+        "Obesity decreases life quality.",
+    }
+    assert len((ROOT / "qrels/scifact.train.txt").read_text().splitlines()) == 919
+    qrels = read_qrels(ROOT / "qrels/scifact.train.txt")
+    assert set(qrels) == {t.qid for t in train}
+    ids = {json.loads(line)["id"] for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8")}
+    assert {d for judged in qrels.values() for d in judged} <= ids
+
+
 def test_abstract_sentences_are_joined_not_glued():
     sys.path.insert(0, str(ROOT / "scripts"))
     from prepare_scifact import abstract_sentences
@@ -52,7 +68,8 @@ def test_prepare_script_reproduces_the_committed_files(tmp_path):
         check=True,
         capture_output=True,
     )
-    for rel in ("collections/scifact/corpus.jsonl", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt"):
+    for rel in ("collections/scifact/corpus.jsonl", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt",
+                "collections/scifact/topics.train.tsv", "qrels/scifact.train.txt"):  # fmt: skip
         assert filecmp.cmp(tmp_path / rel, ROOT / rel, shallow=False), rel
 
 
