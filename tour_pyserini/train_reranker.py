@@ -96,7 +96,7 @@ class PairwiseTrainer:
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         return sum(losses) / max(len(losses), 1)
 
     def pairwise_accuracy(self, batch: list[tuple[str, str, str]]) -> float:
