@@ -114,3 +114,12 @@ def test_bm25_searcher(bm25_index, dense_index, mini_scifact):
         Bm25Searcher.from_index(dense_index)
     with pytest.raises(MissingIndexError, match="BM25 index, not a dense one"):
         TourSearcher.from_index(bm25_index)
+
+
+def test_search_leaves_the_encoder_threads_alone(searcher):
+    """faiss and torch can share OpenMP: a 1-thread search must not drop teachers and encoders to 1 thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    searcher.search("protein folding", k=5)
+    assert torch.get_num_threads() == before

@@ -104,3 +104,9 @@ def test_fusion_standardises_with_the_first_lists_statistics(mini_scifact, bm25_
     later = fusion.score([ScoreRequest(qid, "cancer cells", docids[:2])])[0]
     assert np.allclose(both[:2], later)  # the same candidate keeps its fused score in a later call
     assert isinstance(fusion.parts[0], OracleTeacher)
+
+
+def test_cross_encoder_max_length_from_the_spec_context(cross_encoder_dir):
+    teacher = get_teacher(f"cross-encoder:{cross_encoder_dir}", TeacherContext(max_length=64))
+    assert teacher.max_length == 64
+    assert get_teacher(f"cross-encoder:{cross_encoder_dir}").max_length == 512

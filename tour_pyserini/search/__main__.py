@@ -46,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument(
         "--reranker", metavar="SPEC", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, oracle:QRELS"
     )
+    rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
     tour = ap.add_argument_group("TOUR and re-ranking (defaults: the --preset)")
     tour.add_argument("--preset", choices=["passage", "odqa"], help="passage: lr 0.2, T 1, k 100, lambda 1; "
                       "odqa: lr 1.2, T 3, k 10, lambda 0.1")  # fmt: skip
@@ -113,7 +114,8 @@ def open_searcher(args: argparse.Namespace):
     from tour_pyserini.search.searcher import TourSearcher
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
-    teacher = get_teacher(args.reranker, TeacherContext(index_dir=args.index)) if args.reranker else None
+    context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length)
+    teacher = get_teacher(args.reranker, context) if args.reranker else None
     rewriter = get_rewriter(args.rewriter, **rewriter_options(args, teacher))
     searcher = TourSearcher.from_index(args.index, args.encoder, rewriter, threads=args.threads)
     if teacher is not None and teacher.oracle:

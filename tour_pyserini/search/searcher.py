@@ -154,6 +154,9 @@ class TourSearcher:
         import faiss
 
         vectors = self._check_vectors(vectors)
+        # faiss and torch may share one OpenMP runtime: restore its thread count after the search, or
+        # encoders and cross-encoder teachers would silently run on `threads` threads from then on
+        omp_threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(self.threads)
         threshold = faiss.cvar.distance_compute_blas_threshold
         faiss.cvar.distance_compute_blas_threshold = max(threshold, len(vectors) + 1)
@@ -165,6 +168,7 @@ class TourSearcher:
                 candidates = None
         finally:
             faiss.cvar.distance_compute_blas_threshold = threshold
+            faiss.omp_set_num_threads(omp_threads)
         docids = self.faiss.docids
         rankings = []
         # Creating k hits per query would otherwise trigger many cyclic-GC passes over every live hit

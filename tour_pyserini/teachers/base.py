@@ -57,6 +57,7 @@ class Teacher(ABC):
 
 @dataclass(frozen=True)
 class TeacherContext:
-    """What a teacher spec may refer to: the dense index it will score candidates of."""
+    """What a teacher spec may refer to: the dense index it scores candidates of, and reading limits."""
 
     index_dir: str | None = None
+    max_length: int | None = None  # tokens of query + document a model-based teacher reads

@@ -43,7 +43,7 @@ class CrossEncoderTeacher(Teacher):
     def from_spec(cls, argument: str | None, context: TeacherContext) -> CrossEncoderTeacher:
         if not argument:
             raise ValueError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
-        return cls(argument)
+        return cls(argument) if context.max_length is None else cls(argument, max_length=context.max_length)
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         import torch
