@@ -56,7 +56,3 @@ class ScoreCache:
         if not self.teacher.needs_text:
             return request
         return ScoreRequest(request.qid, request.query, request.docids, self.docstore.get(request.docids))
-
-    def known(self, qid: str) -> dict[str, float]:
-        """Every score the teacher has given for ``qid`` so far."""
-        return self.scores.get(qid, {})
