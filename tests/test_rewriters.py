@@ -123,6 +123,25 @@ def test_oracle_tour_raises_recall_beyond_reranking(cls, searcher, topics, mini_
     assert tour > base + 0.01
 
 
+@pytest.mark.parametrize("cls", [TourHard, TourSoft])
+def test_union_final_ranking_beats_both_at_no_extra_teacher_calls(cls, searcher, topics, mini_scifact):
+    """Ranking every scored candidate: per query, an oracle's R@k is at least TOUR's and re-ranking's."""
+    qrels = read_qrels(mini_scifact["qrels"])
+    oracle = get_teacher(f"oracle:{mini_scifact['qrels']}")
+    k, metric = 10, "R@10"
+    paper = run_with(searcher, cls(oracle, preset="odqa", k=k), topics)
+    union = run_with(searcher, cls(oracle, preset="odqa", k=k, final="union"), topics)
+    rerank = run_with(searcher, Rerank(oracle, k=k), topics)
+    assert [u.trace.teacher_calls for u in union] == [p.trace.teacher_calls for p in paper]
+    values = [evaluate(qrels, as_run(r), [metric]).per_query[metric] for r in (union, paper, rerank)]
+    assert all(values[0][q] >= max(values[1][q], values[2][q]) for q in values[0])
+    assert sum(values[0].values()) > sum(values[2].values())
+    with pytest.raises(ValueError, match="needs the cache"):
+        cls(oracle, final="union", use_cache=False)
+    with pytest.raises(ValueError, match="'search' or 'union'"):
+        cls(oracle, final="all")
+
+
 def test_traces_account_for_the_work(searcher, topics, bm25_teacher):
     results = run_with(searcher, TourHard(bm25_teacher, preset="odqa", k=10, early_stop=False), topics[:5])
     for r in results:

@@ -2,7 +2,8 @@
 
 From a local encoder (default: the bundled MiniLM, given a new one-logit classification head), on
 *training* queries only: candidates are the dense retriever's top ``--candidates``, positives come from
-qrels, and every epoch pairs each positive with a freshly sampled negative from the query's candidates.
+qrels (or, without ``--qrels``, are the candidates that contain one of the topic's answer strings, DPR's
+has-answer rule), and every epoch pairs each positive with a freshly sampled negative from the query's candidates.
 The loss is pairwise, -log(e^{h+} / (e^{h+} + e^{h-})). A seeded held-out part of the training queries
 picks the best epoch by pairwise accuracy; that checkpoint is saved where ``cross-encoder:PATH`` loads it.
 
@@ -43,8 +44,16 @@ class Example:
 
 
 def build_examples(searcher, topics, qrels, candidates: int) -> list[Example]:
-    """One example per topic with a judged-relevant document and at least one retrieved non-relevant one."""
+    """One example per topic with a relevant document and at least one retrieved non-relevant one.
+
+    With ``qrels=None`` the positives are the retrieved candidates that contain an answer string.
+    """
+    from tour_pyserini.eval.answers import AnswerMatcher, answer_qrels
+
     results = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=candidates)
+    if qrels is None:
+        run = {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
+        qrels = answer_qrels(run, topics, AnswerMatcher(searcher.docstore), candidates)
     examples = []
     for t in topics:
         positives = [d for d, rel in qrels.get(t.qid, {}).items() if rel > 0]
@@ -152,6 +161,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
         "index": str(index),
         "train_queries": len(train_set),
         "val_queries": len(val),
+        "val_qids": sorted(ex.qid for ex in val),  # never trained on: safe for tuning what uses this teacher
         "history": history,
         "best_val_pairwise_accuracy": best,
         "seconds": round(time.perf_counter() - start, 1),
@@ -165,7 +175,11 @@ def parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--index", required=True, help="dense index: candidates and document texts")
     ap.add_argument("--topics", required=True, help="training topics")
-    ap.add_argument("--qrels", required=True, help="qrels of the training topics")
+    ap.add_argument(
+        "--qrels",
+        help="qrels of the training topics (default: positives are the candidates "
+        "containing one of the topic's answers)",
+    )
     ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training topics whose text is in these")
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--base-model", help="local HuggingFace encoder directory (default: the bundled MiniLM)")
@@ -185,7 +199,9 @@ def main(argv: list[str] | None = None) -> None:
         held_out = {t.text for t in read_topics(args.exclude_texts_from)}
         topics = [t for t in topics if t.text not in held_out]
     config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
-    report = train(args.index, topics, read_qrels(args.qrels), args.output,
+    if args.qrels is None and not any(t.answers for t in topics):
+        raise ValueError(f"{args.topics} has no answers; give --qrels")
+    report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
                    args.base_model or str(bundled_model_dir()), config)  # fmt: skip
     print(f"best held-out pairwise accuracy {report['best_val_pairwise_accuracy']:.4f}; model in {args.output} "
           f"(load it as cross-encoder:{args.output})")  # fmt: skip

@@ -78,19 +78,29 @@ def check_depth(depth: int, searcher) -> None:
 
 
 def rank_by_teacher(batch: QueryBatch, searcher, vectors: np.ndarray, cache, traces, k: int, hits: int,
-                    lam: float, smoothing: float) -> list[SearchResult]:  # fmt: skip
+                    lam: float, smoothing: float, scored: Sequence[dict[str, np.ndarray]] | None = None,
+                    ) -> list[SearchResult]:  # fmt: skip
     """Search with ``vectors``; rank each top-``k`` by lam softmax(teacher) + (1 - lam) softmax(sim / smoothing).
 
     The final step shared by re-ranking and TOUR: documents below ``k`` keep retriever order, and
-    ``hits`` documents are returned per query.
+    ``hits`` documents are returned per query. ``scored`` (one ``{docid: vector}`` per query) adds
+    candidates the teacher has already scored to the ranked head, so the teacher ranks their union
+    with the new top-``k`` at no extra teacher calls.
     """
     with timed(traces, "search"):
-        rankings = searcher.search_vectors(vectors, max(hits, k))
-    heads = [[h.docid for h in ranking[:k]] for ranking in rankings]
-    teacher_scores = cache.score(batch.qids, batch.texts, heads, traces)
+        rankings = searcher.search_vectors(vectors, max(hits, k), return_vector=scored is not None)
+    heads = [list(ranking[:k]) for ranking in rankings]
+    tails = [list(ranking[k:]) for ranking in rankings]
+    if scored is not None:
+        for i, extra in enumerate(scored):
+            seen = {h.docid for h in heads[i]}
+            heads[i] += [Hit(d, float(vectors[i] @ v), v) for d, v in extra.items() if d not in seen]
+            seen.update(extra)
+            tails[i] = [h for h in tails[i] if h.docid not in seen]
+    teacher_scores = cache.score(batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces)
     results = []
-    for qid, ranking, scores, trace in zip(batch.qids, rankings, teacher_scores, traces):
-        retriever = np.array([h.score for h in ranking[: len(scores)]])
-        final = rerank_head(ranking, aggregate(scores, retriever, lam, smoothing))
+    for qid, head, tail, scores, trace in zip(batch.qids, heads, tails, teacher_scores, traces):
+        retriever = np.array([h.score for h in head])
+        final = rerank_head(head + tail, aggregate(scores, retriever, lam, smoothing))
         results.append(SearchResult(qid, final[:hits], trace))
     return results

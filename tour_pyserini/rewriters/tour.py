@@ -51,6 +51,7 @@ class TourConfig:
     early_stop: bool = True
     use_cache: bool = True  # ablation: False rescores every candidate at every iteration
     smoothing: float = 100.0  # retriever logits are sim / smoothing in the final aggregation
+    final: str = "search"  # "union": the final ranking also holds every candidate scored in the iterations
 
     @classmethod
     def from_preset(cls, preset: str = "passage", **overrides) -> TourConfig:
@@ -71,6 +72,10 @@ class TourConfig:
             raise ValueError(f"lambda must be in [0, 1], got {self.lam}")
         if self.tau <= 0:
             raise ValueError(f"tau must be positive, got {self.tau}")
+        if self.final not in ("search", "union"):
+            raise ValueError(f"final ranking must be 'search' or 'union', got {self.final!r}")
+        if self.final == "union" and not self.use_cache:
+            raise ValueError("the union final ranking reuses cached teacher scores: it needs the cache")
         if self.fixed_positives is not None and not 1 <= self.fixed_positives <= self.k:
             raise ValueError(f"fixed pseudo positives k' must be in [1, k], got {self.fixed_positives}")
 
@@ -101,6 +106,7 @@ class _Tour(Rewriter):
         momentum_buffers: list[np.ndarray | None] = [None] * len(batch)
         cache = ScoreCache(self.teacher, searcher.docstore, cfg.use_cache)
         active = list(range(len(batch)))
+        scored: list[dict[str, np.ndarray]] = [{} for _ in batch.qids]  # candidates the teacher has seen
         for t in range(cfg.iterations):
             if not active:
                 break
@@ -117,6 +123,7 @@ class _Tour(Rewriter):
             lr = linear_lr(cfg.lr, t, cfg.iterations)
             with timed(active_traces, "update"):
                 for i, hits, s in zip(active, candidates, scores):
+                    scored[i].update((h.docid, h.vector) for h in hits)
                     step = self.step(q[i], np.vstack([h.vector for h in hits]).astype(np.float64), s)
                     traces[i].losses.append(step.loss)
                     if step.stop and cfg.early_stop:
@@ -131,7 +138,8 @@ class _Tour(Rewriter):
             active = still_active
         for i in active:
             traces[i].stop_reason = "max iterations"
-        return rank_by_teacher(batch, searcher, q, cache, traces, cfg.k, k, cfg.lam, cfg.smoothing)
+        union = scored if cfg.final == "union" else None
+        return rank_by_teacher(batch, searcher, q, cache, traces, cfg.k, k, cfg.lam, cfg.smoothing, union)
 
 
 class TourHard(_Tour):

@@ -63,6 +63,12 @@ def parser() -> argparse.ArgumentParser:
     tour.add_argument("--fixed-positives", type=int, metavar="K'", help="ablation: teacher's top-k' as positives")
     tour.add_argument("--no-early-stop", action="store_true", help="ablation: always run T iterations")
     tour.add_argument("--no-cache", action="store_true", help="ablation: rescore candidates every iteration")
+    tour.add_argument(
+        "--final",
+        choices=["search", "union"],
+        help="final ranking: the last search's top-k "
+        "(paper), or its union with every candidate scored on the way (no extra teacher calls)",
+    )
     prf = ap.add_argument_group("pseudo relevance feedback (Pyserini's flags)")
     prf.add_argument("--prf-depth", type=int, help="feedback documents (3)")
     prf.add_argument("--prf-iterations", type=int, help="feedback rounds (1)")
@@ -94,6 +100,7 @@ def rewriter_options(args: argparse.Namespace, teacher) -> dict:
         "fixed_positives": args.fixed_positives,
         "early_stop": False if args.no_early_stop else None,
         "use_cache": False if args.no_cache else None,
+        "final": args.final,
         "prf_depth": args.prf_depth,
         "alpha": args.rocchio_alpha,
         "beta": args.rocchio_beta,

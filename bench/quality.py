@@ -1,0 +1,358 @@
+"""make bench-quality: TOUR against every baseline on SciFact test and nq-oracle test (issue 5).
+
+For each collection, with the trained cross-encoder teacher (models/<collection>-ce) and the BM25
+teacher: base dense, BM25, Rocchio (T = 1..3), rerank@{10,20,40,100} and tour-hard / tour-soft at the
+passage preset with k in {10, 20, 100} and T in {1, 2, 3}; every TOUR row is also compared with
+re-ranking at its own teacher budget (rerank@K, K = its mean teacher calls per query). Beyond the
+paper, in the same table: ``+union`` ranks every candidate the teacher scored on the way (no extra
+teacher calls), and ``+lam`` interpolates teacher and retriever with a lambda tuned on the teacher's
+held-out *training* queries (never on test).
+
+Teacher scores are stored on disk (runs/quality/cache/), so the grid scores each (query, document) pair
+once and an interrupted run resumes. Seconds per query are therefore assembled from measurements of
+the same run: the measured encode + search + update time of the row, plus its teacher calls times the
+measured seconds per pair of that teacher on that collection.
+
+Writes runs/quality/<collection>/*.trec, runs/bench-quality.{json,md} and
+runs/bench-quality-{latency,iterations}.png.
+Usage: python bench/quality.py [--collections scifact nq-oracle] [--batch-size 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from wrapper_overhead import ensure_indexes
+
+OUT = Path("runs/quality")
+LAMBDAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+RETRIEVER_SMOOTHING = 0.05  # sim / 0.05 = 20 sim: the logit scale MiniLM was trained with
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str
+    topics: str
+    val_topics: str  # the teacher's training topics; its held-out part tunes lambda
+    qrels: str | None = None  # None: judged by the topics' answer strings
+    val_qrels: str | None = None
+    metrics: tuple[str, ...] = ("nDCG@10", "R@100")
+    headline: str = "nDCG@10"
+    recall: str = "R@100"
+    remove_query: bool = False  # BEIR: a document whose id is the query's id is not a result
+
+    @property
+    def index(self) -> str:
+        return f"indexes/{self.name}.minilm"
+
+    @property
+    def bm25_index(self) -> str:
+        return f"indexes/{self.name}.bm25"
+
+    @property
+    def teacher_dir(self) -> str:
+        return f"models/{self.name}-ce"
+
+
+COLLECTIONS = {
+    "scifact": Collection(
+        "scifact", "collections/scifact/topics.test.tsv", "collections/scifact/topics.train.tsv",
+        qrels="qrels/scifact.test.txt", val_qrels="qrels/scifact.train.txt", remove_query=True,
+    ),
+    "nq-oracle": Collection(
+        "nq-oracle", "collections/nq-oracle/topics.test.jsonl", "collections/nq-oracle/topics.train.jsonl",
+        metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"), headline="Acc@20", recall="Acc@100",
+    ),
+}  # fmt: skip
+
+
+class StoredTeacher:
+    """A teacher whose scores are kept in SQLite, keyed by (query text, docid): each pair is scored once.
+
+    Records the seconds spent computing new scores and how many, so a pair's cost is measured even
+    when a later row finds every score stored; ``elapsed`` is all time spent in :meth:`score`.
+    """
+
+    def __init__(self, teacher, path: Path):
+        self.teacher, self.label, self.needs_text = teacher, teacher.label, teacher.needs_text
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path)
+        self.db.execute("CREATE TABLE IF NOT EXISTS scores (query TEXT, docid TEXT, score REAL, "
+                        "PRIMARY KEY (query, docid))")  # fmt: skip
+        self.db.execute("CREATE TABLE IF NOT EXISTS cost (pairs INTEGER, seconds REAL)")
+        self.known = {(q, d): s for q, d, s in self.db.execute("SELECT query, docid, score FROM scores")}
+        self.elapsed = 0.0
+
+    @property
+    def seconds_per_pair(self) -> float:
+        pairs, seconds = self.db.execute("SELECT SUM(pairs), SUM(seconds) FROM cost").fetchone()
+        return seconds / pairs if pairs else 0.0
+
+    def score(self, requests):
+        from tour_pyserini.teachers import ScoreRequest
+
+        start = time.perf_counter()
+        todo = []
+        for r in requests:
+            keep = [i for i, d in enumerate(r.docids) if (r.query, d) not in self.known]
+            if keep:
+                docs = [r.docs[i] for i in keep] if r.docs is not None else None
+                todo.append(ScoreRequest(r.qid, r.query, [r.docids[i] for i in keep], docs))
+        if todo:
+            compute = time.perf_counter()
+            fresh = self.teacher.score(todo)
+            seconds = time.perf_counter() - compute
+            rows = [(r.query, d, float(s)) for r, scores in zip(todo, fresh) for d, s in zip(r.docids, scores)]
+            self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
+            self.db.execute("INSERT INTO cost VALUES (?, ?)", (len(rows), seconds))
+            self.db.commit()
+            self.known.update(((q, d), s) for q, d, s in rows)
+        out = [np.array([self.known[(r.query, d)] for d in r.docids]) for r in requests]
+        self.elapsed += time.perf_counter() - start
+        return out
+
+
+class Judge:
+    """Per-query metric values of a run: ir-measures on qrels, or DPR answer accuracy on answer strings."""
+
+    def __init__(self, col: Collection, topics, qrels_path: str | None, docstore):
+        from tour_pyserini.data import read_qrels
+        from tour_pyserini.eval.answers import AnswerMatcher
+
+        self.col, self.topics = col, topics
+        self.qrels = read_qrels(qrels_path) if qrels_path else None
+        if self.qrels is not None:
+            self.qrels = {t.qid: self.qrels[t.qid] for t in topics if t.qid in self.qrels}
+        self.matcher = None if self.qrels is not None else AnswerMatcher(docstore)
+
+    def per_query(self, run: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        from tour_pyserini.eval import evaluate
+        from tour_pyserini.eval.answers import answer_accuracy
+
+        if self.qrels is not None:
+            return evaluate(self.qrels, run, self.col.metrics).per_query
+        topk = [int(m.split("@")[1]) for m in self.col.metrics]
+        return answer_accuracy(run, self.topics, self.matcher, topk).per_query
+
+
+@dataclass(frozen=True)
+class System:
+    name: str  # e.g. tour-soft, tour-soft+union+lam, rerank
+    teacher: str  # "-" for teacher-free systems
+    k: int | None = None
+    iterations: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.name + (f"@{self.k}" if self.k else "") + (f" T={self.iterations}" if self.iterations else "")
+
+    @property
+    def slug(self) -> str:
+        parts = [self.name, f"k{self.k}" if self.k else "", f"T{self.iterations}" if self.iterations else "",
+                 self.teacher if self.teacher != "-" else ""]  # fmt: skip
+        return ".".join(p for p in parts if p)
+
+
+class Bench:
+    """Runs systems on one collection's test topics, each once: a finished run is read back, not redone."""
+
+    def __init__(self, col: Collection, batch_size: int):
+        from tour_pyserini.data import read_topics
+        from tour_pyserini.search import Bm25Searcher, TourSearcher
+
+        self.col, self.batch_size = col, batch_size
+        self.searcher = TourSearcher.from_index(col.index)
+        self.bm25 = Bm25Searcher.from_index(col.bm25_index)
+        self.topics = read_topics(col.topics)
+        self.judge = Judge(col, self.topics, col.qrels, self.searcher.docstore)
+        self.vectors, self.encode_seconds = self._encode(self.topics)
+        self.rows: dict[System, dict] = {}
+
+    def _encode(self, topics):
+        texts = [t.text for t in topics]
+        self.searcher.encode(texts[:4])  # warm-up
+        start = time.perf_counter()
+        vectors = self.searcher.encode(texts)
+        return vectors, (time.perf_counter() - start) / len(topics)
+
+    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, topics=None) -> dict:
+        """The row of ``system``: metrics, per-query values, timing and teacher calls; cached on disk."""
+        from tqdm import tqdm
+
+        from tour_pyserini.rewriters import QueryBatch
+        from tour_pyserini.runs import read_run, write_run
+
+        if topics is None and system in self.rows:
+            return self.rows[system]
+        tuning = topics is not None
+        topics = topics or self.topics
+        run_path = OUT / self.col.name / ("val" if tuning else "") / f"{system.slug}.trec"
+        meta_path = run_path.with_suffix(".json")
+        if not (run_path.exists() and meta_path.exists()):
+            vectors = self.vectors if not tuning else self.searcher.encode([t.text for t in topics])
+            self.searcher.rewriter = make_rewriter()
+            teacher_before = teacher.elapsed if teacher else 0.0
+            start, results = time.perf_counter(), []
+            for i in tqdm(range(0, len(topics), self.batch_size), desc=f"{self.col.name} {system.label} "
+                          f"{system.teacher}", unit="batch", leave=False):  # fmt: skip
+                chunk = topics[i : i + self.batch_size]
+                batch = QueryBatch([t.qid for t in chunk], [t.text for t in chunk], vectors[i : i + len(chunk)])
+                if system.name == "bm25":
+                    results += self.bm25.retrieve(batch.texts, batch.qids, 1000)
+                else:
+                    results += self.searcher.rewriter.rewrite(batch, self.searcher, 1000)
+            wall = time.perf_counter() - start - ((teacher.elapsed - teacher_before) if teacher else 0.0)
+            drop = self.col.remove_query
+            write_run(run_path, [(r.qid, [h for h in r.hits if not (drop and h.docid == r.qid)]) for r in results],
+                      tag=system.slug)  # fmt: skip
+            meta = {
+                "seconds_without_teacher_per_query": wall / len(topics),
+                "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
+                "iterations_per_query": sum(r.trace.iterations for r in results) / len(results),
+            }
+            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+        meta = json.loads(meta_path.read_text())
+        judge = self.judge if not tuning else Judge(self.col, topics, self.col.val_qrels, self.searcher.docstore)
+        per_query = judge.per_query(read_run(run_path))  # the file's scores break ties in our rank order
+        encode = self.encode_seconds if system.name != "bm25" else 0.0
+        cost = teacher.seconds_per_pair if teacher else 0.0
+        row = {
+            "collection": f"{self.col.name}-test" if not tuning else f"{self.col.name}-val",
+            "system": system.name,
+            "teacher": system.teacher,
+            "k": system.k,
+            "iterations": system.iterations,
+            "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
+            "seconds_per_query": encode
+            + meta["seconds_without_teacher_per_query"]
+            + meta["teacher_calls_per_query"] * cost,
+            "teacher_calls_per_query": meta["teacher_calls_per_query"],
+            "iterations_per_query": meta["iterations_per_query"],
+            "run": str(run_path),
+            "per_query": per_query,
+        }
+        if not tuning:
+            self.rows[system] = row
+            print(f"{self.col.name:9s} {system.label:26s} {system.teacher:13s} "
+                  + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
+                  + f"  {row['seconds_per_query'] * 1000:8.1f} ms/q {row['teacher_calls_per_query']:6.1f} calls/q",
+                  flush=True)  # fmt: skip
+        return row
+
+
+def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_topics) -> tuple[float, list]:
+    """Lambda of rerank@100 with the retriever at 20 sim, best headline metric on held-out training queries."""
+    from tour_pyserini.rewriters.rerank import Rerank
+
+    curve = []
+    for lam in LAMBDAS:
+        system = System(f"rerank+lam{lam}", teacher_name, 100)
+        row = bench.run(system, lambda lam=lam: Rerank(teacher, k=100, lam=lam, smoothing=RETRIEVER_SMOOTHING),
+                        teacher, topics=val_topics)  # fmt: skip
+        curve.append((lam, row["metrics"][bench.col.headline]))
+    best = max(curve, key=lambda c: (c[1], c[0]))[0]  # ties: the larger teacher weight
+    print(f"{bench.col.name} {teacher_name}: lambda {best} (held-out training queries: "
+          + ", ".join(f"{lam}: {v:.4f}" for lam, v in curve) + ")", flush=True)  # fmt: skip
+    return best, curve
+
+
+def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_topics) -> dict:
+    """Every teacher-guided row of one collection; returns the tuned lambda and the teacher's cost."""
+    from tour_pyserini.rewriters.rerank import Rerank
+    from tour_pyserini.rewriters.tour import TourHard, TourSoft
+
+    for k in (100, 40, 20, 10):  # 100 first: the others re-rank a subset of its scored pairs
+        bench.run(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, k=k), teacher)
+    lam, curve = tune_lambda(bench, teacher_name, teacher, val_topics)
+    interpolate = {"lam": lam, "smoothing": RETRIEVER_SMOOTHING}
+    for k in (10, 20, 40, 100):
+        bench.run(System("rerank+lam", teacher_name, k), lambda k=k: Rerank(teacher, k=k, **interpolate), teacher)
+    variants = {"": {}, "+union": {"final": "union"}, "+union+lam": {"final": "union", **interpolate}}
+    for cls in (TourHard, TourSoft):
+        for suffix, options in variants.items():
+            for k in (10, 20, 100):
+                for T in (1, 2, 3):
+                    bench.run(System(cls.name + suffix, teacher_name, k, T),
+                              lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", k=k, iterations=T, **o),
+                              teacher)  # fmt: skip
+    for system, row in list(bench.rows.items()):  # re-ranking at each TOUR row's own teacher budget
+        if system.teacher == teacher_name and system.name.startswith("tour"):
+            budget = max(1, round(row["teacher_calls_per_query"]))
+            options = interpolate if "lam" in system.name else {}
+            name = "rerank+lam" if options else "rerank"
+            matched = bench.run(System(name, teacher_name, budget),
+                                lambda b=budget, o=options: Rerank(teacher, k=b, **o), teacher)  # fmt: skip
+            row["matched_rerank"] = matched["run"]
+    return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(val_topics), "curve": curve,
+            "seconds_per_pair": teacher.seconds_per_pair}  # fmt: skip
+
+
+def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tuple[list[dict], dict]:
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.rewriters import Identity
+    from tour_pyserini.rewriters.prf import Rocchio
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+
+    ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
+    bench = Bench(col, batch_size)
+    bench.run(System("dense", "-"), Identity)
+    bench.run(System("bm25", "-"), Identity)
+    for T in (1, 2, 3):
+        bench.run(System("rocchio", "-", iterations=T), lambda T=T: Rocchio(iterations=T))
+    training = json.loads((Path(col.teacher_dir) / "training.json").read_text())
+    val_ids = set(training["val_qids"])
+    val_topics = [t for t in read_topics(col.val_topics) if t.qid in val_ids]
+    tuned = {}
+    for teacher_name in teachers:
+        spec = "bm25" if teacher_name == "bm25" else f"cross-encoder:{col.teacher_dir}"
+        context = TeacherContext(index_dir=col.index, max_length=training["config"]["max_length"])
+        teacher = StoredTeacher(get_teacher(spec, context), OUT / "cache" / f"{col.name}.{teacher_name}.sqlite")
+        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, val_topics)
+    return list(bench.rows.values()), tuned
+
+
+def add_significance(rows: list[dict], col: Collection) -> None:
+    """Paired t-tests of each row against the base dense run and, for TOUR, against rerank at its budget."""
+    from tour_pyserini.eval.significance import paired_t_test
+
+    base = next(r for r in rows if r["system"] == "dense")
+    by_run = {r["run"]: r for r in rows}
+    for row in rows:
+        row["p_vs_base"] = {}
+        row["p_vs_matched_rerank"] = {}
+        for metric in (col.headline, col.recall):
+            qids = sorted(base["per_query"][metric])
+            values = [row["per_query"][metric][q] for q in qids]
+            row["p_vs_base"][metric] = paired_t_test(values, [base["per_query"][metric][q] for q in qids])
+            if "matched_rerank" in row:
+                other = by_run[row["matched_rerank"]]["per_query"][metric]
+                row["p_vs_matched_rerank"][metric] = paired_t_test(values, [other[q] for q in qids])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
+    ap.add_argument("--teachers", nargs="+", default=["cross-encoder", "bm25"], choices=["cross-encoder", "bm25"])
+    ap.add_argument("--batch-size", type=int, default=32, help="queries that advance together")
+    ap.add_argument("--output", default="runs/bench-quality")
+    args = ap.parse_args()
+
+    from report_quality import write_report
+
+    all_rows, tuning = [], {}
+    for name in args.collections:
+        col = COLLECTIONS[name]
+        rows, tuning[name] = run_collection(col, args.batch_size, args.teachers)
+        add_significance(rows, col)
+        all_rows += rows
+    write_report(all_rows, tuning, COLLECTIONS, args.output)
+
+
+if __name__ == "__main__":
+    main()

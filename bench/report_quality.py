@@ -1,0 +1,183 @@
+"""The report of bench/quality.py: runs/bench-quality.json, the markdown table with the goals checked, two plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PAPER = {"tour-hard", "tour-soft"}  # the paper's systems; suffixed names are this project's variants
+
+
+def _find(rows, collection, system, teacher, k=None, iterations=0):
+    for r in rows:
+        if (r["collection"], r["system"], r["teacher"], r["k"], r["iterations"]) == (
+            collection, system, teacher, k, iterations,
+        ):  # fmt: skip
+            return r
+    return None
+
+
+def goals(rows: list[dict], col, teacher: str) -> list[str]:
+    """The issue's four claims, checked on one collection and teacher; one markdown bullet each."""
+    name = f"{col.name}-test"
+    h, rec = col.headline, col.recall
+    base = _find(rows, name, "dense", "-")
+    out = []
+    preset = [_find(rows, name, s, teacher, 100, 1) for s in sorted(PAPER)]
+    best = max(preset, key=lambda r: r["metrics"][h])
+    gain = best["metrics"][h] - base["metrics"][h]
+    p = best["p_vs_base"][h]
+    out.append(f"TOUR (passage preset, k 100, T 1; best of hard/soft: {best['system']}) vs base: {h} "
+               f"{best['metrics'][h]:.4f} vs {base['metrics'][h]:.4f} ({gain * 100:+.1f} points, p = {p:.3g}); "
+               f"goal +3.0 significant: **{'met' if gain >= 0.03 and p < 0.05 else 'not met'}**")  # fmt: skip
+    tour = [r for r in rows if r["collection"] == name and r["teacher"] == teacher and r["system"] in PAPER]
+    wins = [r for r in tour if r["metrics"][h] > _matched(rows, r)["metrics"][h]]
+    sig = [r for r in wins if r["p_vs_matched_rerank"][h] < 0.05]
+    losses = [r for r in tour if r["metrics"][h] < _matched(rows, r)["metrics"][h]]
+    out.append(f"TOUR vs rerank at the same teacher budget ({len(tour)} settings): higher {h} in {len(wins)} "
+               f"({len(sig)} significant), lower in {len(losses)}")  # fmt: skip
+    rerank100 = _find(rows, name, "rerank", teacher, 100)
+    top = max((r for r in tour if r["k"] == 100), key=lambda r: r["metrics"][rec])
+    out.append(f"{rec}: base {base['metrics'][rec]:.4f}, rerank@100 {rerank100['metrics'][rec]:.4f} (unchanged by "
+               f"construction), best TOUR@100 {top['metrics'][rec]:.4f} ({top['system']} T={top['iterations']}, "
+               f"p = {top['p_vs_base'][rec]:.3g} vs base)")  # fmt: skip
+    r40 = _find(rows, name, "rerank", teacher, 40)
+    fast = [r for r in tour if r["k"] in (10, 20)]
+    ok = [r for r in fast if r["metrics"][h] >= r40["metrics"][h]
+          and r["seconds_per_query"] <= 0.6 * r40["seconds_per_query"]]  # fmt: skip
+    pick = max(ok or fast, key=lambda r: (r["metrics"][h], -r["seconds_per_query"]))
+    out.append(f"TOUR at k 10/20 vs rerank@40 ({h} {r40['metrics'][h]:.4f}, {r40['seconds_per_query']:.3f} s/query): "
+               f"{pick['system']}@{pick['k']} T={pick['iterations']} {pick['metrics'][h]:.4f} at "
+               f"{pick['seconds_per_query'] / r40['seconds_per_query']:.2f}x the time; goal (>= quality, <= 0.6x): "
+               f"**{'met' if ok else 'not met'}** ({len(ok)} of {len(fast)} settings)")  # fmt: skip
+    out.append(f"teacher quality, rerank@100: {h} {rerank100['metrics'][h]:.4f} vs base {base['metrics'][h]:.4f} "
+               f"(p = {rerank100['p_vs_base'][h]:.3g})")  # fmt: skip
+    return out
+
+
+def _matched(rows, row):
+    return next(r for r in rows if r["run"] == row["matched_rerank"])
+
+
+def _table(rows: list[dict], col) -> list[str]:
+    h = col.headline
+    head = "| system | teacher | k | T | " + " | ".join(col.metrics) + " | s/query | calls/query | p vs base "
+    head += f"({h}) | vs rerank at budget ({h}) |"
+    lines = [head, "|" + "---|" * (len(col.metrics) + 8)]
+    for r in rows:
+        if r["collection"] != f"{col.name}-test":
+            continue
+        matched = ""
+        if r.get("matched_rerank"):
+            other = next(o for o in rows if o["run"] == r["matched_rerank"])
+            delta = (r["metrics"][h] - other["metrics"][h]) * 100
+            matched = f"{delta:+.1f} vs @{other['k']} (p {r['p_vs_matched_rerank'][h]:.2g})"
+        p = r["p_vs_base"][h]
+        lines.append(
+            f"| {r['system']} | {r['teacher']} | {r['k'] or ''} | {r['iterations'] or ''} | "
+            + " | ".join(f"{r['metrics'][m]:.4f}" for m in col.metrics)
+            + f" | {r['seconds_per_query']:.3f} | {r['teacher_calls_per_query']:.1f} | "
+            + (f"{p:.2g}" if r["system"] != "dense" else "")
+            + f" | {matched} |"
+        )
+    return lines
+
+
+def write_report(rows: list[dict], tuning: dict, collections: dict, output: str) -> None:
+    slim = [{k: v for k, v in r.items() if k != "per_query"} for r in rows]
+    Path(f"{output}.json").write_text(json.dumps(slim, indent=1) + "\n")
+    lines = [
+        "# TOUR against its baselines: SciFact test and nq-oracle test",
+        "",
+        "Produced by `make bench-quality` (`bench/quality.py`). Retriever: the bundled all-MiniLM-L6-v2, flat",
+        "inner-product index. Teachers: `cross-encoder` = the collection's trained teacher in `models/`",
+        "(`make teachers`), `bm25` = Anserini BM25 scores of the candidates. TOUR rows use the passage preset",
+        "(lr 0.2, lambda 1) with k and T varied. `+union` ranks every candidate scored on the way; `+lam`",
+        "interpolates teacher and retriever (sim x 20) with lambda tuned on the teacher's held-out training",
+        "queries. Seconds per query = measured encode + search + update time of the row + its teacher calls x",
+        "the measured seconds per teacher call (pairs are scored once and stored; see bench/quality.py).",
+        "p-values: paired t-tests over queries.",
+        "",
+    ]
+    for name, tuned in tuning.items():
+        col = collections[name]
+        lines += [f"## {name}", ""]
+        for teacher, t in tuned.items():
+            lines.append(f"- teacher `{teacher}`: {t['seconds_per_pair'] * 1000:.1f} ms per scored pair; lambda "
+                         f"{t['lambda']} tuned on {t['val_queries']} held-out training queries")  # fmt: skip
+        for teacher in tuned:
+            lines += ["", f"Goals with the `{teacher}` teacher:", ""]
+            lines += [f"- {g}" for g in goals(rows, col, teacher)]
+        lines += ["", *_table(rows, col), ""]
+    Path(f"{output}.md").write_text("\n".join(lines) + "\n")
+    plot_latency(rows, collections, tuning, f"{output}-latency.png")
+    plot_iterations(rows, collections, tuning, f"{output}-iterations.png")
+    print(f"written to {output}.md, {output}.json and {output}-{{latency,iterations}}.png")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_latency(rows, collections, tuning, path: str) -> None:
+    """The paper's Figure 2: quality against seconds per query for rerank and TOUR (T = 1) as k varies."""
+    plt = _plt()
+    names = list(tuning)
+    teachers = sorted({t for tuned in tuning.values() for t in tuned})
+    fig, axes = plt.subplots(len(names), len(teachers), figsize=(5.5 * len(teachers), 4 * len(names)), squeeze=False)
+    for i, name in enumerate(names):
+        col = collections[name]
+        for j, teacher in enumerate(teachers):
+            ax = axes[i][j]
+            mine = [r for r in rows if r["collection"] == f"{name}-test" and r["teacher"] == teacher]
+            families = (("rerank", 0, "o"), ("tour-hard", 1, "s"), ("tour-soft", 1, "^"), ("tour-soft+union", 1, "v"))
+            for family, T, marker in families:
+                pts = sorted(
+                    (r["seconds_per_query"], r["metrics"][col.headline], r["k"])
+                    for r in mine
+                    if r["system"] == family and r["iterations"] == T and r["k"] in (10, 20, 40, 100)
+                )
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=family)
+                for x, y, k in pts:
+                    ax.annotate(f"{k}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+            base = _find(rows, f"{name}-test", "dense", "-")
+            ax.axhline(base["metrics"][col.headline], color="grey", linestyle="--", label="dense")
+            ax.set_xscale("log")
+            ax.set_xlabel("seconds per query (2 CPU cores)")
+            ax.set_ylabel(col.headline)
+            ax.set_title(f"{name} test, {teacher} teacher (labels: k)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot_iterations(rows, collections, tuning, path: str) -> None:
+    """The paper's Figure 3: quality against iterations for TOUR (k = 20) and Rocchio; 0 is the base run."""
+    plt = _plt()
+    names = list(tuning)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        col = collections[name]
+        base = _find(rows, f"{name}-test", "dense", "-")["metrics"][col.headline]
+        lines = [("rocchio", "-", None, "k--")]
+        for teacher, style in zip(sorted(tuning[name]), ("-", ":")):
+            lines += [("tour-hard", teacher, 20, f"s{style}"), ("tour-soft", teacher, 20, f"^{style}")]
+        for system, teacher, k, fmt in lines:
+            found = [_find(rows, f"{name}-test", system, teacher, k, T) for T in (1, 2, 3)]
+            ys = [base] + [r["metrics"][col.headline] for r in found]
+            label = system if teacher == "-" else f"{system}@{k} ({teacher})"
+            ax.plot([0, 1, 2, 3], ys, fmt, label=label)
+        ax.set_xticks([0, 1, 2, 3])
+        ax.set_xlabel("iterations T (0 = base dense)")
+        ax.set_ylabel(col.headline)
+        ax.set_title(f"{name} test")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
