@@ -43,21 +43,21 @@ class Example:
     negatives: list[str]  # retrieved candidates that are not positives
 
 
-def build_examples(searcher, topics, qrels, candidates: int) -> list[Example]:
+def build_examples(rankings: dict[str, list], topics, qrels, docstore=None) -> list[Example]:
     """One example per topic with a relevant document and at least one retrieved non-relevant one.
 
-    With ``qrels=None`` the positives are the retrieved candidates that contain an answer string.
+    ``rankings`` maps each qid to its retrieved candidates (hits with a ``docid``). With
+    ``qrels=None`` the positives are the candidates that contain an answer string (read from ``docstore``).
     """
     from tour_pyserini.eval.answers import AnswerMatcher, answer_qrels
 
-    results = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=candidates)
     if qrels is None:
-        run = {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
-        qrels = answer_qrels(run, topics, AnswerMatcher(searcher.docstore), candidates)
+        run = {qid: {h.docid: -rank for rank, h in enumerate(hits)} for qid, hits in rankings.items()}
+        qrels = answer_qrels(run, topics, AnswerMatcher(docstore), max(map(len, rankings.values()), default=0))
     examples = []
     for t in topics:
         positives = [d for d, rel in qrels.get(t.qid, {}).items() if rel > 0]
-        negatives = [h.docid for h in results[t.qid] if h.docid not in set(positives)]
+        negatives = [h.docid for h in rankings.get(t.qid, []) if h.docid not in set(positives)]
         if positives and negatives:
             examples.append(Example(t.qid, t.text, positives, negatives))
     return examples
@@ -79,7 +79,7 @@ class PairwiseTrainer:
         self.config = config
         self.docstore = docstore
         self.tokenizer = AutoTokenizer.from_pretrained(base_model)
-        self.model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=1)
+        self.model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=1, dtype=torch.float32)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr)
 
     def _scores(self, queries: list[str], docids: list[str]):
@@ -123,8 +123,20 @@ class PairwiseTrainer:
         return correct / max(len(batch), 1)
 
     def save(self, output: Path) -> None:
-        self.model.save_pretrained(output)
-        self.tokenizer.save_pretrained(output)
+        save_compact(self.model, self.tokenizer, output, self.config.max_length)
+
+
+def save_compact(model, tokenizer, output: Path, max_length: int) -> None:
+    """Save in float16 (half the size; teachers load it back as float32) with the length it was trained at.
+
+    The tokenizer's ``model_max_length`` becomes ``max_length``, so ``cross-encoder:PATH`` reads as many
+    tokens as training did unless told otherwise.
+    """
+    import copy
+
+    copy.deepcopy(model).half().save_pretrained(output)
+    tokenizer.model_max_length = max_length
+    tokenizer.save_pretrained(output)
 
 
 def train(index: str, topics, qrels, output: str | Path, base_model: str, config: TrainConfig) -> dict:
@@ -136,7 +148,8 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     if searcher.docstore is None:
         raise ValueError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     rng = random.Random(config.seed)
-    examples = build_examples(searcher, topics, qrels, config.candidates)
+    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=config.candidates)
+    examples = build_examples(rankings, topics, qrels, searcher.docstore)
     if len(examples) < 2:
         raise ValueError("fewer than two training queries with a relevant document and a retrieved negative")
     rng.shuffle(examples)
@@ -164,6 +177,10 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
         "val_qids": sorted(ex.qid for ex in val),  # never trained on: safe for tuning what uses this teacher
         "history": history,
         "best_val_pairwise_accuracy": best,
+        # the float16 model as saved, read back as teachers read it
+        "saved_val_pairwise_accuracy": PairwiseTrainer(str(output), searcher.docstore, config).pairwise_accuracy(
+            val_triplets
+        ),
         "seconds": round(time.perf_counter() - start, 1),
     }
     (output / "training.json").write_text(json.dumps(report, indent=2) + "\n")

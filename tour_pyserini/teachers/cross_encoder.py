@@ -14,13 +14,15 @@ class CrossEncoderTeacher(Teacher):
     """Scores "query [SEP] title text" with a sequence-classification model.
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
-    same scores); inputs are truncated to ``max_length`` tokens, document side first. A model with one
+    same scores); inputs are truncated to ``max_length`` tokens (at most the tokenizer's
+    ``model_max_length``, which ``train_reranker`` sets to the training length), document side first. A model with one
     output scores by its logit, one with two by the positive logit minus the negative.
     """
 
     kind = "cross-encoder"
 
     def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32):
+        import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
@@ -35,7 +37,8 @@ class CrossEncoderTeacher(Teacher):
             )
         self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+        # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
         self.max_length = min(max_length, self.tokenizer.model_max_length)
         self.batch_size = batch_size
 
