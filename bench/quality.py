@@ -31,6 +31,7 @@ import numpy as np
 from wrapper_overhead import ensure_indexes
 
 OUT = Path("runs/quality")
+HITS = 100  # every metric reported reads the top 100
 LAMBDAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 RETRIEVER_SMOOTHING = 0.05  # sim / 0.05 = 20 sim: the logit scale MiniLM was trained with
 
@@ -204,9 +205,9 @@ class Bench:
                 chunk = topics[i : i + self.batch_size]
                 batch = QueryBatch([t.qid for t in chunk], [t.text for t in chunk], vectors[i : i + len(chunk)])
                 if system.name == "bm25":
-                    results += self.bm25.retrieve(batch.texts, batch.qids, 1000)
+                    results += self.bm25.retrieve(batch.texts, batch.qids, HITS)
                 else:
-                    results += self.searcher.rewriter.rewrite(batch, self.searcher, 1000)
+                    results += self.searcher.rewriter.rewrite(batch, self.searcher, HITS)
             wall = time.perf_counter() - start - ((teacher.elapsed - teacher_before) if teacher else 0.0)
             drop = self.col.remove_query
             write_run(run_path, [(r.qid, [h for h in r.hits if not (drop and h.docid == r.qid)]) for r in results],

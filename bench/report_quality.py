@@ -135,7 +135,8 @@ def plot_latency(rows, collections, tuning, path: str) -> None:
         for j, teacher in enumerate(teachers):
             ax = axes[i][j]
             mine = [r for r in rows if r["collection"] == f"{name}-test" and r["teacher"] == teacher]
-            families = (("rerank", 0, "o"), ("tour-hard", 1, "s"), ("tour-soft", 1, "^"), ("tour-soft+union", 1, "v"))
+            families = (("rerank", 0, "o"), ("tour-hard", 1, "s"), ("tour-soft", 1, "^"),
+                        ("rerank+lam", 0, "x"), ("tour-soft+union+lam", 1, "v"))  # fmt: skip
             for family, T, marker in families:
                 pts = sorted(
                     (r["seconds_per_query"], r["metrics"][col.headline], r["k"])
@@ -158,23 +159,26 @@ def plot_latency(rows, collections, tuning, path: str) -> None:
 
 
 def plot_iterations(rows, collections, tuning, path: str) -> None:
-    """The paper's Figure 3: quality against iterations for TOUR (k = 20) and Rocchio; 0 is the base run."""
+    """The paper's Figure 3: quality against iterations for TOUR (k = 20) and Rocchio.
+
+    At T = 0 Rocchio is the base dense run and TOUR is rerank@20: the teacher ranks the first top-20.
+    """
     plt = _plt()
     names = list(tuning)
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
-        col = collections[name]
-        base = _find(rows, f"{name}-test", "dense", "-")["metrics"][col.headline]
-        lines = [("rocchio", "-", None, "k--")]
+        col, test = collections[name], f"{name}-test"
+        start = _find(rows, test, "dense", "-")["metrics"][col.headline]
+        ys = [start] + [_find(rows, test, "rocchio", "-", None, T)["metrics"][col.headline] for T in (1, 2, 3)]
+        ax.plot([0, 1, 2, 3], ys, "k--", label="rocchio")
         for teacher, style in zip(sorted(tuning[name]), ("-", ":")):
-            lines += [("tour-hard", teacher, 20, f"s{style}"), ("tour-soft", teacher, 20, f"^{style}")]
-        for system, teacher, k, fmt in lines:
-            found = [_find(rows, f"{name}-test", system, teacher, k, T) for T in (1, 2, 3)]
-            ys = [base] + [r["metrics"][col.headline] for r in found]
-            label = system if teacher == "-" else f"{system}@{k} ({teacher})"
-            ax.plot([0, 1, 2, 3], ys, fmt, label=label)
+            start = _find(rows, test, "rerank", teacher, 20)["metrics"][col.headline]
+            for system, marker in (("tour-hard", "s"), ("tour-soft", "^"), ("tour-soft+union+lam", "v")):
+                found = [_find(rows, test, system, teacher, 20, T) for T in (1, 2, 3)]
+                ys = [start] + [r["metrics"][col.headline] for r in found]
+                ax.plot([0, 1, 2, 3], ys, marker + style, label=f"{system}@20 ({teacher})")
         ax.set_xticks([0, 1, 2, 3])
-        ax.set_xlabel("iterations T (0 = base dense)")
+        ax.set_xlabel("iterations T (0: dense for Rocchio, rerank@20 for TOUR)")
         ax.set_ylabel(col.headline)
         ax.set_title(f"{name} test")
         ax.grid(alpha=0.3)
