@@ -73,7 +73,6 @@ test: install
 bench: install
 	$(PY) bench/wrapper_overhead.py
 	$(PY) bench/tour_speed.py
-	$(PY) bench/tour_quality.py
 	$(PY) bench/pyserini_parity.py
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test (issue 5)

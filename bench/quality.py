@@ -11,7 +11,8 @@ held-out *training* queries (never on test).
 Teacher scores are stored on disk (runs/quality/cache/), so the grid scores each (query, document) pair
 once and an interrupted run resumes. Seconds per query are therefore assembled from measurements of
 the same run: the measured encode + search + update time of the row, plus its teacher calls times the
-measured seconds per pair of that teacher on that collection.
+seconds per pair of that teacher, measured at the start of the run on the base top-100 of 10 test
+queries (the real teacher, no stored scores).
 
 Writes runs/quality/<collection>/*.trec, runs/bench-quality.{json,md} and
 runs/bench-quality-{latency,iterations}.png.
@@ -76,8 +77,8 @@ COLLECTIONS = {
 class StoredTeacher:
     """A teacher whose scores are kept in SQLite, keyed by (query text, docid): each pair is scored once.
 
-    Records the seconds spent computing new scores and how many, so a pair's cost is measured even
-    when a later row finds every score stored; ``elapsed`` is all time spent in :meth:`score`.
+    ``elapsed`` is all time spent in :meth:`score`, which a row's timing leaves out; :meth:`calibrate`
+    measures what a teacher call costs instead.
     """
 
     def __init__(self, teacher, path: Path):
@@ -86,14 +87,8 @@ class StoredTeacher:
         self.db = sqlite3.connect(path)
         self.db.execute("CREATE TABLE IF NOT EXISTS scores (query TEXT, docid TEXT, score REAL, "
                         "PRIMARY KEY (query, docid))")  # fmt: skip
-        self.db.execute("CREATE TABLE IF NOT EXISTS cost (pairs INTEGER, seconds REAL)")
         self.known = {(q, d): s for q, d, s in self.db.execute("SELECT query, docid, score FROM scores")}
         self.elapsed = 0.0
-
-    @property
-    def seconds_per_pair(self) -> float:
-        pairs, seconds = self.db.execute("SELECT SUM(pairs), SUM(seconds) FROM cost").fetchone()
-        return seconds / pairs if pairs else 0.0
 
     def score(self, requests):
         from tour_pyserini.teachers import ScoreRequest
@@ -106,17 +101,34 @@ class StoredTeacher:
                 docs = [r.docs[i] for i in keep] if r.docs is not None else None
                 todo.append(ScoreRequest(r.qid, r.query, [r.docids[i] for i in keep], docs))
         if todo:
-            compute = time.perf_counter()
             fresh = self.teacher.score(todo)
-            seconds = time.perf_counter() - compute
             rows = [(r.query, d, float(s)) for r, scores in zip(todo, fresh) for d, s in zip(r.docids, scores)]
             self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
-            self.db.execute("INSERT INTO cost VALUES (?, ?)", (len(rows), seconds))
             self.db.commit()
             self.known.update(((q, d), s) for q, d, s in rows)
         out = [np.array([self.known[(r.query, d)] for d in r.docids]) for r in requests]
         self.elapsed += time.perf_counter() - start
         return out
+
+    def calibrate(self, bench: Bench, queries: int = 10, depth: int = 100) -> float:
+        """Seconds per scored pair: the real teacher on the base top-``depth`` of ``queries`` test queries.
+
+        Measured afresh in every run, never from stored scores, as a batch of queries the size TOUR and
+        re-ranking send (all of them in one call).
+        """
+        from tour_pyserini.teachers import ScoreRequest
+
+        topics = bench.topics[:queries]
+        hits = bench.searcher.search_vectors(bench.vectors[:queries], depth)
+        requests = []
+        for topic, ranking in zip(topics, hits):
+            docids = [h.docid for h in ranking]
+            docs = bench.searcher.docstore.get(docids) if self.needs_text else None
+            requests.append(ScoreRequest(topic.qid, topic.text, docids, docs))
+        self.teacher.score(requests[:1])  # warm-up
+        start = time.perf_counter()
+        self.teacher.score(requests)
+        return (time.perf_counter() - start) / sum(len(r.docids) for r in requests)
 
 
 class Judge:
@@ -174,6 +186,7 @@ class Bench:
         self.judge = Judge(col, self.topics, col.qrels, self.searcher.docstore)
         self.vectors, self.encode_seconds = self._encode(self.topics)
         self.rows: dict[System, dict] = {}
+        self.seconds_per_pair: dict[str, float] = {}  # teacher name -> measured seconds per scored pair
 
     def _encode(self, topics):
         texts = [t.text for t in topics]
@@ -182,7 +195,8 @@ class Bench:
         vectors = self.searcher.encode(texts)
         return vectors, (time.perf_counter() - start) / len(topics)
 
-    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, topics=None) -> dict:
+    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, topics=None,
+            ) -> dict:  # fmt: skip
         """The row of ``system``: metrics, per-query values, timing and teacher calls; cached on disk."""
         from tqdm import tqdm
 
@@ -222,7 +236,7 @@ class Bench:
         judge = self.judge if not tuning else Judge(self.col, topics, self.col.val_qrels, self.searcher.docstore)
         per_query = judge.per_query(read_run(run_path))  # the file's scores break ties in our rank order
         encode = self.encode_seconds if system.name != "bm25" else 0.0
-        cost = teacher.seconds_per_pair if teacher else 0.0
+        cost = self.seconds_per_pair[system.teacher] if teacher else 0.0
         row = {
             "collection": f"{self.col.name}-test" if not tuning else f"{self.col.name}-val",
             "system": system.name,
@@ -268,6 +282,7 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_to
     from tour_pyserini.rewriters.rerank import Rerank
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
 
+    bench.seconds_per_pair[teacher_name] = teacher.calibrate(bench)
     for k in (100, 40, 20, 10):  # 100 first: the others re-rank a subset of its scored pairs
         bench.run(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, k=k), teacher)
     lam, curve = tune_lambda(bench, teacher_name, teacher, val_topics)
@@ -291,7 +306,16 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_to
                                 lambda b=budget, o=options: Rerank(teacher, k=b, **o), teacher)  # fmt: skip
             row["matched_rerank"] = matched["run"]
     return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(val_topics), "curve": curve,
-            "seconds_per_pair": teacher.seconds_per_pair}  # fmt: skip
+            "seconds_per_pair": bench.seconds_per_pair[teacher_name]}  # fmt: skip
+
+
+def _fingerprint(model_dir: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha1()
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tuple[list[dict], dict]:
@@ -313,7 +337,9 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
     for teacher_name in teachers:
         spec = "bm25" if teacher_name == "bm25" else f"cross-encoder:{col.teacher_dir}"
         context = TeacherContext(index_dir=col.index, max_length=training["config"]["max_length"])
-        teacher = StoredTeacher(get_teacher(spec, context), OUT / "cache" / f"{col.name}.{teacher_name}.sqlite")
+        version = _fingerprint(col.teacher_dir) if teacher_name != "bm25" else "lucene"
+        cache = OUT / "cache" / f"{col.name}.{teacher_name}.{version}.sqlite"  # a retrained teacher starts afresh
+        teacher = StoredTeacher(get_teacher(spec, context), cache)
         tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, val_topics)
     return list(bench.rows.values()), tuned
 

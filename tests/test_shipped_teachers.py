@@ -1,0 +1,54 @@
+"""The trained teachers shipped in models/: trained on training queries only, compact, and better than the retriever."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT
+
+from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.eval import evaluate
+from tour_pyserini.rewriters import Identity
+from tour_pyserini.rewriters.rerank import Rerank
+from tour_pyserini.teachers import TeacherContext, get_teacher
+
+MODELS = ROOT / "models"
+TEACHERS = {
+    "scifact-ce": ("collections/scifact/topics.train.tsv", "collections/scifact/topics.test.tsv"),
+    "nq-oracle-ce": ("collections/nq-oracle/topics.train.jsonl", "collections/nq-oracle/topics.test.jsonl"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEACHERS))
+def test_teacher_saw_training_queries_only(name):
+    train_topics, test_topics = (read_topics(ROOT / p) for p in TEACHERS[name])
+    report = json.loads((MODELS / name / "training.json").read_text())
+    val = set(report["val_qids"])
+    assert val and val <= {t.qid for t in train_topics}
+    test_texts = {t.text for t in test_topics}
+    assert not test_texts & {t.text for t in train_topics if t.qid in val}
+    assert report["best_val_pairwise_accuracy"] > 0.75  # the untrained head is at chance (0.5)
+    assert abs(report["saved_val_pairwise_accuracy"] - report["best_val_pairwise_accuracy"]) < 0.02
+    size = sum(f.stat().st_size for f in (MODELS / name).glob("*.safetensors"))
+    assert size < 50e6  # float16
+
+
+@pytest.mark.slow
+def test_scifact_teacher_reranks_better_than_the_retriever(searcher, mini_scifact):
+    """On judged SciFact test claims (never trained on), re-ranking the top 20 raises nDCG@10."""
+    teacher = get_teacher(f"cross-encoder:{MODELS / 'scifact-ce'}", TeacherContext())
+    assert teacher.max_length == 128  # the length it was trained at, from its tokenizer
+    topics = read_topics(mini_scifact["topics"])[:30]
+    qrels = read_qrels(mini_scifact["qrels"])
+    runs = {}
+    for name, rewriter in (("dense", Identity()), ("rerank", Rerank(teacher, k=20))):
+        searcher.rewriter = rewriter
+        try:
+            results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], 20)
+        finally:
+            searcher.rewriter = Identity()
+        runs[name] = {r.qid: {h.docid: h.score for h in r.hits} for r in results}
+    qrels = {t.qid: qrels[t.qid] for t in topics}
+    dense, rerank = (evaluate(qrels, runs[n], ["nDCG@10"]).means["nDCG@10"] for n in ("dense", "rerank"))
+    assert rerank > dense + 0.02
