@@ -8,6 +8,8 @@ export TOKENIZERS_PARALLELISM := false
 SCIFACT := collections/scifact
 DENSE   := indexes/scifact.minilm
 BM25    := indexes/scifact.bm25
+# the shipped SciFact teacher, interpolated with the retriever as tuned on its held-out training queries
+SEARCH_CE := --hits 1000 --remove-query --reranker cross-encoder:models/scifact-ce --lambda 0.3 --smoothing 0.05
 
 .PHONY: install demo nq-demo cranfield teachers test bench bench-quality lint clean
 
@@ -26,8 +28,17 @@ demo: install
 	    --output runs/scifact.bm25.trec --hits 1000 --remove-query --run-tag bm25
 	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv \
 	    --output runs/scifact.minilm.trec --hits 1000 --run-tag minilm
-	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt \
-	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec --metrics nDCG@10 R@100 RR@10
+	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv $(SEARCH_CE) \
+	    --rewriter rerank --k 20 --output runs/scifact.rerank-20.ce.trec --run-tag rerank-20.ce
+	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv $(SEARCH_CE) \
+	    --rewriter tour-soft --preset passage --k 20 --final union --output runs/scifact.tour-soft-20.ce.trec \
+	    --run-tag tour-soft-20.ce --trace runs/scifact.tour-soft-20.ce.trace.jsonl
+	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv --hits 1000 \
+	    --remove-query --reranker bm25 --rewriter tour-soft --preset passage --k 20 \
+	    --output runs/scifact.tour-soft-20.bm25.trec --run-tag tour-soft-20.bm25
+	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt --metrics nDCG@10 R@100 RR@10 \
+	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec runs/scifact.rerank-20.ce.trec \
+	    runs/scifact.tour-soft-20.ce.trec runs/scifact.tour-soft-20.bm25.trec
 
 NQ := collections/nq-oracle
 
