@@ -47,6 +47,7 @@ class Collection:
     metrics: tuple[str, ...] = ("nDCG@10", "R@100")
     headline: str = "nDCG@10"
     recall: str = "R@100"
+    tune_on: str = "nDCG@10"  # the metric lambda is tuned on (held-out training queries)
     remove_query: bool = False  # BEIR: a document whose id is the query's id is not a result
 
     @property
@@ -69,8 +70,8 @@ COLLECTIONS = {
     ),
     "nq-oracle": Collection(
         "nq-oracle", "collections/nq-oracle/topics.test.jsonl", "collections/nq-oracle/topics.train.jsonl",
-        metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"), headline="Acc@20", recall="Acc@100",
-    ),
+        metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"), headline="Acc@20", recall="Acc@100", tune_on="Acc@1",
+    ),  # Acc@20 is at its ceiling on held-out training queries, so lambda is tuned on Acc@1
 }  # fmt: skip
 
 
@@ -160,6 +161,7 @@ class System:
     teacher: str  # "-" for teacher-free systems
     k: int | None = None
     iterations: int = 0
+    variant: str = ""  # what else sets the run apart, e.g. the tuned lambda: part of its file name
 
     @property
     def label(self) -> str:
@@ -168,7 +170,7 @@ class System:
     @property
     def slug(self) -> str:
         parts = [self.name, f"k{self.k}" if self.k else "", f"T{self.iterations}" if self.iterations else "",
-                 self.teacher if self.teacher != "-" else ""]  # fmt: skip
+                 self.variant, self.teacher if self.teacher != "-" else ""]  # fmt: skip
         return ".".join(p for p in parts if p)
 
 
@@ -262,7 +264,7 @@ class Bench:
 
 
 def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_topics) -> tuple[float, list]:
-    """Lambda of rerank@100 with the retriever at 20 sim, best headline metric on held-out training queries."""
+    """Lambda of rerank@100 with the retriever at 20 sim, best ``tune_on`` metric on held-out training queries."""
     from tour_pyserini.rewriters.rerank import Rerank
 
     curve = []
@@ -270,9 +272,9 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_top
         system = System(f"rerank+lam{lam}", teacher_name, 100)
         row = bench.run(system, lambda lam=lam: Rerank(teacher, k=100, lam=lam, smoothing=RETRIEVER_SMOOTHING),
                         teacher, topics=val_topics)  # fmt: skip
-        curve.append((lam, row["metrics"][bench.col.headline]))
+        curve.append((lam, row["metrics"][bench.col.tune_on]))
     best = max(curve, key=lambda c: (c[1], c[0]))[0]  # ties: the larger teacher weight
-    print(f"{bench.col.name} {teacher_name}: lambda {best} (held-out training queries: "
+    print(f"{bench.col.name} {teacher_name}: lambda {best} ({bench.col.tune_on} on held-out training queries: "
           + ", ".join(f"{lam}: {v:.4f}" for lam, v in curve) + ")", flush=True)  # fmt: skip
     return best, curve
 
@@ -288,13 +290,15 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_to
     lam, curve = tune_lambda(bench, teacher_name, teacher, val_topics)
     interpolate = {"lam": lam, "smoothing": RETRIEVER_SMOOTHING}
     for k in (10, 20, 40, 100):
-        bench.run(System("rerank+lam", teacher_name, k), lambda k=k: Rerank(teacher, k=k, **interpolate), teacher)
+        bench.run(System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
+                  lambda k=k: Rerank(teacher, k=k, **interpolate), teacher)  # fmt: skip
     variants = {"": {}, "+union": {"final": "union"}, "+union+lam": {"final": "union", **interpolate}}
     for cls in (TourHard, TourSoft):
         for suffix, options in variants.items():
             for k in (10, 20, 100):
                 for T in (1, 2, 3):
-                    bench.run(System(cls.name + suffix, teacher_name, k, T),
+                    variant = f"lam{lam}" if "lam" in suffix else ""
+                    bench.run(System(cls.name + suffix, teacher_name, k, T, variant),
                               lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", k=k, iterations=T, **o),
                               teacher)  # fmt: skip
     for system, row in list(bench.rows.items()):  # re-ranking at each TOUR row's own teacher budget
@@ -302,7 +306,7 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_to
             budget = max(1, round(row["teacher_calls_per_query"]))
             options = interpolate if "lam" in system.name else {}
             name = "rerank+lam" if options else "rerank"
-            matched = bench.run(System(name, teacher_name, budget),
+            matched = bench.run(System(name, teacher_name, budget, variant=f"lam{lam}" if options else ""),
                                 lambda b=budget, o=options: Rerank(teacher, k=b, **o), teacher)  # fmt: skip
             row["matched_rerank"] = matched["run"]
     return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(val_topics), "curve": curve,
