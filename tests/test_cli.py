@@ -118,3 +118,5 @@ def test_console_script_lists_commands():
 
     proc = run_module("tour_pyserini.cli")
     assert proc.returncode == 2 and all(name in proc.stderr for name in SUBCOMMANDS)
+    proc = run_module("tour_pyserini.cli", "train-reranker", "--help")
+    assert proc.returncode == 0 and "--exclude-texts-from" in proc.stdout
