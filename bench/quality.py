@@ -197,8 +197,7 @@ class Bench:
         vectors = self.searcher.encode(texts)
         return vectors, (time.perf_counter() - start) / len(topics)
 
-    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, topics=None,
-            ) -> dict:  # fmt: skip
+    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, topics=None) -> dict:
         """The row of ``system``: metrics, per-query values, timing and teacher calls; cached on disk."""
         from tqdm import tqdm
 

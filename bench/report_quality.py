@@ -139,6 +139,14 @@ def _plt():
     return plt
 
 
+def _label(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def plot_latency(rows, collections, tuning, path: str) -> None:
     """The paper's Figure 2: quality against seconds per query for rerank and TOUR (T = 1) as k varies.
 
@@ -170,11 +178,7 @@ def plot_latency(rows, collections, tuning, path: str) -> None:
             ax.axhline(base["metrics"][col.tune_on], color="grey", linestyle="--", label="dense")
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel("seconds per query (2 CPU cores)")
-            ax.set_ylabel(col.tune_on)
-            ax.set_title(f"{name} test, {teacher} teacher (labels: k)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            _label(ax, "seconds per query (2 CPU cores)", col.tune_on, f"{name} test, {teacher} teacher (labels: k)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -199,10 +203,6 @@ def plot_iterations(rows, collections, tuning, path: str) -> None:
                 ys = [start] + [r["metrics"][col.tune_on] for r in found]
                 ax.plot([0, 1, 2, 3], ys, marker + style, label=f"{system}@20 ({teacher})")
         ax.set_xticks([0, 1, 2, 3])
-        ax.set_xlabel("iterations T (0: dense for Rocchio, rerank@20 for TOUR)")
-        ax.set_ylabel(col.tune_on)
-        ax.set_title(f"{name} test")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _label(ax, "iterations T (0: dense for Rocchio, rerank@20 for TOUR)", col.tune_on, f"{name} test")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
