@@ -186,7 +186,8 @@ def plot_latency(rows, collections, tuning, path: str) -> None:
 def plot_iterations(rows, collections, tuning, path: str) -> None:
     """The paper's Figure 3: quality against iterations for TOUR (k = 20) and Rocchio.
 
-    At T = 0 Rocchio is the base dense run and TOUR is rerank@20: the teacher ranks the first top-20.
+    At T = 0 Rocchio is the base dense run and TOUR is rerank@20 (rerank+lam@20 for the +lam variant):
+    the teacher ranks the first top-20.
     """
     plt = _plt()
     names = list(tuning)
@@ -197,10 +198,11 @@ def plot_iterations(rows, collections, tuning, path: str) -> None:
         ys = [start] + [_find(rows, test, "rocchio", "-", None, T)["metrics"][col.tune_on] for T in (1, 2, 3)]
         ax.plot([0, 1, 2, 3], ys, "k--", label="rocchio")
         for teacher, style in zip(sorted(tuning[name]), ("-", ":")):
-            start = _find(rows, test, "rerank", teacher, 20)["metrics"][col.tune_on]
             for system, marker in (("tour-hard", "s"), ("tour-soft", "^"), ("tour-soft+union+lam", "v")):
+                rerank = "rerank+lam" if system.endswith("+lam") else "rerank"  # the same final aggregation
                 found = [_find(rows, test, system, teacher, 20, T) for T in (1, 2, 3)]
-                ys = [start] + [r["metrics"][col.tune_on] for r in found]
+                ys = [_find(rows, test, rerank, teacher, 20)] + found
+                ys = [r["metrics"][col.tune_on] for r in ys]
                 ax.plot([0, 1, 2, 3], ys, marker + style, label=f"{system}@20 ({teacher})")
         ax.set_xticks([0, 1, 2, 3])
         _label(ax, "iterations T (0: dense for Rocchio, rerank@20 for TOUR)", col.tune_on, f"{name} test")
