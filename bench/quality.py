@@ -175,9 +175,12 @@ class System:
 
 
 class Bench:
-    """Runs systems on one collection's test topics, each once: a finished run is read back, not redone."""
+    """Runs systems on one collection's test topics (or, for tuning, its held-out training topics), each once.
 
-    def __init__(self, col: Collection, batch_size: int):
+    A finished run is read back, not redone.
+    """
+
+    def __init__(self, col: Collection, batch_size: int, val_topics):
         from tour_pyserini.data import read_topics
         from tour_pyserini.search import Bm25Searcher, TourSearcher
 
@@ -187,6 +190,9 @@ class Bench:
         self.topics = read_topics(col.topics)
         self.judge = Judge(col, self.topics, col.qrels, self.searcher.docstore)
         self.vectors, self.encode_seconds = self._encode(self.topics)
+        self.val_topics = val_topics
+        self.val_vectors = self.searcher.encode([t.text for t in val_topics])
+        self.val_judge = Judge(col, val_topics, col.val_qrels, self.searcher.docstore)
         self.rows: dict[System, dict] = {}
         self.seconds_per_pair: dict[str, float] = {}  # teacher name -> measured seconds per scored pair
 
@@ -197,21 +203,22 @@ class Bench:
         vectors = self.searcher.encode(texts)
         return vectors, (time.perf_counter() - start) / len(topics)
 
-    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, topics=None) -> dict:
-        """The row of ``system``: metrics, per-query values, timing and teacher calls; cached on disk."""
+    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, tuning: bool = False) -> dict:
+        """The row of ``system``: metrics, per-query values, timing and teacher calls; cached on disk.
+
+        With ``tuning`` it runs on the held-out training topics, and the row is only returned.
+        """
         from tqdm import tqdm
 
         from tour_pyserini.rewriters import QueryBatch
         from tour_pyserini.runs import read_run, write_run
 
-        if topics is None and system in self.rows:
+        if not tuning and system in self.rows:
             return self.rows[system]
-        tuning = topics is not None
-        topics = topics or self.topics
+        topics, vectors = (self.val_topics, self.val_vectors) if tuning else (self.topics, self.vectors)
         run_path = OUT / self.col.name / ("val" if tuning else "") / f"{system.slug}.trec"
         meta_path = run_path.with_suffix(".json")
         if not (run_path.exists() and meta_path.exists()):
-            vectors = self.vectors if not tuning else self.searcher.encode([t.text for t in topics])
             self.searcher.rewriter = make_rewriter()
             teacher_before = teacher.elapsed if teacher else 0.0
             start, results = time.perf_counter(), []
@@ -234,7 +241,7 @@ class Bench:
             }
             meta_path.write_text(json.dumps(meta, indent=2) + "\n")
         meta = json.loads(meta_path.read_text())
-        judge = self.judge if not tuning else Judge(self.col, topics, self.col.val_qrels, self.searcher.docstore)
+        judge = self.val_judge if tuning else self.judge
         per_query = judge.per_query(read_run(run_path))  # the file's scores break ties in our rank order
         encode = self.encode_seconds if system.name != "bm25" else 0.0
         cost = self.seconds_per_pair[system.teacher] if teacher else 0.0
@@ -262,7 +269,7 @@ class Bench:
         return row
 
 
-def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_topics) -> tuple[float, list]:
+def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> tuple[float, list]:
     """Lambda of rerank@100 with the retriever at 20 sim, best ``tune_on`` metric on held-out training queries."""
     from tour_pyserini.rewriters.rerank import Rerank
 
@@ -270,7 +277,7 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_top
     for lam in LAMBDAS:
         system = System(f"rerank+lam{lam}", teacher_name, 100)
         row = bench.run(system, lambda lam=lam: Rerank(teacher, k=100, lam=lam, smoothing=RETRIEVER_SMOOTHING),
-                        teacher, topics=val_topics)  # fmt: skip
+                        teacher, tuning=True)  # fmt: skip
         curve.append((lam, row["metrics"][bench.col.tune_on]))
     best = max(curve, key=lambda c: (c[1], c[0]))[0]  # ties: the larger teacher weight
     print(f"{bench.col.name} {teacher_name}: lambda {best} ({bench.col.tune_on} on held-out training queries: "
@@ -278,7 +285,7 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_top
     return best, curve
 
 
-def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_topics) -> dict:
+def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> dict:
     """Every teacher-guided row of one collection; returns the tuned lambda and the teacher's cost."""
     from tour_pyserini.rewriters.rerank import Rerank
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
@@ -286,7 +293,7 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_to
     bench.seconds_per_pair[teacher_name] = teacher.calibrate(bench)
     for k in (100, 40, 20, 10):  # 100 first: the others re-rank a subset of its scored pairs
         bench.run(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, k=k), teacher)
-    lam, curve = tune_lambda(bench, teacher_name, teacher, val_topics)
+    lam, curve = tune_lambda(bench, teacher_name, teacher)
     interpolate = {"lam": lam, "smoothing": RETRIEVER_SMOOTHING}
     for k in (10, 20, 40, 100):
         bench.run(System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
@@ -308,7 +315,7 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher, val_to
             matched = bench.run(System(name, teacher_name, budget, variant=f"lam{lam}" if options else ""),
                                 lambda b=budget, o=options: Rerank(teacher, k=b, **o), teacher)  # fmt: skip
             row["matched_rerank"] = matched["run"]
-    return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(val_topics), "curve": curve,
+    return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(bench.val_topics), "curve": curve,
             "seconds_per_pair": bench.seconds_per_pair[teacher_name]}  # fmt: skip
 
 
@@ -328,14 +335,13 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
-    bench = Bench(col, batch_size)
+    training = json.loads((Path(col.teacher_dir) / "training.json").read_text())
+    val_ids = set(training["val_qids"])
+    bench = Bench(col, batch_size, [t for t in read_topics(col.val_topics) if t.qid in val_ids])
     bench.run(System("dense", "-"), Identity)
     bench.run(System("bm25", "-"), Identity)
     for T in (1, 2, 3):
         bench.run(System("rocchio", "-", iterations=T), lambda T=T: Rocchio(iterations=T))
-    training = json.loads((Path(col.teacher_dir) / "training.json").read_text())
-    val_ids = set(training["val_qids"])
-    val_topics = [t for t in read_topics(col.val_topics) if t.qid in val_ids]
     tuned = {}
     for teacher_name in teachers:
         spec = "bm25" if teacher_name == "bm25" else f"cross-encoder:{col.teacher_dir}"
@@ -343,7 +349,7 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
         version = _fingerprint(col.teacher_dir) if teacher_name != "bm25" else "lucene"
         cache = OUT / "cache" / f"{col.name}.{teacher_name}.{version}.sqlite"  # a retrained teacher starts afresh
         teacher = StoredTeacher(get_teacher(spec, context), cache)
-        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, val_topics)
+        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher)
     return list(bench.rows.values()), tuned
 
 
