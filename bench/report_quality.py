@@ -84,7 +84,7 @@ def _table(rows: list[dict], col) -> list[str]:
             continue
         matched = ""
         if r.get("matched_rerank"):
-            other = next(o for o in rows if o["run"] == r["matched_rerank"])
+            other = _matched(rows, r)
             delta = (r["metrics"][h] - other["metrics"][h]) * 100
             matched = f"{delta:+.1f} vs @{other['k']} (p {r['p_vs_matched_rerank'][h]:.2g})"
         p = r["p_vs_base"][h]
