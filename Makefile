@@ -86,7 +86,7 @@ bench: install
 	$(PY) bench/tour_speed.py
 	$(PY) bench/pyserini_parity.py
 
-# TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test (issue 5)
+# TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install
 	$(PY) bench/quality.py
 

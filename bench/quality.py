@@ -1,4 +1,4 @@
-"""make bench-quality: TOUR against every baseline on SciFact test and nq-oracle test (issue 5).
+"""make bench-quality: TOUR against every baseline on SciFact test and nq-oracle test.
 
 For each collection, with the trained cross-encoder teacher (models/<collection>-ce) and the BM25
 teacher: base dense, BM25, Rocchio (T = 1..3), rerank@{10,20,40,100} and tour-hard / tour-soft at the
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,84 +74,36 @@ COLLECTIONS = {
 }  # fmt: skip
 
 
-class StoredTeacher:
-    """A teacher whose scores are kept in SQLite, keyed by (query text, docid): each pair is scored once.
+def calibrate(teacher, bench: Bench, queries: int = 10, depth: int = 100) -> float:
+    """Seconds per scored pair: the real teacher on the base top-``depth`` of ``queries`` test queries.
 
-    ``elapsed`` is all time spent in :meth:`score`, which a row's timing leaves out; :meth:`calibrate`
-    measures what a teacher call costs instead.
+    Measured afresh in every run, never from stored scores, as a batch of queries the size TOUR and
+    re-ranking send (all of them in one call).
     """
+    from tour_pyserini.teachers import ScoreRequest
 
-    def __init__(self, teacher, path: Path):
-        self.teacher, self.label, self.needs_text = teacher, teacher.label, teacher.needs_text
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(path)
-        self.db.execute("CREATE TABLE IF NOT EXISTS scores (query TEXT, docid TEXT, score REAL, "
-                        "PRIMARY KEY (query, docid))")  # fmt: skip
-        self.known = {(q, d): s for q, d, s in self.db.execute("SELECT query, docid, score FROM scores")}
-        self.elapsed = 0.0
-
-    def score(self, requests):
-        from tour_pyserini.teachers import ScoreRequest
-
-        start = time.perf_counter()
-        todo = []
-        for r in requests:
-            keep = [i for i, d in enumerate(r.docids) if (r.query, d) not in self.known]
-            if keep:
-                docs = [r.docs[i] for i in keep] if r.docs is not None else None
-                todo.append(ScoreRequest(r.qid, r.query, [r.docids[i] for i in keep], docs))
-        if todo:
-            fresh = self.teacher.score(todo)
-            rows = [(r.query, d, float(s)) for r, scores in zip(todo, fresh) for d, s in zip(r.docids, scores)]
-            self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
-            self.db.commit()
-            self.known.update(((q, d), s) for q, d, s in rows)
-        out = [np.array([self.known[(r.query, d)] for d in r.docids]) for r in requests]
-        self.elapsed += time.perf_counter() - start
-        return out
-
-    def calibrate(self, bench: Bench, queries: int = 10, depth: int = 100) -> float:
-        """Seconds per scored pair: the real teacher on the base top-``depth`` of ``queries`` test queries.
-
-        Measured afresh in every run, never from stored scores, as a batch of queries the size TOUR and
-        re-ranking send (all of them in one call).
-        """
-        from tour_pyserini.teachers import ScoreRequest
-
-        topics = bench.topics[:queries]
-        hits = bench.searcher.search_vectors(bench.vectors[:queries], depth)
-        requests = []
-        for topic, ranking in zip(topics, hits):
-            docids = [h.docid for h in ranking]
-            docs = bench.searcher.docstore.get(docids) if self.needs_text else None
-            requests.append(ScoreRequest(topic.qid, topic.text, docids, docs))
-        self.teacher.score(requests[:1])  # warm-up
-        start = time.perf_counter()
-        self.teacher.score(requests)
-        return (time.perf_counter() - start) / sum(len(r.docids) for r in requests)
+    topics = bench.topics[:queries]
+    hits = bench.searcher.search_vectors(bench.vectors[:queries], depth)
+    requests = []
+    for topic, ranking in zip(topics, hits):
+        docids = [h.docid for h in ranking]
+        docs = bench.searcher.docstore.get(docids) if teacher.needs_text else None
+        requests.append(ScoreRequest(topic.qid, topic.text, docids, docs))
+    teacher.score(requests[:1])  # warm-up
+    start = time.perf_counter()
+    teacher.score(requests)
+    return (time.perf_counter() - start) / sum(len(r.docids) for r in requests)
 
 
-class Judge:
-    """Per-query metric values of a run: ir-measures on qrels, or DPR answer accuracy on answer strings."""
+def make_judge(col: Collection, topics, qrels_path: str | None, docstore):
+    """ir-measures on qrels, or DPR answer accuracy on answer strings, for exactly these topics."""
+    from tour_pyserini.data import read_qrels
+    from tour_pyserini.eval import QrelsJudge
+    from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 
-    def __init__(self, col: Collection, topics, qrels_path: str | None, docstore):
-        from tour_pyserini.data import read_qrels
-        from tour_pyserini.eval.answers import AnswerMatcher
-
-        self.col, self.topics = col, topics
-        self.qrels = read_qrels(qrels_path) if qrels_path else None
-        if self.qrels is not None:
-            self.qrels = {t.qid: self.qrels[t.qid] for t in topics if t.qid in self.qrels}
-        self.matcher = None if self.qrels is not None else AnswerMatcher(docstore)
-
-    def per_query(self, run: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-        from tour_pyserini.eval import evaluate
-        from tour_pyserini.eval.answers import answer_accuracy
-
-        if self.qrels is not None:
-            return evaluate(self.qrels, run, self.col.metrics).per_query
-        topk = [int(m.split("@")[1]) for m in self.col.metrics]
-        return answer_accuracy(run, self.topics, self.matcher, topk).per_query
+    if qrels_path:
+        return QrelsJudge(read_qrels(qrels_path), col.metrics, qids=[t.qid for t in topics])
+    return AnswerJudge(topics, AnswerMatcher(docstore), [int(m.split("@")[1]) for m in col.metrics])
 
 
 @dataclass(frozen=True)
@@ -188,11 +139,11 @@ class Bench:
         self.searcher = TourSearcher.from_index(col.index)
         self.bm25 = Bm25Searcher.from_index(col.bm25_index)
         self.topics = read_topics(col.topics)
-        self.judge = Judge(col, self.topics, col.qrels, self.searcher.docstore)
+        self.judge = make_judge(col, self.topics, col.qrels, self.searcher.docstore)
         self.vectors, self.encode_seconds = self._encode(self.topics)
         self.val_topics = val_topics
         self.val_vectors = self.searcher.encode([t.text for t in val_topics])
-        self.val_judge = Judge(col, val_topics, col.val_qrels, self.searcher.docstore)
+        self.val_judge = make_judge(col, val_topics, col.val_qrels, self.searcher.docstore)
         self.rows: dict[System, dict] = {}
         self.seconds_per_pair: dict[str, float] = {}  # teacher name -> measured seconds per scored pair
 
@@ -203,14 +154,15 @@ class Bench:
         vectors = self.searcher.encode(texts)
         return vectors, (time.perf_counter() - start) / len(topics)
 
-    def run(self, system: System, make_rewriter, teacher: StoredTeacher | None = None, tuning: bool = False) -> dict:
+    def run(self, system: System, make_rewriter=None, teacher=None, tuning: bool = False) -> dict:
         """The row of ``system``: metrics, per-query values, timing and teacher calls; cached on disk.
 
-        With ``tuning`` it runs on the held-out training topics, and the row is only returned.
+        ``make_rewriter`` is None for the BM25 system. With ``tuning`` it runs on the held-out training
+        topics, and the row is only returned. Teacher time (scores come from the on-disk store) is left out
+        of the row's measured time; :func:`calibrate` measures what a teacher call costs instead.
         """
         from tqdm import tqdm
 
-        from tour_pyserini.rewriters import QueryBatch
         from tour_pyserini.runs import read_run, write_run
 
         if not tuning and system in self.rows:
@@ -219,18 +171,18 @@ class Bench:
         run_path = OUT / self.col.name / ("val" if tuning else "") / f"{system.slug}.trec"
         meta_path = run_path.with_suffix(".json")
         if not (run_path.exists() and meta_path.exists()):
-            self.searcher.rewriter = make_rewriter()
-            teacher_before = teacher.elapsed if teacher else 0.0
+            rewriter = make_rewriter() if make_rewriter else None
             start, results = time.perf_counter(), []
             for i in tqdm(range(0, len(topics), self.batch_size), desc=f"{self.col.name} {system.label} "
                           f"{system.teacher}", unit="batch", leave=False):  # fmt: skip
                 chunk = topics[i : i + self.batch_size]
-                batch = QueryBatch([t.qid for t in chunk], [t.text for t in chunk], vectors[i : i + len(chunk)])
-                if system.name == "bm25":
-                    results += self.bm25.retrieve(batch.texts, batch.qids, HITS)
+                qids, texts = [t.qid for t in chunk], [t.text for t in chunk]
+                if rewriter is None:
+                    results += self.bm25.retrieve(texts, qids, HITS)
                 else:
-                    results += self.searcher.rewriter.rewrite(batch, self.searcher, HITS)
-            wall = time.perf_counter() - start - ((teacher.elapsed - teacher_before) if teacher else 0.0)
+                    results += self.searcher.retrieve_vectors(qids, texts, vectors[i : i + len(chunk)], HITS,
+                                                              rewriter=rewriter)  # fmt: skip
+            wall = time.perf_counter() - start - sum(r.trace.seconds["teacher"] for r in results)
             drop = self.col.remove_query
             write_run(run_path, [(r.qid, [h for h in r.hits if not (drop and h.docid == r.qid)]) for r in results],
                       tag=system.slug)  # fmt: skip
@@ -269,15 +221,15 @@ class Bench:
         return row
 
 
-def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> tuple[float, list]:
+def tune_lambda(bench: Bench, teacher_name: str, teacher, store) -> tuple[float, list]:
     """Lambda of rerank@100 with the retriever at 20 sim, best ``tune_on`` metric on held-out training queries."""
     from tour_pyserini.rewriters.rerank import Rerank
 
     curve = []
     for lam in LAMBDAS:
         system = System(f"rerank+lam{lam}", teacher_name, 100)
-        row = bench.run(system, lambda lam=lam: Rerank(teacher, k=100, lam=lam, smoothing=RETRIEVER_SMOOTHING),
-                        teacher, tuning=True)  # fmt: skip
+        row = bench.run(system, lambda lam=lam: Rerank(teacher, depth=100, lam=lam, smoothing=RETRIEVER_SMOOTHING,
+                                                       store=store), teacher, tuning=True)  # fmt: skip
         curve.append((lam, row["metrics"][bench.col.tune_on]))
     best = max(curve, key=lambda c: (c[1], c[0]))[0]  # ties: the larger teacher weight
     print(f"{bench.col.name} {teacher_name}: lambda {best} ({bench.col.tune_on} on held-out training queries: "
@@ -285,19 +237,19 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> tupl
     return best, curve
 
 
-def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> dict:
+def teacher_grid(bench: Bench, teacher_name: str, teacher, store) -> dict:
     """Every teacher-guided row of one collection; returns the tuned lambda and the teacher's cost."""
     from tour_pyserini.rewriters.rerank import Rerank
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
 
-    bench.seconds_per_pair[teacher_name] = teacher.calibrate(bench)
+    bench.seconds_per_pair[teacher_name] = calibrate(teacher, bench)
     for k in (100, 40, 20, 10):  # 100 first: the others re-rank a subset of its scored pairs
-        bench.run(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, k=k), teacher)
-    lam, curve = tune_lambda(bench, teacher_name, teacher)
+        bench.run(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, depth=k, store=store), teacher)
+    lam, curve = tune_lambda(bench, teacher_name, teacher, store)
     interpolate = {"lam": lam, "smoothing": RETRIEVER_SMOOTHING}
     for k in (10, 20, 40, 100):
         bench.run(System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
-                  lambda k=k: Rerank(teacher, k=k, **interpolate), teacher)  # fmt: skip
+                  lambda k=k: Rerank(teacher, depth=k, store=store, **interpolate), teacher)  # fmt: skip
     variants = {"": {}, "+union": {"final": "union"}, "+union+lam": {"final": "union", **interpolate}}
     for cls in (TourHard, TourSoft):
         for suffix, options in variants.items():
@@ -305,7 +257,8 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> dic
                 for T in (1, 2, 3):
                     variant = f"lam{lam}" if "lam" in suffix else ""
                     bench.run(System(cls.name + suffix, teacher_name, k, T, variant),
-                              lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", k=k, iterations=T, **o),
+                              lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", depth=k, iterations=T,
+                                                                     store=store, **o),
                               teacher)  # fmt: skip
     for system, row in list(bench.rows.items()):  # re-ranking at each TOUR row's own teacher budget
         if system.teacher == teacher_name and system.name.startswith("tour"):
@@ -313,7 +266,8 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher: StoredTeacher) -> dic
             options = interpolate if "lam" in system.name else {}
             name = "rerank+lam" if options else "rerank"
             matched = bench.run(System(name, teacher_name, budget, variant=f"lam{lam}" if options else ""),
-                                lambda b=budget, o=options: Rerank(teacher, k=b, **o), teacher)  # fmt: skip
+                                lambda b=budget, o=options: Rerank(teacher, depth=b, store=store, **o),
+                                teacher)  # fmt: skip
             row["matched_rerank"] = matched["run"]
     return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(bench.val_topics), "curve": curve,
             "seconds_per_pair": bench.seconds_per_pair[teacher_name]}  # fmt: skip
@@ -332,14 +286,14 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
     from tour_pyserini.data import read_topics
     from tour_pyserini.rewriters import Identity
     from tour_pyserini.rewriters.prf import Rocchio
-    from tour_pyserini.teachers import TeacherContext, get_teacher
+    from tour_pyserini.teachers import ScoreStore, TeacherContext, get_teacher
 
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
     training = json.loads((Path(col.teacher_dir) / "training.json").read_text())
     val_ids = set(training["val_qids"])
     bench = Bench(col, batch_size, [t for t in read_topics(col.val_topics) if t.qid in val_ids])
     bench.run(System("dense", "-"), Identity)
-    bench.run(System("bm25", "-"), Identity)
+    bench.run(System("bm25", "-"))
     for T in (1, 2, 3):
         bench.run(System("rocchio", "-", iterations=T), lambda T=T: Rocchio(iterations=T))
     tuned = {}
@@ -348,8 +302,8 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
         context = TeacherContext(index_dir=col.index, max_length=training["config"]["max_length"])
         version = _fingerprint(col.teacher_dir) if teacher_name != "bm25" else "lucene"
         cache = OUT / "cache" / f"{col.name}.{teacher_name}.{version}.sqlite"  # a retrained teacher starts afresh
-        teacher = StoredTeacher(get_teacher(spec, context), cache)
-        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher)
+        teacher = get_teacher(spec, context)
+        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, ScoreStore(cache, teacher.label))
     return list(bench.rows.values()), tuned
 
 

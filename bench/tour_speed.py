@@ -39,7 +39,7 @@ def update_cost_ms(k: int = 100, d: int = 768, repeats: int = 2000) -> dict:
     out = {}
     with threadpool_limits(1):
         for cls in (TourHard, TourSoft):
-            rewriter = cls(teacher=None, k=k)
+            rewriter = cls(teacher=None, depth=k)
             buf = None
             start = time.perf_counter()
             for _ in range(repeats):
@@ -56,17 +56,17 @@ def batched_vs_sequential(index: str, topics: str, n_queries: int, batch: int) -
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
     teacher = get_teacher("bm25", TeacherContext(index_dir=index))
-    searcher = TourSearcher.from_index(index, rewriter=TourHard(teacher, preset="passage"))
+    searcher = TourSearcher.from_index(index)
+    rewriter = TourHard(teacher, preset="passage")
     queries = read_topics(topics)[:n_queries]
     texts, qids = [q.text for q in queries], [q.qid for q in queries]
     vectors = searcher.encode(texts)  # encode once: compare the rewriting loop alone
-    from tour_pyserini.rewriters import QueryBatch
 
     def run(size: int) -> float:
         start = time.perf_counter()
         for i in range(0, len(qids), size):
-            searcher.rewriter.rewrite(QueryBatch(qids[i : i + size], texts[i : i + size], vectors[i : i + size]),
-                                      searcher, 1000)  # fmt: skip
+            searcher.retrieve_vectors(qids[i : i + size], texts[i : i + size], vectors[i : i + size], 1000,
+                                      rewriter=rewriter)  # fmt: skip
         return time.perf_counter() - start
 
     run(batch)  # warm-up: the JVM compiles Lucene's scoring code on first use
@@ -81,15 +81,13 @@ def batched_vs_sequential(index: str, topics: str, n_queries: int, batch: int) -
         "one_at_a_time_qps": len(qids) / min(one),
         "batched_qps": len(qids) / min(batched),
         "speedup": min(one) / min(batched),
-        "teacher_share_of_time": teacher_share(searcher, qids, texts, vectors),
+        "teacher_share_of_time": teacher_share(searcher, rewriter, qids, texts, vectors),
     }
 
 
-def teacher_share(searcher, qids, texts, vectors) -> float:
+def teacher_share(searcher, rewriter, qids, texts, vectors) -> float:
     """Fraction of TOUR's time spent in the teacher, from the traces of one batched pass."""
-    from tour_pyserini.rewriters import QueryBatch
-
-    results = searcher.rewriter.rewrite(QueryBatch(qids, texts, vectors), searcher, 1000)
+    results = searcher.retrieve_vectors(qids, texts, vectors, 1000, rewriter=rewriter)
     total = sum(r.trace.total_seconds for r in results)
     return sum(r.trace.seconds["teacher"] for r in results) / total
 

@@ -120,3 +120,23 @@ def test_console_script_lists_commands():
     assert proc.returncode == 2 and all(name in proc.stderr for name in SUBCOMMANDS)
     proc = run_module("tour_pyserini.cli", "train-reranker", "--help")
     assert proc.returncode == 0 and "--exclude-texts-from" in proc.stdout
+
+
+def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_path):
+    """--help groups the flags by rewriter; another rewriter's flag or a bad value fails before any model loads."""
+    out = tmp_path / "run.trec"
+    common = ["tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
+              "--output", str(out)]  # fmt: skip
+    help_text = run_module("tour_pyserini.search", "--help").stdout
+    assert "rocchio options" in help_text and "tour-hard options" in help_text and "--soft-stop" in help_text
+    stray = run_module(*common, "--rewriter", "rocchio", "--lr", "0.2")
+    assert stray.returncode == 2 and "error: --lr: not an option of --rewriter rocchio" in stray.stderr
+    for flags, message in [(["--smoothing", "0"], "--smoothing must be positive"),
+                           (["--lr", "-5"], "--lr (must be >= 0) out of range: -5.0"),
+                           (["--lr", "nan"], "--lr (must be >= 0) out of range: nan")]:  # fmt: skip
+        proc = run_module(*common, "--rewriter", "tour-soft", "--reranker", "cross-encoder:/no/such/model", *flags)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    missing = run_module(*common, "--rewriter", "tour-soft", "--reranker", "cross-encoder:/no/such/model")
+    assert missing.returncode == 2
+    assert "error: cross-encoder '/no/such/model': no such model directory" in missing.stderr
+    assert not list(tmp_path.iterdir())

@@ -33,7 +33,7 @@ def test_scifact_train_split_is_disjoint_from_test():
     train = read_topics(SCIFACT / "topics.train.tsv")
     test = read_topics(SCIFACT / "topics.test.tsv")
     assert len(train) == 809 and not {t.qid for t in train} & {t.qid for t in test}
-    # SciFact itself has two claim texts in both splits; a teacher trainer must drop them (issue 5)
+    # SciFact itself has two claim texts in both splits; a teacher trainer must drop them
     assert {t.text for t in train} & {t.text for t in test} == {
         "There is no association between HNF4A mutations and diabetes risks.",
         "Obesity decreases life quality.",

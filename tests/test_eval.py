@@ -64,7 +64,7 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
 
     topics = read_topics(mini_scifact["topics"])
     kept = topics[: 3 * len(topics) // 4]
-    results = searcher.batch_search([t.text for t in kept], [t.qid for t in kept], k=100)
+    results = searcher.batch_search([t.text for t in kept], [t.qid for t in kept], hits=100)
     run_path = tmp_path / "partial.trec"
     write_run(run_path, results.items())
     measures = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100", "map": "AP", "recip_rank": "RR"}
@@ -84,3 +84,15 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
                 assert round(value, 4) == theirs[(metric, qid)], (metric, qid)
             else:  # trec_eval -q prints no line for a missing query; -c counts it as 0 in "all"
                 assert value == 0.0 and (metric, qid) not in theirs
+
+
+def test_judge_is_built_once_and_scores_many_runs():
+    from tour_pyserini.eval import QrelsJudge
+
+    judge = QrelsJudge(QRELS, ["RR@10", "R@2"], qids=["1", "2"])
+    runs = [{"1": {"a": 2.0, "x": 1.0}, "2": {"c": 1.0}}, {"1": {"x": 2.0, "a": 1.0}}]
+    for run in runs:
+        assert judge.evaluate(run).means == evaluate({q: QRELS[q] for q in ("1", "2")}, run, ["RR@10", "R@2"]).means
+        assert judge.aggregate(run) == judge.evaluate(run).means
+        assert set(judge.per_query(run)["RR@10"]) == {"1", "2"}
+    assert judge.evaluate(runs[0]).per_relation == {}

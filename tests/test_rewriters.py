@@ -10,6 +10,7 @@ from test_cli import run_module
 
 from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.encoders import bundled_model_dir
+from tour_pyserini.errors import UserError
 from tour_pyserini.eval import evaluate
 from tour_pyserini.rewriters import Identity, get_rewriter
 from tour_pyserini.rewriters.prf import AveragePrf, Rocchio
@@ -32,16 +33,12 @@ def bm25_teacher(dense_index, bm25_index):
     return get_teacher("bm25", TeacherContext(index_dir=str(dense_index)))
 
 
-def run_with(searcher, rewriter, topics, k=100, batch_size=None):
-    searcher.rewriter = rewriter
+def run_with(searcher, rewriter, topics, hits=100, batch_size=None):
     batch_size = batch_size or len(topics)
     results = []
-    try:
-        for i in range(0, len(topics), batch_size):
-            chunk = topics[i : i + batch_size]
-            results += searcher.retrieve([t.text for t in chunk], [t.qid for t in chunk], k)
-    finally:
-        searcher.rewriter = Identity()
+    for i in range(0, len(topics), batch_size):
+        chunk = topics[i : i + batch_size]
+        results += searcher.retrieve([t.text for t in chunk], [t.qid for t in chunk], hits, rewriter=rewriter)
     return results
 
 
@@ -80,7 +77,7 @@ def test_rerank_never_changes_recall_at_its_own_k(searcher, topics, bm25_teacher
     qrels = read_qrels(mini_scifact["qrels"])
     base = run_with(searcher, Identity(), topics)
     for k in (10, 20):
-        reranked = run_with(searcher, Rerank(bm25_teacher, k=k), topics)
+        reranked = run_with(searcher, Rerank(bm25_teacher, depth=k), topics)
         for b, r in zip(base, reranked):
             assert {h.docid for h in b.hits[:k]} == {h.docid for h in r.hits[:k]}
             assert [h.docid for h in b.hits[k:]] == [h.docid for h in r.hits[k:]]
@@ -93,7 +90,7 @@ def test_rerank_never_changes_recall_at_its_own_k(searcher, topics, bm25_teacher
 @pytest.mark.parametrize("cls", [TourHard, TourSoft])
 @pytest.mark.parametrize("preset", ["passage", "odqa"])
 def test_batched_tour_equals_one_query_at_a_time(cls, preset, searcher, topics, bm25_teacher):
-    rewriter = cls(bm25_teacher, preset=preset, k=20)
+    rewriter = cls(bm25_teacher, preset=preset, depth=20)
     batched = run_with(searcher, rewriter, topics)
     alone = run_with(searcher, rewriter, topics, batch_size=1)
     for a, b in zip(batched, alone):
@@ -117,8 +114,9 @@ def test_oracle_tour_raises_recall_beyond_reranking(cls, searcher, topics, mini_
     k = 10
     metric = [f"R@{k}"]
     base = evaluate(qrels, as_run(run_with(searcher, Identity(), topics)), metric).means[metric[0]]
-    rerank = evaluate(qrels, as_run(run_with(searcher, Rerank(oracle, k=k), topics)), metric).means[metric[0]]
-    tour = evaluate(qrels, as_run(run_with(searcher, cls(oracle, preset="odqa", k=k), topics)), metric).means[metric[0]]
+    rerank = evaluate(qrels, as_run(run_with(searcher, Rerank(oracle, depth=k), topics)), metric).means[metric[0]]
+    tour_run = as_run(run_with(searcher, cls(oracle, preset="odqa", depth=k), topics))
+    tour = evaluate(qrels, tour_run, metric).means[metric[0]]
     assert rerank == pytest.approx(base)
     assert tour > base + 0.01
 
@@ -129,9 +127,9 @@ def test_union_final_ranking_beats_both_at_no_extra_teacher_calls(cls, searcher,
     qrels = read_qrels(mini_scifact["qrels"])
     oracle = get_teacher(f"oracle:{mini_scifact['qrels']}")
     k, metric = 10, "R@10"
-    paper = run_with(searcher, cls(oracle, preset="odqa", k=k), topics)
-    union = run_with(searcher, cls(oracle, preset="odqa", k=k, final="union"), topics)
-    rerank = run_with(searcher, Rerank(oracle, k=k), topics)
+    paper = run_with(searcher, cls(oracle, preset="odqa", depth=k), topics)
+    union = run_with(searcher, cls(oracle, preset="odqa", depth=k, final="union"), topics)
+    rerank = run_with(searcher, Rerank(oracle, depth=k), topics)
     assert [u.trace.teacher_calls for u in union] == [p.trace.teacher_calls for p in paper]
     values = [evaluate(qrels, as_run(r), [metric]).per_query[metric] for r in (union, paper, rerank)]
     assert all(values[0][q] >= max(values[1][q], values[2][q]) for q in values[0])
@@ -143,23 +141,23 @@ def test_union_final_ranking_beats_both_at_no_extra_teacher_calls(cls, searcher,
 
 
 def test_traces_account_for_the_work(searcher, topics, bm25_teacher):
-    results = run_with(searcher, TourHard(bm25_teacher, preset="odqa", k=10, early_stop=False), topics[:5])
+    results = run_with(searcher, TourHard(bm25_teacher, preset="odqa", depth=10, early_stop=False), topics[:5])
     for r in results:
         t = r.trace
         assert t.iterations == 3 and t.stop_reason == "max iterations" and len(t.losses) == 3
         assert 10 <= t.teacher_calls <= 40 and t.teacher_calls + t.cache_hits == 40  # 3 iterations + final list
         assert all(t.seconds[p] > 0 for p in ("encode", "search", "teacher", "update"))
-    nocache = run_with(searcher, TourHard(bm25_teacher, preset="odqa", k=10, early_stop=False, use_cache=False),
+    nocache = run_with(searcher, TourHard(bm25_teacher, preset="odqa", depth=10, early_stop=False, use_cache=False),
                        topics[:5])  # fmt: skip
     assert all(r.trace.teacher_calls == 40 and r.trace.cache_hits == 0 for r in nocache)
     assert as_run(nocache) == as_run(results)  # the cache changes cost, never results
 
 
 def test_fixed_positives_and_lambda_ablations(searcher, topics, bm25_teacher):
-    a = as_run(run_with(searcher, TourHard(bm25_teacher, k=20, fixed_positives=3), topics[:10]))
-    b = as_run(run_with(searcher, TourHard(bm25_teacher, k=20), topics[:10]))
+    a = as_run(run_with(searcher, TourHard(bm25_teacher, depth=20, fixed_positives=3), topics[:10]))
+    b = as_run(run_with(searcher, TourHard(bm25_teacher, depth=20), topics[:10]))
     assert a != b
-    retriever_only = run_with(searcher, TourHard(bm25_teacher, k=20, lam=0.0), topics[:10])
+    retriever_only = run_with(searcher, TourHard(bm25_teacher, depth=20, lam=0.0), topics[:10])
     for r in retriever_only:  # lambda 0: the final list is in retriever order
         assert all(x.score >= y.score for x, y in zip(r.hits, r.hits[1:]))
         scores = np.array([h.score for h in r.hits[:20]])
@@ -173,16 +171,12 @@ def test_rewriter_errors(searcher, bm25_teacher, mini_scifact):
         get_rewriter("rocchio", lr=0.2)
     with pytest.raises(ValueError, match="unknown TOUR option"):
         get_rewriter("tour-soft", teacher=bm25_teacher, prf_depth=3)
-    with pytest.raises(ValueError, match="lambda must be in"):
+    with pytest.raises(UserError, match="--lambda must be in"):
         TourHard(bm25_teacher, lam=1.5)
     with pytest.raises(ValueError, match="unknown preset"):
         TourHard(bm25_teacher, preset="phrase")
-    searcher.rewriter = TourSoft(bm25_teacher, k=10_000)
-    try:
-        with pytest.raises(ValueError, match="k = 10000 is larger than the index"):
-            searcher.search("protein")
-    finally:
-        searcher.rewriter = Identity()
+    with pytest.raises(UserError, match="--k 10000 is larger than the index"):
+        searcher.retrieve(["protein"], ["q1"], rewriter=TourSoft(bm25_teacher, depth=10_000))
 
 
 def test_cli_tour_with_trace_and_oracle_label(dense_index, mini_scifact, tmp_path, capsys):

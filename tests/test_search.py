@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.errors import UserError
 from tour_pyserini.eval import evaluate
 from tour_pyserini.index import DocStore, IndexMeta, MissingIndexError
 from tour_pyserini.rewriters import Identity, get_rewriter
@@ -24,7 +25,7 @@ def test_index_layout_and_docstore(dense_index, mini_scifact):
     first = (dense_index / "docid").read_text().split()[0]
     doc = store[first]
     assert doc.docid == first and doc.title and doc.text
-    with pytest.raises(KeyError, match="not-a-doc"):
+    with pytest.raises(UserError, match="not-a-doc"):
         store.get([first, "not-a-doc"])
 
 
@@ -40,19 +41,19 @@ def test_document_vectors_are_unit_length(searcher, mini_scifact):
 def test_search_matches_pyserini_faiss_searcher_exactly(searcher, mini_scifact):
     topics = read_topics(mini_scifact["topics"])
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
-    ours = searcher.batch_search(texts, qids, k=50)
+    ours = searcher.batch_search(texts, qids, hits=50)
     theirs = searcher.faiss.batch_search(texts, qids, k=50)  # Pyserini's own encoding and search
     for qid in qids:
         assert [h.docid for h in ours[qid]] == [r.docid for r in theirs[qid]]
         assert np.allclose([h.score for h in ours[qid]], [r.score for r in theirs[qid]], atol=1e-6)
-    one = searcher.search(texts[0], k=50)
+    one = searcher.search(texts[0], hits=50)
     assert [h.docid for h in one] == [h.docid for h in ours[qids[0]]]
 
 
 def test_dense_effectiveness_on_the_fixture(searcher, mini_scifact):
     """Mean pooling + L2 norm is what makes MiniLM work; a wrong pooling drops this far."""
     topics = read_topics(mini_scifact["topics"])
-    results = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=100)
+    results = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=100)
     run = {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
     ndcg = evaluate(read_qrels(mini_scifact["qrels"]), run, ["nDCG@10"]).means["nDCG@10"]
     assert ndcg > 0.7  # measured 0.8 on this slice
@@ -60,7 +61,7 @@ def test_dense_effectiveness_on_the_fixture(searcher, mini_scifact):
 
 def test_retrieve_fills_traces(searcher, mini_scifact):
     topics = read_topics(mini_scifact["topics"])[:3]
-    results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], k=10)
+    results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], hits=10)
     assert [r.qid for r in results] == [t.qid for t in topics]
     for r in results:
         assert len(r.hits) == 10
@@ -69,7 +70,7 @@ def test_retrieve_fills_traces(searcher, mini_scifact):
 
 
 def test_k_beyond_the_collection_returns_every_document_once(searcher, mini_scifact):
-    hits = searcher.search("protein folding", k=mini_scifact["num_docs"] + 50)
+    hits = searcher.search("protein folding", hits=mini_scifact["num_docs"] + 50)
     assert len(hits) == mini_scifact["num_docs"] == len({h.docid for h in hits})
 
 
@@ -105,7 +106,7 @@ def test_encoder_dimension_must_match_the_index(tmp_path):
 def test_bm25_searcher(bm25_index, dense_index, mini_scifact):
     bm25 = Bm25Searcher.from_index(bm25_index)
     topics = read_topics(mini_scifact["topics"])
-    results = bm25.retrieve([t.text for t in topics], [t.qid for t in topics], k=100)
+    results = bm25.retrieve([t.text for t in topics], [t.qid for t in topics], hits=100)
     assert all(0 < len(r.hits) <= 100 for r in results)  # BM25 only returns documents sharing a term
     assert all(np.all(np.diff([h.score for h in r.hits]) <= 0) for r in results)
     run = {r.qid: {h.docid: h.score for h in r.hits} for r in results}
@@ -121,5 +122,25 @@ def test_search_leaves_the_encoder_threads_alone(searcher):
     import torch
 
     before = torch.get_num_threads()
-    searcher.search("protein folding", k=5)
+    searcher.search("protein folding", hits=5)
     assert torch.get_num_threads() == before
+
+
+def test_retrieve_vectors_runs_any_rewriter_on_precomputed_vectors(searcher, mini_scifact):
+    from tour_pyserini.rewriters.prf import Rocchio
+
+    topics = read_topics(mini_scifact["topics"])[:6]
+    texts, qids = [t.text for t in topics], [t.qid for t in topics]
+    vectors = searcher.encode(texts)
+    for rewriter in (None, Rocchio(prf_depth=5)):
+        encoded = searcher.retrieve(texts, qids, 20, rewriter=rewriter)
+        precomputed = searcher.retrieve_vectors(qids, texts, vectors, 20, rewriter=rewriter)
+        assert [[h.docid for h in r.hits] for r in encoded] == [[h.docid for h in r.hits] for r in precomputed]
+        assert all(r.trace.seconds["encode"] > 0 for r in encoded)  # one trace per query, encoding included
+        assert all(r.trace.seconds["encode"] == 0 for r in precomputed)
+    assert isinstance(searcher.rewriter, Identity)  # a per-call rewriter never replaces the searcher's own
+
+
+def test_batch_search_threads_apply_to_that_call_only(searcher):
+    searcher.batch_search(["protein folding"], ["q1"], hits=5, threads=2)
+    assert searcher.threads == 1

@@ -9,7 +9,6 @@ from conftest import ROOT
 
 from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.eval import evaluate
-from tour_pyserini.rewriters import Identity
 from tour_pyserini.rewriters.rerank import Rerank
 from tour_pyserini.teachers import TeacherContext, get_teacher
 
@@ -49,11 +48,8 @@ def test_scifact_teacher_learned_relevance(searcher, mini_scifact, cross_encoder
     qrels = {t.qid: qrels[t.qid] for t in topics}
     quality = {}
     for name, teacher in (("trained", trained), ("untrained", untrained)):
-        searcher.rewriter = Rerank(teacher, k=20)
-        try:
-            results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], 20)
-        finally:
-            searcher.rewriter = Identity()
+        results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], 20,
+                                    rewriter=Rerank(teacher, depth=20))  # fmt: skip
         run = {r.qid: {h.docid: h.score for h in r.hits} for r in results}
         quality[name] = evaluate(qrels, run, ["nDCG@10"]).means["nDCG@10"]
     assert quality["trained"] > quality["untrained"] + 0.15, quality

@@ -100,13 +100,82 @@ def test_fusion_standardises_with_the_first_lists_statistics(mini_scifact, bm25_
     fusion = get_teacher(f"fusion:oracle:{mini_scifact['qrels']}+bm25:{bm25_index}")
     assert fusion.oracle and "oracle" in fusion.label
     docids = [next(iter(judged)), *(bm25_index.parent / "mini.minilm" / "docid").read_text().split()[:4]]
-    both = fusion.score([ScoreRequest(qid, "cancer cells", docids)])[0]
-    later = fusion.score([ScoreRequest(qid, "cancer cells", docids[:2])])[0]
+    memo: dict = {}  # what the per-search score cache keeps for this query
+    both = fusion.score([ScoreRequest(qid, "cancer cells", docids, memo=memo)])[0]
+    later = fusion.score([ScoreRequest(qid, "cancer cells", docids[:2], memo=memo)])[0]
     assert np.allclose(both[:2], later)  # the same candidate keeps its fused score in a later call
+    fresh = fusion.score([ScoreRequest(qid, "cancer cells", docids[:2])])[0]
+    assert not np.allclose(fresh, later)  # a new search starts from its own statistics
     assert isinstance(fusion.parts[0], OracleTeacher)
+
+
+def test_fusion_keeps_no_state_between_searches(searcher, mini_scifact, bm25_index, cross_encoder_dir):
+    """Two different queries through ``searcher.search`` (same default qid) score exactly as each does alone."""
+    from tour_pyserini.rewriters.rerank import Rerank
+
+    spec = f"fusion:bm25:{bm25_index}+cross-encoder:{cross_encoder_dir}"
+    first, second = (t.text for t in read_topics(mini_scifact["topics"])[:2])
+    shared = Rerank(get_teacher(spec), depth=10)
+    searcher.retrieve([first], ["q"], 10, rewriter=shared)
+    after_another = searcher.retrieve([second], ["q"], 10, rewriter=shared)[0].hits
+    alone = searcher.retrieve([second], ["q"], 10, rewriter=Rerank(get_teacher(spec), depth=10))[0].hits
+    assert [(h.docid, h.score) for h in after_another] == [(h.docid, h.score) for h in alone]
 
 
 def test_cross_encoder_max_length_from_the_spec_context(cross_encoder_dir):
     teacher = get_teacher(f"cross-encoder:{cross_encoder_dir}", TeacherContext(max_length=64))
     assert teacher.max_length == 64
     assert get_teacher(f"cross-encoder:{cross_encoder_dir}").max_length == 512
+
+
+def test_trainer_and_teacher_build_the_same_inputs_and_long_queries_fit(cross_encoder_dir, dense_index, mini_scifact):
+    """One function builds cross-encoder inputs; a short query is never cut, a very long one leaves room."""
+    from transformers import AutoTokenizer
+
+    from tour_pyserini.teachers.cross_encoder import pair_inputs, pair_text
+
+    tokenizer = AutoTokenizer.from_pretrained(str(cross_encoder_dir))
+    store = DocStore(dense_index / "docstore.sqlite")
+    docids = (dense_index / "docid").read_text().split()[:8]
+    texts = [pair_text(d) for d in store.get(docids)]
+    queries = [t.text for t in read_topics(mini_scifact["topics"])[:8]]
+    ours = pair_inputs(tokenizer, queries, texts, 128)
+    only_document_cut = tokenizer(queries, texts, truncation="only_second", max_length=128, padding=True,
+                                  return_tensors="pt")  # fmt: skip
+    assert ours["input_ids"].tolist() == only_document_cut["input_ids"].tolist()
+    long_query = " ".join(["information need about aerodynamic heating of slender bodies"] * 40)  # ~320 tokens
+    teacher = CrossEncoderTeacher(cross_encoder_dir, max_length=128)
+    scores = teacher.score_pairs([long_query] * 2, texts[:2])
+    assert np.isfinite(scores).all() and scores[0] != scores[1]  # the documents still count
+
+
+class _CountingTeacher(OracleTeacher):
+    """The oracle teacher, counting the pairs it is really asked to score."""
+
+    def __init__(self, qrels):
+        super().__init__(qrels)
+        self.pairs = 0
+
+    def score(self, requests):
+        self.pairs += sum(len(r.docids) for r in requests)
+        return super().score(requests)
+
+
+def test_score_store_is_a_persistent_layer_of_the_cache(mini_scifact, tmp_path, bm25_index):
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.teachers import ScoreStore
+
+    teacher = _CountingTeacher(read_qrels(mini_scifact["qrels"]))
+    qid, judged = next(iter(teacher.qrels.items()))
+    docids = [[*judged, "d1", "d2"]]
+    store = ScoreStore(tmp_path / "scores.sqlite", teacher.label)
+    first = ScoreCache(teacher, store=store).score([qid], ["text"], docids, [Trace()])
+    trace = Trace()
+    second = ScoreCache(teacher, store=store).score([qid], ["text"], docids, [trace])  # a new search
+    assert np.array_equal(first[0], second[0]) and teacher.pairs == len(docids[0])  # scored once
+    assert trace.teacher_calls == len(docids[0])  # the budget counts the pair all the same
+    with pytest.raises(UserError, match="holds scores of teacher 'oracle', not 'bm25'"):
+        ScoreStore(tmp_path / "scores.sqlite", "bm25")
+    fusion = get_teacher(f"fusion:oracle:{mini_scifact['qrels']}+bm25:{bm25_index}")
+    with pytest.raises(ValueError, match="cannot be stored"):
+        ScoreCache(fusion, store=ScoreStore(tmp_path / "fusion.sqlite", fusion.label))

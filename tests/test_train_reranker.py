@@ -39,7 +39,7 @@ def test_fresh_negatives_each_epoch(searcher, mini_scifact):
     import random
 
     topics = read_topics(mini_scifact["topics"])
-    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=20)
+    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=20)
     examples = build_examples(rankings, topics, read_qrels(mini_scifact["qrels"]))
     assert examples and all(set(ex.positives).isdisjoint(ex.negatives) for ex in examples)
     rng = random.Random(0)

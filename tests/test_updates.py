@@ -102,7 +102,7 @@ def test_sgd_and_clipping_match_torch():
 
 
 def test_tour_hard_reduces_to_rocchio():
-    """SPEC section 2: C_hard = top-k' by rank and uniform P_k give Rocchio with beta = gamma = eta (k - k') / k."""
+    """docs/algorithms.md: C_hard = top-k' by rank and uniform P_k give Rocchio with beta = gamma = eta (k - k') / k."""
     rng = np.random.default_rng(1)
     k, kp, d, eta = 10, 3, 16, 0.5
     q = np.zeros(d)
@@ -160,3 +160,47 @@ def test_early_stop_rules_on_hand_made_scores(teacher_scores, hard_stops, soft_s
     scores = np.array(teacher_scores)
     assert TourHard(teacher=None).step(q, C, scores).stop is hard_stops
     assert TourSoft(teacher=None).step(q, C, scores).stop is soft_stops
+
+
+def test_hard_loss_clamp_matches_torch_below_and_above_the_clamp():
+    """-log clamp(mass, 1e-7): loss and gradient as torch computes them, also when the mass is below the clamp."""
+    C2 = np.array([[30.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    for q in (np.array([1.0, 0.0]), np.array([0.1, 0.2])):  # positives' mass ~1e-13, then ordinary
+        qt = torch.tensor(q, requires_grad=True)
+        p_k = torch.softmax(torch.tensor(C2) @ qt, dim=0)
+        loss_t = -torch.log(torch.clamp(p_k[[1, 2]].sum(), min=1e-7))
+        loss_t.backward()
+        loss, grad = hard_loss_and_grad(q, C2, np.array([1, 2]))
+        assert loss == pytest.approx(float(loss_t.detach()), rel=1e-12)
+        assert np.allclose(grad, qt.grad.numpy(), atol=1e-12)
+    assert np.all(hard_loss_and_grad(np.array([1.0, 0.0]), C2, np.array([1, 2]))[1] == 0.0)
+
+
+class _Scores:
+    """Teacher scores for the early-stop and positive-set rules, without a model."""
+
+    # the retriever's top-1 (index 0) is second for the teacher but inside its 0.9-nucleus
+    teacher = np.array([1.0, 1.2, -3.0, -3.0])
+
+
+def test_fixed_positives_are_the_retrievers_top_k_and_teacher_positives_the_teachers():
+    from tour_pyserini.rewriters.tour import TourHard
+
+    scores = np.array([-1.0, 0.5, 3.0, 2.0])
+    assert TourHard(None, depth=4, fixed_positives=2).positives(scores).tolist() == [0, 1]
+    assert TourHard(None, depth=4, teacher_positives=2).positives(scores).tolist() == [2, 3]
+    C4 = np.eye(4)
+    # C_{1:k'} always holds the retriever's top-1: that ablation never stops early
+    assert not TourHard(None, depth=4, fixed_positives=2).step(np.ones(4), C4, scores).stop
+    assert not TourHard(None, depth=4, teacher_positives=2).step(np.ones(4), C4, scores).stop
+
+
+def test_soft_early_stop_argmax_or_nucleus():
+    from tour_pyserini.rewriters.tour import TourSoft
+
+    q, C4 = np.ones(4), np.eye(4)
+    paper = TourSoft(None, depth=4, p=0.9).step(q, C4, _Scores.teacher)
+    official = TourSoft(None, depth=4, p=0.9, soft_stop="nucleus")
+    assert not paper.stop  # the retriever's top-1 is not the teacher's argmax
+    assert official.step(q, C4, _Scores.teacher).stop  # ... but it is inside the teacher's nucleus
+    assert official.stop_reason != TourSoft(None, depth=4).stop_reason

@@ -7,9 +7,11 @@ import sys
 from collections.abc import Callable
 
 from tour_pyserini._java import JavaNotFoundError
+from tour_pyserini.errors import UserError
 
-# Errors a user can cause with bad input; anything else is a bug and keeps its traceback.
-USER_ERRORS = (FileNotFoundError, FileExistsError, ValueError, KeyError, JavaNotFoundError)
+# Errors a user can cause with bad input (a missing file included); anything else is a bug and keeps
+# its traceback.
+USER_ERRORS = (UserError, FileNotFoundError, JavaNotFoundError)
 
 
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
@@ -17,8 +19,7 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     try:
         main(argv)
     except USER_ERRORS as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

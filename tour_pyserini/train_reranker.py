@@ -1,4 +1,4 @@
-"""python -m tour_pyserini.train_reranker: train a cross-encoder teacher (TOUR paper section 3.4, SPEC section 5).
+"""python -m tour_pyserini.train_reranker: train a cross-encoder teacher (the TOUR paper's recipe, section 3.4).
 
 From a local encoder (default: the bundled MiniLM, given a new one-logit classification head), on
 *training* queries only: candidates are the dense retriever's top ``--candidates``, positives come from
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
+from tour_pyserini.errors import UserError
 
 
 @dataclass
@@ -83,10 +84,10 @@ class PairwiseTrainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr)
 
     def _scores(self, queries: list[str], docids: list[str]):
-        texts = [doc.contents for doc in self.docstore.get(docids)]
-        inputs = self.tokenizer(queries, texts, truncation="only_second", max_length=self.config.max_length,
-                                padding=True, return_tensors="pt")  # fmt: skip
-        return self.model(**inputs).logits[:, 0]
+        from tour_pyserini.teachers.cross_encoder import pair_inputs, pair_text
+
+        texts = [pair_text(doc) for doc in self.docstore.get(docids)]
+        return self.model(**pair_inputs(self.tokenizer, queries, texts, self.config.max_length)).logits[:, 0]
 
     def train_epoch(self, batch: list[tuple[str, str, str]], rng: random.Random) -> float:
         import torch
@@ -146,12 +147,12 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     output = Path(output)
     searcher = TourSearcher.from_index(index)
     if searcher.docstore is None:
-        raise ValueError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
+        raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     rng = random.Random(config.seed)
     rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=config.candidates)
     examples = build_examples(rankings, topics, qrels, searcher.docstore)
     if len(examples) < 2:
-        raise ValueError("fewer than two training queries with a relevant document and a retrieved negative")
+        raise UserError("fewer than two training queries with a relevant document and a retrieved negative")
     rng.shuffle(examples)
     n_val = max(1, round(len(examples) * config.val_fraction))
     val, train_set = examples[:n_val], examples[n_val:]
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         topics = [t for t in topics if t.text not in held_out]
     config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     if args.qrels is None and not any(t.answers for t in topics):
-        raise ValueError(f"{args.topics} has no answers; give --qrels")
+        raise UserError(f"{args.topics} has no answers; give --qrels")
     report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
                    args.base_model or str(bundled_model_dir()), config)  # fmt: skip
     print(f"best held-out pairwise accuracy {report['best_val_pairwise_accuracy']:.4f}; model in {args.output} "

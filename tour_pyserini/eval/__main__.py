@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
             obj = dict(ev.means)
             if args.per_query:
                 obj["per_query"] = ev.per_query
-            if getattr(ev, "per_relation", None):
+            if ev.per_relation:
                 obj["per_relation"] = ev.per_relation
             print(json.dumps(obj if len(results) == 1 else {"run": run, **obj}))
         return
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
             rows = [["qid", *names]] + [[qid, *(f"{ev.per_query[n][qid]:.4f}" for n in names)] for qid in qids]
             print(f"{run}\n{format_table(rows)}\n")
     for run, ev in results.items():
-        if getattr(ev, "per_relation", None):  # EntityQuestions: one row per relation
+        if ev.per_relation:  # EntityQuestions: one row per relation
             rel = ev.per_relation
             rows = [["relation", *names]] + [[r, *(f"{rel[r][n]:.4f}" for n in names)] for r in rel]
             print(f"{run} by relation\n{format_table(rows)}\n")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.data.topics import Topic
+from tour_pyserini.errors import UserError
+from tour_pyserini.eval.judge import Evaluation, Judge
 from tour_pyserini.index.docstore import DocStore
 
 
@@ -64,12 +65,39 @@ class AnswerMatcher:
         return None
 
 
-@dataclass
-class AnswerEvaluation:
-    per_query: dict[str, dict[str, float]]  # "Acc@k" -> qid -> 0/1
-    means: dict[str, float]
-    num_queries: int
-    per_relation: dict[str, dict[str, float]] = field(default_factory=dict)  # relation -> "Acc@k" -> mean
+class AnswerJudge(Judge):
+    """DPR top-k accuracy (``Acc@k``) of runs over every topic with answers, with one matcher for all runs.
+
+    EntityQuestions topics carry a relation: the evaluation then also holds the mean per relation.
+    """
+
+    def __init__(self, topics: Sequence[Topic], matcher: AnswerMatcher, topk: Sequence[int] = (1, 5, 20, 100)):
+        self.topics = [t for t in topics if t.answers]
+        if not self.topics:
+            raise UserError("no topic has answers (answer evaluation needs topics with an 'answers' list)")
+        self.qids = [t.qid for t in self.topics]
+        self.matcher, self.topk = matcher, list(topk)
+
+    def per_query(self, run: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+        if not set(self.qids) & set(run):
+            raise UserError("the topics and the run have no query in common")
+        depth = max(self.topk)
+        per_query: dict[str, dict[str, float]] = {f"Acc@{k}": {} for k in self.topk}
+        for topic in self.topics:
+            ranked = sorted(run.get(topic.qid, {}).items(), key=lambda item: -item[1])
+            rank = self.matcher.first_answer_rank([d for d, _ in ranked], topic.answers, depth) if ranked else None
+            for k in self.topk:
+                per_query[f"Acc@{k}"][topic.qid] = float(rank is not None and rank <= k)
+        return per_query
+
+    def evaluate(self, run: Mapping[str, Mapping[str, float]]) -> Evaluation:
+        evaluation = super().evaluate(run)
+        for relation in sorted({t.relation for t in self.topics if t.relation}):
+            qids = [t.qid for t in self.topics if t.relation == relation]
+            evaluation.per_relation[relation] = {
+                name: sum(values[q] for q in qids) / len(qids) for name, values in evaluation.per_query.items()
+            }
+        return evaluation
 
 
 def answer_accuracy(
@@ -77,26 +105,9 @@ def answer_accuracy(
     topics: Sequence[Topic],
     matcher: AnswerMatcher,
     topk: Sequence[int] = (1, 5, 20, 100),
-) -> AnswerEvaluation:
-    """DPR top-k accuracy of ``run`` over every topic with answers; a topic missing from the run scores 0."""
-    judged = [t for t in topics if t.answers]
-    if not judged:
-        raise ValueError("no topic has answers (answer evaluation needs topics with an 'answers' list)")
-    if not {t.qid for t in judged} & set(run):
-        raise ValueError("the topics and the run have no query in common")
-    depth = max(topk)
-    per_query: dict[str, dict[str, float]] = {f"Acc@{k}": {} for k in topk}
-    for topic in judged:
-        ranked = sorted(run.get(topic.qid, {}).items(), key=lambda item: -item[1])
-        rank = matcher.first_answer_rank([d for d, _ in ranked], topic.answers, depth) if ranked else None
-        for k in topk:
-            per_query[f"Acc@{k}"][topic.qid] = float(rank is not None and rank <= k)
-    means = {name: sum(v.values()) / len(v) for name, v in per_query.items()}
-    per_relation: dict[str, dict[str, float]] = {}
-    for relation in sorted({t.relation for t in judged if t.relation}):
-        qids = [t.qid for t in judged if t.relation == relation]
-        per_relation[relation] = {name: sum(v[q] for q in qids) / len(qids) for name, v in per_query.items()}
-    return AnswerEvaluation(per_query, means, len(judged), per_relation)
+) -> Evaluation:
+    """DPR top-k accuracy of one ``run`` (an :class:`AnswerJudge` used once)."""
+    return AnswerJudge(topics, matcher, topk).evaluate(run)
 
 
 def answer_qrels(

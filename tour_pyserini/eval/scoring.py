@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tour_pyserini.data.qrels import read_qrels
 from tour_pyserini.data.topics import read_topics
-from tour_pyserini.eval.measures import DEFAULT_METRICS, evaluate
+from tour_pyserini.errors import UserError
+from tour_pyserini.eval.judge import DEFAULT_METRICS, Judge, QrelsJudge
 from tour_pyserini.index.build import corpus_file
 from tour_pyserini.index.docstore import DocStore, read_jsonl_corpus
 from tour_pyserini.index.layout import DOCSTORE_FILE
@@ -31,30 +32,34 @@ def open_docstore(args: argparse.Namespace, stack: ExitStack) -> DocStore:
     if args.index:
         return DocStore(Path(args.index) / DOCSTORE_FILE)
     if not args.collection:
-        raise ValueError("--answers needs --collection DIR or --index DIR for the passage texts")
+        raise UserError("--answers needs --collection DIR or --index DIR for the passage texts")
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory())) / DOCSTORE_FILE
     DocStore.build(tmp, read_jsonl_corpus(corpus_file(args.collection)))
     return stack.enter_context(closing(DocStore(tmp)))
 
 
-def _answer_scores(args: argparse.Namespace, run_paths, answer_qrels_out) -> tuple[dict, list[str]]:
-    from tour_pyserini.eval.answers import AnswerMatcher, answer_accuracy, answer_qrels
+def open_judge(args: argparse.Namespace, stack: ExitStack) -> Judge:
+    """The judge that ``--qrels`` or ``--answers`` (with its passages) asks for."""
+    if not args.answers:
+        return QrelsJudge(read_qrels(args.qrels), args.metrics)
+    from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 
-    topics = read_topics(args.answers)
-    with ExitStack() as stack:
-        matcher = AnswerMatcher(open_docstore(args, stack), regex=args.regex)
-        runs = {run: read_run(run) for run in run_paths}
-        results = {run: answer_accuracy(r, topics, matcher, args.topk) for run, r in runs.items()}
-        if answer_qrels_out:
-            qrels = answer_qrels(next(iter(runs.values())), topics, matcher, max(args.topk))
-            lines = "".join(f"{q} 0 {d} {rel}\n" for q, docs in qrels.items() for d, rel in docs.items())
-            Path(answer_qrels_out).write_text(lines)
-    return results, [t.qid for t in topics if t.answers]
+    matcher = AnswerMatcher(open_docstore(args, stack), regex=args.regex)
+    return AnswerJudge(read_topics(args.answers), matcher, args.topk)
 
 
 def score_runs(args: argparse.Namespace, run_paths, answer_qrels_out: str | None = None) -> tuple[dict, list[str]]:
-    """Per-query scores of each run ({path: Evaluation}) and the judged qids, in qrels or answers mode."""
-    if args.answers:
-        return _answer_scores(args, run_paths, answer_qrels_out)
-    qrels = read_qrels(args.qrels)
-    return {run: evaluate(qrels, read_run(run), args.metrics) for run in run_paths}, list(qrels)
+    """Each run's :class:`Evaluation` ({path: Evaluation}) and the judged qids, in qrels or answers mode."""
+    runs = {path: read_run(path) for path in run_paths}  # malformed runs fail before any judging
+    with ExitStack() as stack:
+        judge = open_judge(args, stack)
+        results = {path: judge.evaluate(run) for path, run in runs.items()}
+        if answer_qrels_out:
+            if not args.answers:
+                raise UserError("--write-answer-qrels needs --answers")
+            from tour_pyserini.eval.answers import answer_qrels
+
+            qrels = answer_qrels(next(iter(runs.values())), judge.topics, judge.matcher, max(args.topk))
+            lines = "".join(f"{q} 0 {d} {rel}\n" for q, docs in qrels.items() for d, rel in docs.items())
+            Path(answer_qrels_out).write_text(lines)
+    return results, judge.qids

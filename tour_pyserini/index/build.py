@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.layout import IndexMeta
 
 
@@ -33,7 +34,7 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         meta = IndexMeta.read(output)
         if meta is not None:
             return meta
-        raise FileExistsError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
+        raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
     tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

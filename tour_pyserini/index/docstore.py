@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.errors import UserError
+
 
 @dataclass(frozen=True)
 class Document:
@@ -33,10 +35,10 @@ def read_jsonl_corpus(path: Path) -> Iterable[Document]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
             docid = obj.get("id", obj.get("_id", obj.get("docid")))
             if docid is None:
-                raise ValueError(f"{path}:{lineno}: document has no 'id', '_id' or 'docid' field")
+                raise UserError(f"{path}:{lineno}: document has no 'id', '_id' or 'docid' field")
             if "title" in obj or "text" in obj:
                 yield Document(str(docid), obj.get("title") or "", obj.get("text") or "")
             else:
@@ -80,7 +82,7 @@ class DocStore:
                 found[row[0]] = Document(*row)
         missing = [d for d in docids if d not in found]
         if missing:
-            raise KeyError(f"docids not in {self.path}: {missing[:5]}")
+            raise UserError(f"docids not in {self.path}: {missing[:5]}")
         return [found[d] for d in docids]
 
     def __getitem__(self, docid: str) -> Document:

@@ -1,60 +1,130 @@
-"""The one small interface every query rewriter implements."""
+"""What a query rewriter is, and the one thing it may use: a :class:`VectorIndex`.
+
+Rewriters never see the searcher. They search the full, unchanged index through the
+:class:`VectorIndex` protocol (exact candidate vectors included), read candidate texts from its
+document store, and return one :class:`SearchResult` per query.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from tour_pyserini.results import Hit, SearchResult, timed
+from tour_pyserini.errors import UserError
+from tour_pyserini.registry import Registry
+from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters.updates import aggregate
 
 if TYPE_CHECKING:
-    from tour_pyserini.search.searcher import TourSearcher
+    from tour_pyserini.index.docstore import DocStore
+    from tour_pyserini.teachers.cache import ScoreCache
 
-_REGISTRY: dict[str, type[Rewriter]] = {}
+
+class VectorIndex(Protocol):
+    """The dense index as a rewriter sees it."""
+
+    docstore: DocStore | None  # docid -> text, for teachers that read candidates
+
+    @property
+    def num_docs(self) -> int: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def search_vectors(self, vectors: np.ndarray, depth: int, return_vector: bool = False) -> list[list[Hit]]:
+        """The top-``depth`` hits of the whole index for each row of ``vectors`` (n, d), in row order;
+        with ``return_vector`` each hit carries its exact index vector."""
+        ...
 
 
 @dataclass(frozen=True)
 class QueryBatch:
-    """Queries that advance through a rewriter together: ids, texts and encoded vectors (n, d)."""
+    """Queries that advance through a rewriter together: ids, texts, vectors (n, d) and their traces.
+
+    The traces are made by whoever builds the batch (the searcher records encoding time in them) and
+    filled in by the rewriter, so one trace per query travels through the whole search.
+    """
 
     qids: list[str]
     texts: list[str]
     vectors: np.ndarray
+    traces: list[Trace] = field(default=None)  # type: ignore[assignment]  # None: fresh traces
 
     def __post_init__(self) -> None:
-        if not (len(self.qids) == len(self.texts) == len(self.vectors)):
+        if self.traces is None:
+            object.__setattr__(self, "traces", [Trace() for _ in self.qids])
+        if not (len(self.qids) == len(self.texts) == len(self.vectors) == len(self.traces)):
             raise ValueError(
-                f"batch has {len(self.qids)} qids, {len(self.texts)} texts and {len(self.vectors)} vectors"
+                f"batch has {len(self.qids)} qids, {len(self.texts)} texts, {len(self.vectors)} vectors "
+                f"and {len(self.traces)} traces"
             )
 
     def __len__(self) -> int:
         return len(self.qids)
 
 
+@dataclass(frozen=True)
+class Option:
+    """A command-line flag a rewriter declares: ``--flag`` sets the constructor parameter ``param``.
+
+    With ``const`` the flag takes no value and sets ``param`` to ``const`` (e.g. ``--no-cache``).
+    The same flag may be declared by several rewriters only as the same option.
+    """
+
+    flag: str
+    param: str
+    type: Any = float
+    help: str = ""
+    choices: tuple | None = None
+    const: Any = None
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def add_to(self, parser) -> None:
+        if self.const is not None:
+            parser.add_argument(self.flag, dest=self.dest, action="store_const", const=self.const, help=self.help)
+        else:
+            parser.add_argument(self.flag, dest=self.dest, type=self.type, choices=self.choices, help=self.help,
+                                metavar=self.metavar)  # fmt: skip
+
+
+# options shared by every rewriter that ranks with a teacher
+DEPTH = Option("--k", "depth", int, "candidates the teacher scores per query (and per TOUR iteration)", metavar="DEPTH")
+LAMBDA = Option("--lambda", "lam", float, "final weight of the teacher (1 - lambda: the retriever)")
+SMOOTHING = Option("--smoothing", "smoothing", float, "retriever logits are sim / smoothing in the final ranking")
+
+
 class Rewriter(ABC):
     """Turns encoded queries into final rankings.
 
     A rewriter may search the full, unchanged index as often as it likes through
-    ``searcher.search_vectors`` (with ``return_vector=True`` for candidate vectors), ask a teacher
-    about candidate texts from ``searcher.docstore``, and move the query vectors. It returns one
-    :class:`SearchResult` per query, in batch order, with ``k`` hits and a filled-in trace.
-    Subclasses register themselves under their ``name``, the value of ``--rewriter``.
+    ``index.search_vectors`` (with ``return_vector=True`` for candidate vectors), ask a teacher about
+    candidate texts from ``index.docstore``, and move the query vectors. It returns one
+    :class:`SearchResult` per query, in batch order, with ``hits`` hits and the batch's trace.
+    A subclass is registered with ``@REWRITERS.register`` under its ``name`` (the value of
+    ``--rewriter``) and lists the command-line flags it accepts in ``options``.
     """
 
     name: ClassVar[str]
+    options: ClassVar[tuple[Option, ...]] = ()
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:
-            _REGISTRY[cls.name] = cls
+    @classmethod
+    def check_options(cls, **options) -> None:
+        """Reject bad option values (raise ``UserError``) before anything expensive, e.g. a teacher, loads."""
+        return None  # most rewriters check in their constructor, which is cheap
 
     @abstractmethod
-    def rewrite(self, batch: QueryBatch, searcher: TourSearcher, k: int) -> list[SearchResult]: ...
+    def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]: ...
+
+
+REWRITERS: Registry[type[Rewriter]] = Registry("rewriter", "tour_pyserini.rewriters")
 
 
 def rerank_head(hits: Sequence[Hit], head_scores: np.ndarray) -> list[Hit]:
@@ -71,26 +141,36 @@ def rerank_head(hits: Sequence[Hit], head_scores: np.ndarray) -> list[Hit]:
     return reranked + tail
 
 
-def check_depth(depth: int, searcher) -> None:
+def check_depth(depth: int, index: VectorIndex) -> None:
     """Rewriters that need ``depth`` candidates refuse an index with fewer documents."""
-    if depth > searcher.num_docs:
-        raise ValueError(f"k = {depth} is larger than the index ({searcher.num_docs} documents)")
+    if depth > index.num_docs:
+        raise UserError(f"--k {depth} is larger than the index ({index.num_docs} documents)")
 
 
-def rank_by_teacher(batch: QueryBatch, searcher, vectors: np.ndarray, cache, traces, k: int, hits: int,
-                    lam: float, smoothing: float, scored: Sequence[dict[str, np.ndarray]] | None = None,
-                    ) -> list[SearchResult]:  # fmt: skip
-    """Search with ``vectors``; rank each top-``k`` by lam softmax(teacher) + (1 - lam) softmax(sim / smoothing).
+def rank_by_teacher(
+    batch: QueryBatch,
+    index: VectorIndex,
+    *,
+    vectors: np.ndarray,
+    cache: ScoreCache,
+    depth: int,
+    hits: int,
+    lam: float,
+    smoothing: float,
+    scored: Sequence[dict[str, np.ndarray]] | None = None,
+) -> list[SearchResult]:
+    """Search with ``vectors``; rank each top-``depth`` by lam softmax(teacher) + (1 - lam) softmax(sim / smoothing).
 
-    The final step shared by re-ranking and TOUR: documents below ``k`` keep retriever order, and
+    The final step shared by re-ranking and TOUR: documents below ``depth`` keep retriever order, and
     ``hits`` documents are returned per query. ``scored`` (one ``{docid: vector}`` per query) adds
     candidates the teacher has already scored to the ranked head, so the teacher ranks their union
-    with the new top-``k`` at no extra teacher calls.
+    with the new top-``depth`` at no extra teacher calls.
     """
+    traces = batch.traces
     with timed(traces, "search"):
-        rankings = searcher.search_vectors(vectors, max(hits, k), return_vector=scored is not None)
-    heads = [list(ranking[:k]) for ranking in rankings]
-    tails = [list(ranking[k:]) for ranking in rankings]
+        rankings = index.search_vectors(vectors, max(hits, depth), return_vector=scored is not None)
+    heads = [list(ranking[:depth]) for ranking in rankings]
+    tails = [list(ranking[depth:]) for ranking in rankings]
     if scored is not None:
         for i, extra in enumerate(scored):
             seen = {h.docid for h in heads[i]}

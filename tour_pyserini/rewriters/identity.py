@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from tour_pyserini.results import SearchResult, Trace, timed
-from tour_pyserini.rewriters.base import QueryBatch, Rewriter
+from tour_pyserini.results import SearchResult, timed
+from tour_pyserini.rewriters.base import REWRITERS, QueryBatch, Rewriter, VectorIndex
 
 
+@REWRITERS.register
 class Identity(Rewriter):
     name = "none"
 
-    def rewrite(self, batch: QueryBatch, searcher, k: int) -> list[SearchResult]:
-        traces = [Trace() for _ in batch.qids]
-        with timed(traces, "search"):
-            rankings = searcher.search_vectors(batch.vectors, k)
-        return [SearchResult(qid, hits, trace) for qid, hits, trace in zip(batch.qids, rankings, traces)]
+    def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
+        with timed(batch.traces, "search"):
+            rankings = index.search_vectors(batch.vectors, hits)
+        return [SearchResult(qid, ranking, trace) for qid, ranking, trace in zip(batch.qids, rankings, batch.traces)]

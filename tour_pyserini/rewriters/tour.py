@@ -1,23 +1,36 @@
-"""TOUR: test-time optimisation of query representations (Sung et al., 2023; SPEC section 2).
+"""TOUR: test-time optimisation of query representations (Sung et al., 2023; docs/algorithms.md, "TOUR").
 
-Per query, for t = 0..T-1: search the full index for the top-k, have the teacher score the
+Per query, for t = 0..T-1: search the full index for the top-depth, have the teacher score the
 candidates (each at most once per query), turn the scores into pseudo labels, and take one SGD step
-on the query vector. Then search once more with the final vector and rank its top-k by
-lam softmax(teacher) + (1 - lam) softmax(sim / 100). A batch of queries advances together: one Faiss
-search and one teacher call per iteration for all queries still active, with exactly the results of
-running them one at a time.
+on the query vector. Then search once more with the final vector and rank its top-depth by
+lam softmax(teacher) + (1 - lam) softmax(sim / smoothing). A batch of queries advances together: one
+Faiss search and one teacher call per iteration for all queries still active, with exactly the results
+of running them one at a time.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
-from typing import ClassVar
 
 import numpy as np
 
-from tour_pyserini.results import SearchResult, Trace, timed
-from tour_pyserini.rewriters.base import QueryBatch, Rewriter, check_depth, rank_by_teacher
+from tour_pyserini.errors import UserError
+from tour_pyserini.results import SearchResult, timed
+from tour_pyserini.rewriters.base import (
+    DEPTH,
+    LAMBDA,
+    REWRITERS,
+    SMOOTHING,
+    Option,
+    QueryBatch,
+    Rewriter,
+    VectorIndex,
+    check_depth,
+    rank_by_teacher,
+)
 from tour_pyserini.rewriters.updates import (
+    check_aggregation,
     clip_by_norm,
     hard_loss_and_grad,
     linear_lr,
@@ -26,19 +39,44 @@ from tour_pyserini.rewriters.updates import (
     soft_loss_and_grad,
     softmax,
 )
-from tour_pyserini.teachers import ScoreCache, Teacher
+from tour_pyserini.teachers import ScoreCache, ScoreStore, Teacher
 
 PRESETS = {
-    "passage": {"lr": 0.2, "iterations": 1, "k": 100, "lam": 1.0},  # paper Table 7, DPR passage retrieval
-    "odqa": {"lr": 1.2, "iterations": 3, "k": 10, "lam": 0.1},  # paper Table 7, open-domain QA
+    "passage": {"lr": 0.2, "iterations": 1, "depth": 100, "lam": 1.0},  # paper Table 7, DPR passage retrieval
+    "odqa": {"lr": 1.2, "iterations": 3, "depth": 10, "lam": 0.1},  # paper Table 7, open-domain QA
 }
+
+TOUR_OPTIONS = (
+    Option("--preset", "preset", str, "passage: lr 0.2, T 1, k 100, lambda 1; odqa: lr 1.2, T 3, k 10, lambda 0.1",
+           choices=tuple(PRESETS)),  # fmt: skip
+    DEPTH,
+    Option("--iterations", "iterations", int, "maximum iterations T"),
+    Option("--lr", "lr", float, "learning rate (decays linearly to 0 over T)"),
+    Option("--momentum", "momentum", float, "SGD momentum (0.99)"),
+    Option("--weight-decay", "weight_decay", float, "SGD weight decay (0.01; official code 0.1)"),
+    Option("--clip", "clip", float, "gradient-norm clipping (1.0)"),
+    Option("--tau", "tau", float, "teacher temperature (0.5)"),
+    Option("--p", "p", float, "nucleus mass of the hard pseudo positives (0.5)"),
+    LAMBDA,
+    SMOOTHING,
+    Option("--fixed-positives", "fixed_positives", int, "ablation: the retriever's top-k' are the pseudo positives "
+           "(TOUR-hard then equals Rocchio; no early stop)", metavar="K'"),  # fmt: skip
+    Option("--teacher-positives", "teacher_positives", int, "ablation: the teacher's top-k' are the pseudo "
+           "positives (TOUR-hard)", metavar="K'"),  # fmt: skip
+    Option("--soft-stop", "soft_stop", str, "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
+           "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)", choices=("argmax", "nucleus")),
+    Option("--no-early-stop", "early_stop", help="ablation: always run T iterations", const=False),
+    Option("--no-cache", "use_cache", help="ablation: rescore candidates every iteration", const=False),
+    Option("--final", "final", str, "final ranking: the last search's top-k (paper), or its union with every "
+           "candidate scored on the way (no extra teacher calls)", choices=("search", "union")),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class TourConfig:
     """Every knob of TOUR; defaults are the paper's, the learning-rate group comes from a preset."""
 
-    k: int = 100
+    depth: int = 100  # candidates the teacher scores per iteration (--k)
     iterations: int = 1
     lr: float = 0.2
     lam: float = 1.0  # final score = lam * teacher + (1 - lam) * retriever
@@ -47,7 +85,9 @@ class TourConfig:
     clip: float | None = 1.0  # gradient-norm clipping (official code)
     tau: float = 0.5  # teacher temperature
     p: float = 0.5  # nucleus mass of the hard pseudo positives
-    fixed_positives: int | None = None  # ablation: the teacher's top-k' instead of the nucleus
+    fixed_positives: int | None = None  # ablation: the retriever's top-k' instead of the nucleus
+    teacher_positives: int | None = None  # ablation: the teacher's top-k' instead of the nucleus
+    soft_stop: str = "argmax"  # "nucleus": the official code's rule
     early_stop: bool = True
     use_cache: bool = True  # ablation: False rescores every candidate at every iteration
     smoothing: float = 100.0  # retriever logits are sim / smoothing in the final aggregation
@@ -56,28 +96,42 @@ class TourConfig:
     @classmethod
     def from_preset(cls, preset: str = "passage", **overrides) -> TourConfig:
         if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+            raise UserError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
         known = {f.name for f in fields(cls)}
         unknown = set(overrides) - known
         if unknown:
-            raise ValueError(f"unknown TOUR option(s): {', '.join(sorted(unknown))}")
+            raise UserError(f"unknown TOUR option(s): {', '.join(sorted(unknown))}")
         config = replace(cls(), **{**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}})
         config.validate()
         return config
 
     def validate(self) -> None:
-        if self.k < 1 or self.iterations < 1:
-            raise ValueError("TOUR needs k >= 1 and iterations >= 1")
-        if not 0.0 <= self.lam <= 1.0:
-            raise ValueError(f"lambda must be in [0, 1], got {self.lam}")
-        if self.tau <= 0:
-            raise ValueError(f"tau must be positive, got {self.tau}")
+        def finite(name: str, value: float, ok: bool) -> None:
+            if not (math.isfinite(value) and ok):
+                raise UserError(f"{name} out of range: {value}")
+
+        if self.depth < 1 or self.iterations < 1:
+            raise UserError("TOUR needs --k >= 1 and --iterations >= 1")
+        finite("--lr (must be >= 0)", self.lr, self.lr >= 0)
+        finite("--momentum (must be in [0, 1))", self.momentum, 0 <= self.momentum < 1)
+        finite("--weight-decay (must be >= 0)", self.weight_decay, self.weight_decay >= 0)
+        if self.clip is not None:
+            finite("--clip (must be > 0)", self.clip, self.clip > 0)
+        finite("--tau (must be > 0)", self.tau, self.tau > 0)
+        finite("--p (must be in (0, 1])", self.p, 0 < self.p <= 1)
+        check_aggregation(self.lam, self.smoothing)
+        if self.soft_stop not in ("argmax", "nucleus"):
+            raise UserError(f"--soft-stop must be 'argmax' or 'nucleus', got {self.soft_stop!r}")
         if self.final not in ("search", "union"):
-            raise ValueError(f"final ranking must be 'search' or 'union', got {self.final!r}")
+            raise UserError(f"final ranking must be 'search' or 'union', got {self.final!r}")
         if self.final == "union" and not self.use_cache:
-            raise ValueError("the union final ranking reuses cached teacher scores: it needs the cache")
-        if self.fixed_positives is not None and not 1 <= self.fixed_positives <= self.k:
-            raise ValueError(f"fixed pseudo positives k' must be in [1, k], got {self.fixed_positives}")
+            raise UserError("the union final ranking reuses cached teacher scores: it needs the cache")
+        if self.fixed_positives is not None and self.teacher_positives is not None:
+            raise UserError("give --fixed-positives or --teacher-positives, not both")
+        for name, value in (("--fixed-positives", self.fixed_positives), ("--teacher-positives",
+                                                                          self.teacher_positives)):  # fmt: skip
+            if value is not None and not 1 <= value <= self.depth:
+                raise UserError(f"{name} k' must be in [1, k], got {value}")
 
 
 @dataclass
@@ -88,23 +142,28 @@ class _Step:
 
 
 class _Tour(Rewriter):
-    loss: ClassVar[str]
-    stop_reason: ClassVar[str]
+    stop_reason: str  # the trace's stop reason when the early-stop rule fires
+    options = TOUR_OPTIONS
 
-    def __init__(self, teacher: Teacher, preset: str = "passage", **options):
-        self.teacher = teacher
+    def __init__(self, teacher: Teacher, preset: str = "passage", *, store: ScoreStore | None = None, **options):
+        """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`)."""
+        self.teacher, self.store = teacher, store
         self.config = TourConfig.from_preset(preset, **options)
+
+    @classmethod
+    def check_options(cls, preset: str = "passage", **options) -> None:
+        TourConfig.from_preset(preset, **options)
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
         raise NotImplementedError
 
-    def rewrite(self, batch: QueryBatch, searcher, k: int) -> list[SearchResult]:
+    def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config
-        check_depth(cfg.k, searcher)
-        traces = [Trace() for _ in batch.qids]
+        check_depth(cfg.depth, index)
+        traces = batch.traces
         q = batch.vectors.astype(np.float64)
         momentum_buffers: list[np.ndarray | None] = [None] * len(batch)
-        cache = ScoreCache(self.teacher, searcher.docstore, cfg.use_cache)
+        cache = ScoreCache(self.teacher, index.docstore, enabled=cfg.use_cache, store=self.store)
         active = list(range(len(batch)))
         scored: list[dict[str, np.ndarray]] = [{} for _ in batch.qids]  # candidates the teacher has seen
         for t in range(cfg.iterations):
@@ -112,19 +171,19 @@ class _Tour(Rewriter):
                 break
             active_traces = [traces[i] for i in active]
             with timed(active_traces, "search"):
-                candidates = searcher.search_vectors(q[active], cfg.k, return_vector=True)
+                candidates = index.search_vectors(q[active], cfg.depth, return_vector=True)
             scores = cache.score(
                 [batch.qids[i] for i in active],
                 [batch.texts[i] for i in active],
-                [[h.docid for h in hits] for hits in candidates],
+                [[h.docid for h in found] for found in candidates],
                 active_traces,
             )
             still_active = []
             lr = linear_lr(cfg.lr, t, cfg.iterations)
             with timed(active_traces, "update"):
-                for i, hits, s in zip(active, candidates, scores):
-                    scored[i].update((h.docid, h.vector) for h in hits)
-                    step = self.step(q[i], np.vstack([h.vector for h in hits]).astype(np.float64), s)
+                for i, found, s in zip(active, candidates, scores):
+                    scored[i].update((h.docid, h.vector) for h in found)
+                    step = self.step(q[i], np.vstack([h.vector for h in found]).astype(np.float64), s)
                     traces[i].losses.append(step.loss)
                     if step.stop and cfg.early_stop:
                         traces[i].stop_reason = self.stop_reason
@@ -138,10 +197,11 @@ class _Tour(Rewriter):
             active = still_active
         for i in active:
             traces[i].stop_reason = "max iterations"
-        union = scored if cfg.final == "union" else None
-        return rank_by_teacher(batch, searcher, q, cache, traces, cfg.k, k, cfg.lam, cfg.smoothing, union)
+        return rank_by_teacher(batch, index, vectors=q, cache=cache, depth=cfg.depth, hits=hits, lam=cfg.lam,
+                               smoothing=cfg.smoothing, scored=scored if cfg.final == "union" else None)  # fmt: skip
 
 
+@REWRITERS.register
 class TourHard(_Tour):
     """Hard pseudo labels: maximise the retriever's probability of the teacher's nucleus C_hard."""
 
@@ -151,22 +211,37 @@ class TourHard(_Tour):
     def positives(self, teacher_scores: np.ndarray) -> np.ndarray:
         cfg = self.config
         if cfg.fixed_positives is not None:
-            return np.argsort(-teacher_scores, kind="stable")[: cfg.fixed_positives]
+            return np.arange(cfg.fixed_positives)
+        if cfg.teacher_positives is not None:
+            return np.argsort(-teacher_scores, kind="stable")[: cfg.teacher_positives]
         return nucleus(softmax(teacher_scores, cfg.tau), cfg.p)
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
         positives = self.positives(teacher_scores)
         loss, grad = hard_loss_and_grad(q, C, positives)
-        return _Step(bool(np.any(positives == 0)), loss, grad)
+        # the retriever's own top-k' always hold its top-1: that ablation runs every iteration
+        stop = self.config.fixed_positives is None and bool(np.any(positives == 0))
+        return _Step(stop, loss, grad)
 
 
+@REWRITERS.register
 class TourSoft(_Tour):
-    """Soft pseudo labels: minimise KL(teacher distribution || retriever distribution) over the top-k."""
+    """Soft pseudo labels: minimise KL(teacher distribution || retriever distribution) over the top-depth."""
 
     name = "tour-soft"
-    stop_reason = "retriever top-1 is the teacher's top-1"
+
+    @property
+    def stop_reason(self) -> str:
+        if self.config.soft_stop == "nucleus":
+            return "retriever top-1 is in the teacher's nucleus"
+        return "retriever top-1 is the teacher's top-1"
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
-        probs = softmax(teacher_scores, self.config.tau)
+        cfg = self.config
+        probs = softmax(teacher_scores, cfg.tau)
         loss, grad = soft_loss_and_grad(q, C, probs)
-        return _Step(int(np.argmax(probs)) == 0, loss, grad)
+        if cfg.soft_stop == "nucleus":
+            stop = bool(np.any(nucleus(probs, cfg.p) == 0))
+        else:
+            stop = int(np.argmax(probs)) == 0
+        return _Step(stop, loss, grad)

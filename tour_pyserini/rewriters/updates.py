@@ -1,4 +1,4 @@
-"""The math of the rewriters as small pure functions on NumPy arrays (SPEC sections 2-4).
+"""The math of the rewriters as small pure functions on NumPy arrays (equations: docs/algorithms.md).
 
 Shapes: a query vector ``q`` is (d,), candidate vectors ``C`` are (k, d) in retrieval order, scores
 are (k,). Everything here is testable against hand-computed values without Java or models.
@@ -6,7 +6,11 @@ are (k,). Everything here is testable against hand-computed values without Java 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from tour_pyserini.errors import UserError
 
 LOG_CLAMP = 1e-7  # the official TOUR code clamps probabilities at 1e-7 inside the log
 
@@ -36,10 +40,14 @@ def hard_loss_and_grad(q: np.ndarray, C: np.ndarray, positives: np.ndarray) -> t
 
     dL/dq = sum_i P_k(c_i) c_i - sum_{i in positives} P_k(c_i | positives) c_i: towards the
     retriever-weighted mean of the pseudo positives, away from the retriever-weighted mean of all.
+    As in the official code the mass is clamped at 1e-7 inside the log, and, as torch's clamp does,
+    the gradient is zero when the mass is below the clamp.
     """
     p_k = softmax(C @ q)
     mass = p_k[positives].sum()
     loss = -float(np.log(max(mass, LOG_CLAMP)))
+    if mass < LOG_CLAMP:
+        return loss, np.zeros_like(q, dtype=np.float64)
     within = np.zeros_like(p_k)
     within[positives] = p_k[positives] / mass
     return loss, (p_k - within) @ C
@@ -87,6 +95,14 @@ def rocchio(q: np.ndarray, C: np.ndarray, alpha: float, beta: float, gamma: floa
 def average_prf(q: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Pyserini's ``DenseVectorAveragePrf``: the mean of the query and the feedback vectors."""
     return np.mean(np.vstack((q, C)), axis=0)
+
+
+def check_aggregation(lam: float, smoothing: float) -> None:
+    """The final aggregation needs lam in [0, 1] and a positive, finite smoothing."""
+    if not 0.0 <= lam <= 1.0:
+        raise UserError(f"--lambda must be in [0, 1], got {lam}")
+    if not (math.isfinite(smoothing) and smoothing > 0):
+        raise UserError(f"--smoothing must be positive and finite, got {smoothing}")
 
 
 def aggregate(teacher_scores: np.ndarray, retriever_scores: np.ndarray, lam: float, smoothing: float = 100.0):

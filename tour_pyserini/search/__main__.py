@@ -1,7 +1,8 @@
 """python -m tour_pyserini.search: search a dense or BM25 index for every topic and write a TREC run.
 
 Dense indexes take a query rewriter (``--rewriter``) and, for rewriters that ask a teacher, a teacher
-spec (``--reranker``): ``cross-encoder:PATH``, ``bm25``, ``fusion:SPEC+SPEC`` or ``oracle:QRELS``.
+spec (``--reranker``): ``cross-encoder:PATH``, ``bm25``, ``fusion:A+B`` or ``oracle:QRELS``. Each
+rewriter declares its own flags (``--help`` lists them by rewriter).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.data.topics import read_topics
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.layout import index_kind
 from tour_pyserini.results import SearchResult
-from tour_pyserini.rewriters import available_rewriters, get_rewriter
+from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter, get_rewriter_class
 from tour_pyserini.runs import RunWriter
 
 # flags that do not change the run, so an interrupted run may resume under different values
@@ -43,88 +45,59 @@ def parser() -> argparse.ArgumentParser:
 
     rw = ap.add_argument_group("query rewriting (dense indexes)")
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
-    rw.add_argument(
-        "--reranker", metavar="SPEC", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, oracle:QRELS"
-    )
+    rw.add_argument("--reranker", metavar="TEACHER", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, "
+                    "oracle:QRELS")  # fmt: skip
     rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
-    tour = ap.add_argument_group("TOUR and re-ranking (defaults: the --preset)")
-    tour.add_argument("--preset", choices=["passage", "odqa"], help="passage: lr 0.2, T 1, k 100, lambda 1; "
-                      "odqa: lr 1.2, T 3, k 10, lambda 0.1")  # fmt: skip
-    tour.add_argument("--k", type=int, help="candidates the teacher scores per iteration")
-    tour.add_argument("--iterations", type=int, help="maximum iterations T (also PRF iterations)")
-    tour.add_argument("--lr", type=float, help="learning rate (decays linearly to 0 over T)")
-    tour.add_argument("--momentum", type=float, help="SGD momentum (0.99)")
-    tour.add_argument("--weight-decay", type=float, help="SGD weight decay (0.01; official code 0.1)")
-    tour.add_argument("--clip", type=float, help="gradient-norm clipping (1.0)")
-    tour.add_argument("--tau", type=float, help="teacher temperature (0.5)")
-    tour.add_argument("--p", type=float, help="nucleus mass of the hard pseudo positives (0.5)")
-    tour.add_argument("--lambda", dest="lam", type=float, help="final weight of the teacher (1 - of the retriever)")
-    tour.add_argument("--smoothing", type=float, help="retriever logits are sim / smoothing in aggregation (100)")
-    tour.add_argument("--fixed-positives", type=int, metavar="K'", help="ablation: teacher's top-k' as positives")
-    tour.add_argument("--no-early-stop", action="store_true", help="ablation: always run T iterations")
-    tour.add_argument("--no-cache", action="store_true", help="ablation: rescore candidates every iteration")
-    tour.add_argument(
-        "--final",
-        choices=["search", "union"],
-        help="final ranking: the last search's top-k "
-        "(paper), or its union with every candidate scored on the way (no extra teacher calls)",
-    )
-    prf = ap.add_argument_group("pseudo relevance feedback (Pyserini's flags)")
-    prf.add_argument("--prf-depth", type=int, help="feedback documents (3)")
-    prf.add_argument("--prf-iterations", type=int, help="feedback rounds (1)")
-    prf.add_argument("--rocchio-alpha", type=float, help="weight of the query (0.9)")
-    prf.add_argument("--rocchio-beta", type=float, help="weight of the top documents (0.1)")
-    prf.add_argument("--rocchio-gamma", type=float, help="weight of the bottom documents (0.1)")
-    prf.add_argument("--rocchio-topk", type=int, help="positive feedback documents (3)")
-    prf.add_argument("--rocchio-bottomk", type=int, help="negative feedback documents (0)")
+    for name, options in rewriter_options().items():
+        group = ap.add_argument_group(f"{name} options")
+        for option in options:
+            option.add_to(group)
     return ap
 
 
-def rewriter_options(args: argparse.Namespace, teacher) -> dict:
-    """The options the command line gave, named as the rewriters' constructors name them."""
-    if args.iterations is not None and args.prf_iterations is not None:
-        raise ValueError("give --iterations or --prf-iterations, not both")
-    return {
-        "teacher": teacher,
-        "preset": args.preset,
-        "k": args.k,
-        "iterations": args.iterations if args.iterations is not None else args.prf_iterations,
-        "lr": args.lr,
-        "momentum": args.momentum,
-        "weight_decay": args.weight_decay,
-        "clip": args.clip,
-        "tau": args.tau,
-        "p": args.p,
-        "lam": args.lam,
-        "smoothing": args.smoothing,
-        "fixed_positives": args.fixed_positives,
-        "early_stop": False if args.no_early_stop else None,
-        "use_cache": False if args.no_cache else None,
-        "final": args.final,
-        "prf_depth": args.prf_depth,
-        "alpha": args.rocchio_alpha,
-        "beta": args.rocchio_beta,
-        "gamma": args.rocchio_gamma,
-        "topk": args.rocchio_topk,
-        "bottomk": args.rocchio_bottomk,
-    }
+def rewriter_options() -> dict[str, list[Option]]:
+    """Every rewriter's own flags, grouped under the first rewriter that declares each (shared flags once)."""
+    seen: dict[str, Option] = {}
+    groups: dict[str, list[Option]] = {}
+    for name, cls in available_rewriters().items():
+        for option in cls.options:
+            if option.flag in seen:
+                if seen[option.flag] != option:
+                    raise TypeError(f"rewriters declare {option.flag} differently: {seen[option.flag]} and {option}")
+                continue
+            seen[option.flag] = option
+            groups.setdefault(name, []).append(option)
+    return groups
+
+
+def rewriter_flags(args: argparse.Namespace) -> dict:
+    """The options given for ``--rewriter``, checked before any model loads; a flag of another rewriter is an error."""
+    cls = get_rewriter_class(args.rewriter)
+    own = {option.flag for option in cls.options}
+    given = [o for group in rewriter_options().values() for o in group if getattr(args, o.dest) is not None]
+    if stray := [o.flag for o in given if o.flag not in own]:
+        raise UserError(f"{', '.join(stray)}: not an option of --rewriter {args.rewriter}")
+    options = {o.param: getattr(args, o.dest) for o in given}
+    cls.check_options(**options)
+    return options
 
 
 def open_searcher(args: argparse.Namespace):
     """The searcher for ``--index``, and the teacher's label (None without a teacher)."""
     if index_kind(args.index) == "bm25":
         if args.rewriter != "none" or args.reranker:
-            raise ValueError("--rewriter and --reranker need a dense index; this one is BM25")
+            raise UserError("--rewriter and --reranker need a dense index; this one is BM25")
         from tour_pyserini.search.bm25 import Bm25Searcher
 
-        return Bm25Searcher.from_index(args.index, args.bm25_k1, args.bm25_b, threads=args.threads), None
+        return Bm25Searcher.from_index(args.index, k1=args.bm25_k1, b=args.bm25_b, threads=args.threads), None
     from tour_pyserini.search.searcher import TourSearcher
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
+    options = rewriter_flags(args)
     context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length)
     teacher = get_teacher(args.reranker, context) if args.reranker else None
-    rewriter = get_rewriter(args.rewriter, **rewriter_options(args, teacher))
-    searcher = TourSearcher.from_index(args.index, args.encoder, rewriter, threads=args.threads)
+    rewriter = get_rewriter(args.rewriter, teacher=teacher, **options)
+    searcher = TourSearcher.from_index(args.index, encoder=args.encoder, rewriter=rewriter, threads=args.threads)
     if teacher is not None and teacher.oracle:
         print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
               "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
@@ -152,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     if args.hits < 1 or args.batch_size < 1:
-        raise ValueError("--hits and --batch-size must be positive")
+        raise UserError("--hits and --batch-size must be positive")
     topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
     searcher, teacher_label = open_searcher(args)
     tag = args.run_tag

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
+from tour_pyserini.data.topics import check_queries
 from tour_pyserini.index.layout import MissingIndexError, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
-from tour_pyserini.search.searcher import check_queries
 
 
 class Bm25Searcher:
@@ -19,18 +19,18 @@ class Bm25Searcher:
         self.threads = threads
 
     @classmethod
-    def from_index(cls, index_dir: str | Path, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> Bm25Searcher:
+    def from_index(cls, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> Bm25Searcher:
         if index_kind(index_dir) != "bm25":
             raise MissingIndexError(f"{index_dir} is a dense index, not a Lucene one")
         searcher = import_pyserini("pyserini.search.lucene").LuceneSearcher(str(index_dir))
         searcher.set_bm25(k1, b)
         return cls(searcher, threads)
 
-    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
+    def retrieve(self, queries: Sequence[str], qids: Sequence[str], hits: int = 10) -> list[SearchResult]:
         check_queries(queries, qids)
         traces = [Trace() for _ in qids]
         with timed(traces, "search"):
-            results = self.lucene.batch_search(list(queries), list(qids), k, self.threads)
+            results = self.lucene.batch_search(list(queries), list(qids), hits, self.threads)
         return [
             SearchResult(qid, [Hit(h.docid, float(h.score)) for h in results[qid]], trace)
             for qid, trace in zip(qids, traces)

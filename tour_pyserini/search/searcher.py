@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini._java import import_pyserini
+from tour_pyserini.data.topics import check_queries
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
@@ -29,16 +31,8 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class DimensionMismatchError(ValueError):
+class DimensionMismatchError(UserError):
     """Query vectors and index vectors have different sizes."""
-
-
-def check_queries(texts: Sequence[str], qids: Sequence[str]) -> None:
-    if len(texts) != len(qids):
-        raise ValueError(f"{len(texts)} queries but {len(qids)} qids")
-    for qid, text in zip(qids, texts):
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"query {qid!r} has empty text")
 
 
 class TourSearcher:
@@ -60,11 +54,11 @@ class TourSearcher:
     Examples
     --------
     >>> searcher = TourSearcher.from_index("indexes/scifact.minilm")
-    >>> hits = searcher.search("0-dimensional biomaterials show inductive properties.", k=10)
+    >>> hits = searcher.search("0-dimensional biomaterials show inductive properties.", hits=10)
     >>> hits[0].docid, hits[0].score
     """
 
-    def __init__(self, faiss_searcher, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
+    def __init__(self, faiss_searcher, *, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
                  threads: int = 1, encode_threads: int | None = None):  # fmt: skip
         import torch
 
@@ -78,6 +72,7 @@ class TourSearcher:
     def from_index(
         cls,
         index_dir: str | Path,
+        *,
         encoder: str | EncoderSpec | None = None,
         rewriter: Rewriter | None = None,
         threads: int = 1,
@@ -101,7 +96,11 @@ class TourSearcher:
         query_encoder = import_pyserini("pyserini.encode").AutoQueryEncoder(
             encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device="cpu"
         )
-        faiss_searcher = import_pyserini("pyserini.search.faiss").FaissSearcher(str(index_dir), query_encoder)
+        try:
+            faiss_searcher = import_pyserini("pyserini.search.faiss").FaissSearcher(str(index_dir), query_encoder)
+        except RuntimeError as e:  # Faiss reports a truncated or corrupt file as a RuntimeError
+            raise UserError(f"{index_dir / 'index'} cannot be read as a Faiss index: "
+                            f"{str(e).strip().splitlines()[-1]}") from None  # fmt: skip
         hidden = query_encoder.model.config.hidden_size
         if hidden != faiss_searcher.dimension:
             raise DimensionMismatchError(
@@ -109,7 +108,8 @@ class TourSearcher:
                 f"{faiss_searcher.dimension}-d vectors"
             )
         store = index_dir / DOCSTORE_FILE
-        return cls(faiss_searcher, rewriter, DocStore(store) if store.exists() else None, threads)
+        return cls(faiss_searcher, rewriter=rewriter, docstore=DocStore(store) if store.exists() else None,
+                   threads=threads)
 
     @property
     def dimension(self) -> int:
@@ -139,11 +139,12 @@ class TourSearcher:
                 f"query vectors of shape {vectors.shape} do not match the index dimension {self.dimension}"
             )
         if not np.isfinite(vectors).all():
-            raise ValueError("query vectors contain NaN or infinite values")
+            raise UserError("query vectors contain NaN or infinite values")
         return vectors
 
-    def search_vectors(self, vectors: np.ndarray, k: int, return_vector: bool = False) -> list[list[Hit]]:
-        """One Faiss search of the whole index for each row of ``vectors`` (n, d): what rewriters call.
+    def search_vectors(self, vectors: np.ndarray, depth: int, return_vector: bool = False) -> list[list[Hit]]:
+        """The top-``depth`` of the whole index for each row of ``vectors`` (n, d): the :class:`VectorIndex`
+        method every rewriter iterates.
 
         Uses the FaissSearcher's own index and docids directly, so that each hit becomes one
         :class:`Hit` (not a Pyserini result object first): this is the loop every rewriter iterates.
@@ -162,9 +163,9 @@ class TourSearcher:
         faiss.cvar.distance_compute_blas_threshold = max(threshold, len(vectors) + 1)
         try:
             if return_vector:
-                scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, k)
+                scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, depth)
             else:
-                scores, rows = self.faiss.index.search(vectors, k)
+                scores, rows = self.faiss.index.search(vectors, depth)
                 candidates = None
         finally:
             faiss.cvar.distance_compute_blas_threshold = threshold
@@ -182,25 +183,47 @@ class TourSearcher:
                 rankings.append(hits)
         return rankings
 
-    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
-        """Encode, rewrite and search a batch of queries; one result with its trace per query, in order."""
+    def retrieve(self, queries: Sequence[str], qids: Sequence[str], hits: int = 10, *,
+                 rewriter: Rewriter | None = None) -> list[SearchResult]:  # fmt: skip
+        """Encode, rewrite and search a batch of queries; one result with its trace per query, in order.
+
+        ``rewriter`` overrides the searcher's own for this call.
+        """
         check_queries(queries, qids)
         traces = [Trace() for _ in qids]
         with timed(traces, "encode"):
             vectors = self.encode(queries)
-        results = self.rewriter.rewrite(QueryBatch(list(qids), list(queries), vectors), self, k)
-        for result, trace in zip(results, traces):
-            result.trace.seconds["encode"] += trace.seconds["encode"]
-        return results
+        return self.retrieve_vectors(qids, queries, vectors, hits, rewriter=rewriter, traces=traces)
 
-    def search(self, query: str, k: int = 10) -> list[Hit]:
+    def retrieve_vectors(self, qids: Sequence[str], texts: Sequence[str], vectors: np.ndarray, hits: int = 10, *,
+                         rewriter: Rewriter | None = None, traces: Sequence[Trace] | None = None,
+                         ) -> list[SearchResult]:  # fmt: skip
+        """Rewrite and search queries already encoded (n, d): e.g. encoded once and searched many ways.
+
+        ``texts`` are what teachers read; ``traces`` (one per query, fresh by default) collect what
+        the rewriter did, on top of anything already recorded in them (the encoding time).
+        """
+        check_queries(texts, qids)
+        if hits < 1:
+            raise UserError(f"hits must be positive, got {hits}")
+        vectors = self._check_vectors(vectors)
+        batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None)
+        return (rewriter or self.rewriter).rewrite(batch, self, hits)
+
+    def search(self, query: str, hits: int = 10, *, qid: str = "q") -> list[Hit]:
         """The final ranking of one query."""
-        return self.retrieve([query], ["q"], k)[0].hits
+        return self.retrieve([query], [qid], hits)[0].hits
 
     def batch_search(
-        self, queries: Sequence[str], qids: Sequence[str], k: int = 10, threads: int | None = None
+        self, queries: Sequence[str], qids: Sequence[str], hits: int = 10, threads: int | None = None
     ) -> dict[str, list[Hit]]:
-        """Rankings of many queries, keyed by qid, as ``FaissSearcher.batch_search`` returns them."""
-        if threads is not None:
-            self.threads = threads
-        return {r.qid: r.hits for r in self.retrieve(queries, qids, k)}
+        """Rankings of many queries, keyed by qid, as ``FaissSearcher.batch_search`` returns them.
+
+        ``threads`` applies to this call only.
+        """
+        saved = self.threads
+        self.threads = saved if threads is None else threads
+        try:
+            return {r.qid: r.hits for r in self.retrieve(queries, qids, hits)}
+        finally:
+            self.threads = saved

@@ -1,45 +1,53 @@
-"""The one small interface every teacher implements, and the registry of teacher specs."""
+"""The one small interface every teacher implements, and the registry of teacher specs.
+
+Teachers keep no state between calls. What a teacher must remember about one query during one
+search (e.g. the scale the fusion teacher fixed for it) lives in ``ScoreRequest.memo``, which the
+per-search :class:`~tour_pyserini.teachers.cache.ScoreCache` owns and drops with the search.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
-
-_REGISTRY: dict[str, type[Teacher]] = {}
+from tour_pyserini.registry import Registry
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Candidates of one query to be scored; ``docs`` holds their texts when the teacher reads text."""
+    """Candidates of one query to be scored.
+
+    ``docs`` holds their texts when the teacher reads text; ``memo`` is a scratch dict for this query
+    that lives as long as the search that made the request (the same dict at every iteration).
+    """
 
     qid: str
     query: str
     docids: list[str]
     docs: list[Document] | None = None
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 class Teacher(ABC):
     """Scores candidates of queries; higher is more relevant.
 
     A teacher spec on the command line is ``KIND`` or ``KIND:ARGUMENT`` (``cross-encoder:PATH``,
-    ``bm25``, ``oracle:QRELS``, ``fusion:SPEC+SPEC``); each subclass registers its ``kind`` and builds
-    itself from the argument with :meth:`from_spec`.
+    ``bm25``, ``oracle:QRELS``, ``fusion:A+B``); each subclass is registered with
+    ``@TEACHERS.register`` under its ``kind`` and builds itself from the argument with :meth:`from_spec`.
     """
 
     kind: ClassVar[str]
     needs_text: ClassVar[bool] = True  # whether requests must carry document texts
     oracle: ClassVar[bool] = False  # reads relevance judgements: for tests and upper bounds only
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        if "kind" in cls.__dict__:
-            _REGISTRY[cls.kind] = cls
+    # a pair's score does not depend on the other candidates of its query, so scores may be stored and
+    # reused across searches (see ScoreStore)
+    pairwise: ClassVar[bool] = True
 
     @classmethod
     @abstractmethod
@@ -61,3 +69,15 @@ class TeacherContext:
 
     index_dir: str | None = None
     max_length: int | None = None  # tokens of query + document a model-based teacher reads
+
+
+TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers", attribute="kind")
+
+
+def get_teacher(spec: str, context: TeacherContext | None = None) -> Teacher:
+    """Build the teacher a spec names; an unknown kind gets an error listing the known ones."""
+    kind, _, argument = spec.partition(":")
+    teachers = TEACHERS.all()
+    if kind not in teachers:
+        raise UserError(f"unknown teacher {spec!r}; kinds: {', '.join(teachers)} (e.g. bm25, cross-encoder:PATH)")
+    return teachers[kind].from_spec(argument or None, context or TeacherContext())

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini._java import import_pyserini
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.layout import IndexMeta, MissingIndexError, index_kind
-from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
 
 def sibling_bm25_index(index_dir: str | Path) -> Path:
@@ -28,6 +29,7 @@ def sibling_bm25_index(index_dir: str | Path) -> Path:
     )
 
 
+@TEACHERS.register
 class Bm25Teacher(Teacher):
     """BM25 (k1 0.9, b 0.4) of the query against each candidate, as Anserini computes it."""
 
@@ -45,7 +47,7 @@ class Bm25Teacher(Teacher):
         if argument:
             return cls(argument)
         if context.index_dir is None:
-            raise ValueError("the bm25 teacher needs a Lucene index: bm25:DIR")
+            raise UserError("the bm25 teacher needs a Lucene index: bm25:DIR")
         return cls(sibling_bm25_index(context.index_dir))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""The per-query teacher score cache: a candidate is scored at most once per query."""
+"""The per-search teacher score cache: a candidate is scored at most once per query."""
 
 from __future__ import annotations
 
@@ -6,25 +6,35 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.results import Trace, timed
 from tour_pyserini.teachers.base import ScoreRequest, Teacher
+from tour_pyserini.teachers.store import ScoreStore
 
 
 class ScoreCache:
     """Scores many queries' candidates with one teacher call, remembering every (qid, docid) score.
 
-    With ``enabled=False`` (the paper's no-cache ablation) every candidate is scored again each time;
-    the scores are the same, only the teacher calls grow.
+    One cache serves one search (one rewrite of a batch) and holds all per-query state of it: the
+    scores, and each query's ``memo`` that teachers calibrating per query use. With ``enabled=False``
+    (the paper's no-cache ablation) every candidate is scored again each time; the scores are the same,
+    only the teacher calls grow. A ``store`` keeps scores across searches (on disk): pairs found there
+    are not sent to the teacher, but still count as teacher calls, since the budget is the same.
     """
 
-    def __init__(self, teacher: Teacher, docstore: DocStore | None = None, enabled: bool = True):
+    def __init__(self, teacher: Teacher, docstore: DocStore | None = None, *, enabled: bool = True,
+                 store: ScoreStore | None = None):  # fmt: skip
         if teacher.needs_text and docstore is None:
-            raise ValueError(f"teacher {teacher.label!r} reads document texts but the index has no docstore")
+            raise UserError(f"teacher {teacher.label!r} reads document texts but the index has no docstore")
+        if store is not None and not teacher.pairwise:
+            raise ValueError(f"teacher {teacher.label!r} scores depend on the other candidates: they cannot be stored")
         self.teacher = teacher
         self.docstore = docstore
         self.enabled = enabled
+        self.store = store
         self.scores: dict[str, dict[str, float]] = {}
+        self.memos: dict[str, dict] = {}
 
     def score(
         self, qids: Sequence[str], queries: Sequence[str], docids: Sequence[Sequence[str]], traces: Sequence[Trace]
@@ -37,22 +47,36 @@ class ScoreCache:
             trace.cache_hits += len(candidates) - len(new) if self.enabled else 0
             trace.teacher_calls += len(new)
             if new:
-                requests.append((trace, ScoreRequest(qid, query, new)))
+                requests.append((trace, ScoreRequest(qid, query, new, memo=self.memos.setdefault(qid, {}))))
         if requests:
             with timed([trace for trace, _ in requests], "teacher"):
-                batch = [self._with_text(r) for _, r in requests]
-                for request, scores in zip(batch, self.teacher.score(batch)):
-                    scores = np.asarray(scores, dtype=np.float64)
-                    if scores.shape != (len(request.docids),) or not np.isfinite(scores).all():
-                        raise ValueError(f"teacher {self.teacher.label!r} returned non-finite or misshaped scores "
-                                         f"for query {request.qid!r}")  # fmt: skip
-                    self.scores.setdefault(request.qid, {}).update(zip(request.docids, scores.tolist()))
+                for request, scores in zip((r for _, r in requests), self._score([r for _, r in requests])):
+                    self.scores.setdefault(request.qid, {}).update(zip(request.docids, scores))
         out = [np.array([self.scores[q][d] for d in c]) if c else np.zeros(0) for q, c in zip(qids, docids)]
         if not self.enabled:
             self.scores.clear()
         return out
 
+    def _score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        """Scores of the requests, from the store where it has them, else from the teacher."""
+        stored = [self.store.get(r.query, r.docids) if self.store else {} for r in requests]
+        todo = [(i, ScoreRequest(r.qid, r.query, [d for d in r.docids if d not in stored[i]], memo=r.memo))
+                for i, r in enumerate(requests)]  # fmt: skip
+        todo = [(i, r) for i, r in todo if r.docids]
+        if todo:
+            for (i, request), scores in zip(todo, self.teacher.score([self._with_text(r) for _, r in todo])):
+                scores = np.asarray(scores, dtype=np.float64)
+                if scores.shape != (len(request.docids),) or not np.isfinite(scores).all():
+                    raise ValueError(f"teacher {self.teacher.label!r} returned non-finite or misshaped scores "
+                                     f"for query {request.qid!r}")  # fmt: skip
+                fresh = dict(zip(request.docids, scores.tolist()))
+                if self.store:
+                    self.store.put(request.query, fresh)
+                stored[i].update(fresh)
+        return [[s[d] for d in r.docids] for r, s in zip(requests, stored)]
+
     def _with_text(self, request: ScoreRequest) -> ScoreRequest:
         if not self.teacher.needs_text:
             return request
-        return ScoreRequest(request.qid, request.query, request.docids, self.docstore.get(request.docids))
+        return ScoreRequest(request.qid, request.query, request.docids, self.docstore.get(request.docids),
+                            memo=request.memo)  # fmt: skip

@@ -7,16 +7,50 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.errors import UserError
+from tour_pyserini.index.docstore import Document
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
 
+def pair_text(doc: Document) -> str:
+    """The document side of a pair: title and text joined by one space (what the shipped teachers read)."""
+    return doc.contents
+
+
+def pair_inputs(tokenizer, queries: Sequence[str], texts: Sequence[str], max_length: int):
+    """Model inputs for (query, document text) pairs, shared by training and scoring so they cannot drift.
+
+    ``[CLS] query [SEP] text [SEP]`` cut to ``max_length`` tokens, longest side first: the document is
+    cut until it is as short as the query, then both; so a short query is never cut, and a query longer
+    than the model's length (long information needs) still leaves room for the document.
+    """
+    return tokenizer(list(queries), list(texts), truncation="longest_first", max_length=max_length,
+                     padding=True, return_tensors="pt")  # fmt: skip
+
+
+def logits_to_scores(logits):
+    """One relevance score per row: the logit of a one-output model; l1 - l0 (log-odds) of a two-output one."""
+    return logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
+
+
+def check_model_dir(path: str) -> None:
+    """A local cross-encoder must be a HuggingFace model directory; anything else that looks like a path is
+    a user error (a hub id is left to transformers)."""
+    local = Path(path).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise UserError(f"cross-encoder {path!r} is not a HuggingFace model directory (no config.json)")
+    elif path.startswith((".", "/", "~")) or path.count("/") != 1:
+        raise UserError(f"cross-encoder {path!r}: no such model directory")
+
+
+@TEACHERS.register
 class CrossEncoderTeacher(Teacher):
-    """Scores "query [SEP] title text" with a sequence-classification model.
+    """Scores (query, "title text") pairs with a sequence-classification model.
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
-    same scores); inputs are truncated to ``max_length`` tokens (at most the tokenizer's
-    ``model_max_length``, which ``train_reranker`` sets to the training length), document side first. A model with one
-    output scores by its logit, one with two by the positive logit minus the negative.
+    same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
+    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`.
     """
 
     kind = "cross-encoder"
@@ -26,12 +60,14 @@ class CrossEncoderTeacher(Teacher):
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
-        if Path(path).exists() and not (Path(path) / "config.json").is_file():
-            raise ValueError(f"cross-encoder {path!r} is not a HuggingFace model directory (no config.json)")
-        config = AutoConfig.from_pretrained(path)
+        check_model_dir(path)
+        try:
+            config = AutoConfig.from_pretrained(path)
+        except OSError as e:
+            raise UserError(f"cross-encoder {path!r} cannot be loaded: {str(e).splitlines()[0]}") from None
         architectures = config.architectures or []
         if not any(a.endswith("ForSequenceClassification") for a in architectures):
-            raise ValueError(
+            raise UserError(
                 f"cross-encoder {path!r} is not a sequence-classification model (architectures: "
                 f"{architectures or 'none'}); its classification head would be random"
             )
@@ -45,7 +81,7 @@ class CrossEncoderTeacher(Teacher):
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> CrossEncoderTeacher:
         if not argument:
-            raise ValueError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
+            raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
         return cls(argument) if context.max_length is None else cls(argument, max_length=context.max_length)
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
@@ -56,22 +92,14 @@ class CrossEncoderTeacher(Teacher):
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                inputs = self.tokenizer(
-                    [queries[i] for i in idx],
-                    [texts[i] for i in idx],
-                    truncation="only_second",
-                    max_length=self.max_length,
-                    padding=True,
-                    return_tensors="pt",
-                )
-                logits = self.model(**inputs).logits.float()
-                out = logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
-                scores[idx] = out.numpy()
+                inputs = pair_inputs(self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
+                                     self.max_length)  # fmt: skip
+                scores[idx] = logits_to_scores(self.model(**inputs).logits.float()).numpy()
         return scores
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         queries = [r.query for r in requests for _ in r.docids]
-        texts = [doc.contents for r in requests for doc in r.docs]
+        texts = [pair_text(doc) for r in requests for doc in r.docs]
         flat = self.score_pairs(queries, texts)
         bounds = np.cumsum([0] + [len(r.docids) for r in requests])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]

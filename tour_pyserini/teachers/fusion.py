@@ -6,40 +6,42 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, get_teacher
 
 
+@TEACHERS.register
 class FusionTeacher(Teacher):
-    """``fusion:bm25+cross-encoder:PATH``: each part's scores are z-normalised and summed.
+    """``fusion:bm25+cross-encoder:PATH``: each part's scores are z-normalised per query and summed.
 
-    The mean and standard deviation of a part are fixed from the first candidates it scores for a
-    query, so a candidate scored in a later iteration lands on the same scale as the earlier ones
-    (scores stay cacheable and batched runs equal sequential ones).
+    The mean and standard deviation of a part are fixed from the first candidates it scores for a query
+    in one search and kept in that query's ``memo``, so a candidate scored in a later iteration lands on
+    the same scale as the earlier ones (batched runs equal sequential ones), and nothing carries over to
+    another query or search. A pair's score depends on the first candidates: not ``pairwise``.
     """
 
     kind = "fusion"
+    pairwise = False
 
     def __init__(self, parts: Sequence[Teacher]):
         if len(parts) < 2:
-            raise ValueError("fusion needs at least two teachers: fusion:SPEC+SPEC")
+            raise UserError("fusion needs at least two teachers: fusion:A+B")
         self.parts = list(parts)
         self.needs_text = any(p.needs_text for p in parts)  # type: ignore[misc]
         self.oracle = any(p.oracle for p in parts)  # type: ignore[misc]
-        self._stats: dict[tuple[int, str], tuple[float, float]] = {}
 
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> FusionTeacher:
-        from tour_pyserini.teachers import get_teacher
-
         if not argument:
-            raise ValueError("fusion needs teachers: fusion:SPEC+SPEC")
+            raise UserError("fusion needs teachers: fusion:A+B")
         return cls([get_teacher(spec, context) for spec in argument.split("+")])
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         total = [np.zeros(len(r.docids)) for r in requests]
         for i, part in enumerate(self.parts):
             for j, (request, scores) in enumerate(zip(requests, part.score(requests))):
-                mean, std = self._stats.setdefault((i, request.qid), (float(np.mean(scores)), float(np.std(scores))))
+                key = (id(self), i)  # this part of this fusion teacher (fusions may nest)
+                mean, std = request.memo.setdefault(key, (float(np.mean(scores)), float(np.std(scores))))
                 total[j] += (scores - mean) / (std if std > 0 else 1.0)
         return total
 

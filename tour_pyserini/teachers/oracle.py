@@ -7,9 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from tour_pyserini.data.qrels import read_qrels
-from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
 
+@TEACHERS.register
 class OracleTeacher(Teacher):
     """Scores a candidate by its qrels grade (unjudged: 0). Results made with it are labelled 'oracle'."""
 
@@ -24,7 +26,7 @@ class OracleTeacher(Teacher):
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> OracleTeacher:
         if not argument:
-            raise ValueError("the oracle teacher needs qrels: oracle:PATH")
+            raise UserError("the oracle teacher needs qrels: oracle:PATH")
         return cls(read_qrels(argument))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:

@@ -1,0 +1,112 @@
+"""The package's shape: no import cycles, no private names across modules, registries that reject duplicates."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.registry import Registry
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tour_pyserini"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, modules: set[str]) -> set[tuple[str, str | None]]:
+    """(module, imported name or None) for every import statement anywhere in the file, within the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {(a.name, None) for a in node.names if a.name.startswith("tour_pyserini")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tour_pyserini"):
+            for alias in node.names:  # `from pkg import module` imports the module itself
+                sub = f"{node.module}.{alias.name}"
+                found.add((sub, None) if sub in modules else (node.module, alias.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[tuple[str, str | None]]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: imports(path, set(files)) for name, path in files.items()}
+
+
+def test_no_import_cycles(graph):
+    edges = {m: {target for target, _ in targets if target in graph and target != m} for m, targets in graph.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_no_private_names_imported_across_modules(graph):
+    private = sorted(f"{m} imports {t}.{name}" for m, targets in graph.items() for t, name in targets
+                     if name and name.startswith("_"))  # fmt: skip
+    assert not private
+
+
+def test_rewriters_do_not_import_the_searcher(graph):
+    rewriters = [m for m in graph if m.startswith("tour_pyserini.rewriters")]
+    assert not [(m, t) for m in rewriters for t, _ in graph[m] if t.startswith("tour_pyserini.search")]
+    bm25 = {t for t, _ in graph["tour_pyserini.search.bm25"]}
+    assert not [t for t in bm25 if t.startswith(("tour_pyserini.rewriters", "tour_pyserini.search.searcher"))]
+
+
+def test_registry_rejects_a_second_class_under_one_name():
+    registry = Registry("widget", "tour_pyserini.rewriters")
+
+    @registry.register
+    class First:
+        name = "same"
+
+    registry.register(First)  # the same class again (a re-imported module) is fine
+
+    class Second:
+        name = "same"
+
+    with pytest.raises(ValueError, match="widget 'same' is registered twice"):
+        registry.register(Second)
+
+
+def test_unknown_names_are_user_errors():
+    from tour_pyserini.rewriters import get_rewriter
+    from tour_pyserini.teachers import get_teacher
+
+    with pytest.raises(UserError, match="unknown rewriter 'tuor'; choose one of: avg-prf, none, rerank"):
+        get_rewriter("tuor")
+    with pytest.raises(UserError, match="unknown teacher 'monot5'"):
+        get_teacher("monot5")
+
+
+def test_an_internal_key_error_keeps_its_traceback():
+    """Only user errors become one line and exit 2; a bug (here a KeyError) propagates with its traceback."""
+    from tour_pyserini.cli_util import run_cli
+
+    def buggy(argv):
+        return {}["missing"]
+
+    def bad_input(argv):
+        raise UserError("bad flag")
+
+    with pytest.raises(KeyError):
+        run_cli(buggy, [])
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(bad_input, [])
+    assert exit_info.value.code == 2
