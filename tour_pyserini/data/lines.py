@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from tour_pyserini.errors import UserError
+
 
 def read_fields(path: str | Path, layout: str, kind: str) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` for each non-empty line; a line without ``len(layout.split())`` fields raises."""
@@ -18,5 +20,5 @@ def read_fields(path: str | Path, layout: str, kind: str) -> Iterator[tuple[int,
             if not fields:
                 continue
             if len(fields) != expected:
-                raise ValueError(f"{path}:{lineno}: expected '{layout}', found {len(fields)} fields")
+                raise UserError(f"{path}:{lineno}: expected '{layout}', found {len(fields)} fields")
             yield lineno, fields

@@ -11,7 +11,7 @@
 - a BEIR folder (its ``queries.jsonl``);
 - an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``.
 
-Malformed input raises ``ValueError`` naming the file and line.
+Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tour_pyserini.errors import UserError
 
 _QID_KEYS = ("qid", "_id", "id", "query_id")
 _TEXT_KEYS = ("question", "text", "query", "title")
@@ -50,14 +52,14 @@ def _first(obj: dict, keys: tuple[str, ...]):
 
 def _answers(value, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise ValueError(f"{where}: 'answers' must be a list, got {type(value).__name__}")
+        raise UserError(f"{where}: 'answers' must be a list, got {type(value).__name__}")
     return tuple(str(a) for a in value)
 
 
 def _from_object(obj: dict, default_qid: str, where: str, relation: str = "") -> Topic:
     qid, text = _first(obj, _QID_KEYS), _first(obj, _TEXT_KEYS)
     if text is None:
-        raise ValueError(f"{where}: expected a text field ({'/'.join(_TEXT_KEYS)})")
+        raise UserError(f"{where}: expected a text field ({'/'.join(_TEXT_KEYS)})")
     answers = _answers(obj.get("answers", obj.get("answer", [])), where)
     return Topic(str(default_qid if qid is None else qid), str(text), answers, relation)
 
@@ -67,7 +69,7 @@ def _parse_jsonl(path: Path) -> Iterator[tuple[int, Topic]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
         yield lineno, _from_object(obj, str(index), f"{path}:{lineno}")
 
 
@@ -75,9 +77,9 @@ def _parse_json_list(path: Path) -> Iterator[tuple[int, Topic]]:
     try:
         items = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a JSON list of {{question, answers}} objects")
+        raise UserError(f"{path}: expected a JSON list of {{question, answers}} objects")
     relation = path.name.split(".")[0]
     for i, obj in enumerate(items):
         yield i + 1, _from_object(obj, f"{relation}-{i}", f"{path}: item {i}", relation)
@@ -101,13 +103,13 @@ def _parse_tsv(path: Path) -> Iterator[tuple[int, Topic]]:
     for index, (lineno, line) in enumerate(_lines(path)):
         first, tab, second = line.partition("\t")
         if not tab:
-            raise ValueError(f"{path}:{lineno}: expected 'qid<TAB>text', found no tab")
+            raise UserError(f"{path}:{lineno}: expected 'qid<TAB>text', found no tab")
         if dpr is None:  # the first line decides the format
             dpr = _dpr_answers(second) is not None
         if dpr:
             answers = _dpr_answers(second)
             if answers is None:
-                raise ValueError(f"{path}:{lineno}: expected 'question<TAB>[answers]' as in the first line")
+                raise UserError(f"{path}:{lineno}: expected 'question<TAB>[answers]' as in the first line")
             yield lineno, Topic(str(index), first, _answers(answers, f"{path}:{lineno}"))
         else:
             yield lineno, Topic(first.strip(), second)
@@ -157,7 +159,7 @@ def _records(source: Path) -> Iterator[tuple[str, int, Topic]]:
 
 
 def read_topics(source: str | Path) -> list[Topic]:
-    """Topics in file order. Empty texts, duplicate qids and malformed lines raise ``ValueError``."""
+    """Topics in file order. Empty texts, duplicate qids, qids with whitespace and malformed lines raise."""
     path = Path(source)
     if path.exists():
         records = _records(path)
@@ -168,11 +170,14 @@ def read_topics(source: str | Path) -> list[Topic]:
     topics, seen = [], set()
     for where, lineno, topic in records:
         if not topic.text.strip():
-            raise ValueError(f"{where}:{lineno}: query {topic.qid!r} has empty text")
+            raise UserError(f"{where}:{lineno}: query {topic.qid!r} has empty text")
+        if not topic.qid or any(c.isspace() for c in topic.qid):
+            # a run line is whitespace-separated: such a qid would break every run written for it
+            raise UserError(f"{where}:{lineno}: qid {topic.qid!r} is empty or contains whitespace")
         if topic.qid in seen:
-            raise ValueError(f"{where}:{lineno}: duplicate qid {topic.qid!r}")
+            raise UserError(f"{where}:{lineno}: duplicate qid {topic.qid!r}")
         seen.add(topic.qid)
         topics.append(topic)
     if not topics:
-        raise ValueError(f"{source}: no topics")
+        raise UserError(f"{source}: no topics")
     return topics

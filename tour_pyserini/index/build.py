@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.layout import IndexMeta
 
 
@@ -20,6 +21,15 @@ def corpus_file(collection: str | Path) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"no corpus at {path} (expected a collection directory with corpus.jsonl)")
     return path
+
+
+def check_count(corpus: Path, *, indexer: str, indexed: int, expected: int) -> None:
+    """Fail when an index does not hold every document it was given (the indexer's log says why)."""
+    if indexed != expected:
+        raise UserError(
+            f"{corpus}: {indexer} indexed {indexed} of {expected} documents; no index was written "
+            "(see the indexer's messages above)"
+        )
 
 
 def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrite: bool = False) -> IndexMeta:
