@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tour_pyserini.data.lines import read_fields
+from tour_pyserini.errors import UserError
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
@@ -14,7 +15,7 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
         try:
             qrels.setdefault(qid, {})[docid] = int(grade)
         except ValueError:
-            raise ValueError(f"{path}:{lineno}: relevance {grade!r} is not an integer") from None
+            raise UserError(f"{path}:{lineno}: relevance {grade!r} is not an integer") from None
     if not qrels:
-        raise ValueError(f"{path}: no judgements")
+        raise UserError(f"{path}: no judgements")
     return qrels

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.index.build import check_count, corpus_file
-from tour_pyserini.index.corpus import check_corpus, write_normalised
-from tour_pyserini.index.docstore import DocStore, read_jsonl_corpus
+from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
+from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
 
 

@@ -43,10 +43,13 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         meta = IndexMeta.read(output)
         if meta is not None:
             return meta
-        raise FileExistsError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
+        raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
     tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:  # a read-only directory, a file where a directory should be
+        raise UserError(f"cannot create the index {output}: {e.strerror}") from None
     start = time.perf_counter()
     try:
         meta = write(tmp)

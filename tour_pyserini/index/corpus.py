@@ -1,12 +1,13 @@
 """JSONL corpora (Pyserini/BEIR): read and checked before indexing, so that no document is lost silently.
 
 Each line is one JSON object with an id (``id``, ``_id`` or ``docid``) and its text: ``title`` and/or
-``text``, or ``contents``. Anserini skips, with only a log line, a document without a ``contents``
-field or with empty contents, and Pyserini's dense encoder stops at a document without both ``title``
-and ``text``; so every line is checked first (UTF-8, JSON object, id, unique id, non-empty text), each
-error naming the file and line, and each indexer is given a normalised copy when the corpus lacks the
-fields it reads. A document whose text is empty (Cranfield has two) cannot be found by BM25 and is left
-out of a Lucene index with a warning; it stays in the dense index and the document store.
+``text``, or ``contents``. Anserini, meeting a document without a ``contents`` field, stops indexing
+the rest of the file, and it skips one with empty contents, each with only a log line; Pyserini's dense
+encoder stops at a document without both ``title`` and ``text``. So every line is checked first (UTF-8,
+a JSON object, an id without whitespace, unique ids, a text field), each error naming the file and
+line, and each indexer is given a normalised copy when the corpus lacks the fields it reads. A document
+whose text is empty (Cranfield has two) cannot be found by BM25 and is left out of a Lucene index with
+a warning; it stays in the dense index and the document store.
 """
 
 from __future__ import annotations
@@ -122,14 +123,18 @@ def check_corpus(path: str | Path) -> CorpusCheck:
 
 
 def write_normalised(path: str | Path, out: Path, fields: str) -> Path:
-    """Write the corpus as ``{"id", "contents"}`` lines (``fields="contents"``, for Anserini, without the
-    documents it cannot index: empty ones) or else as ``{"id", "title", "text"}`` lines (for Pyserini's
-    dense encoder)."""
+    """Write the corpus as ``{"id", "contents"}`` lines (``fields="contents"``, for Anserini: a document's
+    own ``contents``, else "title text"; empty documents, which it cannot index, left out) or else as
+    ``{"id", "title", "text"}`` lines (for Pyserini's dense encoder)."""
     with open(out, "w", encoding="utf-8") as f:
-        for doc in read_jsonl_corpus(path):
-            if fields == "contents" and not doc.contents.strip():
-                continue
-            record = {"id": doc.docid, "contents": doc.contents} if fields == "contents" else \
-                {"id": doc.docid, "title": doc.title, "text": doc.text}  # fmt: skip
+        for _, obj, doc in _unique_records(Path(path)):
+            if fields == "contents":
+                contents = obj.get("contents")
+                contents = contents if isinstance(contents, str) and contents.strip() else doc.contents
+                if not contents.strip():
+                    continue
+                record = {"id": doc.docid, "contents": contents}
+            else:
+                record = {"id": doc.docid, "title": doc.title, "text": doc.text}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return out

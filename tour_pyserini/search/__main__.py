@@ -156,11 +156,11 @@ def main(argv: list[str] | None = None) -> None:
     # the output is checked (writable, not locked by another search) before any model or JVM loads
     writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)
     done: list[SearchResult] = []
-    start = time.perf_counter()
     try:
         with writer:
             topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
             searcher, teacher_label = open_searcher(args)
+            start = time.perf_counter()
             if teacher_label and "oracle" in teacher_label and "oracle" not in writer.tag:
                 writer.tag = f"{writer.tag}.oracle"
             todo = [t for t in topics if t.qid not in writer.done]
