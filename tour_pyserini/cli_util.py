@@ -21,5 +21,9 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        print(f"interrupted{f': {e}' if e.args else ''}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # every file is closed by now; tearing down the interpreter (torch, the JVM) would take seconds more
+        os._exit(130)

@@ -7,14 +7,18 @@ that precision, so every evaluation tool sees the ranking in exactly the order i
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
 from tour_pyserini.data.lines import read_fields
+from tour_pyserini.errors import UserError
 from tour_pyserini.results import Hit
 
 DECIMALS = 6
@@ -44,52 +48,123 @@ def format_run_lines(qid: str, hits: Sequence[Hit], tag: str, decimals: int = DE
 
 
 class RunWriter:
-    """Write a run so that ``path`` only ever appears complete.
+    """Write a run (and optionally its per-query trace) so that ``path`` only ever appears complete.
 
-    Queries are appended to ``<path>.partial`` as they finish and the file is renamed onto ``path`` when
-    the writer closes without error. If a run is interrupted, a new writer for the same path and the
-    same ``signature`` (e.g. the search arguments) resumes it: ``done`` holds the qids already written,
-    after dropping the last query of the partial file, which may have been cut off mid-write.
+    Each finished query is appended to ``<path>.partial`` at once and the file is renamed onto ``path``
+    when the writer closes without error. If a run is interrupted, a new writer for the same path and
+    the same ``signature`` (e.g. the search arguments) resumes it: ``done`` holds the qids already
+    written, after dropping the last query of the partial file, which may have been cut off mid-write.
+    A run that fails before writing any query leaves no file behind.
+
+    One process writes a run at a time: the partial file is locked (``flock``), and a second writer
+    fails at once. The kernel releases the lock of a killed process, so it never blocks a rerun.
+
+    ``trace`` names a JSON-lines file of one record per query that follows the run's rules: reset
+    with it, truncated on resume to exactly the queries the run holds, renamed together with it.
     """
 
     def __init__(self, path: str | Path, tag: str = "tour_pyserini", signature: dict | None = None,
-                 decimals: int = DECIMALS):  # fmt: skip
+                 decimals: int = DECIMALS, *, resume: bool = True, trace: str | Path | None = None):  # fmt: skip
         self.path = Path(path)
         self.tag = tag
         self.decimals = decimals
-        self.partial = self.path.with_name(self.path.name + ".partial")
-        self.sidecar = self.path.with_name(self.path.name + ".partial.json")
-        signature_text = json.dumps(signature or {}, sort_keys=True)
+        self.partial = _partial_name(self.path, ".partial")
+        self.sidecar = _partial_name(self.path, ".partial.json")
+        self.trace = Path(trace) if trace else None
+        self.trace_partial = _partial_name(self.trace, ".partial") if self.trace else None
         self.done: set[str] = set()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        resumable = self.partial.exists() and self.sidecar.exists() and self.sidecar.read_text() == signature_text
-        if resumable:
-            self.done = _truncate_to_complete_queries(self.partial)
-        else:
-            self.partial.write_text("")
-            self.sidecar.write_text(signature_text)
-        self._file = open(self.partial, "a", encoding="utf-8")
+        self.no_hits: list[str] = []  # queries written with no hits, in order
+        if self.path.is_dir():
+            raise UserError(f"cannot write the run {self.path}: it is a directory")
+        self._file = _open_locked(self.partial)
+        try:
+            self._trace_file = _open_writable(self.trace_partial) if self.trace else None
+            signature_text = json.dumps(signature or {}, sort_keys=True)
+            if resume and self.sidecar.exists() and self.sidecar.read_text() == signature_text:
+                self.done = _truncate_to_complete_queries(self.partial)
+                if self.trace and not _truncate_trace(self.trace_partial, self.done):
+                    self.done = set()  # the trace lacks queries the run holds: start both over
+            if not self.done:
+                self._file.truncate(0)
+                if self._trace_file:
+                    self._trace_file.truncate(0)
+                self.sidecar.write_text(signature_text)
+        except BaseException:
+            self.close(commit=False)
+            raise
 
-    def write(self, qid: str, hits: Sequence[Hit]) -> None:
+    def write(self, qid: str, hits: Sequence[Hit], trace: dict | None = None) -> None:
+        """Append one query's hits (and its trace record) and flush them, so an interrupt keeps them."""
         if qid in self.done:
             raise ValueError(f"query {qid!r} written twice to {self.path}")
         self._file.write(format_run_lines(qid, hits, self.tag, self.decimals))
+        self._file.flush()
+        if self._trace_file and trace is not None:
+            self._trace_file.write(json.dumps({"qid": qid, **trace}) + "\n")
+            self._trace_file.flush()
         self.done.add(qid)
+        if not hits:
+            self.no_hits.append(qid)
 
     def flush(self) -> None:
         self._file.flush()
 
     def close(self, commit: bool = True) -> None:
-        self._file.close()
-        if commit:
-            os.replace(self.partial, self.path)
-            self.sidecar.unlink(missing_ok=True)
+        """Rename the finished files into place, or keep what a rerun can resume from (only that)."""
+        trace_file = getattr(self, "_trace_file", None)
+        if trace_file:
+            trace_file.close()
+        try:
+            if commit:
+                os.replace(self.partial, self.path)
+                if self.trace:
+                    os.replace(self.trace_partial, self.trace)
+                self.sidecar.unlink(missing_ok=True)
+            elif os.fstat(self._file.fileno()).st_size == 0:  # nothing to resume from
+                for leftover in (self.partial, self.sidecar, self.trace_partial):
+                    if leftover:
+                        leftover.unlink(missing_ok=True)
+        finally:
+            self._file.close()  # releases the lock, after the files are in place
 
     def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(commit=exc_type is None)
+
+
+def _partial_name(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _open_writable(path: Path) -> TextIO:
+    """``path`` opened for appending, its directory created; a permission problem is the user's."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a", encoding="utf-8")
+    except OSError as e:  # a read-only or missing directory, a file where a directory should be
+        raise UserError(f"cannot write {path}: {e.strerror} (choose another --output)") from None
+
+
+def _open_locked(partial: Path) -> TextIO:
+    """``partial`` opened for appending under an exclusive lock, or a one-line error if another run holds it."""
+    while True:
+        f = _open_writable(partial)
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise UserError(
+                f"{partial} is locked: another search is writing this run; wait for it or choose another --output"
+            ) from None
+        try:
+            # the holder may have renamed or removed the file just before releasing it: lock the current one
+            if os.stat(partial).st_ino == os.fstat(f.fileno()).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
 
 
 def _truncate_to_complete_queries(partial: Path) -> set[str]:
@@ -111,6 +186,22 @@ def _truncate_to_complete_queries(partial: Path) -> set[str]:
     return set(qids[:-1])
 
 
+def _truncate_trace(trace_partial: Path, done: set[str]) -> bool:
+    """Keep the first record of each query in ``done``; False if some query of ``done`` has none."""
+    kept: dict[str, bytes] = {}
+    for line in trace_partial.read_bytes().splitlines(keepends=True):
+        try:
+            qid = json.loads(line)["qid"]
+        except (ValueError, KeyError, TypeError):  # a record cut off by a kill
+            continue
+        if qid in done and qid not in kept:
+            kept[qid] = line
+    if kept.keys() != done:
+        return False
+    trace_partial.write_bytes(b"".join(kept.values()))
+    return True
+
+
 def write_run(path: str | Path, rankings: Iterable[tuple[str, Sequence[Hit]]], tag: str = "tour_pyserini") -> None:
     """Write a whole run atomically."""
     with RunWriter(path, tag) as writer:
@@ -119,15 +210,17 @@ def write_run(path: str | Path, rankings: Iterable[tuple[str, Sequence[Hit]]], t
 
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
-    """``{qid: {docid: score}}`` from a TREC run; malformed lines and repeated docids raise ``ValueError``."""
+    """``{qid: {docid: score}}`` from a TREC run; malformed lines, non-finite scores and repeated docids raise."""
     run: dict[str, dict[str, float]] = {}
     for lineno, (qid, _, docid, _, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
         try:
             value = float(score)
         except ValueError:
-            raise ValueError(f"{path}:{lineno}: score {score!r} is not a number") from None
+            raise UserError(f"{path}:{lineno}: score {score!r} is not a number") from None
+        if not math.isfinite(value):
+            raise UserError(f"{path}:{lineno}: score {score!r} is not a finite number")
         docs = run.setdefault(qid, {})
         if docid in docs:
-            raise ValueError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
+            raise UserError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
         docs[docid] = value
     return run

@@ -11,7 +11,7 @@
 - a BEIR folder (its ``queries.jsonl``);
 - an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``.
 
-Malformed input raises ``ValueError`` naming the file and line.
+Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _records(source: Path) -> Iterator[tuple[str, int, Topic]]:
 
 
 def read_topics(source: str | Path) -> list[Topic]:
-    """Topics in file order. Empty texts, duplicate qids and malformed lines raise ``ValueError``."""
+    """Topics in file order. Empty texts, duplicate qids, qids with whitespace and malformed lines raise."""
     path = Path(source)
     if path.exists():
         records = _records(path)
@@ -171,6 +171,9 @@ def read_topics(source: str | Path) -> list[Topic]:
     for where, lineno, topic in records:
         if not topic.text.strip():
             raise UserError(f"{where}:{lineno}: query {topic.qid!r} has empty text")
+        if not topic.qid or any(c.isspace() for c in topic.qid):
+            # a run line is whitespace-separated: such a qid would break every run written for it
+            raise UserError(f"{where}:{lineno}: qid {topic.qid!r} is empty or contains whitespace")
         if topic.qid in seen:
             raise UserError(f"{where}:{lineno}: duplicate qid {topic.qid!r}")
         seen.add(topic.qid)

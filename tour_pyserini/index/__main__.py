@@ -8,7 +8,9 @@ from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.build import build_index, corpus_file
+from tour_pyserini.index.corpus import check_corpus
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,7 +30,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    corpus_file(args.collection)  # fail on a missing corpus before loading models or the JVM
+    for flag in ("batch_size", "threads"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    reused = Path(args.output).exists() and not args.overwrite
+    corpus = corpus_file(args.collection)  # fail on a missing or malformed corpus before loading models or the JVM
+    if not reused:
+        check_corpus(corpus)
     if args.bm25:
         from tour_pyserini.index.bm25 import write_bm25_index
 
@@ -38,7 +46,6 @@ def main(argv: list[str] | None = None) -> None:
 
         spec = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
         write = partial(write_dense_index, args.collection, encoder=spec, batch_size=args.batch_size)
-    reused = Path(args.output).exists() and not args.overwrite
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite)
     print(
         ("reusing " if reused else "")

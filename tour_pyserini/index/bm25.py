@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
-from tour_pyserini.index.build import corpus_file
-from tour_pyserini.index.docstore import DocStore, read_jsonl_corpus
+from tour_pyserini.index.build import check_count, corpus_file
+from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
+from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
 
 
 def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) -> IndexMeta:
-    """Index the ``contents`` field of a JSONL corpus with Lucene (JsonCollection, positions, raw docs)."""
+    """Index the ``contents`` of a JSONL corpus with Lucene (JsonCollection, positions, raw docs).
+
+    Documents without ``contents`` are indexed as "title text", as the dense side encodes them; the
+    index must then hold exactly the corpus's documents, less the empty ones (with a warning).
+    """
     corpus = corpus_file(collection).resolve()
+    check = check_corpus(corpus)
     autoclass = import_pyserini("pyserini.pyclass").autoclass
     with tempfile.TemporaryDirectory() as input_dir:
         # JsonCollection reads every file of its input directory; give it the corpus alone
-        (Path(input_dir) / corpus.name).symlink_to(corpus)
+        staged = Path(input_dir) / "corpus.jsonl"
+        if check.lucene_ready:
+            staged.symlink_to(corpus)
+        else:
+            write_normalised(corpus, staged, fields="contents")
         args = [
             "-collection", "JsonCollection",
             "-generator", "DefaultLuceneDocumentGenerator",
@@ -27,5 +38,10 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
             "-storePositions", "-storeDocvectors", "-storeRaw",
         ]  # fmt: skip
         autoclass("io.anserini.index.IndexCollection").main(args)
+    indexed = import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(out_dir)).stats()["documents"]
+    check_count(corpus, indexer="Lucene", indexed=indexed, expected=check.num_docs - len(check.empty))
+    if check.empty:
+        print(f"warning: {corpus}: {len(check.empty)} documents have empty text and are not in the BM25 index "
+              f"(first: {', '.join(check.empty[:5])})", file=sys.stderr)  # fmt: skip
     n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
     return IndexMeta(kind="bm25", collection=str(collection), num_docs=n_docs)

@@ -23,6 +23,15 @@ def corpus_file(collection: str | Path) -> Path:
     return path
 
 
+def check_count(corpus: Path, *, indexer: str, indexed: int, expected: int) -> None:
+    """Fail when an index does not hold every document it was given (the indexer's log says why)."""
+    if indexed != expected:
+        raise UserError(
+            f"{corpus}: {indexer} indexed {indexed} of {expected} documents; no index was written "
+            "(see the indexer's messages above)"
+        )
+
+
 def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrite: bool = False) -> IndexMeta:
     """Run ``write(tmp_dir)`` and move the finished index to ``output`` in one rename.
 
@@ -37,7 +46,10 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
     tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:  # a read-only directory, a file where a directory should be
+        raise UserError(f"cannot create the index {output}: {e.strerror}") from None
     start = time.perf_counter()
     try:
         meta = write(tmp)

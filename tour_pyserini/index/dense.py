@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.encoders import EncoderSpec
-from tour_pyserini.index.build import corpus_file
-from tour_pyserini.index.docstore import DocStore, read_jsonl_corpus
+from tour_pyserini.index.build import check_count, corpus_file
+from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
+from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
 
 
@@ -24,25 +26,31 @@ def write_dense_index(
     ``JsonlCollectionIterator`` reads the fields (with a progress bar), ``AutoDocumentEncoder`` encodes
     "title text" with the encoder's pooling and normalisation, and ``FaissRepresentationWriter`` writes
     ``index`` (an exact inner-product ``IndexFlatIP``) and ``docid``. A docid -> text store goes beside them.
+    A corpus without ``title`` and ``text`` on every line is encoded from a normalised copy; the index
+    must then hold exactly the corpus's documents.
     """
     import torch
 
     encode = import_pyserini("pyserini.encode")
     optional = import_pyserini("pyserini.encode.optional")
     corpus = corpus_file(collection)
+    check = check_corpus(corpus)
     document_encoder = encode.AutoDocumentEncoder(
         encoder.path, device="cpu", pooling=encoder.pooling, l2_norm=encoder.l2_norm
     )
     dimension = document_encoder.model.config.hidden_size
-    batches = encode.JsonlCollectionIterator(str(corpus), fields=list(fields))
     writer = optional.FaissRepresentationWriter(str(out_dir), dimension=dimension)
-    with writer, torch.inference_mode():
-        for batch in batches(batch_size):
-            # Pyserini reads an empty field as None and would encode the string "None"
-            texts = [t or "" for t in batch["text"]]
-            titles = [t or "" for t in batch["title"]] if "title" in batch else None
-            batch["vector"] = document_encoder.encode(texts=texts, titles=titles, max_length=encoder.max_length)
-            writer.write(batch, list(fields))
+    with tempfile.TemporaryDirectory() as tmp:
+        source = corpus if check.pyserini_ready else write_normalised(corpus, Path(tmp) / "corpus.jsonl", "title")
+        batches = encode.JsonlCollectionIterator(str(source), fields=list(fields))
+        with writer, torch.inference_mode():
+            for batch in batches(batch_size):
+                # Pyserini reads an empty field as None and would encode the string "None"
+                texts = [t or "" for t in batch["text"]]
+                titles = [t or "" for t in batch["title"]] if "title" in batch else None
+                batch["vector"] = document_encoder.encode(texts=texts, titles=titles, max_length=encoder.max_length)
+                writer.write(batch, list(fields))
+    check_count(corpus, indexer="Faiss", indexed=writer.index.ntotal, expected=check.num_docs)
     n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
     return IndexMeta(
         kind="dense",

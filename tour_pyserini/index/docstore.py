@@ -6,43 +6,14 @@ store: one SQLite file, read by key without loading the collection into memory.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.corpus import Document, read_jsonl_corpus
 
-
-@dataclass(frozen=True)
-class Document:
-    docid: str
-    title: str
-    text: str
-
-    @property
-    def contents(self) -> str:
-        return f"{self.title} {self.text}".strip()
-
-
-def read_jsonl_corpus(path: Path) -> Iterable[Document]:
-    """Documents of a Pyserini/BEIR JSONL corpus (``id``/``_id``/``docid``; ``title`` + ``text`` or ``contents``)."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            docid = obj.get("id", obj.get("_id", obj.get("docid")))
-            if docid is None:
-                raise UserError(f"{path}:{lineno}: document has no 'id', '_id' or 'docid' field")
-            if "title" in obj or "text" in obj:
-                yield Document(str(docid), obj.get("title") or "", obj.get("text") or "")
-            else:
-                yield Document(str(docid), "", obj.get("contents") or "")
+__all__ = ["DocStore", "Document", "read_jsonl_corpus"]
 
 
 class DocStore:

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tour_pyserini.errors import UserError
+
 META_FILE = "tour_pyserini.json"
 DOCSTORE_FILE = "docstore.sqlite"
 
@@ -34,6 +36,18 @@ class IndexMeta:
     def read(cls, index_dir: Path) -> IndexMeta | None:
         path = Path(index_dir) / META_FILE
         return cls(**json.loads(path.read_text())) if path.exists() else None
+
+
+def check_faiss_file(path: Path) -> None:
+    """A Faiss index file that cannot be read (truncated, corrupt) is the user's error, named before any model
+    loads; memory-mapped, so the check costs milliseconds whatever the index size."""
+    import faiss
+
+    try:
+        faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+    except RuntimeError as e:
+        reason = str(e).strip().splitlines()[-1].split("Error: ")[-1]
+        raise UserError(f"{path} cannot be read as a Faiss index ({reason})") from None
 
 
 def index_kind(index_dir: str | Path) -> str:

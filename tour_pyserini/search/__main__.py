@@ -8,8 +8,6 @@ rewriter declares its own flags (``--help`` lists them by rewriter).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.layout import index_kind
+from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
 from tour_pyserini.results import SearchResult
 from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter, get_rewriter_class
 from tour_pyserini.runs import RunWriter
@@ -94,6 +92,11 @@ def open_searcher(args: argparse.Namespace):
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
     options = rewriter_flags(args)
+    check_faiss_file(Path(args.index) / "index")
+    meta = IndexMeta.read(args.index)
+    for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
+        if meta is not None and options.get(param, 0) > meta.num_docs:
+            raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
     context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length)
     teacher = get_teacher(args.reranker, context) if args.reranker else None
     rewriter = get_rewriter(args.rewriter, teacher=teacher, **options)
@@ -124,40 +127,43 @@ def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
     args = parser().parse_args(argv)
-    if args.hits < 1 or args.batch_size < 1:
-        raise UserError("--hits and --batch-size must be positive")
-    topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
-    searcher, teacher_label = open_searcher(args)
-    tag = args.run_tag
-    if teacher_label and "oracle" in teacher_label and "oracle" not in tag:
-        tag = f"{tag}.oracle"
+    for flag in ("hits", "batch_size", "threads"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
-    if args.no_resume:
-        Path(f"{args.output}.partial.json").unlink(missing_ok=True)
-    trace_file = open(f"{args.trace}.partial", "a", encoding="utf-8") if args.trace else None
+    # the output is checked (writable, not locked by another search) before any model or JVM loads
+    writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)
     done: list[SearchResult] = []
-    start = time.perf_counter()
-    with RunWriter(args.output, tag, signature) as writer:
-        todo = [t for t in topics if t.qid not in writer.done]
-        if len(todo) < len(topics):
-            print(f"resuming {args.output}: {len(topics) - len(todo)} of {len(topics)} queries already done")
-        with tqdm(total=len(todo), unit="q", desc="search") as bar:
-            for i in range(0, len(todo), args.batch_size):
-                batch = todo[i : i + args.batch_size]
-                for result in searcher.retrieve([t.text for t in batch], [t.qid for t in batch], args.hits):
-                    hits = [h for h in result.hits if h.docid != result.qid] if args.remove_query else result.hits
-                    writer.write(result.qid, hits)
-                    done.append(result)
-                    if trace_file:
-                        record = {"qid": result.qid, "rewriter": args.rewriter, "teacher": teacher_label}
-                        trace_file.write(json.dumps({**record, **result.trace.to_json()}) + "\n")
-                writer.flush()
-                bar.update(len(batch))
+    try:
+        with writer:
+            topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
+            searcher, teacher_label = open_searcher(args)
+            start = time.perf_counter()
+            if teacher_label and "oracle" in teacher_label and "oracle" not in writer.tag:
+                writer.tag = f"{writer.tag}.oracle"
+            todo = [t for t in topics if t.qid not in writer.done]
+            if len(todo) < len(topics):
+                print(f"resuming {args.output}: {len(topics) - len(todo)} of {len(topics)} queries already done")
+            with tqdm(total=len(todo), unit="q", desc="search") as bar:
+                for i in range(0, len(todo), args.batch_size):
+                    batch = todo[i : i + args.batch_size]
+                    for result in searcher.retrieve([t.text for t in batch], [t.qid for t in batch], args.hits):
+                        hits = [h for h in result.hits if h.docid != result.qid] if args.remove_query else result.hits
+                        trace = {"rewriter": args.rewriter, "teacher": teacher_label, **result.trace.to_json()}
+                        writer.write(result.qid, hits, trace=trace)
+                        done.append(result)
+                    bar.update(len(batch))
+    except KeyboardInterrupt:
+        if not writer.done:
+            raise KeyboardInterrupt("search stopped before any query finished; nothing was written") from None
+        raise KeyboardInterrupt(f"search stopped: {writer.partial} keeps {len(writer.done)} finished queries; "
+                                "run the same command again to resume") from None  # fmt: skip
     elapsed = time.perf_counter() - start
-    if trace_file:
-        trace_file.close()
-        os.replace(f"{args.trace}.partial", args.trace)
     print(f"wrote {args.output}: {len(topics)} queries, {elapsed / max(len(todo), 1):.4f} s/query")
+    if writer.no_hits:
+        print(f"warning: {len(writer.no_hits)} of {len(topics)} queries got no hits (first: "
+              f"{', '.join(writer.no_hits[:5])}) and are absent from the run; trec_eval -c and ir-measures "
+              "count them as 0", file=sys.stderr)  # fmt: skip
     if args.rewriter != "none":
         print(f"{args.rewriter}{f' ({teacher_label})' if teacher_label else ''}: {summarize(done)}")
 

@@ -14,7 +14,7 @@ from tour_pyserini.data.topics import check_queries
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, index_kind
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, check_faiss_file, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Identity, QueryBatch, Rewriter
 
@@ -84,6 +84,7 @@ class TourSearcher:
         index_dir = Path(index_dir)
         if index_kind(index_dir) != "dense":
             raise MissingIndexError(f"{index_dir} is a BM25 index, not a dense one")
+        check_faiss_file(index_dir / "index")
         meta = IndexMeta.read(index_dir)
         if not isinstance(encoder, EncoderSpec):
             built_with = (meta.encoder or {}) if meta else {}
@@ -96,11 +97,7 @@ class TourSearcher:
         query_encoder = import_pyserini("pyserini.encode").AutoQueryEncoder(
             encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device="cpu"
         )
-        try:
-            faiss_searcher = import_pyserini("pyserini.search.faiss").FaissSearcher(str(index_dir), query_encoder)
-        except RuntimeError as e:  # Faiss reports a truncated or corrupt file as a RuntimeError
-            raise UserError(f"{index_dir / 'index'} cannot be read as a Faiss index: "
-                            f"{str(e).strip().splitlines()[-1]}") from None  # fmt: skip
+        faiss_searcher = import_pyserini("pyserini.search.faiss").FaissSearcher(str(index_dir), query_encoder)
         hidden = query_encoder.model.config.hidden_size
         if hidden != faiss_searcher.dimension:
             raise DimensionMismatchError(

@@ -1,0 +1,140 @@
+"""JSONL corpora (Pyserini/BEIR): read and checked before indexing, so that no document is lost silently.
+
+Each line is one JSON object with an id (``id``, ``_id`` or ``docid``) and its text: ``title`` and/or
+``text``, or ``contents``. Anserini, meeting a document without a ``contents`` field, stops indexing
+the rest of the file, and it skips one with empty contents, each with only a log line; Pyserini's dense
+encoder stops at a document without both ``title`` and ``text``. So every line is checked first (UTF-8,
+a JSON object, an id without whitespace, unique ids, a text field), each error naming the file and
+line, and each indexer is given a normalised copy when the corpus lacks the fields it reads. A document
+whose text is empty (Cranfield has two) cannot be found by BM25 and is left out of a Lucene index with
+a warning; it stays in the dense index and the document store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tour_pyserini.errors import UserError
+
+ID_KEYS = ("id", "_id", "docid")
+TEXT_KEYS = ("title", "text", "contents")
+
+
+@dataclass(frozen=True)
+class Document:
+    docid: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        return f"{self.title} {self.text}".strip()
+
+
+@dataclass(frozen=True)
+class CorpusCheck:
+    """What indexing needs to know about a valid corpus."""
+
+    path: Path
+    num_docs: int
+    empty: tuple[str, ...]  # ids of documents whose text is empty: Lucene cannot index them
+    lucene_ready: bool  # every line has 'id' and a non-empty 'contents', as Anserini's JsonCollection reads them
+    pyserini_ready: bool  # every line has 'title' and 'text', as Pyserini's dense encoder reads them
+
+
+def _string(obj: dict, key: str, where: str) -> str:
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UserError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _document(obj, where: str) -> Document:
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    docid = next((obj[k] for k in ID_KEYS if k in obj), None)
+    if docid is None:
+        raise UserError(f"{where}: document has no 'id', '_id' or 'docid' field")
+    docid = str(docid)
+    if not docid or any(c.isspace() for c in docid):
+        # run files are whitespace-separated: such an id would break every run that retrieves it
+        raise UserError(f"{where}: document id {docid!r} is empty or contains whitespace")
+    if not any(k in obj for k in TEXT_KEYS):
+        raise UserError(f"{where}: document {docid!r} has no text field ('title', 'text' or 'contents')")
+    doc = Document(docid, _string(obj, "title", where), _string(obj, "text", where))
+    if not doc.contents:
+        doc = Document(docid, "", _string(obj, "contents", where))
+    return doc
+
+
+def _records(path: Path) -> Iterator[tuple[str, dict, Document]]:
+    """``(file:line, object, document)`` for each non-blank line, each checked."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{where}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:  # e.lineno counts within the line: report the file's line
+                raise UserError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+            yield where, obj, _document(obj, where)
+
+
+def _unique_records(path: Path) -> Iterator[tuple[str, dict, Document]]:
+    first_seen: dict[str, str] = {}
+    for where, obj, doc in _records(path):
+        if doc.docid in first_seen:
+            raise UserError(f"{where}: duplicate document id {doc.docid!r} (first at {first_seen[doc.docid]})")
+        first_seen[doc.docid] = where
+        yield where, obj, doc
+
+
+def read_jsonl_corpus(path: str | Path) -> Iterator[Document]:
+    """The documents of a JSONL corpus, in file order; a malformed line or a repeated id raises UserError."""
+    return (doc for _, _, doc in _unique_records(Path(path)))
+
+
+def check_corpus(path: str | Path) -> CorpusCheck:
+    """Read the whole corpus once: every line valid, ids unique, at least one document."""
+    path = Path(path)
+    num_docs, empty, lucene_ready, pyserini_ready = 0, [], True, True
+    for _, obj, doc in _unique_records(path):
+        num_docs += 1
+        if not doc.contents.strip():
+            empty.append(doc.docid)
+        contents = obj.get("contents")
+        lucene_ready &= "id" in obj and isinstance(contents, str) and bool(contents.strip())
+        pyserini_ready &= obj.get("title") == doc.title and obj.get("text") == doc.text
+    if num_docs == 0:
+        raise UserError(f"{path}: the corpus holds no documents")
+    with open(path, "rb") as f:  # Pyserini's encoder fails on a blank line
+        pyserini_ready &= not any(not raw.strip() for raw in f)
+    return CorpusCheck(path, num_docs, tuple(empty), lucene_ready, pyserini_ready)
+
+
+def write_normalised(path: str | Path, out: Path, fields: str) -> Path:
+    """Write the corpus as ``{"id", "contents"}`` lines (``fields="contents"``, for Anserini: a document's
+    own ``contents``, else "title text"; empty documents, which it cannot index, left out) or else as
+    ``{"id", "title", "text"}`` lines (for Pyserini's dense encoder)."""
+    with open(out, "w", encoding="utf-8") as f:
+        for _, obj, doc in _unique_records(Path(path)):
+            if fields == "contents":
+                contents = obj.get("contents")
+                contents = contents if isinstance(contents, str) and contents.strip() else doc.contents
+                if not contents.strip():
+                    continue
+                record = {"id": doc.docid, "contents": contents}
+            else:
+                record = {"id": doc.docid, "title": doc.title, "text": doc.text}
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return out
