@@ -138,7 +138,7 @@ def _requests(bm25_index, mini_scifact, teacher):
 def test_scores_equal_anserinis_compute_query_document_score(teachers, bm25_index, mini_scifact):
     fast, anserini = teachers
     requests = _requests(bm25_index, mini_scifact, fast)
-    assert fast.query_terms("cell cells Cell, cell death in the cell")["cell"] == 5
+    assert fast.query_terms(["cell cells Cell, cell death in the cell"])[0]["cell"] == 5
     ours, theirs = fast.score(requests), anserini.score(requests)
     assert sum(len(s) for s in ours) > 1000
     for request, a, b in zip(requests, ours, theirs):
@@ -155,6 +155,20 @@ def test_one_call_for_many_queries_equals_one_call_each(teachers, bm25_index, mi
     for request, scores in zip(requests, together):
         assert fast.score([request])[0].tolist() == scores.tolist()
     assert fast.score([]) == [] and fast.score([ScoreRequest("q", "cell", [])])[0].shape == (0,)
+
+
+@pytest.mark.slow
+def test_queries_analysed_together_equal_queries_analysed_alone(teachers, mini_scifact):
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.teachers.bm25 import SEPARATOR
+
+    fast, _ = teachers
+    queries = [t.text for t in read_topics(mini_scifact["topics"])] + ["", "the of", "Line\nbreaks, and 1,000 cells"]
+    alone = [list(fast.analyzer.analyze(q).toArray()) for q in queries]
+    assert fast.analyse(queries) == alone and sum(map(len, alone)) > 200
+    assert fast.analyse([SEPARATOR]) == [[SEPARATOR]]  # the separator survives analysis unchanged
+    tricky = [queries[0], f"a query about {SEPARATOR}s", queries[1]]  # holds the separator: analysed alone
+    assert fast.analyse(tricky) == [list(fast.analyzer.analyze(q).toArray()) for q in tricky]
 
 
 @pytest.mark.slow

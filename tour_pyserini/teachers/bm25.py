@@ -37,6 +37,9 @@ def sibling_bm25_index(index_dir: str | Path) -> Path:
     )
 
 
+SEPARATOR = "tourpyserinisep"  # a made-up word the analyzer keeps as it is
+
+
 class _LuceneIndexTeacher(Teacher):
     """A teacher that reads a Lucene index: ``KIND:DIR``, or the BM25 index beside the dense one."""
 
@@ -79,15 +82,28 @@ class Bm25Teacher(_LuceneIndexTeacher):
         self.norm_inverse = norm_inverse_table(matrix.sum_total_tf, matrix.doc_count)[matrix.norms]
         self.analyzer = import_pyserini("pyserini.pyclass").autoclass("io.anserini.analysis.AnalyzerUtils")
 
-    def query_terms(self, query: str) -> Counter:
-        """Analysed query terms found in the index, with their counts (Anserini's boosts); others score 0."""
-        return Counter(t for t in self.analyzer.analyze(query).toArray() if t in self.columns)
+    def analyse(self, queries: Sequence[str]) -> list[list[str]]:
+        """Each query's tokens as Anserini's default analyzer makes them, in one call into the JVM for all.
+
+        The analyzer works token by token and never joins tokens across a line break, so the queries
+        joined by lines holding a separator word analyse to their tokens one after the other; should
+        a query hold the separator word itself, each query is analysed alone.
+        """
+        tokens = list(self.analyzer.analyze(f"\n{SEPARATOR}\n".join(queries)).toArray())
+        if tokens.count(SEPARATOR) != len(queries) - 1:
+            return [list(self.analyzer.analyze(query).toArray()) for query in queries]
+        bounds = [-1] + [i for i, token in enumerate(tokens) if token == SEPARATOR] + [len(tokens)]
+        return [tokens[a + 1 : b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def query_terms(self, queries: Sequence[str]) -> list[Counter]:
+        """Analysed terms of each query found in the index, with their counts (Anserini's boosts); others score 0."""
+        return [Counter(t for t in tokens if t in self.columns) for tokens in self.analyse(queries)]
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         if not requests:
             return []
         # the call's (request, distinct query term) slots: a column and a weight boost * idf each
-        terms = [self.query_terms(request.query) for request in requests]
+        terms = self.query_terms([request.query for request in requests])
         n_terms = np.array([len(t) for t in terms], dtype=np.int64)
         columns = np.array([self.columns[t] for ts in terms for t in ts], dtype=np.int64)
         weights = np.array([c for ts in terms for c in ts.values()], dtype=np.float32) * self.idf[columns]
