@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
+from tour_pyserini.index.bm25_matrix import write_term_matrix
 from tour_pyserini.index.build import check_count, corpus_file
 from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
@@ -17,7 +18,8 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
     """Index the ``contents`` of a JSONL corpus with Lucene (JsonCollection, positions, raw docs).
 
     Documents without ``contents`` are indexed as "title text", as the dense side encodes them; the
-    index must then hold exactly the corpus's documents, less the empty ones (with a warning).
+    index must then hold exactly the corpus's documents, less the empty ones (with a warning). The
+    index's term matrix, which the BM25 teacher scores with, is exported beside it.
     """
     corpus = corpus_file(collection).resolve()
     check = check_corpus(corpus)
@@ -43,5 +45,6 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
     if check.empty:
         print(f"warning: {corpus}: {len(check.empty)} documents have empty text and are not in the BM25 index "
               f"(first: {', '.join(check.empty[:5])})", file=sys.stderr)  # fmt: skip
+    write_term_matrix(out_dir)
     n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
     return IndexMeta(kind="bm25", collection=str(collection), num_docs=n_docs)
