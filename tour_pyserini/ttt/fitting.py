@@ -59,7 +59,7 @@ def pad(queries: Sequence[RewardedQuery]) -> tuple[np.ndarray, np.ndarray, np.nd
     return X, Z, R, mask
 
 
-def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig = FitConfig(),
+def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None,
               ) -> tuple[list[tuple], np.ndarray, list[int]]:  # fmt: skip
     """Keys, fitted residuals (G, d) and n_g of ``scope`` over ``queries`` (each (task, qid) once)."""
     if not queries:
@@ -68,5 +68,5 @@ def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig = 
         raise ValueError("a query appears twice among the rewarded queries")
     keys, group, weights, counts = scope_plan(queries, scope)
     X, Z, R, mask = pad(queries)
-    V = fit(X=X, Z=Z, R=R, mask=mask, group=group, weights=weights, n_groups=len(keys), config=config)
+    V = fit(X=X, Z=Z, R=R, mask=mask, group=group, weights=weights, n_groups=len(keys), config=config or FitConfig())
     return keys, V, counts

@@ -124,10 +124,11 @@ def grpo_losses(log_p, X, Z, R, mask, config: FitConfig):
 
 
 def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group: np.ndarray, weights: np.ndarray,
-        n_groups: int, config: FitConfig = FitConfig()) -> np.ndarray:  # fmt: skip
+        n_groups: int, config: FitConfig | None = None) -> np.ndarray:  # fmt: skip
     """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = 0 on every group's loss."""
     import torch
 
+    config = config or FitConfig()
     X, Z, R, W = (torch.as_tensor(np.asarray(a, dtype=np.float64)) for a in (X, Z, R, weights))
     mask, group = torch.as_tensor(np.asarray(mask, dtype=bool)), torch.as_tensor(np.asarray(group, dtype=np.int64))
     V = torch.zeros(n_groups, X.shape[1], dtype=torch.float64, requires_grad=True)

@@ -48,9 +48,10 @@ def _fingerprint(path: str, stamp: tuple) -> str | None:
 def encoder_identity(spec: EncoderSpec) -> dict:
     """Name, pooling, normalisation, max length and ``weights_sha256`` (None for a hub id not on disk)."""
     path = Path(spec.path)
-    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir())) if path.is_dir() else ()
-    fingerprint = _fingerprint(str(path), stamp) if path.is_dir() else None
-    return {**spec.to_json(), "weights_sha256": fingerprint}
+    if not path.is_dir():
+        return {**spec.to_json(), "weights_sha256": None}
+    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()))  # cache key
+    return {**spec.to_json(), "weights_sha256": _fingerprint(str(path), stamp)}
 
 
 def same_encoder(a: dict, b: dict) -> bool:
@@ -112,7 +113,8 @@ class State:
 
         path = Path(path)
         tmp = path.with_name(path.name + ".partial")
-        save_file({"v": np.ascontiguousarray(self.vectors)}, str(tmp), metadata={"ttt_embed": json.dumps(self.metadata())})
+        metadata = {"ttt_embed": json.dumps(self.metadata())}
+        save_file({"v": np.ascontiguousarray(self.vectors)}, str(tmp), metadata=metadata)
         os.replace(tmp, path)
 
     @classmethod
