@@ -9,7 +9,7 @@ import torch
 from tour_pyserini.errors import UserError
 from tour_pyserini.ttt.allocation import allocate, query_order
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope, pad, scope_plan
-from tour_pyserini.ttt.objectives import FitConfig, kd_loss_and_grad, normalise_rewards, query_losses
+from tour_pyserini.ttt.objectives import FitConfig, Problem, kd_loss_and_grad, normalise_rewards, query_losses
 from tour_pyserini.ttt.rewards import Rewards, TaskSource, read_rewards, write_rewards
 from tour_pyserini.ttt.state import State, alpha
 
@@ -34,7 +34,7 @@ def test_kd_gradient_equals_torch_autograd():
     loss, grad = kd_loss_and_grad(v, q.x, q.Z, rewards, config.tau_teacher, config.tau_student)
     X, Z, R, mask = pad([q])
     V = torch.tensor(v[None], requires_grad=True)
-    torch_loss = query_losses(V, *(torch.tensor(a) for a in (X, Z, R, mask)), torch.tensor([0]), config)[0]
+    torch_loss = query_losses(V, Problem(X, Z, R, mask, [0], [1.0], 1), config)[0]
     torch_loss.backward()
     assert loss == pytest.approx(torch_loss.item(), rel=1e-12)
     assert np.allclose(grad, V.grad[0].numpy(), rtol=1e-10, atol=1e-12)

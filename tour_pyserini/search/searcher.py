@@ -64,6 +64,8 @@ class TourSearcher:
     >>> hits[0].docid, hits[0].score
     """
 
+    encoder: EncoderSpec | None = None  # what encodes the queries (from_index sets it; TTT-Embed states check it)
+
     def __init__(self, faiss_searcher, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
                  threads: int = 1, encode_threads: int | None = None):  # fmt: skip
         import torch
@@ -109,7 +111,9 @@ class TourSearcher:
                 f"{faiss_searcher.dimension}-d vectors"
             )
         store = index_dir / DOCSTORE_FILE
-        return cls(faiss_searcher, rewriter, DocStore(store) if store.exists() else None, threads)
+        searcher = cls(faiss_searcher, rewriter, DocStore(store) if store.exists() else None, threads)
+        searcher.encoder = encoder
+        return searcher
 
     @property
     def dimension(self) -> int:

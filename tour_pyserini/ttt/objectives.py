@@ -84,24 +84,57 @@ def normalise_rewards(scores: np.ndarray) -> np.ndarray:
     return (scores - scores.min()) / span if span > 0 else np.zeros_like(scores)
 
 
-def query_losses(V, X, Z, R, mask, group, config: FitConfig):
-    """Per-query losses L_q(v_{g(q)}) (n,) as a torch tensor, for the configured objective."""
-    import torch
+class Problem:
+    """The tensors of a fit, sorted by group, with what does not depend on V computed once: x_q·z_d, ‖x_q‖².
 
-    xt = torch.nn.functional.normalize(X + V[group], dim=-1)
-    logits = torch.einsum("nkd,nd->nk", Z, xt) / config.tau_student
-    logits = logits.masked_fill(~mask, float("-inf"))
-    log_p = torch.log_softmax(logits, dim=-1).masked_fill(~mask, 0.0)
+    Scores x̃_q(v)·z_d = (x_q·z_d + v·z_d) / ‖x_q + v‖ need only v·z_d per step: one matrix-vector
+    product per group when groups are few (global, task), one batched product otherwise (query).
+    """
+
+    MANY_GROUPS = 32
+
+    def __init__(self, X, Z, R, mask, group, weights, n_groups: int):
+        import torch
+
+        order = np.argsort(np.asarray(group), kind="stable")
+        as64 = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64)[order])  # noqa: E731
+        self.X, self.Z, self.R, self.weights = as64(X), as64(Z), as64(R), as64(weights)
+        self.mask = torch.as_tensor(np.asarray(mask, dtype=bool)[order])
+        self.group = torch.as_tensor(np.asarray(group, dtype=np.int64)[order])
+        self.n_groups = n_groups
+        self.Zx = torch.einsum("nkd,nd->nk", self.Z, self.X)
+        self.xx = (self.X * self.X).sum(-1)
+        sizes = torch.bincount(self.group, minlength=n_groups).tolist()
+        if n_groups <= self.MANY_GROUPS:
+            self.flat = [z.reshape(-1, z.shape[-1]) for z in torch.split(self.Z, sizes)]
+
+    def scores(self, V):
+        """x̃_q(v_{g(q)})·z_d for every query and candidate (n, k), in group order."""
+        import torch
+
+        Vq = V[self.group]
+        if self.n_groups <= self.MANY_GROUPS:
+            Zv = torch.cat([flat @ v for flat, v in zip(self.flat, V)]).reshape(self.Zx.shape)
+        else:
+            Zv = torch.bmm(self.Z, Vq[:, :, None])[:, :, 0]
+        norm = (self.xx + 2 * (self.X * Vq).sum(-1) + (Vq * Vq).sum(-1)).sqrt()
+        return (self.Zx + Zv) / norm[:, None]
+
+
+def query_losses(V, problem: Problem, config: FitConfig):
+    """Per-query losses L_q(v_{g(q)}) (n,) as a torch tensor, for the configured objective."""
+    mask, R = problem.mask, problem.R
+    logits = (problem.scores(V) / config.tau_student).masked_fill(~mask, float("-inf"))
+    log_p = logits.log_softmax(dim=-1).masked_fill(~mask, 0.0)
     if config.objective == "grpo":
-        return grpo_losses(log_p, X, Z, R, mask, config)
-    log_t = torch.log_softmax((R / config.tau_teacher).masked_fill(~mask, float("-inf")), dim=-1)
-    log_t = log_t.masked_fill(~mask, 0.0)
+        return grpo_losses(log_p, problem, config)
+    log_t = (R / config.tau_teacher).masked_fill(~mask, float("-inf")).log_softmax(dim=-1).masked_fill(~mask, 0.0)
     if config.objective == "kd":  # KL(teacher ‖ student)
         return (log_t.exp() * (log_t - log_p)).sum(-1)
     return (log_p.exp() * (log_p - log_t)).sum(-1)  # rkl: KL(student ‖ teacher)
 
 
-def grpo_losses(log_p, X, Z, R, mask, config: FitConfig):
+def grpo_losses(log_p, problem: Problem, config: FitConfig):
     """Softmax-GRPO: -sum_d π_0(d) min(ρ_d A_d, clip(ρ_d, 1 ± ε) A_d), with ρ = π_v / π_0.
 
     The group of a query is its judged candidates, the policy π_v is the student softmax, the reference
@@ -110,13 +143,14 @@ def grpo_losses(log_p, X, Z, R, mask, config: FitConfig):
     """
     import torch
 
+    mask, R = problem.mask, problem.R
     count = mask.sum(-1, keepdim=True)
     mean = (R * mask).sum(-1, keepdim=True) / count
     std = (((R - mean) * mask) ** 2).sum(-1, keepdim=True).div(count).sqrt()
     advantage = (R - mean) / std.clamp_min(config.std_floor) * mask
     with torch.no_grad():
-        ref = torch.einsum("nkd,nd->nk", Z, torch.nn.functional.normalize(X, dim=-1)) / config.tau_student
-        log_ref = torch.log_softmax(ref.masked_fill(~mask, float("-inf")), dim=-1).masked_fill(~mask, 0.0)
+        ref = problem.Zx / problem.xx.sqrt()[:, None] / config.tau_student
+        log_ref = ref.masked_fill(~mask, float("-inf")).log_softmax(dim=-1).masked_fill(~mask, 0.0)
     ratio = (log_p - log_ref).exp()
     clipped = ratio.clamp(1 - config.clip, 1 + config.clip)
     surrogate = torch.minimum(ratio * advantage, clipped * advantage)
@@ -129,13 +163,17 @@ def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group:
     import torch
 
     config = config or FitConfig()
-    X, Z, R, W = (torch.as_tensor(np.asarray(a, dtype=np.float64)) for a in (X, Z, R, weights))
-    mask, group = torch.as_tensor(np.asarray(mask, dtype=bool)), torch.as_tensor(np.asarray(group, dtype=np.int64))
-    V = torch.zeros(n_groups, X.shape[1], dtype=torch.float64, requires_grad=True)
+    problem = Problem(X, Z, R, mask, group, weights, n_groups)
+    V = torch.zeros(n_groups, problem.X.shape[1], dtype=torch.float64, requires_grad=True)
     optimiser = torch.optim.Adam([V], lr=config.lr)
-    for _ in range(config.steps):
-        optimiser.zero_grad()
-        loss = (W * query_losses(V, X, Z, R, mask, group, config)).sum() + config.ridge * (V * V).sum()
-        loss.backward()
-        optimiser.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # each step is a few small products: more threads only wait on each other
+    try:
+        for _ in range(config.steps):
+            optimiser.zero_grad()
+            loss = (problem.weights * query_losses(V, problem, config)).sum() + config.ridge * (V * V).sum()
+            loss.backward()
+            optimiser.step()
+    finally:
+        torch.set_num_threads(threads)
     return V.detach().numpy()
