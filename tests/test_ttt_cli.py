@@ -35,14 +35,15 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     assert sum([h.docid for h in a.hits] != [h.docid for h in b.hits] for a, b in zip(moved, plain)) > 0
 
 
+REWARDS = ["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher", "bm25", "--output", "r.tsv"]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["fit", "--rewards", "missing.tsv", "--output", "s.safetensors", "--scope", "task"], "does not exist"),
-        (["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher", "bm25", "--budget", "0",
-          "--output", "r.tsv"], "--budget must be positive"),  # fmt: skip
-        (["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher", "bm25", "--budget", "101",
-          "--output", "r.tsv"], "is the most there is"),  # fmt: skip
+        ([*REWARDS, "--budget", "0"], "--budget must be positive"),
+        ([*REWARDS, "--budget", "101"], "is the most there is"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, dense_index, mini_scifact, tmp_path, capsys, monkeypatch):
