@@ -44,7 +44,7 @@ MAX_DEPTH = 100
 DEPTH = 10  # judgments per rewarded query in the first water-filling pass
 HEADLINE = "nDCG@10"
 SCOPES = ("global", "task", "query")
-EXPERIMENTS = ("budget", "unseen", "loto", "train-to-test", "alpha", "objective", "breadth-depth", "cost")
+EXPERIMENTS = ("budget", "cost", "unseen", "alpha", "objective", "loto", "train-to-test", "breadth-depth")
 COMMAND = "make bench-ttt"
 
 
@@ -251,10 +251,15 @@ def methods_at(tasks: list[Task], teacher: str, depths: list[dict[str, int]], co
     return out
 
 
-def record_all(rec: Recorder, experiment: str, tasks, teacher, budget, methods: dict, suffix: str = "") -> None:
+def record_all(rec: Recorder, experiment: str, tasks, teacher, budget, methods: dict, suffix: str = "") -> str:
+    """Rows of every method on every task and their mean; returns the mean deltas as one line."""
+    means = []
     for method, per_task in methods.items():
         rows = [rec.add(experiment, t, method + suffix, budget, teacher, r) for t, r in zip(tasks, per_task)]
-        rec.add_mean(experiment, method + suffix, budget, teacher, rows)
+        means.append(
+            f"{method} {rec.add_mean(experiment, method + suffix, budget, teacher, rows)['delta'][HEADLINE]:+.4f}"
+        )
+    return ", ".join(means)
 
 
 def budget_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
@@ -263,10 +268,8 @@ def budget_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     for budget in BUDGETS:
         start = time.perf_counter()
         depths = depths_of(allocate([t.qids for t in tasks], budget, depth=DEPTH, max_depth=MAX_DEPTH), tasks)
-        record_all(rec, "budget", tasks, teacher, budget, methods_at(tasks, teacher, depths))
-        means = {r["method"]: r["delta"][HEADLINE] for r in rec.rows[-4 * (len(tasks) + 1) :] if r["task"] == "mean"}
-        print(f"  {teacher} b={budget}: " + ", ".join(f"{m} {d:+.4f}" for m, d in means.items())
-              + f" ({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+        means = record_all(rec, "budget", tasks, teacher, budget, methods_at(tasks, teacher, depths))
+        print(f"  {teacher} b={budget}: {means} ({time.perf_counter() - start:.0f} s)", flush=True)
     for task in [*(t.name for t in tasks), "mean"]:
         for method in ("rerank", *SCOPES):
             curve = [r["delta"][HEADLINE] for r in rec.rows if r["experiment"] == "budget" and r["task"] == task
@@ -356,9 +359,8 @@ def objective_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None
     for objective in ("kd", "rkl", "grpo"):
         methods = methods_at(tasks, teacher, depths, FitConfig(objective=objective))
         methods.pop("rerank")
-        record_all(rec, "objective", tasks, teacher, 10, methods, suffix=f"[{objective}]")
-        means = {r["method"]: r["delta"][HEADLINE] for r in rec.rows[-3 * (len(tasks) + 1) :] if r["task"] == "mean"}
-        print(f"  objective {teacher} {objective}: " + ", ".join(f"{m} {d:+.4f}" for m, d in means.items()), flush=True)
+        means = record_all(rec, "objective", tasks, teacher, 10, methods, suffix=f"[{objective}]")
+        print(f"  objective {teacher} {objective}: {means}", flush=True)
 
 
 def breadth_depth_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
@@ -368,12 +370,8 @@ def breadth_depth_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> 
         for depth in choices:
             pairs = allocate([t.qids for t in tasks], budget, depth=depth, max_depth=MAX_DEPTH)
             methods = methods_at(tasks, teacher, depths_of(pairs, tasks))
-            record_all(rec, "breadth-depth", tasks, teacher, budget, methods, suffix=f"[depth={depth}]")
-            means = {
-                r["method"]: r["delta"][HEADLINE] for r in rec.rows[-4 * (len(tasks) + 1) :] if r["task"] == "mean"
-            }
-            print(f"  breadth-depth {teacher} b={budget} depth={depth}: "
-                  + ", ".join(f"{m} {d:+.4f}" for m, d in means.items()), flush=True)  # fmt: skip
+            means = record_all(rec, "breadth-depth", tasks, teacher, budget, methods, suffix=f"[depth={depth}]")
+            print(f"  breadth-depth {teacher} b={budget} depth={depth}: {means}", flush=True)
 
 
 def cost_experiment(tasks: list[Task], path: Path, repeats: int = 5) -> None:
