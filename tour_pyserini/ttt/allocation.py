@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
+
 
 class Pair(NamedTuple):
     task: int  # index of the task in the list given to allocate
@@ -41,11 +43,11 @@ def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = 
              max_depth: int = 100) -> list[Pair]:  # fmt: skip
     """The round(b × N) pairs of budget ``budget`` (judgments per query), in allocation order."""
     if not 0 < depth <= max_depth:
-        raise ValueError(f"depth must be in [1, max_depth = {max_depth}], got {depth}")
+        raise UserError(f"depth must be in [1, max_depth = {max_depth}], got {depth}")
     order = query_order(task_qids)
     total = math.floor(budget * len(order) + 0.5)
     if not 0 <= total <= len(order) * max_depth:
-        raise ValueError(f"budget {budget} asks for {total} judgments; {len(order)} queries x {max_depth} "
+        raise UserError(f"budget {budget} asks for {total} judgments; {len(order)} queries x {max_depth} "
                          "candidates is the most there is")  # fmt: skip
     pairs: list[Pair] = []
     for low, high in ((0, depth), (depth, max_depth)):

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.rewriters.updates import softmax
 
 OBJECTIVES = ("kd", "rkl", "grpo")
@@ -37,9 +38,9 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective {self.objective!r}; choose one of: {', '.join(OBJECTIVES)}")
+            raise UserError(f"unknown objective {self.objective!r}; choose one of: {', '.join(OBJECTIVES)}")
         if min(self.tau_teacher, self.tau_student, self.lr) <= 0 or self.ridge < 0 or self.steps < 0:
-            raise ValueError("temperatures and lr must be positive, ridge and steps non-negative")
+            raise UserError("temperatures and lr must be positive, ridge and steps non-negative")
 
     def to_json(self) -> dict:
         return asdict(self)
