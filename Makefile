@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 # the shipped SciFact teacher, interpolated with the retriever as tuned on its held-out training queries
 SEARCH_CE := --hits 1000 --remove-query --reranker cross-encoder:models/scifact-ce --lambda 0.3 --smoothing 0.05
 
-.PHONY: install demo nq-demo cranfield teachers test bench bench-quality lint clean
+.PHONY: install demo nq-demo cranfield teachers test bench bench-quality bench-ttt lint clean
 
 install: $(VENV)/.installed
 
@@ -89,6 +89,16 @@ bench: install
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install
 	$(PY) bench/quality.py
+
+# TTT-Embed as its paper measures it: SciFact test, nq-oracle test and Cranfield, BM25 and oracle rewards
+bench-ttt: install
+	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
+	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
+	$(PY) -m tour_pyserini.index --collection $(CRAN) --output indexes/cranfield.minilm
+	$(PY) -m tour_pyserini.index --bm25 --collection $(CRAN) --output indexes/cranfield.bm25
+	$(PY) bench/ttt.py
 
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts

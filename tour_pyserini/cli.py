@@ -17,6 +17,7 @@ SUBCOMMANDS = {  # name: (module with main(), help)
     "eval": ("tour_pyserini.eval.__main__", "score TREC runs against qrels or answers"),
     "compare": ("tour_pyserini.compare", "compare runs with a baseline: deltas, significance tests, win/tie/loss"),
     "train-reranker": ("tour_pyserini.train_reranker", "train a cross-encoder teacher on training queries"),
+    "ttt": ("tour_pyserini.ttt.__main__", "TTT-Embed: teacher rewards under a budget, fit reusable query states"),
 }
 
 

@@ -20,6 +20,7 @@ from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters.updates import aggregate
 
 if TYPE_CHECKING:
+    from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.teachers.cache import ScoreCache
 
@@ -28,6 +29,7 @@ class VectorIndex(Protocol):
     """The dense index as a rewriter sees it."""
 
     docstore: DocStore | None  # docid -> text, for teachers that read candidates
+    encoder: EncoderSpec | None  # what encoded the query vectors, when known
 
     @property
     def num_docs(self) -> int: ...

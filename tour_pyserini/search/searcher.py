@@ -46,6 +46,8 @@ class TourSearcher:
         Turns encoded queries into final rankings; the identity (one plain search) by default.
     docstore : DocStore, optional
         docid -> text, for rewriters whose teachers read candidate documents.
+    encoder : EncoderSpec, optional
+        What encodes the queries; ``from_index`` sets it.
     threads : int
         Faiss threads per search call.
     encode_threads : int, optional
@@ -59,12 +61,14 @@ class TourSearcher:
     """
 
     def __init__(self, faiss_searcher, *, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
+                 encoder: EncoderSpec | None = None,
                  threads: int = 1, encode_threads: int | None = None):  # fmt: skip
         import torch
 
         self.faiss = faiss_searcher
         self.rewriter = rewriter or Identity()
         self.docstore = docstore
+        self.encoder = encoder  # what encodes the queries (TTT-Embed states check it); None when unknown
         self.threads = threads
         self.encode_threads = encode_threads or torch.get_num_threads()
 
@@ -106,7 +110,7 @@ class TourSearcher:
             )
         store = index_dir / DOCSTORE_FILE
         return cls(faiss_searcher, rewriter=rewriter, docstore=DocStore(store) if store.exists() else None,
-                   threads=threads)
+                   encoder=encoder, threads=threads)
 
     @property
     def dimension(self) -> int:

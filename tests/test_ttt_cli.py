@@ -1,0 +1,56 @@
+"""python -m tour_pyserini.ttt as a user runs it: a teacher's rewards under a budget, a fitted state, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tour_pyserini.cli_util import run_cli
+from tour_pyserini.rewriters import Identity, QueryBatch
+from tour_pyserini.rewriters.ttt_embed import TttEmbed
+from tour_pyserini.ttt.__main__ import main
+from tour_pyserini.ttt.rewards import read_rewards
+from tour_pyserini.ttt.state import State
+
+pytestmark = pytest.mark.slow
+
+
+def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, searcher, tmp_path, capsys):
+    rewards, state_file = tmp_path / "r.tsv", tmp_path / "task.safetensors"
+    main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "bm25",
+          "--budget", "2", "--task", "mini", "--output", str(rewards)])  # fmt: skip
+    judged = read_rewards([rewards])
+    assert judged.num_pairs == 80 and len(judged.judgments["mini"]) == 8  # 2 x 40 queries: 8 with their top 10
+    assert judged.provenance[str(rewards)]["teacher"] == "bm25"
+    main(["fit", "--rewards", str(rewards), "--output", str(state_file), "--scope", "task"])
+    assert "1 residual(s) from 8 rewarded queries" in capsys.readouterr().out
+    state = State.load(state_file)
+    assert state.keys == [("mini", None)] and state.counts == [8] and state.alphas == [8 / 9]
+    assert state.fit["objective"] == "kd" and state.encoder["weights_sha256"]
+    from tour_pyserini.data import read_topics
+
+    topics = read_topics(mini_scifact["topics"])
+    batch = QueryBatch([t.qid for t in topics], [t.text for t in topics], searcher.encode([t.text for t in topics]))
+    moved = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=TttEmbed(state_file))
+    plain = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=Identity())
+    assert sum([h.docid for h in a.hits] != [h.docid for h in b.hits] for a, b in zip(moved, plain)) > 0
+
+
+REWARDS = ["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher", "bm25", "--output", "r.tsv"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fit", "--rewards", "missing.tsv", "--output", "s.safetensors", "--scope", "task"], "does not exist"),
+        ([*REWARDS, "--budget", "0"], "--budget must be positive"),
+        ([*REWARDS, "--budget", "101"], "is the most there is"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, dense_index, mini_scifact, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(dense=dense_index, topics=mini_scifact["topics"]) for a in argv]
+    with pytest.raises(SystemExit) as exited:
+        run_cli(main, argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())  # nothing half-written

@@ -1,0 +1,65 @@
+"""TTT-Embed: search with the query moved by a residual state fitted on teacher rewards.
+
+A state (``python -m tour_pyserini.ttt fit``) holds residuals v_g for a scope; a query is searched as
+x̃_q = unit(x_q + α_g v_g) in one plain search of the unchanged index. The state applies to any topics:
+a global state moves every query, a task state every query of its task, a query state only the
+queries it was fitted on (the others keep x_q).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.errors import UserError
+from tour_pyserini.results import SearchResult, timed
+from tour_pyserini.rewriters.base import REWRITERS, Option, QueryBatch, Rewriter, VectorIndex
+from tour_pyserini.ttt.state import State, encoder_identity
+
+
+def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:
+    """unit(x + r) row by row (float32); a row whose residual is 0 is returned bit for bit unchanged.
+
+    For one query, unit(x + r)·z = (x·z + r·z) / ‖x + r‖ with ‖x + r‖ > 0 the same for every document,
+    so the search ranks documents by x·z + α v·z; normalising only rescales the scores.
+    """
+    out = np.array(vectors, dtype=np.float32, copy=True)
+    moved = np.any(residuals != 0, axis=1)
+    if moved.any():
+        u = np.asarray(vectors, dtype=np.float64)[moved] + residuals[moved]
+        out[moved] = (u / np.linalg.norm(u, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+@REWRITERS.register
+class TttEmbed(Rewriter):
+    """Searches with unit(x_q + α_g v_g) from a state file; ``task`` picks the task of a task or query state."""
+
+    name = "ttt-embed"
+    options = (
+        Option("--state", "state", str, "TTT-Embed state file (python -m tour_pyserini.ttt fit)", metavar="FILE"),
+        Option("--task", "task", str, "the task whose state applies (task and query states with several tasks)"),
+    )
+
+    def __init__(self, state: str | Path, task: str | None = None):
+        self.path = Path(state)
+        self.state = State.load(state)
+        self.task = self.state.select_task(task)  # a wrong --task fails before any model loads
+
+    def check_index(self, index: VectorIndex) -> None:
+        if index.dimension != self.state.dimension:
+            raise UserError(f"state {self.path} holds {self.state.dimension}-d residuals but the index holds "
+                            f"{index.dimension}-d vectors")  # fmt: skip
+        if isinstance(index.encoder, EncoderSpec):
+            self.state.check_encoder(encoder_identity(index.encoder), f"state {self.path}")
+
+    def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
+        self.check_index(index)
+        traces = batch.traces
+        with timed(traces, "update"):
+            vectors = shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task))
+        with timed(traces, "search"):
+            rankings = index.search_vectors(vectors, hits)
+        return [SearchResult(qid, ranking, trace) for qid, ranking, trace in zip(batch.qids, rankings, traces)]

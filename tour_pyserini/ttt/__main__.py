@@ -1,0 +1,168 @@
+"""python -m tour_pyserini.ttt: TTT-Embed's rewards and states.
+
+``rewards``: a teacher judges the base top candidates of a topics file, as many judgments as a budget
+allows (task-balanced water-filling), written as a rewards file. ``fit``: rewards files -> a state file
+for one scope (global, task or query), which ``--rewriter ttt-embed --state FILE`` searches with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.cli_util import run_cli
+from tour_pyserini.errors import UserError
+from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
+from tour_pyserini.ttt.state import SCOPES
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.ttt", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    commands = ap.add_subparsers(dest="command", required=True)
+    rw = commands.add_parser("rewards", help="teacher judgments of the base top candidates under a budget")
+    rw.add_argument("--index", required=True, help="dense index the topics are searched in")
+    rw.add_argument("--topics", required=True, help="topics file (its queries get rewards)")
+    rw.add_argument("--teacher", required=True, metavar="SPEC", help="bm25, cross-encoder:PATH, oracle:QRELS, ...")
+    rw.add_argument("--budget", type=float, required=True, help="judgments per query (b; b x queries in all)")
+    rw.add_argument("--output", required=True, help="rewards file to write")
+    rw.add_argument("--task", help="task name (default: the index directory's name)")
+    rw.add_argument("--task-index", type=int, default=0, help="seeds the query order: 1000 + this (default 0)")
+    rw.add_argument("--depth", type=int, default=10, help="judgments per rewarded query in the first pass (10)")
+    rw.add_argument("--max-depth", type=int, default=100, help="base candidates a query can be judged on (100)")
+    rw.add_argument("--teacher-max-length", type=int, help="tokens a cross-encoder teacher reads")
+    ft = commands.add_parser("fit", help="fit a state (v per scope key) from rewards files")
+    ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
+    ft.add_argument("--output", required=True, help="state file to write (safetensors)")
+    ft.add_argument("--scope", required=True, choices=SCOPES)
+    defaults = FitConfig()
+    ft.add_argument("--objective", choices=OBJECTIVES, default=defaults.objective)
+    ft.add_argument("--tau-teacher", type=float, default=defaults.tau_teacher)
+    ft.add_argument("--tau-student", type=float, default=defaults.tau_student)
+    ft.add_argument("--ridge", type=float, default=defaults.ridge, help="lambda of lambda ||v||^2")
+    ft.add_argument("--steps", type=int, default=defaults.steps, help="full-batch Adam steps")
+    ft.add_argument("--lr", type=float, default=defaults.lr)
+    return ap
+
+
+def check_output(path: str) -> None:
+    if not Path(path).resolve().parent.is_dir():
+        raise UserError(f"cannot write {path}: its directory does not exist")
+
+
+def make_rewards(args: argparse.Namespace) -> None:
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.ttt.allocation import allocate
+
+    if args.budget <= 0:
+        raise UserError(f"--budget must be positive, got {args.budget}")
+    if index_kind(args.index) != "dense":
+        raise UserError(f"--index {args.index} is a BM25 index; rewards are for the candidates of a dense one")
+    check_output(args.output)
+    topics = read_topics(args.topics)
+    task_qids = [[]] * args.task_index + [[t.qid for t in topics]]  # task i's order is seeded 1000 + i
+    pairs = allocate(task_qids, args.budget, depth=args.depth, max_depth=args.max_depth)
+    judge_rewards(args, topics, pairs)
+
+
+def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
+    from tour_pyserini.results import Trace
+    from tour_pyserini.search.searcher import TourSearcher
+    from tour_pyserini.teachers import ScoreCache, TeacherContext, get_teacher
+    from tour_pyserini.ttt.rewards import Rewards, TaskSource, write_rewards
+
+    teacher = get_teacher(args.teacher, TeacherContext(index_dir=args.index, max_length=args.teacher_max_length))
+    if teacher.oracle:
+        print("warning: ORACLE teacher — these rewards read the relevance judgements (an upper bound, not a "
+              "system)", file=sys.stderr)  # fmt: skip
+    searcher = TourSearcher.from_index(args.index)
+    wanted: dict[str, list[int]] = {}
+    for pair in pairs:
+        wanted.setdefault(pair.qid, []).append(pair.rank)
+    chosen = [t for t in topics if t.qid in wanted]
+    rankings = searcher.search_vectors(searcher.encode([t.text for t in chosen]), args.max_depth)
+    docids = [[ranking[r].docid for r in wanted[t.qid]] for t, ranking in zip(chosen, rankings)]
+    cache = ScoreCache(teacher, searcher.docstore)
+    scores = cache.score([t.qid for t in chosen], [t.text for t in chosen], docids, [Trace() for _ in chosen])
+    task = args.task or Path(args.index).name
+    rewards = Rewards(tasks={task: TaskSource(task, args.index, args.topics)})
+    for topic, ids, values in zip(chosen, docids, scores):
+        for docid, value in zip(ids, values):
+            rewards.add(task, topic.qid, docid, float(value))
+    command = shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
+    provenance = {"teacher": teacher.label if teacher.oracle else args.teacher, "budget": str(args.budget),
+                  "depth": str(args.depth), "command": command}  # fmt: skip
+    write_rewards(args.output, rewards, provenance)
+    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(chosen)} of {len(topics)} queries "
+          f"({args.teacher})")  # fmt: skip
+
+
+def fit_state(args: argparse.Namespace) -> None:
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.ttt.rewards import read_rewards
+
+    config = FitConfig(args.objective, args.tau_teacher, args.tau_student, args.ridge, args.steps, args.lr)
+    check_output(args.output)
+    rewards = read_rewards(args.rewards)
+    texts: dict[str, dict[str, str]] = {}
+    for task in rewards.judgments:
+        source = rewards.tasks[task]
+        if index_kind(source.index) != "dense":
+            raise UserError(f"task {task!r}: {source.index} is not a dense index")
+        known = {t.qid: t.text for t in read_topics(source.topics)}
+        if missing := [q for q in rewards.judgments[task] if q not in known]:
+            raise UserError(f"task {task!r}: query {missing[0]!r} of the rewards is not in {source.topics}")
+        texts[task] = known
+    run_fit(args, config, rewards, texts)
+
+
+def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts) -> None:
+    from tour_pyserini.search.searcher import TourSearcher
+    from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+    from tour_pyserini.ttt.state import State, describe, encoder_identity, same_encoder
+    from tour_pyserini.ttt.vectors import DocVectors
+
+    queries, encoder = [], None
+    for task, judged in rewards.judgments.items():
+        source = rewards.tasks[task]
+        searcher = TourSearcher.from_index(source.index)
+        identity = encoder_identity(searcher.encoder)
+        if encoder is not None and not same_encoder(encoder, identity):
+            raise UserError(f"task {task!r} is encoded with {describe(identity)}, the tasks before it with "
+                            f"{describe(encoder)}: one state serves one encoder")  # fmt: skip
+        encoder = identity
+        docs = DocVectors(source.index)
+        qids = list(judged)
+        X = searcher.encode([texts[task][q] for q in qids])
+        for qid, x in zip(qids, X):
+            ids = list(judged[qid])
+            queries.append(RewardedQuery(task, qid, x, docs.get(ids), np.array([judged[qid][d] for d in ids])))
+    start = time.perf_counter()
+    keys, V, counts = fit_scope(queries, args.scope, config)
+    seconds = time.perf_counter() - start
+    provenance = {path: {**info, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+                  for path, info in rewards.provenance.items()}  # fmt: skip
+    state = State(args.scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance)
+    state.save(args.output)
+    print(f"wrote {args.output}: {args.scope} state, {len(keys)} residual(s) from {len(queries)} rewarded queries "
+          f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command == "rewards":
+        make_rewards(args)
+    else:
+        fit_state(args)
+
+
+if __name__ == "__main__":
+    run_cli(main)

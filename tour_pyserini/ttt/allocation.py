@@ -1,0 +1,57 @@
+"""Which (query, candidate) pairs a budget of teacher judgments buys: task-balanced water-filling.
+
+A budget b is judgments per query: b × N pairs in all, N the queries of every task together. The pairs
+are the prefix of one fixed sequence, so a larger budget never removes a pair and every method sees
+exactly the same pairs:
+
+- queries are visited task by task in turn (one query from each task that still has queries left),
+  each task's queries in a permutation seeded 1000 + its index;
+- the first pass gives each visited query its top ``depth`` base candidates, in base retrieval order;
+  once every query has them, a second pass in the same order extends each query to ``max_depth``.
+
+With ``depth`` 10, b = 1 rewards a tenth of the queries with 10 judgments each; b = 10 rewards every
+query with 10; b = 100 judges the whole base top-100.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from tour_pyserini.errors import UserError
+
+
+class Pair(NamedTuple):
+    task: int  # index of the task in the list given to allocate
+    qid: str
+    rank: int  # 0-based position of the candidate in the query's base ranking
+
+
+def query_order(task_qids: Sequence[Sequence[str]]) -> list[tuple[int, str]]:
+    """Every (task, qid) in water-filling order: one query from each task with queries left, in turn."""
+    perms = [np.random.default_rng(1000 + t).permutation(len(qids)).tolist() for t, qids in enumerate(task_qids)]
+    order = []
+    for i in range(max((len(p) for p in perms), default=0)):
+        order += [(t, task_qids[t][p[i]]) for t, p in enumerate(perms) if i < len(p)]
+    return order
+
+
+def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = 10,
+             max_depth: int = 100) -> list[Pair]:  # fmt: skip
+    """The round(b × N) pairs of budget ``budget`` (judgments per query), in allocation order."""
+    if not 0 < depth <= max_depth:
+        raise UserError(f"depth must be in [1, max_depth = {max_depth}], got {depth}")
+    order = query_order(task_qids)
+    total = math.floor(budget * len(order) + 0.5)
+    if not 0 <= total <= len(order) * max_depth:
+        raise UserError(f"budget {budget} asks for {total} judgments; {len(order)} queries x {max_depth} "
+                         "candidates is the most there is")  # fmt: skip
+    pairs: list[Pair] = []
+    for low, high in ((0, depth), (depth, max_depth)):
+        for task, qid in order:
+            take = min(high - low, total - len(pairs))
+            pairs += [Pair(task, qid, rank) for rank in range(low, low + take)]
+    return pairs

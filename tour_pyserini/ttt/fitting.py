@@ -1,0 +1,72 @@
+"""From rewarded queries to the residuals of a scope: grouping, query weights, padding, fitting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tour_pyserini.ttt.objectives import FitConfig, fit, normalise_rewards
+from tour_pyserini.ttt.state import SCOPES
+
+
+@dataclass(frozen=True)
+class RewardedQuery:
+    """A query with its judged candidates: vector x (d,), candidate vectors Z (k, d), raw rewards (k,)."""
+
+    task: str
+    qid: str
+    x: np.ndarray
+    Z: np.ndarray
+    rewards: np.ndarray
+
+
+def scope_plan(queries: Sequence[RewardedQuery], scope: str) -> tuple[list[tuple], np.ndarray, np.ndarray, list[int]]:
+    """Keys of the scope's states, each query's group and weight, and n_g per key.
+
+    Weights make every group's loss a mean: global gives each task the same weight and splits it
+    equally among the task's queries, so a task with many rewarded queries does not drown the others;
+    task averages its own queries; query weighs its one query 1.
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; choose one of: {', '.join(SCOPES)}")
+    tasks = list(dict.fromkeys(q.task for q in queries))
+    per_task = {t: sum(q.task == t for q in queries) for t in tasks}
+    if scope == "global":
+        keys = [(None, None)]
+        group = np.zeros(len(queries), dtype=np.int64)
+        weights = np.array([1.0 / (len(tasks) * per_task[q.task]) for q in queries])
+        return keys, group, weights, [len(queries)]
+    if scope == "task":
+        keys = [(t, None) for t in tasks]
+        group = np.array([tasks.index(q.task) for q in queries], dtype=np.int64)
+        weights = np.array([1.0 / per_task[q.task] for q in queries])
+        return keys, group, weights, [per_task[t] for t in tasks]
+    keys = [(q.task, q.qid) for q in queries]
+    return keys, np.arange(len(queries)), np.ones(len(queries)), [1] * len(queries)
+
+
+def pad(queries: Sequence[RewardedQuery]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """X (n, d), Z (n, k, d), normalised rewards R (n, k) and mask (n, k), k the longest candidate list."""
+    n, d = len(queries), len(queries[0].x)
+    k = max(len(q.rewards) for q in queries)
+    X = np.stack([q.x for q in queries]).astype(np.float64)
+    Z, R, mask = np.zeros((n, k, d)), np.zeros((n, k)), np.zeros((n, k), dtype=bool)
+    for i, q in enumerate(queries):
+        m = len(q.rewards)
+        Z[i, :m], R[i, :m], mask[i, :m] = q.Z, normalise_rewards(q.rewards), True
+    return X, Z, R, mask
+
+
+def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None,
+              ) -> tuple[list[tuple], np.ndarray, list[int]]:  # fmt: skip
+    """Keys, fitted residuals (G, d) and n_g of ``scope`` over ``queries`` (each (task, qid) once)."""
+    if not queries:
+        raise ValueError("no rewarded queries to fit")
+    if len({(q.task, q.qid) for q in queries}) != len(queries):
+        raise ValueError("a query appears twice among the rewarded queries")
+    keys, group, weights, counts = scope_plan(queries, scope)
+    X, Z, R, mask = pad(queries)
+    V = fit(X=X, Z=Z, R=R, mask=mask, group=group, weights=weights, n_groups=len(keys), config=config or FitConfig())
+    return keys, V, counts

@@ -1,0 +1,166 @@
+"""State files: the fitted residuals v_g of one scope, with everything needed to use them safely.
+
+One safetensors file: the tensor ``v`` (G, d) float32 holds one row per scope key, and the metadata
+entry ``ttt_embed`` holds JSON with the keys (task and qid of each row), n_g and α_g = n_g / (n_g + 1),
+the scope, the task names, the objective and its hyper-parameters, the encoder's identity (name,
+pooling, normalisation, maximum length and a SHA-256 of its weight files) and the rewards' provenance.
+A state only applies to queries encoded by the encoder it was fitted for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.errors import UserError
+
+FORMAT = "tour-pyserini ttt-embed state 1"
+SCOPES = ("global", "task", "query")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+
+
+def alpha(n: int) -> float:
+    """The deployment magnitude α_g = n_g / (n_g + 1): 0 without rewards, 0.5 for a single query."""
+    return n / (n + 1)
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(path: str, stamp: tuple) -> str | None:
+    files = sorted(p for p in Path(path).iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def encoder_identity(spec: EncoderSpec) -> dict:
+    """Name, pooling, normalisation, max length and ``weights_sha256`` (None for a hub id not on disk)."""
+    path = Path(spec.path)
+    if not path.is_dir():
+        return {**spec.to_json(), "weights_sha256": None}
+    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()))  # cache key
+    return {**spec.to_json(), "weights_sha256": _fingerprint(str(path), stamp)}
+
+
+def same_encoder(a: dict, b: dict) -> bool:
+    """Same weights (by hash, or by name when a hash is missing) and the same way of pooling them."""
+    fields = ("pooling", "l2_norm", "max_length")
+    if a.get("weights_sha256") and b.get("weights_sha256"):
+        return a["weights_sha256"] == b["weights_sha256"] and all(a[f] == b[f] for f in fields)
+    return all(a[f] == b[f] for f in ("name", *fields))
+
+
+def describe(identity: dict) -> str:
+    sha = identity.get("weights_sha256")
+    return (f"{identity['name']} ({identity['pooling']} pooling, l2_norm {identity['l2_norm']}, max length "
+            f"{identity['max_length']}, weights {sha[:12] if sha else 'unhashed'})")  # fmt: skip
+
+
+@dataclass
+class State:
+    """Residuals of one scope: row g of ``vectors`` belongs to ``keys[g]`` = (task, qid).
+
+    Keys are (None, None) for the global scope, (task, None) for a task and (task, qid) for a query.
+    """
+
+    scope: str
+    keys: list[tuple[str | None, str | None]]
+    vectors: np.ndarray  # (G, d) float32
+    counts: list[int]  # n_g: distinct rewarded queries behind each row
+    tasks: list[str]
+    fit: dict  # the objective and its hyper-parameters
+    encoder: dict  # encoder_identity() of the encoder the queries were encoded with
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise UserError(f"unknown scope {self.scope!r}; choose one of: {', '.join(SCOPES)}")
+        self.vectors = np.asarray(self.vectors, dtype=np.float32)
+        self.keys = [tuple(k) for k in self.keys]
+        if self.vectors.ndim != 2 or not (len(self.keys) == len(self.counts) == len(self.vectors)):
+            raise ValueError("a state needs one key, one count and one vector per row")
+
+    @property
+    def alphas(self) -> list[float]:
+        return [alpha(n) for n in self.counts]
+
+    @property
+    def dimension(self) -> int:
+        return self.vectors.shape[1]
+
+    def metadata(self) -> dict:
+        return {
+            "format": FORMAT, "scope": self.scope, "keys": [list(k) for k in self.keys], "counts": self.counts,
+            "alphas": self.alphas, "tasks": self.tasks, "fit": self.fit, "encoder": self.encoder,
+            "provenance": self.provenance,
+        }  # fmt: skip
+
+    def save(self, path: str | Path) -> None:
+        """Write the state atomically: a crash leaves the previous file or none, never half of one."""
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        tmp = path.with_name(path.name + ".partial")
+        metadata = {"ttt_embed": json.dumps(self.metadata())}
+        save_file({"v": np.ascontiguousarray(self.vectors)}, str(tmp), metadata=metadata)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> State:
+        from safetensors import SafetensorError, safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"state file {str(path)!r} does not exist")
+        try:
+            with safe_open(str(path), framework="np") as f:
+                raw = (f.metadata() or {}).get("ttt_embed")
+                vectors = f.get_tensor("v") if raw else None
+        except (SafetensorError, OSError) as e:
+            raise UserError(f"{path}: not a safetensors state file ({e})") from None
+        meta = json.loads(raw) if raw else {}
+        if meta.get("format") != FORMAT:
+            raise UserError(f"{path}: not a TTT-Embed state file (python -m tour_pyserini.ttt fit writes them)")
+        return cls(meta["scope"], meta["keys"], vectors, meta["counts"], meta["tasks"], meta["fit"],
+                   meta["encoder"], meta["provenance"])  # fmt: skip
+
+    def select_task(self, task: str | None) -> str | None:
+        """The task whose residuals apply: ``task``, or the state's only task; any for a global state."""
+        if self.scope == "global":
+            return None
+        if task is None:
+            if len(self.tasks) > 1:
+                raise UserError(f"this {self.scope} state has tasks {', '.join(self.tasks)}: choose one (--task NAME)")
+            return self.tasks[0]
+        if task not in self.tasks:
+            raise UserError(f"this state has no task {task!r}; its tasks: {', '.join(self.tasks)}")
+        return task
+
+    def residuals(self, qids: list[str], task: str | None) -> np.ndarray:
+        """α_g v_g for each query (n, d) float64; rows of queries the scope has no residual for are 0."""
+        task = self.select_task(task)
+        rows = {key: g for g, key in enumerate(self.keys)}
+        out = np.zeros((len(qids), self.dimension))
+        for i, qid in enumerate(qids):
+            key = {"global": (None, None), "task": (task, None), "query": (task, qid)}[self.scope]
+            if (g := rows.get(key)) is not None:
+                out[i] = self.alphas[g] * self.vectors[g].astype(np.float64)
+        return out
+
+    def check_encoder(self, identity: dict, where: str) -> None:
+        """Refuse queries from another encoder: its residuals would point nowhere meaningful."""
+        if not same_encoder(self.encoder, identity):
+            raise UserError(f"{where} was fitted for encoder {describe(self.encoder)}, but the queries are "
+                            f"encoded with {describe(identity)}")  # fmt: skip
