@@ -118,6 +118,9 @@ def test_console_script_lists_commands():
 
     proc = run_module("tour_pyserini.cli")
     assert proc.returncode == 2 and all(name in proc.stderr for name in SUBCOMMANDS)
+    listing = run_module("tour_pyserini.cli", "--help")
+    assert listing.returncode == 0
+    assert all(f"e.g. tour-pyserini {name} " in listing.stderr for name in SUBCOMMANDS)  # one example each
     proc = run_module("tour_pyserini.cli", "train-reranker", "--help")
     assert proc.returncode == 0 and "--exclude-texts-from" in proc.stdout
 

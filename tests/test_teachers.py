@@ -179,3 +179,15 @@ def test_score_store_is_a_persistent_layer_of_the_cache(mini_scifact, tmp_path, 
     fusion = get_teacher(f"fusion:oracle:{mini_scifact['qrels']}+bm25:{bm25_index}")
     with pytest.raises(ValueError, match="cannot be stored"):
         ScoreCache(fusion, store=ScoreStore(tmp_path / "fusion.sqlite", fusion.label))
+
+
+def test_dense_teacher_scores_are_the_retrievers_similarities(searcher, dense_index, bm25_index, mini_scifact):
+    """dense: the retriever as a teacher; fused with BM25 it is a real teacher with two views of relevance."""
+    topics = read_topics(mini_scifact["topics"])[:3]
+    teacher = get_teacher("dense", TeacherContext(index_dir=str(dense_index)))
+    for result in searcher.retrieve([t.text for t in topics], [t.qid for t in topics], 10):
+        topic = next(t for t in topics if t.qid == result.qid)
+        scores = teacher.score([ScoreRequest(topic.qid, topic.text, [h.docid for h in result.hits])])[0]
+        assert np.allclose(scores, [h.score for h in result.hits], atol=1e-5)
+    fusion = get_teacher("fusion:bm25+dense", TeacherContext(index_dir=str(dense_index)))
+    assert fusion.label == f"fusion(bm25+dense:{dense_index.name})" and fusion.pairwise is False

@@ -1,4 +1,4 @@
-"""The ``tour-pyserini`` console script: ``tour-pyserini {index,search,eval,compare,train-reranker} ...``.
+"""The ``tour-pyserini`` console script: ``tour-pyserini {index,search,eval,compare,train-reranker,ttt} ...``.
 
 Each subcommand is the same program as ``python -m tour_pyserini.<subcommand>`` (``train_reranker``
 for ``train-reranker``).
@@ -11,21 +11,32 @@ import sys
 
 from tour_pyserini.cli_util import run_cli
 
-SUBCOMMANDS = {  # name: (module with main(), help)
-    "index": ("tour_pyserini.index.__main__", "build a dense or BM25 index of a JSONL collection"),
-    "search": ("tour_pyserini.search.__main__", "search an index for every topic and write a TREC run"),
-    "eval": ("tour_pyserini.eval.__main__", "score TREC runs against qrels or answers"),
-    "compare": ("tour_pyserini.compare", "compare runs with a baseline: deltas, significance tests, win/tie/loss"),
-    "train-reranker": ("tour_pyserini.train_reranker", "train a cross-encoder teacher on training queries"),
-    "ttt": ("tour_pyserini.ttt.__main__", "TTT-Embed: teacher rewards under a budget, fit reusable query states"),
-}
+SUBCOMMANDS = {  # name: (module with main(), what it does, an example)
+    "index": ("tour_pyserini.index.__main__", "build a dense or BM25 index of a JSONL collection",
+              "tour-pyserini index --collection collections/scifact --output indexes/scifact.minilm"),
+    "search": ("tour_pyserini.search.__main__", "search an index for every topic and write a TREC run",
+               "tour-pyserini search --index indexes/scifact.minilm --topics collections/scifact/topics.test.tsv "
+               "--output runs/tour.trec --rewriter tour-soft --reranker bm25 --k 20"),
+    "eval": ("tour_pyserini.eval.__main__", "score TREC runs against qrels or answers",
+             "tour-pyserini eval --qrels qrels/scifact.test.txt --run runs/tour.trec"),
+    "compare": ("tour_pyserini.compare", "compare runs with a baseline: deltas, significance tests, win/tie/loss",
+                "tour-pyserini compare --qrels qrels/scifact.test.txt --baseline runs/dense.trec --run runs/tour.trec"),
+    "train-reranker": ("tour_pyserini.train_reranker", "train a cross-encoder teacher on training queries",
+                       "tour-pyserini train-reranker --index indexes/scifact.minilm "
+                       "--topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
+                       "--output models/ce"),
+    "ttt": ("tour_pyserini.ttt.__main__", "TTT-Embed: teacher rewards under a budget, fit reusable query states",
+            "tour-pyserini ttt fit --rewards rewards.tsv --scope task --output state.safetensors"),
+}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in SUBCOMMANDS:
-        usage = "\n".join(f"  {name:15s} {text}" for name, (_, text) in SUBCOMMANDS.items())
-        print(f"usage: tour-pyserini <command> [options]\n\ncommands:\n{usage}", file=sys.stderr)
+        usage = "\n".join(f"  {name:15s} {text}\n  {'':15s} e.g. {example}" for name, (_, text, example)
+                          in SUBCOMMANDS.items())  # fmt: skip
+        print(f"usage: tour-pyserini <command> [options]   (tour-pyserini <command> --help for its options)\n\n"
+              f"commands:\n{usage}", file=sys.stderr)  # fmt: skip
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     run_cli(module.main, argv[1:])

@@ -1,0 +1,55 @@
+"""The dense teacher: the retriever itself (or another bi-encoder index) scoring candidates by similarity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
+
+
+@TEACHERS.register
+class DenseTeacher(Teacher):
+    """``dense`` or ``dense:INDEX_DIR``: the inner product of the query text's encoding with each candidate's
+    index vector (by default the index being searched, with the encoder it was built with).
+
+    Alone it re-ranks nothing (it is the retriever's own first ranking); its use is as a part of a
+    fusion, e.g. ``fusion:bm25+dense``, where it anchors the teacher to the original query. It opens its
+    own copy of the index: memory for a second index of that size.
+    """
+
+    kind = "dense"
+    needs_text = False
+
+    def __init__(self, index_dir: str | Path, encoder: str | None = None):
+        from tour_pyserini.search.searcher import TourSearcher  # a searcher is what encodes and holds vectors
+
+        self.index_dir = Path(index_dir)
+        self.searcher = TourSearcher.from_index(self.index_dir, encoder=encoder)
+        self.rows = {docid: row for row, docid in enumerate(self.searcher.faiss.docids)}
+
+    @classmethod
+    def from_spec(cls, argument: str | None, context: TeacherContext) -> DenseTeacher:
+        index_dir = argument or context.index_dir
+        if index_dir is None:
+            raise UserError("the dense teacher needs a dense index: dense:DIR")
+        return cls(index_dir)
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
+        queries = self.searcher.encode([r.query for r in requests]).astype(np.float64)
+        index = self.searcher.faiss.index
+        out = []
+        for q, request in zip(queries, requests):
+            missing = [d for d in request.docids if d not in self.rows]
+            if missing:
+                raise UserError(f"document {missing[0]!r} is not in the dense teacher's index {self.index_dir}")
+            rows = np.array([self.rows[d] for d in request.docids], dtype=np.int64)
+            out.append(index.reconstruct_batch(rows).astype(np.float64) @ q)
+        return out
+
+    @property
+    def label(self) -> str:
+        return f"dense:{self.index_dir.name}"
