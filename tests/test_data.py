@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, SCIFACT, SCIFACT_QRELS
 
 from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.errors import UserError
 
 SHARED = ROOT.parent / "shared" / "data" / "scifact"
 
@@ -90,12 +91,16 @@ def test_topics_tsv_and_jsonl(tmp_path):
         ("t.tsv", "1\tok\n1\tagain\n", r"t.tsv:2: duplicate qid '1'"),
         ("t.jsonl", '{"qid": "a", "question": "q", "answers": "x"}\n', r"t.jsonl:1: 'answers' must be a list"),
         ("t.jsonl", "{oops\n", r"t.jsonl:1: not valid JSON"),
+        # a run line is whitespace-separated: such a qid would give lines of 7 fields
+        ("t.tsv", "1\tok\nq 2\tsecond\n", r"t.tsv:2: qid 'q 2' is empty or contains whitespace"),
+        ("t.jsonl", '{"qid": "a\\tb", "question": "q"}\n', r"t.jsonl:1: qid 'a\\tb' is empty or contains whitespace"),
+        ("t.tsv", "\tno qid\n", r"t.tsv:1: qid '' is empty"),
     ],
 )
 def test_malformed_topics_name_file_and_line(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_text(content)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         read_topics(path)
 
 
@@ -112,7 +117,7 @@ def test_unknown_topics_file(tmp_path):
 def test_malformed_qrels(tmp_path, content, message):
     path = tmp_path / "q.txt"
     path.write_text(content)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         read_qrels(path)
 
 
