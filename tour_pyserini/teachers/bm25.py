@@ -1,7 +1,8 @@
 """The BM25 teacher: Anserini's BM25 scores of the candidates, for all pairs of a call at once.
 
-``bm25`` computes the scores from the index's term matrix (:mod:`tour_pyserini.index.bm25_matrix`)
-with one sparse product per call; ``bm25-anserini`` asks Anserini for each pair
+``bm25`` computes the scores from the index's term matrix (:mod:`tour_pyserini.index.bm25_matrix`):
+the term frequencies of every (candidate, query term) of a call come from one sorted lookup, and
+Lucene's formula is applied to them as arrays. ``bm25-anserini`` asks Anserini for each pair
 (``computeQueryDocumentScore``, one Lucene search per pair) and is the reference the first equals.
 """
 
@@ -137,7 +138,7 @@ class Bm25Teacher(_LuceneIndexTeacher):
 class AnseriniBm25Teacher(_LuceneIndexTeacher):
     """The same BM25 scores, one Lucene search per pair through Anserini's ``computeQueryDocumentScore``.
 
-    About ten times slower than ``bm25``; kept as the reference the vectorised teacher is checked against.
+    Tens of times slower per pair than ``bm25``; kept as the reference ``bm25`` is checked against.
     """
 
     kind = "bm25-anserini"
