@@ -42,14 +42,18 @@ class TttEmbed(Rewriter):
         self.path = Path(state)
         self.state = State.load(state)
         self.task = self.state.select_task(task)  # a wrong --task fails before any model loads
+        self.checked = None  # the index last checked: its encoder is hashed once, not once per batch
 
     def check_index(self, index) -> None:
+        if index is self.checked:
+            return
         if index.dimension != self.state.dimension:
             raise UserError(f"state {self.path} holds {self.state.dimension}-d residuals but the index holds "
                             f"{index.dimension}-d vectors")  # fmt: skip
         spec = getattr(index, "encoder", None)
         if isinstance(spec, EncoderSpec):
             self.state.check_encoder(encoder_identity(spec), f"state {self.path}")
+        self.checked = index
 
     def rewrite(self, batch: QueryBatch, index, hits: int) -> list[SearchResult]:
         self.check_index(index)

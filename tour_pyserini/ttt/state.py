@@ -152,11 +152,15 @@ class State:
         """α_g v_g for each query (n, d) float64; rows of queries the scope has no residual for are 0."""
         task = self.select_task(task)
         rows = {key: g for g, key in enumerate(self.keys)}
+        if self.scope == "query":
+            found = [(i, rows.get((task, qid))) for i, qid in enumerate(qids)]
+        else:
+            found = [(i, rows.get((task, None))) for i in range(len(qids))]
+        found = [(i, g) for i, g in found if g is not None]
         out = np.zeros((len(qids), self.dimension))
-        for i, qid in enumerate(qids):
-            key = {"global": (None, None), "task": (task, None), "query": (task, qid)}[self.scope]
-            if (g := rows.get(key)) is not None:
-                out[i] = self.alphas[g] * self.vectors[g].astype(np.float64)
+        if found:
+            at, groups = map(list, zip(*found))
+            out[at] = np.array(self.alphas)[groups, None] * self.vectors[groups].astype(np.float64)
         return out
 
     def check_encoder(self, identity: dict, where: str) -> None:
