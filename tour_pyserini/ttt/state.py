@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -160,8 +160,13 @@ class State:
         out = np.zeros((len(qids), self.dimension))
         if found:
             at, groups = map(list, zip(*found))
-            out[at] = np.array(self.alphas)[groups, None] * self.vectors[groups].astype(np.float64)
+            out[at] = self.scaled[groups]
         return out
+
+    @cached_property
+    def scaled(self) -> np.ndarray:
+        """α_g v_g per row (G, d) float64."""
+        return np.array(self.alphas)[:, None] * self.vectors.astype(np.float64)
 
     def check_encoder(self, identity: dict, where: str) -> None:
         """Refuse queries from another encoder: its residuals would point nowhere meaningful."""
