@@ -169,13 +169,13 @@ def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str 
     """Seconds per query of TOUR (tour-hard, passage preset) at each batch size, and whether each batch size
     gives exactly the run of one query at a time: docids, scores, iterations, teacher calls, cache hits."""
     from tour_pyserini.data import read_topics
-    from tour_pyserini.rewriters import QueryBatch
     from tour_pyserini.rewriters.tour import TourHard
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
     teacher = get_teacher(teacher_spec, TeacherContext(index_dir=index))
-    searcher = TourSearcher.from_index(index, rewriter=TourHard(teacher, preset="passage"))
+    searcher = TourSearcher.from_index(index)
+    rewriter = TourHard(teacher, preset="passage")
     queries = read_topics(topics)[:n_queries]
     texts, qids = [q.text for q in queries], [q.qid for q in queries]
     vectors = searcher.encode(texts)  # encode once: compare the rewriting loop alone
@@ -183,8 +183,8 @@ def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str 
     def run(size: int) -> list:
         results = []
         for i in range(0, len(qids), size):
-            results += searcher.rewriter.rewrite(QueryBatch(qids[i : i + size], texts[i : i + size],
-                                                            vectors[i : i + size]), searcher, 1000)  # fmt: skip
+            results += searcher.retrieve_vectors(qids[i : i + size], texts[i : i + size], vectors[i : i + size],
+                                                 1000, rewriter=rewriter)  # fmt: skip
         return results
 
     def fingerprint(results: list) -> list:

@@ -33,6 +33,14 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     moved = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=TttEmbed(state_file))
     plain = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=Identity())
     assert sum([h.docid for h in a.hits] != [h.docid for h in b.hits] for a, b in zip(moved, plain)) > 0
+    # the same state from the search command line
+    from tour_pyserini.runs import read_run
+    from tour_pyserini.search.__main__ import main as search_main
+
+    run = tmp_path / "ttt.trec"
+    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
+                 "--hits", "10", "--rewriter", "ttt-embed", "--state", str(state_file)])  # fmt: skip
+    assert {q: list(docs) for q, docs in read_run(run).items()} == {r.qid: [h.docid for h in r.hits] for r in moved}
 
 
 REWARDS = ["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher", "bm25", "--output", "r.tsv"]

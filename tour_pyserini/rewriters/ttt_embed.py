@@ -47,13 +47,17 @@ class TttEmbed(Rewriter):
         self.path = Path(state)
         self.state = State.load(state)
         self.task = self.state.select_task(task)  # a wrong --task fails before any model loads
+        self.checked = None  # the index last checked: its encoder is hashed once, not once per batch
 
     def check_index(self, index: VectorIndex) -> None:
+        if index is self.checked:
+            return
         if index.dimension != self.state.dimension:
             raise UserError(f"state {self.path} holds {self.state.dimension}-d residuals but the index holds "
                             f"{index.dimension}-d vectors")  # fmt: skip
         if isinstance(index.encoder, EncoderSpec):
             self.state.check_encoder(encoder_identity(index.encoder), f"state {self.path}")
+        self.checked = index
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         self.check_index(index)

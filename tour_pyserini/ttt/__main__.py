@@ -97,8 +97,8 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
         for docid, value in zip(ids, values):
             rewards.add(task, topic.qid, docid, float(value))
     command = shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
-    provenance = {"teacher": teacher.label if teacher.oracle else args.teacher, "budget": str(args.budget),
-                  "depth": str(args.depth), "command": command}  # fmt: skip
+    provenance = {"teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
+                  "budget": str(args.budget), "depth": str(args.depth), "command": command}  # fmt: skip
     write_rewards(args.output, rewards, provenance)
     print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(chosen)} of {len(topics)} queries "
           f"({args.teacher})")  # fmt: skip

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -152,12 +152,21 @@ class State:
         """α_g v_g for each query (n, d) float64; rows of queries the scope has no residual for are 0."""
         task = self.select_task(task)
         rows = {key: g for g, key in enumerate(self.keys)}
+        if self.scope == "query":
+            found = [(i, rows.get((task, qid))) for i, qid in enumerate(qids)]
+        else:
+            found = [(i, rows.get((task, None))) for i in range(len(qids))]
+        found = [(i, g) for i, g in found if g is not None]
         out = np.zeros((len(qids), self.dimension))
-        for i, qid in enumerate(qids):
-            key = {"global": (None, None), "task": (task, None), "query": (task, qid)}[self.scope]
-            if (g := rows.get(key)) is not None:
-                out[i] = self.alphas[g] * self.vectors[g].astype(np.float64)
+        if found:
+            at, groups = map(list, zip(*found))
+            out[at] = self.scaled[groups]
         return out
+
+    @cached_property
+    def scaled(self) -> np.ndarray:
+        """α_g v_g per row (G, d) float64."""
+        return np.array(self.alphas)[:, None] * self.vectors.astype(np.float64)
 
     def check_encoder(self, identity: dict, where: str) -> None:
         """Refuse queries from another encoder: its residuals would point nowhere meaningful."""
