@@ -191,3 +191,15 @@ def test_dense_teacher_scores_are_the_retrievers_similarities(searcher, dense_in
         assert np.allclose(scores, [h.score for h in result.hits], atol=1e-5)
     fusion = get_teacher("fusion:bm25+dense", TeacherContext(index_dir=str(dense_index)))
     assert fusion.label == f"fusion(bm25+dense:{dense_index.name})" and fusion.pairwise is False
+
+
+def test_two_logit_models_score_the_log_odds():
+    """l1 - l0: invariant to a shift of both logits (the model's probabilities do not change)."""
+    import torch
+
+    from tour_pyserini.teachers.cross_encoder import logits_to_scores
+
+    two = torch.tensor([[0.5, 2.0], [3.0, 1.0]])
+    assert logits_to_scores(two).tolist() == [1.5, -2.0]
+    assert logits_to_scores(two + 7.0).tolist() == [1.5, -2.0]
+    assert logits_to_scores(torch.tensor([[0.25], [-1.0]])).tolist() == [0.25, -1.0]

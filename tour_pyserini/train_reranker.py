@@ -149,7 +149,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     if searcher.docstore is None:
         raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     rng = random.Random(config.seed)
-    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=config.candidates)
+    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=config.candidates)
     examples = build_examples(rankings, topics, qrels, searcher.docstore)
     if len(examples) < 2:
         raise UserError("fewer than two training queries with a relevant document and a retrieved negative")
