@@ -45,7 +45,7 @@ def test_no_import_cycles(graph):
         state[module] = 1
         for target in sorted(edges[module]):
             if state.get(target) == 1:
-                cycle = path[path.index(target):] + [target]
+                cycle = path[path.index(target) :] + [target]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, path + [target])

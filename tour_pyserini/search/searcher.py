@@ -109,8 +109,13 @@ class TourSearcher:
                 f"{faiss_searcher.dimension}-d vectors"
             )
         store = index_dir / DOCSTORE_FILE
-        return cls(faiss_searcher, rewriter=rewriter, docstore=DocStore(store) if store.exists() else None,
-                   encoder=encoder, threads=threads)
+        return cls(
+            faiss_searcher,
+            rewriter=rewriter,
+            docstore=DocStore(store) if store.exists() else None,
+            encoder=encoder,
+            threads=threads,
+        )
 
     @property
     def dimension(self) -> int:
