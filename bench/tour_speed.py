@@ -56,24 +56,39 @@ def update_cost_ms(k: int = 100, d: int = 768, repeats: int = 2000) -> dict:
     return out
 
 
-def batched_vs_sequential(index: str, topics: str, n_queries: int, batch: int) -> dict:
-    from tour_pyserini.data import read_topics
-    from tour_pyserini.rewriters.tour import TourHard
-    from tour_pyserini.search import TourSearcher
-    from tour_pyserini.teachers import TeacherContext, get_teacher
+class TourRun:
+    """TOUR-hard (passage preset, 1000 hits) with one teacher over the first queries of a topics file, the
+    queries encoded once, so that timings compare the rewriting loop alone."""
 
-    teacher = get_teacher("bm25", TeacherContext(index_dir=index))
-    searcher = TourSearcher.from_index(index)
-    rewriter = TourHard(teacher, preset="passage")
-    queries = read_topics(topics)[:n_queries]
-    texts, qids = [q.text for q in queries], [q.qid for q in queries]
-    vectors = searcher.encode(texts)  # encode once: compare the rewriting loop alone
+    def __init__(self, index: str, topics: str, n_queries: int, teacher_spec: str = "bm25"):
+        from tour_pyserini.data import read_topics
+        from tour_pyserini.rewriters.tour import TourHard
+        from tour_pyserini.search import TourSearcher
+        from tour_pyserini.teachers import TeacherContext, get_teacher
+
+        self.searcher = TourSearcher.from_index(index)
+        self.rewriter = TourHard(get_teacher(teacher_spec, TeacherContext(index_dir=index)), preset="passage")
+        queries = read_topics(topics)[:n_queries]
+        self.texts, self.qids = [q.text for q in queries], [q.qid for q in queries]
+        self.vectors = self.searcher.encode(self.texts)
+
+    def __call__(self, size: int) -> list:
+        """Every query's result, ``size`` queries per batch."""
+        results = []
+        for i in range(0, len(self.qids), size):
+            batch = slice(i, i + size)
+            results += self.searcher.retrieve_vectors(self.qids[batch], self.texts[batch], self.vectors[batch], 1000,
+                                                      rewriter=self.rewriter)  # fmt: skip
+        return results
+
+
+def batched_vs_sequential(index: str, topics: str, n_queries: int, batch: int) -> dict:
+    tour = TourRun(index, topics, n_queries)
+    qids = tour.qids
 
     def run(size: int) -> float:
         start = time.perf_counter()
-        for i in range(0, len(qids), size):
-            searcher.retrieve_vectors(qids[i : i + size], texts[i : i + size], vectors[i : i + size], 1000,
-                                      rewriter=rewriter)  # fmt: skip
+        tour(size)
         return time.perf_counter() - start
 
     run(batch)  # warm-up: the JVM compiles Lucene's scoring code on first use
@@ -88,13 +103,13 @@ def batched_vs_sequential(index: str, topics: str, n_queries: int, batch: int) -
         "one_at_a_time_qps": len(qids) / min(one),
         "batched_qps": len(qids) / min(batched),
         "speedup": min(one) / min(batched),
-        "teacher_share_of_time": teacher_share(searcher, rewriter, qids, texts, vectors),
+        "teacher_share_of_time": teacher_share(tour),
     }
 
 
-def teacher_share(searcher, rewriter, qids, texts, vectors) -> float:
+def teacher_share(tour: TourRun) -> float:
     """Fraction of TOUR's time spent in the teacher, from the traces of one batched pass."""
-    results = searcher.retrieve_vectors(qids, texts, vectors, 1000, rewriter=rewriter)
+    results = tour(len(tour.qids))
     total = sum(r.trace.total_seconds for r in results)
     return sum(r.trace.seconds["teacher"] for r in results) / total
 
@@ -168,24 +183,8 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str = "bm25", repeats: int = 3) -> dict:
     """Seconds per query of TOUR (tour-hard, passage preset) at each batch size, and whether each batch size
     gives exactly the run of one query at a time: docids, scores, iterations, teacher calls, cache hits."""
-    from tour_pyserini.data import read_topics
-    from tour_pyserini.rewriters.tour import TourHard
-    from tour_pyserini.search import TourSearcher
-    from tour_pyserini.teachers import TeacherContext, get_teacher
-
-    teacher = get_teacher(teacher_spec, TeacherContext(index_dir=index))
-    searcher = TourSearcher.from_index(index)
-    rewriter = TourHard(teacher, preset="passage")
-    queries = read_topics(topics)[:n_queries]
-    texts, qids = [q.text for q in queries], [q.qid for q in queries]
-    vectors = searcher.encode(texts)  # encode once: compare the rewriting loop alone
-
-    def run(size: int) -> list:
-        results = []
-        for i in range(0, len(qids), size):
-            results += searcher.retrieve_vectors(qids[i : i + size], texts[i : i + size], vectors[i : i + size],
-                                                 1000, rewriter=rewriter)  # fmt: skip
-        return results
+    run = TourRun(index, topics, n_queries, teacher_spec)
+    qids = run.qids
 
     def fingerprint(results: list) -> list:
         return [([h.docid for h in r.hits], [h.score for h in r.hits], r.trace.iterations, r.trace.teacher_calls,

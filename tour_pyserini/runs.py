@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import TextIO
 
 import numpy as np
 
-from tour_pyserini.data.lines import read_fields
+from tour_pyserini.data.lines import parse_finite, read_fields
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import Hit
 
@@ -213,12 +212,7 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     """``{qid: {docid: score}}`` from a TREC run; malformed lines, non-finite scores and repeated docids raise."""
     run: dict[str, dict[str, float]] = {}
     for lineno, (qid, _, docid, _, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
-        try:
-            value = float(score)
-        except ValueError:
-            raise UserError(f"{path}:{lineno}: score {score!r} is not a number") from None
-        if not math.isfinite(value):
-            raise UserError(f"{path}:{lineno}: score {score!r} is not a finite number")
+        value = parse_finite(score, f"{path}:{lineno}", "score")
         docs = run.setdefault(qid, {})
         if docid in docs:
             raise UserError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,3 +23,14 @@ def read_fields(path: str | Path, layout: str, kind: str) -> Iterator[tuple[int,
             if len(fields) != expected:
                 raise UserError(f"{path}:{lineno}: expected '{layout}', found {len(fields)} fields")
             yield lineno, fields
+
+
+def parse_finite(text: str, where: str, what: str) -> float:
+    """``text`` as a finite float; otherwise one error naming ``where`` (file:line) and ``what`` (e.g. "score")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{where}: {what} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UserError(f"{where}: {what} {text!r} is not a finite number")
+    return value

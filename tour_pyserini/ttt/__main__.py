@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     rw = commands.add_parser("rewards", help="teacher judgments of the base top candidates under a budget")
     rw.add_argument("--index", required=True, help="dense index the topics are searched in")
     rw.add_argument("--topics", required=True, help="topics file (its queries get rewards)")
-    rw.add_argument("--teacher", required=True, metavar="SPEC", help="bm25, cross-encoder:PATH, oracle:QRELS, ...")
+    rw.add_argument("--teacher", required=True, metavar="TEACHER", help="bm25, cross-encoder:PATH, oracle:QRELS, ...")
     rw.add_argument("--budget", type=float, required=True, help="judgments per query (b; b x queries in all)")
     rw.add_argument("--output", required=True, help="rewards file to write")
     rw.add_argument("--task", help="task name (default: the index directory's name)")

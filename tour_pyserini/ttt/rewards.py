@@ -16,11 +16,11 @@ only need the same four columns and the task lines.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tour_pyserini.data.lines import parse_finite
 from tour_pyserini.errors import UserError
 
 HEADER = "# ttt-embed rewards: qid<TAB>docid<TAB>reward<TAB>task"
@@ -78,12 +78,7 @@ def read_rewards(paths: list[str | Path]) -> Rewards:
                     raise UserError(f"{where}: expected 'qid<TAB>docid<TAB>reward<TAB>task', "
                                     f"found {len(fields)} fields")  # fmt: skip
                 qid, docid, value, task = fields
-                try:
-                    reward = float(value)
-                except ValueError:
-                    raise UserError(f"{where}: reward {value!r} is not a number") from None
-                if not math.isfinite(reward):
-                    raise UserError(f"{where}: reward {value!r} is not finite")
+                reward = parse_finite(value, where, "reward")
                 if task not in rewards.tasks:
                     raise UserError(f"{where}: task {task!r} is not declared by a '# task: {task}<TAB>INDEX"
                                     "<TAB>TOPICS' line above it")  # fmt: skip
