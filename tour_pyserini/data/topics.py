@@ -9,7 +9,8 @@
 - a JSON list of ``{"question", "answers"}`` (one EntityQuestions relation file, e.g. ``P106.test.json``),
   or a directory of such files (all relations), with the relation kept in ``Topic.relation``;
 - a BEIR folder (its ``queries.jsonl``);
-- an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``.
+- an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``;
+- a Pyserini topics name such as ``dpr-nq-test`` (downloaded by Pyserini, so it needs network).
 
 Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file and line.
 """
@@ -133,6 +134,25 @@ def _from_ir_datasets(dataset_id: str) -> Iterator[tuple[int, Topic]]:
         ) from None
 
 
+def _from_pyserini(name: str) -> Iterator[tuple[int, Topic]]:
+    from tour_pyserini._java import import_pyserini
+
+    try:
+        topics = import_pyserini("pyserini.search").get_topics(name)
+    except ValueError:
+        raise FileNotFoundError(f"unknown topics {name!r}: no such file, and not a Pyserini topics name") from None
+    except Exception as e:  # Anserini downloads the topics file: a JavaException offline
+        if type(e).__name__ != "JavaException":
+            raise
+        raise UserError(f"Pyserini topics {name!r} could not be downloaded; without network, pass a topics "
+                        "file") from None  # fmt: skip
+    for i, (qid, topic) in enumerate(topics.items(), 1):
+        yield i, Topic(str(qid), topic["title"], tuple(topic.get("answers", ())))
+
+
+_FILE_SUFFIXES = (".tsv", ".txt", ".json", ".jsonl", ".gz")
+
+
 def _records(source: Path) -> Iterator[tuple[str, int, Topic]]:
     if source.is_dir():
         if (source / "queries.jsonl").is_file():  # a BEIR folder
@@ -165,6 +185,8 @@ def read_topics(source: str | Path) -> list[Topic]:
         records = _records(path)
     elif "/" in str(source) and not path.suffix:
         records = ((str(source), i, t) for i, t in _from_ir_datasets(str(source)))
+    elif "/" not in str(source) and path.suffix not in _FILE_SUFFIXES:
+        records = ((str(source), i, t) for i, t in _from_pyserini(str(source)))
     else:
         raise FileNotFoundError(f"unknown topics {str(source)!r}: no such file")
     topics, seen = [], set()

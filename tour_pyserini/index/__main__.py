@@ -1,4 +1,8 @@
-"""python -m tour_pyserini.index: build a dense or a BM25 index of a JSONL collection."""
+"""python -m tour_pyserini.index: build a dense or a BM25 index of a JSONL collection.
+
+Dense indexes are exact (``--faiss-index flat``, the default), HNSW graphs or IVF-PQ with exact refinement
+vectors; ``--from-index`` builds one type from another dense index's vectors without encoding again.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,14 @@ from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.build import build_index, corpus_file
 from tour_pyserini.index.corpus import check_corpus
+from tour_pyserini.index.faiss_index import INDEX_TYPES, FaissIndexSpec
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tour_pyserini.index", description=__doc__)
-    ap.add_argument("--collection", required=True, help="collection directory with corpus.jsonl, or a .jsonl file")
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--collection", help="collection directory with corpus.jsonl, or a .jsonl file")
+    source.add_argument("--from-index", metavar="DIR", help="re-index the vectors of this dense index (no encoding)")
     ap.add_argument("--output", required=True, help="index directory to create (reused when it already exists)")
     ap.add_argument("--bm25", action="store_true", help="build a Lucene BM25 index instead of a dense one")
     ap.add_argument("--encoder", default=DEFAULT_ENCODER, help="local model directory or hub id (dense only)")
@@ -25,7 +32,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1, help="Lucene indexing threads (BM25 only)")
     ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists")
+    fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
+    fx.add_argument("--faiss-index", choices=INDEX_TYPES, default="flat", help="exact, HNSW graph, or IVF-PQ")
+    fx.add_argument("--M", type=int, default=32, help="HNSW: neighbours per node")
+    fx.add_argument("--efC", type=int, default=100, help="HNSW: candidate list size while building")
+    fx.add_argument("--ef-search", type=int, default=128, help="HNSW: default candidate list size when searching")
+    fx.add_argument("--nlist", type=int, help="IVF-PQ: inverted lists (default 4*sqrt(n), at most n/39)")
+    fx.add_argument("--nprobe", type=int, help="IVF-PQ: default lists visited per query (default nlist/8, at least 8)")
+    fx.add_argument("--pq-m", type=int, help="IVF-PQ: sub-quantisers, must divide the dimension (default dim/8)")
+    fx.add_argument("--pq-nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantiser code")
     return ap
+
+
+def faiss_spec(args: argparse.Namespace) -> FaissIndexSpec:
+    spec = FaissIndexSpec(type=args.faiss_index, M=args.M, ef_construction=args.efC, ef_search=args.ef_search,
+                          nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m, pq_nbits=args.pq_nbits)  # fmt: skip
+    return spec.check()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,6 +56,15 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     reused = Path(args.output).exists() and not args.overwrite
+    spec = faiss_spec(args)
+    if args.from_index:
+        if args.bm25:
+            raise UserError("--from-index re-indexes dense vectors; it cannot build a BM25 index")
+        from tour_pyserini.index.dense import copy_dense_index
+
+        meta = build_index(args.output, partial(copy_dense_index, args.from_index, faiss_spec=spec), args.overwrite)
+        print(("reusing " if reused else "") + describe(args.output, meta))
+        return
     corpus = corpus_file(args.collection)  # fail on a missing or malformed corpus before loading models or the JVM
     if not reused:
         check_corpus(corpus)
@@ -45,11 +76,17 @@ def main(argv: list[str] | None = None) -> None:
         from tour_pyserini.index.dense import write_dense_index
 
         spec = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
-        write = partial(write_dense_index, args.collection, encoder=spec, batch_size=args.batch_size)
+        encoder = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
+        write = partial(write_dense_index, args.collection, encoder=encoder, batch_size=args.batch_size,
+                        faiss_spec=spec)  # fmt: skip
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite)
-    print(
-        ("reusing " if reused else "")
-        + f"{meta.kind} index {args.output}: {meta.num_docs} docs"
+    print(("reusing " if reused else "") + describe(args.output, meta))
+
+
+def describe(output: str, meta) -> str:
+    kind = meta.kind if meta.kind != "dense" else f"dense ({meta.faiss_index['type']})"
+    return (
+        f"{kind} index {output}: {meta.num_docs} docs"
         + (f", {meta.dimension}-d {meta.encoder['name']}" if meta.encoder else "")
         + f"; built in {meta.build_seconds:.1f} s, peak memory {meta.peak_rss_mb:.0f} MB"
     )

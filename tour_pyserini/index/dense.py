@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.errors import UserError
+from tour_pyserini.index import faiss_index
 from tour_pyserini.index.build import check_count, corpus_file
 from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+
+FLAT = FaissIndexSpec()
 
 
 def write_dense_index(
@@ -19,13 +25,15 @@ def write_dense_index(
     encoder: EncoderSpec,
     batch_size: int = 64,
     fields: tuple[str, ...] = ("title", "text"),
+    faiss_spec: FaissIndexSpec = FLAT,
 ) -> IndexMeta:
     """Encode every document of ``collection`` into a FaissSearcher directory ``out_dir``.
 
     The same code path as ``python -m pyserini.encode ... --to-faiss``: Pyserini's
     ``JsonlCollectionIterator`` reads the fields (with a progress bar), ``AutoDocumentEncoder`` encodes
     "title text" with the encoder's pooling and normalisation, and ``FaissRepresentationWriter`` writes
-    ``index`` (an exact inner-product ``IndexFlatIP``) and ``docid``. A docid -> text store goes beside them.
+    ``index`` (an exact inner-product ``IndexFlatIP``, then rebuilt as ``faiss_spec`` says) and ``docid``.
+    A docid -> text store goes beside them.
     A corpus without ``title`` and ``text`` on every line is encoded from a normalised copy; the index
     must then hold exactly the corpus's documents.
     """
@@ -58,5 +66,41 @@ def write_dense_index(
         num_docs=n_docs,
         encoder=encoder.to_json(),
         dimension=dimension,
+        faiss_index=rebuild_faiss_index(out_dir, faiss_spec),
         extra={"batch_size": batch_size, "fields": list(fields)},
     )
+
+
+def rebuild_faiss_index(index_dir: Path, spec: FaissIndexSpec) -> dict:
+    """Replace the ``index`` in ``index_dir`` (one that keeps exact vectors) by one of ``spec``'s type over the
+    same vectors."""
+    import faiss
+
+    path = index_dir / "index"
+    current = faiss_index.read(path)
+    if spec.type == "flat" and faiss_index.index_type(current) == "flat":
+        return spec.to_json()
+    vectors = current.reconstruct_n(0, current.ntotal)
+    spec = spec.resolved(*vectors.shape)
+    del current
+
+    tmp = path.with_name("index.partial")
+    faiss.write_index(faiss_index.build(vectors, spec), str(tmp))
+    tmp.replace(path)
+    return spec.to_json()
+
+
+def copy_dense_index(source: str | Path, out_dir: Path, faiss_spec: FaissIndexSpec) -> IndexMeta:
+    """A new index of ``faiss_spec``'s type over the vectors of the dense index ``source`` (no re-encoding),
+    with its docids, document store and metadata, as ``pyserini.index.faiss --input`` does."""
+    source = Path(source)
+    meta = IndexMeta.read(source)
+    if meta is None or meta.kind != "dense":
+        raise UserError(f"--from-index {source}: not a dense index built by tour_pyserini")
+    if not faiss_index.exact_vectors(faiss_index.read(source / "index")):
+        raise UserError(f"--from-index {source}: its Faiss index does not keep exact vectors")
+    for name in ("index", "docid", DOCSTORE_FILE):
+        shutil.copyfile(source / name, out_dir / name)
+    meta.faiss_index = rebuild_faiss_index(out_dir, faiss_spec)
+    meta.extra = {**meta.extra, "from_index": str(source)}
+    return meta

@@ -25,6 +25,7 @@ class IndexMeta:
     num_docs: int
     encoder: dict | None = None  # EncoderSpec.to_json() for dense indexes
     dimension: int | None = None
+    faiss_index: dict = field(default_factory=lambda: {"type": "flat"})  # FaissIndexSpec.to_json(), dense only
     build_seconds: float = 0.0
     peak_rss_mb: float = 0.0
     extra: dict = field(default_factory=dict)

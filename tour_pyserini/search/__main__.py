@@ -10,29 +10,36 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
+from tour_pyserini.index.prebuilt import resolve_index
 from tour_pyserini.results import SearchResult
-from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter, get_rewriter_class
+from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.runs import RunWriter
+from tour_pyserini.search.configure import check_args, open_searcher, rewriter_options
 
 # flags that do not change the run, so an interrupted run may resume under different values
-_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace")
+_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers")
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tour_pyserini.search", description=__doc__)
-    ap.add_argument("--index", required=True, help="index directory (dense or BM25, detected)")
-    ap.add_argument("--topics", required=True, help="topics file: qid<TAB>text (.tsv) or JSON lines")
+    ap.add_argument("--index", required=True, help="index directory (dense or BM25, detected), or the name of "
+                    "one of Pyserini's prebuilt Faiss indexes")  # fmt: skip
+    ap.add_argument("--topics", required=True, help="topics file: qid<TAB>text (.tsv) or JSON lines; or a "
+                    "Pyserini topics name such as dpr-nq-test")  # fmt: skip
     ap.add_argument("--output", required=True, help="TREC run file to write (atomically)")
     ap.add_argument("--encoder", help="query encoder (dense only); default: the one the index was built with")
     ap.add_argument("--hits", type=int, default=1000, help="hits per query")
     ap.add_argument("--batch-size", type=int, default=64, help="queries searched together")
-    ap.add_argument("--threads", type=int, default=1, help="search threads")
+    ap.add_argument("--threads", type=int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
+                    "Faiss); default: torch's own (all cores) for models, 1 for Faiss; 1 per Ray worker. Model "
+                    "outputs differ in the last bits between thread counts, so runs are identical only for equal "
+                    "--threads")  # fmt: skip
     ap.add_argument("--output-format", choices=["trec"], default="trec")
     ap.add_argument("--run-tag", default="tour_pyserini", help="last column of the run file")
     ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")
@@ -40,6 +47,21 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--trace", help="write per-query traces (JSON lines) to this file")
     ap.add_argument("--bm25-k1", type=float, default=0.9)
     ap.add_argument("--bm25-b", type=float, default=0.4)
+    ap.add_argument("--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: "
+                    "cpu, cuda or cuda:N")  # fmt: skip
+    ap.add_argument("--ef-search", type=int, help="HNSW indexes: candidate list size (default: stored in the index)")
+    ap.add_argument("--nprobe", type=int, help="IVF-PQ indexes: lists visited per query (default: stored in the index)")
+
+    dist = ap.add_argument_group("distributed search on Ray")
+    dist.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="search with Ray workers: alone, "
+        "a local Ray instance started for this search; 'auto' or ray://HOST:PORT, a running cluster",
+    )
+    dist.add_argument("--workers", type=int, default=2, help="Ray workers, each with its own searcher (one CPU each)")
 
     rw = ap.add_argument_group("query rewriting (dense indexes)")
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
@@ -51,60 +73,6 @@ def parser() -> argparse.ArgumentParser:
         for option in options:
             option.add_to(group)
     return ap
-
-
-def rewriter_options() -> dict[str, list[Option]]:
-    """Every rewriter's own flags, grouped under the first rewriter that declares each (shared flags once)."""
-    seen: dict[str, Option] = {}
-    groups: dict[str, list[Option]] = {}
-    for name, cls in available_rewriters().items():
-        for option in cls.options:
-            if option.flag in seen:
-                if seen[option.flag] != option:
-                    raise TypeError(f"rewriters declare {option.flag} differently: {seen[option.flag]} and {option}")
-                continue
-            seen[option.flag] = option
-            groups.setdefault(name, []).append(option)
-    return groups
-
-
-def rewriter_flags(args: argparse.Namespace) -> dict:
-    """The options given for ``--rewriter``, checked before any model loads; a flag of another rewriter is an error."""
-    cls = get_rewriter_class(args.rewriter)
-    own = {option.flag for option in cls.options}
-    given = [o for group in rewriter_options().values() for o in group if getattr(args, o.dest) is not None]
-    if stray := [o.flag for o in given if o.flag not in own]:
-        raise UserError(f"{', '.join(stray)}: not an option of --rewriter {args.rewriter}")
-    options = {o.param: getattr(args, o.dest) for o in given}
-    cls.check_options(**options)
-    return options
-
-
-def open_searcher(args: argparse.Namespace):
-    """The searcher for ``--index``, and the teacher's label (None without a teacher)."""
-    if index_kind(args.index) == "bm25":
-        if args.rewriter != "none" or args.reranker:
-            raise UserError("--rewriter and --reranker need a dense index; this one is BM25")
-        from tour_pyserini.search.bm25 import Bm25Searcher
-
-        return Bm25Searcher.from_index(args.index, k1=args.bm25_k1, b=args.bm25_b, threads=args.threads), None
-    from tour_pyserini.search.searcher import TourSearcher
-    from tour_pyserini.teachers import TeacherContext, get_teacher
-
-    options = rewriter_flags(args)
-    check_faiss_file(Path(args.index) / "index")
-    meta = IndexMeta.read(args.index)
-    for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
-        if meta is not None and options.get(param, 0) > meta.num_docs:
-            raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
-    context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length)
-    teacher = get_teacher(args.reranker, context) if args.reranker else None
-    rewriter = get_rewriter(args.rewriter, teacher=teacher, **options)
-    searcher = TourSearcher.from_index(args.index, encoder=args.encoder, rewriter=rewriter, threads=args.threads)
-    if teacher is not None and teacher.oracle:
-        print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
-              "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
-    return searcher, teacher.label if teacher else None
 
 
 def summarize(results: list[SearchResult]) -> str:
@@ -123,36 +91,51 @@ def summarize(results: list[SearchResult]) -> str:
     )
 
 
+def batch_searcher(args: argparse.Namespace, stack: ExitStack) -> tuple[Callable[[list], Iterator], str | None]:
+    """A function from (texts, qids, hits) batches to their results in order, run here or on Ray workers;
+    and the teacher's label."""
+    if args.ray is None:
+        searcher, teacher_label = open_searcher(args)
+        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher_label
+    from tour_pyserini.search.distributed import RayPool
+
+    pool = stack.enter_context(RayPool(args, workers=args.workers, address=None if args.ray == "local" else args.ray))
+    print(f"ray: {args.workers} workers ready in {pool.startup_seconds:.1f} s")
+    return pool.map, pool.teacher_label
+
+
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
     args = parser().parse_args(argv)
-    for flag in ("hits", "batch_size", "threads"):
-        if getattr(args, flag) < 1:
+    for flag in ("hits", "batch_size", "threads", "workers"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
     # the output is checked (writable, not locked by another search) before any model or JVM loads
     writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)
     done: list[SearchResult] = []
     try:
-        with writer:
+        with writer, ExitStack() as stack:
             topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
-            searcher, teacher_label = open_searcher(args)
+            args.index = resolve_index(args.index)
+            check_args(args)
+            search, teacher_label = batch_searcher(args, stack)
             start = time.perf_counter()
             if teacher_label and "oracle" in teacher_label and "oracle" not in writer.tag:
                 writer.tag = f"{writer.tag}.oracle"
             todo = [t for t in topics if t.qid not in writer.done]
             if len(todo) < len(topics):
                 print(f"resuming {args.output}: {len(topics) - len(todo)} of {len(topics)} queries already done")
+            batches = [todo[i : i + args.batch_size] for i in range(0, len(todo), args.batch_size)]
             with tqdm(total=len(todo), unit="q", desc="search") as bar:
-                for i in range(0, len(todo), args.batch_size):
-                    batch = todo[i : i + args.batch_size]
-                    for result in searcher.retrieve([t.text for t in batch], [t.qid for t in batch], args.hits):
+                for results in search(([t.text for t in b], [t.qid for t in b], args.hits) for b in batches):
+                    for result in results:
                         hits = [h for h in result.hits if h.docid != result.qid] if args.remove_query else result.hits
                         trace = {"rewriter": args.rewriter, "teacher": teacher_label, **result.trace.to_json()}
                         writer.write(result.qid, hits, trace=trace)
                         done.append(result)
-                    bar.update(len(batch))
+                    bar.update(len(results))
     except KeyboardInterrupt:
         if not writer.done:
             raise KeyboardInterrupt("search stopped before any query finished; nothing was written") from None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +15,7 @@ from tour_pyserini._java import import_pyserini
 from tour_pyserini.data.topics import check_queries
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.errors import UserError
+from tour_pyserini.index import faiss_index
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, check_faiss_file, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
@@ -29,6 +32,19 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@functools.cache
+def mapped_faiss_searcher() -> type:
+    """Pyserini's ``FaissSearcher``, opening its index memory-mapped: processes on one machine (Ray workers)
+    share one copy of the vectors in the page cache instead of each reading all of them into memory."""
+    searcher_class = import_pyserini("pyserini.search.faiss").FaissSearcher
+
+    class MappedFaissSearcher(searcher_class):
+        def load_index(self, index_dir: str):
+            return faiss_index.read(Path(index_dir) / "index"), self.load_docids(str(Path(index_dir) / "docid"))
+
+    return MappedFaissSearcher
 
 
 class DimensionMismatchError(UserError):
@@ -80,10 +96,15 @@ class TourSearcher:
         encoder: str | EncoderSpec | None = None,
         rewriter: Rewriter | None = None,
         threads: int = 1,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        device: str = "cpu",
     ) -> TourSearcher:
-        """Open a dense index built by ``python -m tour_pyserini.index`` (or any FaissSearcher directory).
+        """Open a dense index built by ``python -m tour_pyserini.index`` (or any FaissSearcher directory, such as
+        one ``pyserini.index.faiss`` wrote), memory-mapped.
 
-        ``encoder`` defaults to the one the index was built with, else the bundled MiniLM.
+        ``encoder`` defaults to the one the index was built with, else the bundled MiniLM; it runs on
+        ``device``. ``ef_search`` (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
         """
         index_dir = Path(index_dir)
         if index_kind(index_dir) != "dense":
@@ -99,9 +120,13 @@ class TourSearcher:
                 l2_norm=built_with.get("l2_norm") if same else None,
             )
         query_encoder = import_pyserini("pyserini.encode").AutoQueryEncoder(
-            encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device="cpu"
+            encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device=device
         )
-        faiss_searcher = import_pyserini("pyserini.search.faiss").FaissSearcher(str(index_dir), query_encoder)
+        faiss_searcher = mapped_faiss_searcher()(str(index_dir), query_encoder)
+        faiss_index.set_search_params(faiss_searcher.index, ef_search=ef_search, nprobe=nprobe, where=str(index_dir))
+        if not faiss_index.exact_vectors(faiss_searcher.index):
+            print(f"warning: {index_dir} keeps no exact vectors ({faiss_index.index_type(faiss_searcher.index)}): "
+                  "rewriters update queries with vectors decoded from its codes", file=sys.stderr)  # fmt: skip
         hidden = query_encoder.model.config.hidden_size
         if hidden != faiss_searcher.dimension:
             raise DimensionMismatchError(

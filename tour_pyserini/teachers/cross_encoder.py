@@ -55,7 +55,7 @@ class CrossEncoderTeacher(Teacher):
 
     kind = "cross-encoder"
 
-    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32):
+    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu"):
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -74,7 +74,8 @@ class CrossEncoderTeacher(Teacher):
         self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval().to(device)
+        self.device = device
         self.max_length = min(max_length, self.tokenizer.model_max_length)
         self.batch_size = batch_size
 
@@ -82,7 +83,8 @@ class CrossEncoderTeacher(Teacher):
     def from_spec(cls, argument: str | None, context: TeacherContext) -> CrossEncoderTeacher:
         if not argument:
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
-        return cls(argument) if context.max_length is None else cls(argument, max_length=context.max_length)
+        length = {} if context.max_length is None else {"max_length": context.max_length}
+        return cls(argument, device=context.device, **length)
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         import torch
@@ -93,8 +95,8 @@ class CrossEncoderTeacher(Teacher):
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 inputs = pair_inputs(self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
-                                     self.max_length)  # fmt: skip
-                scores[idx] = logits_to_scores(self.model(**inputs).logits.float()).numpy()
+                                     self.max_length).to(self.device)  # fmt: skip
+                scores[idx] = logits_to_scores(self.model(**inputs).logits.float()).cpu().numpy()
         return scores
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:

@@ -1,0 +1,87 @@
+"""HNSW and IVF-PQ indexes: built from a dense index's vectors, searched with exact candidate vectors, tuned
+per search, and indexes written by Pyserini's own converter open too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.index import faiss_index
+from tour_pyserini.index.__main__ import main as index_main
+from tour_pyserini.index.faiss_index import FaissIndexSpec
+from tour_pyserini.search import TourSearcher
+from tour_pyserini.search.__main__ import main as search_main
+
+DEPTH = 50
+
+
+@pytest.fixture(scope="module")
+def queries(searcher, mini_scifact):
+    from tour_pyserini.data import read_topics
+
+    return searcher.encode([t.text for t in read_topics(mini_scifact["topics"])])
+
+
+@pytest.fixture(scope="module", params=["hnsw", "ivfpq"])
+def approximate(request, dense_index, tmp_path_factory):
+    out = tmp_path_factory.mktemp("approx") / request.param
+    index_main(["--from-index", str(dense_index), "--output", str(out), "--faiss-index", request.param])
+    return request.param, TourSearcher.from_index(out)
+
+
+def recall(approx: list, exact: list) -> float:
+    return np.mean([len({h.docid for h in a} & {h.docid for h in e}) / len(e) for a, e in zip(approx, exact)])
+
+
+def test_approximate_search_finds_the_exact_neighbours_with_exact_vectors(approximate, searcher, queries):
+    kind, approx = approximate
+    assert faiss_index.index_type(approx.faiss.index) == kind and faiss_index.exact_vectors(approx.faiss.index)
+    exact = searcher.search_vectors(queries, DEPTH)
+    found = approx.search_vectors(queries, DEPTH, return_vector=True)
+    assert recall(found, exact) >= 0.9
+    docids = approx.faiss.docids
+    flat_vectors = searcher.faiss.index.reconstruct_n(0, searcher.num_docs)
+    row = {d: i for i, d in enumerate(docids)}
+    for q, hits in zip(queries, found):
+        vectors = np.stack([h.vector for h in hits])
+        np.testing.assert_array_equal(vectors, flat_vectors[[row[h.docid] for h in hits]])
+        # IVF-PQ re-scores its candidates with the exact vectors, so scores are exact inner products
+        np.testing.assert_allclose([h.score for h in hits], vectors @ q, atol=1e-5)
+
+
+def test_search_knobs_trade_recall_for_speed(dense_index, searcher, queries, tmp_path):
+    index_main(["--from-index", str(dense_index), "--output", str(tmp_path / "ivf"), "--faiss-index", "ivfpq",
+                "--nlist", "16"])  # fmt: skip
+    exact = searcher.search_vectors(queries, DEPTH)
+    recalls = [recall(TourSearcher.from_index(tmp_path / "ivf", nprobe=n).search_vectors(queries, DEPTH), exact)
+               for n in (1, 16)]  # fmt: skip
+    assert recalls[0] < recalls[1] and recalls[1] >= 0.95  # all 16 lists: only PQ ranking errors remain
+
+
+def test_knobs_of_another_index_type_are_errors(dense_index, mini_scifact, tmp_path):
+    with pytest.raises(UserError, match="--nprobe applies to IVF indexes; .* is flat"):
+        search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output",
+                     str(tmp_path / "run.trec"), "--nprobe", "4"])  # fmt: skip
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(UserError, match="needs at least 256 documents"):
+        FaissIndexSpec(type="ivfpq").resolved(num_docs=100, dimension=384)
+    with pytest.raises(UserError, match="--pq-m 5 must divide"):
+        FaissIndexSpec(type="ivfpq", pq_m=5).resolved(num_docs=1000, dimension=384)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,exact", [(["--hnsw", "--M", "16", "--efC", "64"], True), (["--pq", "--pq-m", "48"],
+                                                                                         False)])  # fmt: skip
+def test_indexes_built_by_pyserini_open_too(flags, exact, dense_index, searcher, queries, tmp_path, capfd):
+    env = {**os.environ, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "unused")}
+    subprocess.run([sys.executable, "-m", "pyserini.index.faiss", "--input", str(dense_index), "--output",
+                    str(tmp_path), "--dim", "384", "--threads", "1", *flags], check=True, env=env,
+                   capture_output=True)  # fmt: skip
+    theirs = TourSearcher.from_index(tmp_path)
+    assert ("keeps no exact vectors" in capfd.readouterr().err) is not exact
+    assert recall(theirs.search_vectors(queries, DEPTH), searcher.search_vectors(queries, DEPTH)) >= 0.8

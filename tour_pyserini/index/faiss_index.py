@@ -1,0 +1,151 @@
+"""Faiss index types: exact flat, HNSW graphs and IVF-PQ, how they are built, opened and tuned at search time.
+
+Rewriters update queries with candidate *vectors*, so every index type here returns exact ones:
+``IndexFlatIP`` and ``IndexHNSWFlat`` store the vectors themselves, and IVF-PQ is wrapped in
+``IndexRefineFlat``, whose refinement store keeps the exact float32 vectors beside the compressed codes:
+the search ranks candidates by their PQ codes, re-scores ``REFINE_FACTOR`` times as many as asked for with
+the exact vectors, and ``reconstruct`` returns exact vectors too. Every index is opened memory-mapped, so
+processes on one machine share one copy in the page cache and only the pages a search touches are read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.errors import UserError
+
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+REFINE_FACTOR = 4  # IVF-PQ re-scores 4x the requested candidates exactly: PQ ranking errors mostly vanish
+
+
+@dataclass(frozen=True)
+class FaissIndexSpec:
+    """How to build one index; flags as in ``pyserini.index.faiss`` where it has them (``--M``, ``--efC``,
+    ``--pq-m``, ``--pq-nbits``). ``None`` means a default derived from the collection (see :meth:`resolved`)."""
+
+    type: str = "flat"
+    M: int = 32  # HNSW neighbours per node (Pyserini's default, 256, is sized for 8.8M MS MARCO passages)
+    ef_construction: int = 100
+    ef_search: int = 128  # stored in the file; --ef-search overrides it per search
+    nlist: int | None = None  # IVF lists: 4·sqrt(n), at most n/39 (Faiss wants 39 training points per list)
+    nprobe: int | None = None  # IVF lists visited per query: nlist/8, at least 8
+    pq_m: int | None = None  # PQ sub-quantisers: dimension/8 (8 dimensions per code byte)
+    pq_nbits: int = 8
+
+    def check(self) -> FaissIndexSpec:
+        """Values that are wrong whatever the collection; checked before any model loads."""
+        if self.type not in INDEX_TYPES:
+            raise UserError(f"--faiss-index must be one of {', '.join(INDEX_TYPES)}, got {self.type!r}")
+        for name in ("M", "ef_construction", "ef_search", "nlist", "nprobe", "pq_m", "pq_nbits"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be positive, got {value}")
+        return self
+
+    def resolved(self, num_docs: int, dimension: int) -> FaissIndexSpec:
+        """The spec with every default filled in for ``num_docs`` vectors of ``dimension``, checked."""
+        self.check()
+        if self.type != "ivfpq":
+            return self
+        nlist = self.nlist or max(1, min(round(4 * math.sqrt(num_docs)), num_docs // 39))
+        pq_m = self.pq_m or max(1, dimension // 8)
+        if dimension % pq_m:
+            raise UserError(f"--pq-m {pq_m} must divide the vector dimension {dimension}")
+        if num_docs < 2**self.pq_nbits or num_docs < nlist:
+            raise UserError(
+                f"IVF-PQ with {nlist} lists and {self.pq_nbits}-bit codes needs at least "
+                f"{max(2**self.pq_nbits, nlist)} documents to train; the collection has {num_docs}"
+            )
+        nprobe = min(self.nprobe or max(8, nlist // 8), nlist)
+        return FaissIndexSpec(**{**asdict(self), "nlist": nlist, "pq_m": pq_m, "nprobe": nprobe})
+
+    def to_json(self) -> dict:
+        keys = {"flat": ("type",), "hnsw": ("type", "M", "ef_construction", "ef_search"),
+                "ivfpq": ("type", "nlist", "nprobe", "pq_m", "pq_nbits")}  # fmt: skip
+        return {k: v for k, v in asdict(self).items() if k in keys[self.type]}
+
+
+def build(vectors: np.ndarray, spec: FaissIndexSpec):
+    """A Faiss inner-product index of ``vectors`` (n, d) float32, rows in docid order."""
+    import faiss
+
+    n, d = vectors.shape
+    spec = spec.resolved(n, d)
+    if spec.type == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif spec.type == "hnsw":
+        index = faiss.IndexHNSWFlat(d, spec.M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = spec.ef_construction
+        index.hnsw.efSearch = spec.ef_search
+    else:
+        # IVF-PQ wrapped in a flat refinement store; the factory makes each index own its parts
+        factory = f"IVF{spec.nlist},PQ{spec.pq_m}x{spec.pq_nbits},RFlat"
+        index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.extract_index_ivf(index)
+        ivf.nprobe = spec.nprobe
+        # each PQ codebook is k-means over all n vectors: Faiss warns below 39 points per centroid, which a
+        # collection of under 10,000 documents always is; quality is measured instead (bench/scale.py)
+        ivfpq = faiss.downcast_index(ivf)
+        ivfpq.pq.cp.min_points_per_centroid = 1
+        ivfpq.do_polysemous_training = False  # the factory's default; 10x the training time, unused by search
+        index.k_factor = REFINE_FACTOR
+        index.train(vectors)
+    index.add(vectors)
+    return index
+
+
+def read(path: str | Path):
+    """Open an index file memory-mapped (flat codes and refinement vectors stay on disk until touched)."""
+    import faiss
+
+    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+
+
+def index_type(index) -> str:
+    """``flat``, ``hnsw`` or ``ivfpq`` for the indexes built here; Faiss's class name for any other."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexRefine):
+        return index_type(index.base_index)
+    if isinstance(index, faiss.IndexFlat):
+        return "flat"
+    if isinstance(index, faiss.IndexHNSW):
+        return "hnsw"
+    if isinstance(index, faiss.IndexIVFPQ):
+        return "ivfpq"
+    return type(index).__name__
+
+
+def exact_vectors(index) -> bool:
+    """Whether ``reconstruct`` returns the vectors that were added (not a lossy decoding of codes)."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexRefine):
+        return isinstance(faiss.downcast_index(index.refine_index), faiss.IndexFlat)
+    if isinstance(index, faiss.IndexHNSW):
+        return isinstance(faiss.downcast_index(index.storage), faiss.IndexFlat)
+    return isinstance(index, faiss.IndexFlat)
+
+
+def set_search_params(index, *, ef_search: int | None = None, nprobe: int | None = None, where: str = "") -> None:
+    """Apply ``--ef-search`` (HNSW) and ``--nprobe`` (IVF) to an opened index; a knob the index does not
+    have is the user's error."""
+    import faiss
+
+    for flag, name, value, kind in (("--ef-search", "efSearch", ef_search, "HNSW"), ("--nprobe", "nprobe", nprobe,
+                                                                                       "IVF")):  # fmt: skip
+        if value is None:
+            continue
+        if value < 1:
+            raise UserError(f"{flag} must be positive, got {value}")
+        try:
+            faiss.ParameterSpace().set_index_parameter(index, name, value)
+        except RuntimeError:
+            raise UserError(f"{flag} applies to {kind} indexes; {where or 'this index'} is "
+                            f"{index_type(index)}") from None  # fmt: skip
