@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 # the shipped SciFact teacher, interpolated with the retriever as tuned on its held-out training queries
 SEARCH_CE := --hits 1000 --remove-query --reranker cross-encoder:models/scifact-ce --lambda 0.3 --smoothing 0.05
 
-.PHONY: install demo nq-demo cranfield teachers test bench bench-quality bench-ttt lint clean
+.PHONY: install demo nq-demo cranfield teachers test bench bench-quality bench-ttt bench-scale lint clean
 
 install: $(VENV)/.installed
 
@@ -99,6 +99,12 @@ bench-ttt: install
 	$(PY) -m tour_pyserini.index --collection $(CRAN) --output indexes/cranfield.minilm
 	$(PY) -m tour_pyserini.index --bm25 --collection $(CRAN) --output indexes/cranfield.bm25
 	$(PY) bench/ttt.py
+
+# HNSW and IVF-PQ against flat on SciFact, nq-oracle and synthetic collections up to 3M vectors (about an
+# hour on 2 cores, most of it building HNSW at 1M), then Ray's throughput with 1 and 2 local workers
+bench-scale: install
+	$(PY) bench/scale.py
+	$(PY) bench/ray_throughput.py
 
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts

@@ -272,12 +272,39 @@ def test_an_index_that_lost_documents_is_not_kept(tmp_path):
 # --- flags and files ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flag", ["--hits", "--batch-size", "--threads"])
+@pytest.mark.parametrize("flag", ["--hits", "--batch-size", "--threads", "--workers"])
 def test_non_positive_counts_are_refused_before_anything_loads(flag, dense_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out, flag, 0)
     assert_one_line_error(proc, f"{flag} must be positive, got 0")
     assert_nothing_left(out)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--device", "cuda"], "--device cuda: this torch build"),
+    (["--device", "gpu"], "--device must be cpu, cuda or cuda:N, got 'gpu'"),
+    (["--ef-search", "64"], "--ef-search applies to HNSW indexes; "),
+])  # fmt: skip
+def test_devices_and_index_knobs_that_do_not_exist_are_refused(flags, message, dense_index, mini_scifact, tmp_path):
+    import torch
+
+    if torch.cuda.is_available() and "cuda" in flags:
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "run.trec"
+    proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out, *flags)
+    assert_one_line_error(proc, message)
+    assert_nothing_left(out)
+
+
+def test_unknown_index_and_topics_names_are_refused():
+    # in-process: looking a name up in Pyserini's catalogues starts the JVM, which prints its own start-up line
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.index.prebuilt import is_prebuilt_name, resolve_index
+
+    assert is_prebuilt_name("wikipedia-dpr-100w.dpr-multi") and not is_prebuilt_name("wikipedia-dpr-100w.typo")
+    assert resolve_index("wikipedia-dpr-100w.typo") == "wikipedia-dpr-100w.typo"  # then: no such directory
+    with pytest.raises(FileNotFoundError, match="'dpr-nq-typo': no such file, and not a Pyserini topics name"):
+        read_topics("dpr-nq-typo")
 
 
 def test_a_qid_with_whitespace_is_refused_with_file_and_line(dense_index, tmp_path):

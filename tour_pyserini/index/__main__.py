@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
+from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.build import build_index, corpus_file
@@ -30,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--l2-norm", action=argparse.BooleanOptionalAction, default=None, help="override normalisation")
     ap.add_argument("--max-length", type=int, help="override the encoder's maximum document length in tokens")
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--device", default="cpu", help="where the document encoder runs: cpu, cuda or cuda:N")
     ap.add_argument("--threads", type=int, default=1, help="Lucene indexing threads (BM25 only)")
     ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists")
     fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         spec = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
         encoder = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
         write = partial(write_dense_index, args.collection, encoder=encoder, batch_size=args.batch_size,
-                        faiss_spec=spec)  # fmt: skip
+                        faiss_spec=spec, device=check_device(args.device))  # fmt: skip
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite)
     print(("reusing " if reused else "") + describe(args.output, meta))
 

@@ -14,7 +14,7 @@ from tour_pyserini.index.build import check_count, corpus_file
 from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import FaissIndexSpec
-from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, check_faiss_file, index_kind
 
 FLAT = FaissIndexSpec()
 
@@ -26,6 +26,7 @@ def write_dense_index(
     batch_size: int = 64,
     fields: tuple[str, ...] = ("title", "text"),
     faiss_spec: FaissIndexSpec = FLAT,
+    device: str = "cpu",
 ) -> IndexMeta:
     """Encode every document of ``collection`` into a FaissSearcher directory ``out_dir``.
 
@@ -44,7 +45,7 @@ def write_dense_index(
     corpus = corpus_file(collection)
     check = check_corpus(corpus)
     document_encoder = encode.AutoDocumentEncoder(
-        encoder.path, device="cpu", pooling=encoder.pooling, l2_norm=encoder.l2_norm
+        encoder.path, device=device, pooling=encoder.pooling, l2_norm=encoder.l2_norm
     )
     dimension = document_encoder.model.config.hidden_size
     writer = optional.FaissRepresentationWriter(str(out_dir), dimension=dimension)
@@ -80,27 +81,29 @@ def rebuild_faiss_index(index_dir: Path, spec: FaissIndexSpec) -> dict:
     current = faiss_index.read(path)
     if spec.type == "flat" and faiss_index.index_type(current) == "flat":
         return spec.to_json()
-    vectors = current.reconstruct_n(0, current.ntotal)
-    spec = spec.resolved(*vectors.shape)
-    del current
+    spec = spec.resolved(current.ntotal, current.d)
 
     tmp = path.with_name("index.partial")
-    faiss.write_index(faiss_index.build(vectors, spec), str(tmp))
+    faiss.write_index(faiss_index.build(current, spec), str(tmp))
     tmp.replace(path)
     return spec.to_json()
 
 
 def copy_dense_index(source: str | Path, out_dir: Path, faiss_spec: FaissIndexSpec) -> IndexMeta:
     """A new index of ``faiss_spec``'s type over the vectors of the dense index ``source`` (no re-encoding),
-    with its docids, document store and metadata, as ``pyserini.index.faiss --input`` does."""
+    with its docids and document store, as ``pyserini.index.faiss --input`` does. ``source`` may be any
+    FaissSearcher directory (one of Pyserini's prebuilt indexes too) whose index keeps exact vectors."""
     source = Path(source)
-    meta = IndexMeta.read(source)
-    if meta is None or meta.kind != "dense":
-        raise UserError(f"--from-index {source}: not a dense index built by tour_pyserini")
-    if not faiss_index.exact_vectors(faiss_index.read(source / "index")):
+    if index_kind(source) != "dense":
+        raise UserError(f"--from-index {source}: not a dense index")
+    index = check_faiss_file(source / "index")
+    if not faiss_index.exact_vectors(index):
         raise UserError(f"--from-index {source}: its Faiss index does not keep exact vectors")
     for name in ("index", "docid", DOCSTORE_FILE):
-        shutil.copyfile(source / name, out_dir / name)
+        if (source / name).exists():
+            shutil.copyfile(source / name, out_dir / name)
+    meta = IndexMeta.read(source) or IndexMeta(kind="dense", collection="", num_docs=index.ntotal,
+                                               dimension=index.d)  # fmt: skip
     meta.faiss_index = rebuild_faiss_index(out_dir, faiss_spec)
     meta.extra = {**meta.extra, "from_index": str(source)}
     return meta

@@ -39,13 +39,13 @@ class IndexMeta:
         return cls(**json.loads(path.read_text())) if path.exists() else None
 
 
-def check_faiss_file(path: Path) -> None:
-    """A Faiss index file that cannot be read (truncated, corrupt) is the user's error, named before any model
-    loads; memory-mapped, so the check costs milliseconds whatever the index size."""
+def check_faiss_file(path: Path):
+    """The index in a Faiss file, opened memory-mapped (milliseconds whatever its size), so that one that cannot
+    be read (truncated, corrupt) is the user's error, named before any model loads."""
     import faiss
 
     try:
-        faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1].split("Error: ")[-1]
         raise UserError(f"{path} cannot be read as a Faiss index ({reason})") from None

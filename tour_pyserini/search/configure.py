@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tour_pyserini.devices import check_device
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.faiss_index import set_search_params
 from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
 from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter, get_rewriter_class
 
@@ -53,7 +54,8 @@ def check_args(args: argparse.Namespace) -> dict:
             raise UserError("--ef-search and --nprobe apply to dense indexes; this one is BM25")
         return {}
     options = rewriter_flags(args)
-    check_faiss_file(Path(args.index) / "index")
+    index = check_faiss_file(Path(args.index) / "index")
+    set_search_params(index, ef_search=args.ef_search, nprobe=args.nprobe, where=args.index)
     meta = IndexMeta.read(args.index)
     for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
         if meta is not None and options.get(param, 0) > meta.num_docs:
