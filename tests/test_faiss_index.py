@@ -85,3 +85,10 @@ def test_indexes_built_by_pyserini_open_too(flags, exact, dense_index, searcher,
     theirs = TourSearcher.from_index(tmp_path)
     assert ("keeps no exact vectors" in capfd.readouterr().err) is not exact
     assert recall(theirs.search_vectors(queries, DEPTH), searcher.search_vectors(queries, DEPTH)) >= 0.8
+    if exact:  # and re-indexes into any other type, without the metadata our own indexes carry
+        index_main(["--from-index", str(tmp_path), "--output", str(tmp_path / "flat"), "--faiss-index", "flat"])
+        again = TourSearcher.from_index(tmp_path / "flat").search_vectors(queries, DEPTH)
+        assert [h.docid for h in again[0]] == [h.docid for h in searcher.search_vectors(queries, DEPTH)[0]]
+    else:
+        with pytest.raises(UserError, match="does not keep exact vectors"):
+            index_main(["--from-index", str(tmp_path), "--output", str(tmp_path / "flat")])

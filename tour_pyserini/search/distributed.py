@@ -59,7 +59,8 @@ class RayPool:
             local = {"num_cpus": workers * (args.threads or 1), "include_dashboard": False} if address is None else {}
             ray.init(address=address, logging_level="warning", **local)
         threads = args.threads or 1
-        actor = ray.remote(num_cpus=threads, max_restarts=-1, max_task_retries=-1)(SearchWorker)
+        gpus = 1 if args.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
+        actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
         self.actors = [actor.remote(args) for _ in range(workers)]
         opened = ray.get([a.open.remote() for a in self.actors])
         self.pids = [pid for pid, _ in opened]
