@@ -150,7 +150,7 @@ def real_rows(name: str) -> list[dict]:
         index_dir = flat_dir if kind == "flat" else f"indexes/{name}.minilm.{kind}"
         if kind != "flat":
             build = ["-m", "tour_pyserini.index", "--from-index", flat_dir, "--output", index_dir,
-                     "--faiss-index", kind]  # fmt: skip
+                     "--faiss-index", kind, "--overwrite"]  # fmt: skip
             run_cli(build)
         meta = IndexMeta.read(ROOT / index_dir)
         index = faiss_index.read(ROOT / index_dir / "index")

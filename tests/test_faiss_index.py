@@ -54,6 +54,13 @@ def test_approximate_search_finds_the_exact_neighbours_with_exact_vectors(approx
         np.testing.assert_allclose([h.score for h in hits], vectors @ q, atol=1e-5)
 
 
+def test_hnsw_returns_every_hit_asked_for_beyond_its_ef_search(dense_index, queries, tmp_path):
+    index_main(["--from-index", str(dense_index), "--output", str(tmp_path / "hnsw"), "--faiss-index", "hnsw",
+                "--ef-search", "16"])  # fmt: skip
+    found = TourSearcher.from_index(tmp_path / "hnsw").search_vectors(queries, 200)
+    assert {len(hits) for hits in found} == {200}  # a plain Faiss search with efSearch 16 returns fewer
+
+
 def test_search_knobs_trade_recall_for_speed(dense_index, searcher, queries, tmp_path):
     index_main(["--from-index", str(dense_index), "--output", str(tmp_path / "ivf"), "--faiss-index", "ivfpq",
                 "--nlist", "16"])  # fmt: skip

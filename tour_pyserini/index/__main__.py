@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     fx.add_argument("--efC", type=int, default=100, help="HNSW: candidate list size while building")
     fx.add_argument("--ef-search", type=int, default=128, help="HNSW: default candidate list size when searching")
     fx.add_argument("--nlist", type=int, help="IVF-PQ: inverted lists (default 4*sqrt(n), at most n/39)")
-    fx.add_argument("--nprobe", type=int, help="IVF-PQ: default lists visited per query (default nlist/8, at least 8)")
+    fx.add_argument("--nprobe", type=int, help="IVF-PQ: lists visited per query (default nlist/16, at least 32)")
     fx.add_argument("--pq-m", type=int, help="IVF-PQ: sub-quantisers, must divide the dimension (default dim/8)")
     fx.add_argument("--pq-nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantiser code")
     return ap

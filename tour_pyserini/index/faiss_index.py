@@ -33,7 +33,7 @@ class FaissIndexSpec:
     ef_construction: int = 100
     ef_search: int = 128  # stored in the file; --ef-search overrides it per search
     nlist: int | None = None  # IVF lists: 4·sqrt(n), at most n/39 (Faiss wants 39 training points per list)
-    nprobe: int | None = None  # IVF lists visited per query: nlist/8, at least 8
+    nprobe: int | None = None  # IVF lists visited per query: nlist/16, at least 32
     pq_m: int | None = None  # PQ sub-quantisers: dimension/8 (8 dimensions per code byte)
     pq_nbits: int = 8
 
@@ -61,7 +61,8 @@ class FaissIndexSpec:
                 f"IVF-PQ with {nlist} lists and {self.pq_nbits}-bit codes needs at least "
                 f"{max(2**self.pq_nbits, nlist)} documents to train; the collection has {num_docs}"
             )
-        nprobe = min(self.nprobe or max(8, nlist // 8), nlist)
+        # SciFact (132 lists), recall@100 against flat: 0.67 at nprobe 8, 0.82 at 16, 0.93 at 32, 0.98 at 64
+        nprobe = min(self.nprobe or max(32, nlist // 16), nlist)
         return FaissIndexSpec(**{**asdict(self), "nlist": nlist, "pq_m": pq_m, "nprobe": nprobe})
 
     def to_json(self) -> dict:
@@ -153,6 +154,17 @@ def exact_vectors(index) -> bool:
     if isinstance(index, faiss.IndexHNSW):
         return isinstance(faiss.downcast_index(index.storage), faiss.IndexFlat)
     return isinstance(index, faiss.IndexFlat)
+
+
+def search_parameters(index, depth: int):
+    """Per-call parameters so that a search returns ``depth`` hits: an HNSW walk keeps only ``efSearch``
+    candidates and would return fewer than ``depth`` when ``efSearch`` is smaller. None for other types."""
+    import faiss
+
+    graph = faiss.downcast_index(index)
+    if isinstance(graph, faiss.IndexHNSW) and graph.hnsw.efSearch < depth:
+        return faiss.SearchParametersHNSW(efSearch=depth)
+    return None
 
 
 def set_search_params(index, *, ef_search: int | None = None, nprobe: int | None = None, where: str = "") -> None:

@@ -192,11 +192,12 @@ class TourSearcher:
         faiss.omp_set_num_threads(self.threads)
         threshold = faiss.cvar.distance_compute_blas_threshold
         faiss.cvar.distance_compute_blas_threshold = max(threshold, len(vectors) + 1)
+        params = faiss_index.search_parameters(self.faiss.index, depth)
         try:
             if return_vector:
-                scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, depth)
+                scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, depth, params=params)
             else:
-                scores, rows = self.faiss.index.search(vectors, depth)
+                scores, rows = self.faiss.index.search(vectors, depth, params=params)
                 candidates = None
         finally:
             faiss.cvar.distance_compute_blas_threshold = threshold
