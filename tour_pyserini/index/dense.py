@@ -11,6 +11,7 @@ from tour_pyserini.index.build import check_count, corpus_file
 from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+from tour_pyserini.ttt.state import encoder_identity
 
 
 def write_dense_index(
@@ -56,7 +57,7 @@ def write_dense_index(
         kind="dense",
         collection=str(collection),
         num_docs=n_docs,
-        encoder=encoder.to_json(),
+        encoder=encoder_identity(encoder),  # with its weights' fingerprint: trained query encoders pair with it
         dimension=dimension,
         extra={"batch_size": batch_size, "fields": list(fields)},
     )
