@@ -139,3 +139,132 @@ def test_masking_rate_is_ninety_percent_within_sampling_error():
         assert (e.query in e.evidence) != e.masked and e.evidence.startswith("t ")
     assert all(draw_example(blocks, 0, rng, 0.0).query in blocks[0].text() for _ in range(10))
     assert usable([Block("x", "t", ("one.",)), blocks[0]]) == [1]
+
+
+# --- both trainers end to end, through their command lines, on tiny real corpora ---
+
+TINY_ICT = ["--steps", "2", "--batch-size", "4", "--held-out", "8", "--eval-every", "1", "--max-wordpieces", "96"]
+TINY_QA = ["--steps", "2", "--batch-size", "4", "--eval-every", "1", "--top-c", "20"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """50 SciFact abstracts, and 60 nq-oracle passages with the 20 training questions answered in them."""
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.training.answers import alnum
+
+    out = tmp_path_factory.mktemp("tiny")
+    (out / "scifact").mkdir()
+    lines = (ROOT / "collections/scifact/corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "scifact/corpus.jsonl").write_text("".join(lines[:50]), encoding="utf-8")
+    (out / "nq").mkdir()
+    lines = (ROOT / "collections/nq-oracle/corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:60]
+    (out / "nq/corpus.jsonl").write_text("".join(lines), encoding="utf-8")
+    texts = [alnum(json.loads(line)["text"]) for line in lines]
+    topics = [t for t in read_topics(ROOT / "collections/nq-oracle/topics.train.jsonl")
+              if any(alnum(a) in text for a in t.answers for text in texts)][:20]  # fmt: skip
+    (out / "nq/topics.jsonl").write_text(
+        "".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n" for t in topics)
+    )
+    return {"root": out, "scifact": out / "scifact", "nq": out / "nq", "nq_topics": out / "nq/topics.jsonl"}
+
+
+def cli(module: str, argv: list[str]) -> None:
+    import importlib
+
+    from tour_pyserini.cli_util import run_cli
+
+    run_cli(importlib.import_module(module).main, [str(a) for a in argv])
+
+
+def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
+    from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.runs import read_run
+
+    out = tmp_path / "ict"
+    cli("tour_pyserini.train_ict", ["--collection", tiny["scifact"], "--output", out, *TINY_ICT])
+    assert "best held-out accuracy" in capsys.readouterr().out
+    report = json.loads((out / "training.json").read_text())
+    assert [h["step"] for h in report["history"]] == [0, 1, 2] and report["held_out_examples"] == 8
+    for part in ("query", "document"):
+        spec = EncoderSpec.resolve(str(out / part))
+        assert (spec.pooling, spec.l2_norm, spec.max_length) == ("mean", True, 256)
+        assert (out / part / "model.safetensors").is_file()
+    topics = tmp_path / "q.tsv"
+    topics.write_text("1\tcerebral white matter in newborns\n2\tvitamin D and cancer\n")
+    cli("tour_pyserini.index.__main__", ["--collection", tiny["scifact"], "--encoder", out / "document", "--output",
+                                tmp_path / "idx.ict"])  # fmt: skip
+    meta = json.loads((tmp_path / "idx.ict/tour_pyserini.json").read_text())
+    assert len(meta["encoder"]["weights_sha256"]) == 64
+    cli("tour_pyserini.search.__main__", ["--index", tmp_path / "idx.ict", "--encoder", out / "query", "--topics", topics,
+                                 "--output", tmp_path / "ict.trec", "--hits", "5"])  # fmt: skip
+    assert set(read_run(tmp_path / "ict.trec")) == {"1", "2"}
+    # the same query encoder against an index its document encoder did not build: refused, one line
+    cli("tour_pyserini.index.__main__", ["--collection", tiny["scifact"], "--output", tmp_path / "idx.minilm"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        cli("tour_pyserini.search.__main__", ["--index", tmp_path / "idx.minilm", "--encoder", out / "query", "--topics",
+                                     topics, "--output", tmp_path / "bad.trec"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "is paired with document encoder" in err and err.count("\n") == 1
+    assert not (tmp_path / "bad.trec").exists()
+
+
+def test_train_qa_end_to_end(tiny, tmp_path, capsys):
+    from tour_pyserini.pairing import read_pair
+
+    idx = tmp_path / "nq.minilm"
+    cli("tour_pyserini.index.__main__", ["--collection", tiny["nq"], "--output", idx])
+    out = tmp_path / "qa"
+    cli("tour_pyserini.train_qa", ["--index", idx, "--topics", tiny["nq_topics"], "--output", out, *TINY_QA])
+    printed = capsys.readouterr().out
+    assert "20 questions; 0 have no answer-bearing block" in printed and "best dev Acc@1" in printed
+    report = json.loads((out / "training.json").read_text())
+    assert report["dev_questions"] == 2 and report["train_questions"] == 18 and report["top_c"] == 20
+    assert all(0.0 <= h["skipped_fraction"] <= 1.0 for h in report["history"][1:])
+    meta = json.loads((idx / "tour_pyserini.json").read_text())
+    assert read_pair(out)["document_weights_sha256"] == meta["encoder"]["weights_sha256"]
+    cli("tour_pyserini.search.__main__", ["--index", idx, "--encoder", out, "--topics", tiny["nq_topics"], "--output",
+                                 tmp_path / "qa.trec", "--hits", "5"])  # fmt: skip
+    assert (tmp_path / "qa.trec").is_file()
+
+
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("tour_pyserini.train_ict", ["--collection", "missing", "--output", "o"], "no corpus at missing"),
+        ("tour_pyserini.train_ict", ["--collection", "{scifact}", "--output", "o", "--mask-rate", "1.5"],
+         "--mask-rate must be in [0, 1]"),
+        ("tour_pyserini.train_ict", ["--collection", "{scifact}", "--output", "o", "--batch-size", "1"],
+         "--batch-size must be at least 2"),
+        ("tour_pyserini.train_ict", ["--collection", "{scifact}", "--output", "o", "--init", "./nowhere"],
+         "no such model directory"),
+        ("tour_pyserini.train_qa", ["--index", "missing", "--topics", "{nq_topics}", "--output", "o"],
+         "does not exist"),
+        ("tour_pyserini.train_qa", ["--index", str(ROOT / "indexes/nq-oracle.bm25"), "--topics", "{nq_topics}",
+                                    "--output", "o"], "needs a dense one"),
+        ("tour_pyserini.train_qa", ["--index", "{index}", "--topics", str(ROOT / "collections/scifact/topics.test.tsv"),
+                                    "--output", "o"], "fewer than two questions with answers"),
+        ("tour_pyserini.train_qa", ["--index", "{index}", "--topics", "{nq_topics}", "--output", "o", "--top-c", "0"],
+         "--top-c must be positive"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(module, argv, message, tiny, tmp_path, capsys, monkeypatch):
+    index = ROOT / "indexes/nq-oracle.minilm"
+    needed = [index] * ("{index}" in argv) + [Path(a) for a in argv if a.endswith("nq-oracle.bm25")]
+    if not all(p.exists() for p in needed):
+        pytest.skip("needs indexes/nq-oracle.minilm and .bm25 (make nq-demo)")
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(scifact=tiny["scifact"], nq_topics=tiny["nq_topics"], index=index) for a in argv]
+    with pytest.raises(SystemExit) as exited:
+        cli(module, argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_existing_output_is_refused(tiny, tmp_path, capsys):
+    (tmp_path / "o").mkdir()
+    with pytest.raises(SystemExit) as exited:
+        cli("tour_pyserini.train_ict", ["--collection", tiny["scifact"], "--output", tmp_path / "o"])
+    assert exited.value.code == 2 and "already exists" in capsys.readouterr().err

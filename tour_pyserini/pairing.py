@@ -18,10 +18,9 @@ from tour_pyserini.ttt.state import encoder_identity
 PAIR_FILE = "tour_pyserini_pair.json"
 
 
-def write_pair(query_dir: str | Path, document: EncoderSpec) -> None:
-    """Record in ``query_dir`` the document encoder whose index its queries must search."""
-    identity = encoder_identity(document)
-    record = {"document_encoder": identity["name"], "document_weights_sha256": identity["weights_sha256"]}
+def write_pair(query_dir: str | Path, document_name: str, document_sha256: str | None) -> None:
+    """Record in ``query_dir`` the document encoder (name, weights' SHA-256) whose index its queries must search."""
+    record = {"document_encoder": document_name, "document_weights_sha256": document_sha256}
     (Path(query_dir) / PAIR_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
