@@ -9,7 +9,7 @@ Every trained encoder, index and run is made by the project's own command lines 
 in each row's "command"); what already exists is reused, so an interrupted bench resumes. Training
 is sized for 2 shared CPU cores (about 10-15 minutes per run). Writes runs/orqa/*.trec,
 runs/bench-orqa.json and runs/bench-orqa.md.
-Usage: python bench/orqa.py [--collections nq-oracle scifact]
+Usage: python bench/orqa.py [--rows nq-oracle:minilm nq-oracle:minilm+qa ...]
 """
 
 from __future__ import annotations
@@ -55,8 +55,23 @@ def search(index: str, topics: str, name: str, *extra: str) -> tuple[Path, str]:
 
 
 def train_qa(index: str, output: Path, *extra: str) -> str:
-    return run([*PY, "tour_pyserini.train_qa", "--index", index, "--topics", f"{NQ}/topics.train.jsonl",
-                "--exclude-texts-from", f"{NQ}/topics.test.jsonl", "--output", str(output), *QA, *extra], output)  # fmt: skip
+    return run(
+        [
+            *PY,
+            "tour_pyserini.train_qa",
+            "--index",
+            index,
+            "--topics",
+            f"{NQ}/topics.train.jsonl",
+            "--exclude-texts-from",
+            f"{NQ}/topics.test.jsonl",
+            "--output",
+            str(output),
+            *QA,
+            *extra,
+        ],
+        output,
+    )
 
 
 def train_ict(collection: str, output: Path) -> str:
@@ -68,47 +83,52 @@ def index(collection: str, encoder: Path, output: str) -> str:
                 output], Path(output))  # fmt: skip
 
 
-def nq_oracle() -> list[tuple[str, str, Path, list[str]]]:
-    """(collection, encoder label, run file, commands) of every nq-oracle row, training what is missing."""
-    test, hits = f"{NQ}/topics.test.jsonl", ("--hits", "100")
-    rows = []
-    path, cmd = search("indexes/nq-oracle.minilm", test, "nq-oracle.minilm", *hits)
-    rows.append(("nq-oracle", "minilm", path, [cmd]))
-    qa = MODELS / "nq-oracle-qa"
-    train = train_qa("indexes/nq-oracle.minilm", qa)
-    path, cmd = search("indexes/nq-oracle.minilm", test, "nq-oracle.minilm+qa", *hits, "--encoder", str(qa))
-    rows.append(("nq-oracle", "minilm+qa", path, [train, cmd]))
-    path, cmd = search("indexes/nq-oracle.bm25", test, "nq-oracle.bm25", *hits)
-    rows.append(("nq-oracle", "bm25", path, [cmd]))
+NQ_TEST, NQ_HITS = f"{NQ}/topics.test.jsonl", ("--hits", "100")
+SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "--remove-query")
+TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--reranker", "bm25")
+
+
+def nq_ict() -> list[str]:
     ict = MODELS / "nq-oracle-ict"
-    commands = [train_ict(NQ, ict), index(NQ, ict / "document", "indexes/nq-oracle.ict")]
-    path, cmd = search("indexes/nq-oracle.ict", test, "nq-oracle.minilm+ict", *hits, "--encoder", str(ict / "query"))
-    rows.append(("nq-oracle", "minilm+ict", path, [*commands, cmd]))
-    ict_qa = MODELS / "nq-oracle-ict-qa"
-    commands.append(train_qa("indexes/nq-oracle.ict", ict_qa, "--init", str(ict / "query")))
-    path, cmd = search("indexes/nq-oracle.ict", test, "nq-oracle.minilm+ict+qa", *hits, "--encoder", str(ict_qa))
-    rows.append(("nq-oracle", "minilm+ict+qa", path, [*commands, cmd]))
-    return rows
+    return [train_ict(NQ, ict), index(NQ, ict / "document", "indexes/nq-oracle.ict")]
 
 
-def scifact() -> list[tuple[str, str, Path, list[str]]]:
-    test, extra = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "--remove-query")
-    tour = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--reranker", "bm25")
-    rows = []
-    path, cmd = search("indexes/scifact.minilm", test, "scifact.minilm", *extra)
-    rows.append(("scifact", "minilm", path, [cmd]))
-    path, cmd = search("indexes/scifact.bm25", test, "scifact.bm25", *extra)
-    rows.append(("scifact", "bm25", path, [cmd]))
+def scifact_ict() -> list[str]:
     ict = MODELS / "scifact-ict"
-    commands = [train_ict(SCIFACT, ict), index(SCIFACT, ict / "document", "indexes/scifact.ict")]
-    path, cmd = search("indexes/scifact.ict", test, "scifact.minilm+ict", *extra, "--encoder", str(ict / "query"))
-    rows.append(("scifact", "minilm+ict", path, [*commands, cmd]))
-    path, cmd = search("indexes/scifact.minilm", test, "scifact.minilm+tour-soft.bm25", *extra, *tour)
-    rows.append(("scifact", "minilm+tour-soft(bm25)", path, [cmd]))
-    path, cmd = search("indexes/scifact.ict", test, "scifact.minilm+ict+tour-soft.bm25", *extra, *tour,
-                       "--encoder", str(ict / "query"))  # fmt: skip
-    rows.append(("scifact", "minilm+ict+tour-soft(bm25)", path, [*commands, cmd]))
-    return rows
+    return [train_ict(SCIFACT, ict), index(SCIFACT, ict / "document", "indexes/scifact.ict")]
+
+
+def row(collection: str, encoder: str, index_dir: str, *extra: str, before=lambda: []):
+    """A bench row: what it trains first (``before``), then its search; run only when the row is asked for."""
+
+    def make():
+        commands = before()
+        topics, hits = (NQ_TEST, NQ_HITS) if collection == "nq-oracle" else (SCIFACT_TEST, SCIFACT_HITS)
+        path, command = search(index_dir, topics, f"{collection}.{encoder}", *hits, *extra)
+        return collection, encoder, path, [*commands, command]
+
+    return f"{collection}:{encoder}", make
+
+
+QA_DIR, ICT_QA_DIR = MODELS / "nq-oracle-qa", MODELS / "nq-oracle-ict-qa"
+ROWS = dict([  # in the order they run: the cheapest and most telling first
+    row("nq-oracle", "minilm", "indexes/nq-oracle.minilm"),
+    row("nq-oracle", "minilm+qa", "indexes/nq-oracle.minilm", "--encoder", str(QA_DIR),
+        before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_DIR)]),
+    row("nq-oracle", "bm25", "indexes/nq-oracle.bm25"),
+    row("scifact", "minilm", "indexes/scifact.minilm"),
+    row("scifact", "bm25", "indexes/scifact.bm25"),
+    row("scifact", "minilm+ict", "indexes/scifact.ict", "--encoder", str(MODELS / "scifact-ict/query"),
+        before=scifact_ict),
+    row("nq-oracle", "minilm+ict", "indexes/nq-oracle.ict", "--encoder", str(MODELS / "nq-oracle-ict/query"),
+        before=nq_ict),
+    row("nq-oracle", "minilm+ict+qa", "indexes/nq-oracle.ict", "--encoder", str(ICT_QA_DIR),
+        before=lambda: [*nq_ict(), train_qa("indexes/nq-oracle.ict", ICT_QA_DIR, "--init",
+                                            str(MODELS / "nq-oracle-ict/query"))]),
+    row("scifact", "minilm+tour-soft(bm25)", "indexes/scifact.minilm", *TOUR),
+    row("scifact", "minilm+ict+tour-soft(bm25)", "indexes/scifact.ict", *TOUR, "--encoder",
+        str(MODELS / "scifact-ict/query"), before=scifact_ict),
+])  # fmt: skip
 
 
 def judge(collection: str):
@@ -125,7 +145,12 @@ def score(rows) -> list[dict]:
     for collection, encoder, path, commands in rows:
         judges.setdefault(collection, judge(collection))
         evaluation = judges[collection].evaluate(read_run(path))
-        row = {"collection": collection, "encoder": encoder, "metrics": evaluation.means, "command": " && ".join(commands)}
+        row = {
+            "collection": collection,
+            "encoder": encoder,
+            "metrics": evaluation.means,
+            "command": " && ".join(commands),
+        }
         if encoder == "minilm":
             base[collection] = evaluation
         else:
@@ -134,9 +159,12 @@ def score(rows) -> list[dict]:
             for metric, values in evaluation.per_query.items():
                 qids = list(values)
                 a, b = [values[q] for q in qids], [reference.per_query[metric][q] for q in qids]
-                row["vs_minilm"][metric] = {"delta": evaluation.means[metric] - reference.means[metric],
-                                            "p_t_test": paired_t_test(a, b), "p_randomization": randomization_test(a, b),
-                                            "win_tie_loss": win_tie_loss(a, b)}  # fmt: skip
+                row["vs_minilm"][metric] = {
+                    "delta": evaluation.means[metric] - reference.means[metric],
+                    "p_t_test": paired_t_test(a, b),
+                    "p_randomization": randomization_test(a, b),
+                    "win_tie_loss": win_tie_loss(a, b),
+                }
         out.append(row)
         print(f"{collection:10s} {encoder:28s} " + "  ".join(f"{m} {v:.4f}" for m, v in evaluation.means.items()))
     return out
@@ -162,13 +190,13 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--collections", nargs="+", default=["nq-oracle", "scifact"], choices=["nq-oracle", "scifact"])
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="COLLECTION:ENCODER",
+                    help=f"rows to make (default: all): {', '.join(ROWS)}")  # fmt: skip
     args = ap.parse_args()
     RUNS.mkdir(parents=True, exist_ok=True)
     MODELS.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for name in args.collections:
-        rows += nq_oracle() if name == "nq-oracle" else scifact()
+    rows = [ROWS[name]() for name in ROWS if name in args.rows]
+    rows.sort(key=lambda r: (r[0], r[1] != "minilm"))  # each collection's MiniLM row first: the others compare to it
     scored = score(rows)
     Path("runs/bench-orqa.json").write_text(json.dumps(scored, indent=2) + "\n")
     Path("runs/bench-orqa.md").write_text(markdown(scored))

@@ -59,7 +59,9 @@ def test_early_update_loss_hand_value_and_skipped_question():
     loss, skipped = early_update_loss(scores, positives, temperature=0.5)
     z = np.exp([2.0, 0.0, -2.0])  # scores / 0.5
     assert skipped == 1
-    assert float(loss.detach()) == pytest.approx(-np.log((z[1] + z[2]) / z.sum()))  # the mean over the one kept question
+    assert float(loss.detach()) == pytest.approx(
+        -np.log((z[1] + z[2]) / z.sum())
+    )  # the mean over the one kept question
     loss.backward()
     assert torch.all(scores.grad[1] == 0)  # the question without an answer-bearing block contributes nothing
     p = z / z.sum()
@@ -81,7 +83,7 @@ def test_in_batch_nll_hand_value():
 
 
 def test_split_sentences():
-    text = "Cells divide. They grow (slowly). 3 mice died! \"Quoted\" end? yes no. Fin"
+    text = 'Cells divide. They grow (slowly). 3 mice died! "Quoted" end? yes no. Fin'
     assert split_sentences(text) == ["Cells divide.", "They grow (slowly).", "3 mice died!", "\"Quoted\" end? yes no.",
                                      "Fin"]  # fmt: skip
     assert split_sentences("  ") == []
@@ -196,15 +198,39 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
                                 tmp_path / "idx.ict"])  # fmt: skip
     meta = json.loads((tmp_path / "idx.ict/tour_pyserini.json").read_text())
     assert len(meta["encoder"]["weights_sha256"]) == 64
-    cli("tour_pyserini.search.__main__", ["--index", tmp_path / "idx.ict", "--encoder", out / "query", "--topics", topics,
-                                 "--output", tmp_path / "ict.trec", "--hits", "5"])  # fmt: skip
+    cli(
+        "tour_pyserini.search.__main__",
+        [
+            "--index",
+            tmp_path / "idx.ict",
+            "--encoder",
+            out / "query",
+            "--topics",
+            topics,
+            "--output",
+            tmp_path / "ict.trec",
+            "--hits",
+            "5",
+        ],
+    )
     assert set(read_run(tmp_path / "ict.trec")) == {"1", "2"}
     # the same query encoder against an index its document encoder did not build: refused, one line
     cli("tour_pyserini.index.__main__", ["--collection", tiny["scifact"], "--output", tmp_path / "idx.minilm"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exited:
-        cli("tour_pyserini.search.__main__", ["--index", tmp_path / "idx.minilm", "--encoder", out / "query", "--topics",
-                                     topics, "--output", tmp_path / "bad.trec"])  # fmt: skip
+        cli(
+            "tour_pyserini.search.__main__",
+            [
+                "--index",
+                tmp_path / "idx.minilm",
+                "--encoder",
+                out / "query",
+                "--topics",
+                topics,
+                "--output",
+                tmp_path / "bad.trec",
+            ],
+        )
     err = capsys.readouterr().err
     assert exited.value.code == 2 and "is paired with document encoder" in err and err.count("\n") == 1
     assert not (tmp_path / "bad.trec").exists()

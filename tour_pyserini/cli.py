@@ -25,7 +25,7 @@ SUBCOMMANDS = {  # name: (module with main(), what it does, an example)
                        "tour-pyserini train-reranker --index indexes/scifact.minilm "
                        "--topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
                        "--output models/ce"),
-    "train-ict": ("tour_pyserini.train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders on a corpus",
+    "train-ict": ("tour_pyserini.train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders",
                   "tour-pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict"),
     "train-qa": ("tour_pyserini.train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",
                  "tour-pyserini train-qa --index indexes/nq-oracle.minilm "

@@ -128,10 +128,22 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
             batch, order = order[: config.batch_size], order[config.batch_size :]
             examples = [draw_example(blocks, i, rng, config.mask_rate) for i in batch]
             with autocast(bf16):
-                queries = encode(query_model, tokenizer, [e.query for e in examples], max_length=config.query_max_length,
-                                 pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
-                evidence = encode(block_model, tokenizer, [e.evidence for e in examples],
-                                  max_length=config.max_wordpieces, pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
+                queries = encode(
+                    query_model,
+                    tokenizer,
+                    [e.query for e in examples],
+                    max_length=config.query_max_length,
+                    pooling=spec.pooling,
+                    l2_norm=spec.l2_norm,
+                )
+                evidence = encode(
+                    block_model,
+                    tokenizer,
+                    [e.evidence for e in examples],
+                    max_length=config.max_wordpieces,
+                    pooling=spec.pooling,
+                    l2_norm=spec.l2_norm,
+                )
             loss = in_batch_nll(queries.float(), evidence.float(), config.temperature)
             opt.zero_grad()
             loss.backward()

@@ -66,8 +66,19 @@ def dev_accuracy(model, tokenizer, spec, questions, answer_rows, blocks, config:
 
     model.eval()
     with torch.inference_mode():
-        vectors = torch.cat([encode(model, tokenizer, questions[i : i + 64], max_length=config.query_max_length,
-                                    pooling=spec.pooling, l2_norm=spec.l2_norm) for i in range(0, len(questions), 64)])  # fmt: skip
+        vectors = torch.cat(
+            [
+                encode(
+                    model,
+                    tokenizer,
+                    questions[i : i + 64],
+                    max_length=config.query_max_length,
+                    pooling=spec.pooling,
+                    l2_norm=spec.l2_norm,
+                )
+                for i in range(0, len(questions), 64)
+            ]
+        )
         top = (vectors @ blocks.T).topk(min(20, len(blocks)), dim=1).indices.tolist()
     model.train()
     hit1 = [bool(set(t[:1]) & set(rows)) for t, rows in zip(top, answer_rows)]

@@ -26,6 +26,11 @@ def answer_bearing(topics: Sequence, docids: Sequence[str], matcher: AnswerMatch
     rows = []
     for topic in topics:
         keys = [alnum(a) for a in topic.answers]
-        rows.append([i for i, (doc, text) in enumerate(zip(docs, squashed))
-                     if any(k in text for k in keys) and matcher.has_answer(doc.docid, doc.text, topic.answers)])  # fmt: skip
+        rows.append(
+            [
+                i
+                for i, (doc, text) in enumerate(zip(docs, squashed))
+                if any(k in text for k in keys) and matcher.has_answer(doc.docid, doc.text, topic.answers)
+            ]
+        )
     return rows
