@@ -294,3 +294,19 @@ def test_existing_output_is_refused(tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         cli("tour_pyserini.train_ict", ["--collection", tiny["scifact"], "--output", tmp_path / "o"])
     assert exited.value.code == 2 and "already exists" in capsys.readouterr().err
+
+
+def test_pairing_check(tmp_path):
+    from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.pairing import check_pair, write_pair
+
+    query = EncoderSpec(name=str(tmp_path), path=str(tmp_path))
+    built = {"name": "models/doc", "weights_sha256": "a" * 64}
+    check_pair(query, built, "idx")  # no pair file: nothing to check
+    write_pair(tmp_path, "models/doc", "a" * 64)
+    check_pair(query, built, "idx")
+    check_pair(query, {"name": "./gone", "weights_sha256": None}, "idx")  # unknown builder: cannot tell
+    with pytest.raises(UserError, match=r"paired with document encoder models/doc \(weights aaaaaaaaaaaa\), but "
+                       r"index idx was built by other \(weights bbbbbbbbbbbb\)"):  # fmt: skip
+        check_pair(query, {"name": "other", "weights_sha256": "b" * 64}, "idx")
