@@ -107,7 +107,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     def save(where: Path) -> None:
         if tied:
             save_encoder(query_model, tokenizer, where, spec)
-            write_pair(where, str(where), encoder_identity(EncoderSpec.resolve(str(where)))["weights_sha256"])
+            write_pair(where, str(output), encoder_identity(EncoderSpec.resolve(str(where)))["weights_sha256"])
             return
         document = save_encoder(block_model, tokenizer, where / "document", spec)
         save_encoder(query_model, tokenizer, where / "query", spec)
