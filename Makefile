@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 # the shipped SciFact teacher, interpolated with the retriever as tuned on its held-out training queries
 SEARCH_CE := --hits 1000 --remove-query --reranker cross-encoder:models/scifact-ce --lambda 0.3 --smoothing 0.05
 
-.PHONY: install demo nq-demo cranfield teachers test bench bench-quality bench-ttt bench-scale lint clean
+.PHONY: install demo nq-demo cranfield teachers test bench bench-quality bench-ttt bench-scale orqa lint clean
 
 install: $(VENV)/.installed
 
@@ -105,6 +105,15 @@ bench-ttt: install
 bench-scale: install
 	$(PY) bench/scale.py
 	$(PY) bench/ray_throughput.py
+
+# ORQA's retriever learning (docs/orqa.md): ICT and early-update encoders under models/orqa/, their
+# indexes, runs/bench-orqa.{json,md}; about 10-15 minutes per training run on 2 CPU cores
+orqa: install
+	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
+	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
+	$(PY) bench/orqa.py
 
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts

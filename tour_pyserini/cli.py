@@ -25,6 +25,11 @@ SUBCOMMANDS = {  # name: (module with main(), what it does, an example)
                        "tour-pyserini train-reranker --index indexes/scifact.minilm "
                        "--topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
                        "--output models/ce"),
+    "train-ict": ("tour_pyserini.train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders",
+                  "tour-pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict"),
+    "train-qa": ("tour_pyserini.train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",
+                 "tour-pyserini train-qa --index indexes/nq-oracle.minilm "
+                 "--topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa"),
     "ttt": ("tour_pyserini.ttt.__main__", "TTT-Embed: teacher rewards under a budget, fit reusable query states",
             "tour-pyserini ttt fit --rewards rewards.tsv --scope task --output state.safetensors"),
 }  # fmt: skip

@@ -15,6 +15,7 @@ from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_no
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, check_faiss_file, index_kind
+from tour_pyserini.ttt.state import encoder_identity
 
 FLAT = FaissIndexSpec()
 
@@ -65,7 +66,7 @@ def write_dense_index(
         kind="dense",
         collection=str(collection),
         num_docs=n_docs,
-        encoder=encoder.to_json(),
+        encoder=encoder_identity(encoder),  # with its weights' fingerprint: trained query encoders pair with it
         dimension=dimension,
         faiss_index=rebuild_faiss_index(out_dir, faiss_spec),
         extra={"batch_size": batch_size, "fields": list(fields)},

@@ -23,7 +23,7 @@ class IndexMeta:
     kind: str  # "dense" or "bm25"
     collection: str
     num_docs: int
-    encoder: dict | None = None  # EncoderSpec.to_json() for dense indexes
+    encoder: dict | None = None  # EncoderSpec.to_json() + weights_sha256 for dense indexes
     dimension: int | None = None
     faiss_index: dict = field(default_factory=lambda: {"type": "flat"})  # FaissIndexSpec.to_json(), dense only
     build_seconds: float = 0.0

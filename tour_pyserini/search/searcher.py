@@ -18,6 +18,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, check_faiss_file, index_kind
+from tour_pyserini.pairing import check_pair
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Identity, QueryBatch, Rewriter
 
@@ -119,6 +120,7 @@ class TourSearcher:
                 pooling=built_with.get("pooling") if same else None,
                 l2_norm=built_with.get("l2_norm") if same else None,
             )
+        check_pair(encoder, meta.encoder if meta else None, index_dir)
         query_encoder = import_pyserini("pyserini.encode").AutoQueryEncoder(
             encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device=device
         )

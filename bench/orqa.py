@@ -1,0 +1,210 @@
+"""make orqa: ORQA's retriever learning measured with this project's index, search and evaluation.
+
+nq-oracle test (DPR answer-string Acc@1/5/20/100): MiniLM, MiniLM + early-update fine-tuning (+qa),
+MiniLM + ICT on the nq-oracle corpus (+ict), ICT + fine-tuning (+ict+qa), BM25. SciFact test (nDCG@10,
+R@100): MiniLM vs MiniLM + ICT on SciFact's own corpus (no query, no label), and TOUR (BM25 teacher) on
+top of each. Every row is compared with MiniLM on the same queries (paired t-test and randomisation test).
+
+Every trained encoder, index and run is made by the project's own command lines (printed, and stored
+in each row's "command"); what already exists is reused, so an interrupted bench resumes. Training
+is sized for 2 shared CPU cores (about 10-15 minutes per run). Writes runs/orqa/*.trec,
+runs/bench-orqa.json and runs/bench-orqa.md.
+Usage: python bench/orqa.py [--rows nq-oracle:minilm nq-oracle:minilm+qa ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
+from tour_pyserini.eval.judge import QrelsJudge
+from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
+from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.runs import read_run
+
+RUNS, MODELS = Path("runs/orqa"), Path("models/orqa")
+PY = [sys.executable, "-m"]
+NQ, SCIFACT = "collections/nq-oracle", "collections/scifact"
+# sized for 2 CPU cores shared with other jobs (load 7-9 when measured): 5-12 s per early-update step
+# (32 questions) and 25-60 s per ICT step (16 blocks of up to 288 wordpieces, bf16)
+QA = ["--steps", "120", "--batch-size", "32", "--lr", "3e-5", "--eval-every", "20", "--bf16", "--seed", "13"]
+ICT = ["--steps", "40", "--batch-size", "16", "--lr", "3e-5", "--eval-every", "20", "--held-out", "64", "--bf16",
+       "--seed", "13"]  # fmt: skip
+
+
+def run(args: list[str], output: Path) -> str:
+    """Run one project command unless its output exists; the command line, for the bench rows."""
+    command = " ".join(shlex.quote(a) for a in ["python", *args[1:]])
+    if not output.exists():
+        print(f"$ {command}", flush=True)
+        subprocess.run(args, check=True)
+    return command
+
+
+def search(index: str, topics: str, name: str, *extra: str) -> tuple[Path, str]:
+    out = RUNS / f"{name}.trec"
+    args = [*PY, "tour_pyserini.search", "--index", index, "--topics", topics, "--output", str(out),
+            "--run-tag", name, *extra]  # fmt: skip
+    return out, run(args, out)
+
+
+def train_qa(index: str, output: Path, *extra: str) -> str:
+    return run(
+        [
+            *PY,
+            "tour_pyserini.train_qa",
+            "--index",
+            index,
+            "--topics",
+            f"{NQ}/topics.train.jsonl",
+            "--exclude-texts-from",
+            f"{NQ}/topics.test.jsonl",
+            "--output",
+            str(output),
+            *QA,
+            *extra,
+        ],
+        output,
+    )
+
+
+def train_ict(collection: str, output: Path) -> str:
+    return run([*PY, "tour_pyserini.train_ict", "--collection", collection, "--output", str(output), *ICT], output)
+
+
+def index(collection: str, encoder: Path, output: str) -> str:
+    return run([*PY, "tour_pyserini.index", "--collection", collection, "--encoder", str(encoder), "--output",
+                output], Path(output))  # fmt: skip
+
+
+NQ_TEST, NQ_HITS = f"{NQ}/topics.test.jsonl", ("--hits", "100")
+SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "--remove-query")
+TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--reranker", "bm25")
+
+
+def nq_ict() -> list[str]:
+    ict = MODELS / "nq-oracle-ict"
+    return [train_ict(NQ, ict), index(NQ, ict / "document", "indexes/nq-oracle.ict")]
+
+
+def scifact_ict() -> list[str]:
+    ict = MODELS / "scifact-ict"
+    return [train_ict(SCIFACT, ict), index(SCIFACT, ict / "document", "indexes/scifact.ict")]
+
+
+def row(collection: str, encoder: str, index_dir: str, *extra: str, before=lambda: []):
+    """A bench row: what it trains first (``before``), then its search; run only when the row is asked for."""
+
+    def make():
+        commands = before()
+        topics, hits = (NQ_TEST, NQ_HITS) if collection == "nq-oracle" else (SCIFACT_TEST, SCIFACT_HITS)
+        path, command = search(index_dir, topics, f"{collection}.{encoder}", *hits, *extra)
+        return collection, encoder, path, [*commands, command]
+
+    return f"{collection}:{encoder}", make
+
+
+QA_DIR, ICT_QA_DIR = MODELS / "nq-oracle-qa", MODELS / "nq-oracle-ict-qa"
+QA_LOW_DIR = MODELS / "nq-oracle-qa-lr1e-5"  # the same early update at a third of the learning rate
+ROWS = dict([  # in the order they run: the cheapest and most telling first
+    row("nq-oracle", "minilm", "indexes/nq-oracle.minilm"),
+    row("nq-oracle", "minilm+qa", "indexes/nq-oracle.minilm", "--encoder", str(QA_DIR),
+        before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_DIR)]),
+    row("nq-oracle", "minilm+qa-lr1e-5", "indexes/nq-oracle.minilm", "--encoder", str(QA_LOW_DIR),
+        before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_LOW_DIR, "--lr", "1e-5")]),
+    row("nq-oracle", "bm25", "indexes/nq-oracle.bm25"),
+    row("scifact", "minilm", "indexes/scifact.minilm"),
+    row("scifact", "bm25", "indexes/scifact.bm25"),
+    row("scifact", "minilm+ict", "indexes/scifact.ict", "--encoder", str(MODELS / "scifact-ict/query"),
+        before=scifact_ict),
+    row("nq-oracle", "minilm+ict", "indexes/nq-oracle.ict", "--encoder", str(MODELS / "nq-oracle-ict/query"),
+        before=nq_ict),
+    row("nq-oracle", "minilm+ict+qa", "indexes/nq-oracle.ict", "--encoder", str(ICT_QA_DIR),
+        before=lambda: [*nq_ict(), train_qa("indexes/nq-oracle.ict", ICT_QA_DIR, "--init",
+                                            str(MODELS / "nq-oracle-ict/query"))]),
+    row("scifact", "minilm+tour-soft(bm25)", "indexes/scifact.minilm", *TOUR),
+    row("scifact", "minilm+ict+tour-soft(bm25)", "indexes/scifact.ict", *TOUR, "--encoder",
+        str(MODELS / "scifact-ict/query"), before=scifact_ict),
+])  # fmt: skip
+
+
+def judge(collection: str):
+    if collection == "nq-oracle":
+        topics = read_topics(f"{NQ}/topics.test.jsonl")
+        return AnswerJudge(topics, AnswerMatcher(DocStore("indexes/nq-oracle.minilm/docstore.sqlite")))
+    qids = [t.qid for t in read_topics(f"{SCIFACT}/topics.test.tsv")]
+    return QrelsJudge(read_qrels("qrels/scifact.test.txt"), ("nDCG@10", "R@100"), qids=qids)
+
+
+def score(rows) -> list[dict]:
+    """Means, and paired significance against MiniLM on the same collection, for every row."""
+    out, judges, base = [], {}, {}
+    for collection, encoder, path, commands in rows:
+        judges.setdefault(collection, judge(collection))
+        evaluation = judges[collection].evaluate(read_run(path))
+        row = {
+            "collection": collection,
+            "encoder": encoder,
+            "metrics": evaluation.means,
+            "command": " && ".join(commands),
+        }
+        if encoder == "minilm":
+            base[collection] = evaluation
+        else:
+            reference = base[collection]
+            row["vs_minilm"] = {}
+            for metric, values in evaluation.per_query.items():
+                qids = list(values)
+                a, b = [values[q] for q in qids], [reference.per_query[metric][q] for q in qids]
+                row["vs_minilm"][metric] = {
+                    "delta": evaluation.means[metric] - reference.means[metric],
+                    "p_t_test": paired_t_test(a, b),
+                    "p_randomization": randomization_test(a, b),
+                    "win_tie_loss": win_tie_loss(a, b),
+                }
+        out.append(row)
+        print(f"{collection:10s} {encoder:28s} " + "  ".join(f"{m} {v:.4f}" for m, v in evaluation.means.items()))
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = []
+    for collection in dict.fromkeys(r["collection"] for r in rows):
+        group = [r for r in rows if r["collection"] == collection]
+        metrics = list(group[0]["metrics"])
+        lines += [f"\n### {collection}\n", "| encoder | " + " | ".join(metrics) + " |",
+                  "|---|" + "---|" * len(metrics)]  # fmt: skip
+        for r in group:
+            cells = []
+            for m in metrics:
+                cell = f"{r['metrics'][m]:.4f}"
+                if (sig := r.get("vs_minilm", {}).get(m)) is not None:
+                    cell += f" ({sig['delta']:+.4f}, p {sig['p_t_test']:.3f})"
+                cells.append(cell)
+            lines.append(f"| {r['encoder']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines).strip() + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="COLLECTION:ENCODER",
+                    help=f"rows to make (default: all): {', '.join(ROWS)}")  # fmt: skip
+    args = ap.parse_args()
+    RUNS.mkdir(parents=True, exist_ok=True)
+    MODELS.mkdir(parents=True, exist_ok=True)
+    rows = [ROWS[name]() for name in ROWS if name in args.rows]
+    rows.sort(key=lambda r: (r[0], r[1] != "minilm"))  # each collection's MiniLM row first: the others compare to it
+    scored = score(rows)
+    Path("runs/bench-orqa.json").write_text(json.dumps(scored, indent=2) + "\n")
+    Path("runs/bench-orqa.md").write_text(markdown(scored))
+    print("wrote runs/bench-orqa.json and runs/bench-orqa.md")
+
+
+if __name__ == "__main__":
+    main()

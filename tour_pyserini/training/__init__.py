@@ -1,0 +1,1 @@
+"""Training dense retrievers as ORQA does: Inverse Cloze Task pre-training and early-update fine-tuning."""

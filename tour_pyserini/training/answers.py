@@ -1,0 +1,36 @@
+"""Which indexed passages contain a question's answer: DPR's has-answer rule over the whole collection.
+
+The block encoder is frozen during the early update, so whether a block is answer-bearing never
+changes: it is decided once per (question, block) with ``eval.answers.AnswerMatcher`` (DPR's rule, the
+one evaluation uses), after a cheap necessary test that skips most pairs: DPR's tokens cover every
+non-space character, so a matching answer's letters and digits occur, in order and contiguous, in the
+passage's letters and digits.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+from tour_pyserini.eval.answers import AnswerMatcher
+
+
+def alnum(text: str) -> str:
+    return "".join(ch for ch in unicodedata.normalize("NFD", text).lower() if ch.isalnum())
+
+
+def answer_bearing(topics: Sequence, docids: Sequence[str], matcher: AnswerMatcher) -> list[list[int]]:
+    """For each topic, the rows (positions in ``docids``) of the passages containing one of its answers."""
+    docs = matcher.docstore.get(list(docids))
+    squashed = [alnum(doc.text) for doc in docs]
+    rows = []
+    for topic in topics:
+        keys = [alnum(a) for a in topic.answers]
+        rows.append(
+            [
+                i
+                for i, (doc, text) in enumerate(zip(docs, squashed))
+                if any(k in text for k in keys) and matcher.has_answer(doc.docid, doc.text, topic.answers)
+            ]
+        )
+    return rows
