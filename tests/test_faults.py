@@ -299,7 +299,7 @@ def test_devices_and_index_knobs_that_do_not_exist_are_refused(flags, message, d
 def test_unknown_index_and_topics_names_are_refused():
     # in-process: looking a name up in Pyserini's catalogues starts the JVM, which prints its own start-up line
     from tour_pyserini.data import read_topics
-    from tour_pyserini.index.prebuilt import is_prebuilt_name, resolve_index
+    from tour_pyserini.index.pyserini_prebuilt import is_prebuilt_name, resolve_index
 
     assert is_prebuilt_name("wikipedia-dpr-100w.dpr-multi") and not is_prebuilt_name("wikipedia-dpr-100w.typo")
     assert resolve_index("wikipedia-dpr-100w.typo") == "wikipedia-dpr-100w.typo"  # then: no such directory

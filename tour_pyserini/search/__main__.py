@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.prebuilt import resolve_index
+from tour_pyserini.index.pyserini_prebuilt import resolve_index
 from tour_pyserini.results import SearchResult
 from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.runs import RunWriter
