@@ -25,6 +25,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1, help="Lucene indexing threads (BM25 only)")
     ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists")
+    ap.add_argument("--no-prebuilt", action="store_true", help="encode even if prebuilt/ holds this corpus's vectors")
     return ap
 
 
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         from tour_pyserini.index.dense import write_dense_index
 
         spec = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
-        write = partial(write_dense_index, args.collection, encoder=spec, batch_size=args.batch_size)
+        write = partial(write_dense_index, args.collection, encoder=spec, batch_size=args.batch_size,
+                        **({"prebuilt": None} if args.no_prebuilt else {}))  # fmt: skip
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite)
     print(
         ("reusing " if reused else "")

@@ -21,7 +21,7 @@ from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter, g
 from tour_pyserini.runs import RunWriter
 
 # flags that do not change the run, so an interrupted run may resume under different values
-_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace")
+_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "score_store")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--reranker", metavar="TEACHER", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, "
                     "oracle:QRELS")  # fmt: skip
     rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
+    rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
+                    "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
     for name, options in rewriter_options().items():
         group = ap.add_argument_group(f"{name} options")
         for option in options:
@@ -99,12 +101,23 @@ def open_searcher(args: argparse.Namespace):
             raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
     context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length)
     teacher = get_teacher(args.reranker, context) if args.reranker else None
+    if args.score_store:
+        options["store"] = open_score_store(args.score_store, teacher)
     rewriter = get_rewriter(args.rewriter, teacher=teacher, **options)
     searcher = TourSearcher.from_index(args.index, encoder=args.encoder, rewriter=rewriter, threads=args.threads)
     if teacher is not None and teacher.oracle:
         print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
               "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
     return searcher, teacher.label if teacher else None
+
+
+def open_score_store(path: str, teacher):
+    from tour_pyserini.teachers import ScoreStore
+
+    if teacher is None or not teacher.pairwise:
+        raise UserError("--score-store keeps the scores of a --reranker whose pair scores stand alone "
+                        "(cross-encoder, bm25, oracle)")  # fmt: skip
+    return ScoreStore(path, teacher.fingerprint)
 
 
 def summarize(results: list[SearchResult]) -> str:
