@@ -2,7 +2,7 @@
 
 Every ```bash and ```python block of the tutorial is run in order, from a scratch directory that links the
 repository's collections/, qrels/ and models/ (indexes/ and runs/ start empty). ``python -m tour_pyserini.X``
-and ``tour-pyserini X`` commands run in this process (the JVM and the models load once); other shell
+and ``tour-pyserini X`` commands run in one worker process (the JVM and the models load once); other shell
 commands run in bash; python blocks share one namespace. The ```text block that follows a command block
 (before the next command block) is what that block must print on stdout: each of its lines must appear,
 in order, in the real output, with every number equal as printed, except numbers written ``~N``
@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import os
 import re
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,21 +117,29 @@ def run_step(step: Step, namespace: dict) -> str:
     return "".join(run_command(c) for c in commands(step.code))
 
 
+def run_all(out_json: str) -> None:
+    """Run every step from the working directory and write what each printed (the fixture's worker)."""
+    namespace: dict = {"__name__": "__tutorial__"}
+    steps = parse(TUTORIAL.read_text(encoding="utf-8"))
+    Path(out_json).write_text(json.dumps([run_step(step, namespace) for step in steps]))
+
+
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> list[tuple[Step, str]]:
-    """Every step of the tutorial with what it printed, run from a scratch directory."""
+    """Every step of the tutorial with what it printed, run from a scratch directory.
+
+    One worker process runs them all: the JVM resolves relative paths against the directory it started
+    in, so the steps cannot run in a test process whose JVM already started elsewhere.
+    """
     work = tmp_path_factory.mktemp("tutorial")
     for name in LINKED:
         (work / name).symlink_to(ROOT / name)
     (work / "runs").mkdir()
-    here, namespace, done = Path.cwd(), {"__name__": "__tutorial__"}, []
-    os.chdir(work)
-    try:
-        for step in parse(TUTORIAL.read_text(encoding="utf-8")):
-            done.append((step, run_step(step, namespace)))
-    finally:
-        os.chdir(here)
-    return done
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, __file__, str(work / "outputs.json")], cwd=work, env=env, check=False)
+    assert done.returncode == 0, "a tutorial step failed (its traceback is above)"
+    printed = json.loads((work / "outputs.json").read_text())
+    return list(zip(parse(TUTORIAL.read_text(encoding="utf-8")), printed))
 
 
 def test_the_tutorial_prints_every_number_it_shows(outputs):
@@ -167,3 +177,7 @@ def test_the_checker_reads_blocks_and_numbers():
     assert check_output("nDCG@10 0.6451 ~1.2 s", "noise\nnDCG@10 0.6451 9.9 s\n") == []
     assert check_output("nDCG@10 0.6451 ~1.2 s", "nDCG@10 0.6452 1.2 s") != []
     assert check_output("a 1\n...\nb 2", "b 2\na 1") != []  # order matters
+
+
+if __name__ == "__main__":
+    run_all(sys.argv[1])
