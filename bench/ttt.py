@@ -386,10 +386,11 @@ def cost_experiment(tasks: list[Task], path: Path, repeats: int = 20) -> None:
 
     import torch
 
+    from tour_pyserini.encoders import encoder_identity
     from tour_pyserini.rewriters import Identity
     from tour_pyserini.rewriters.ttt_embed import TttEmbed
     from tour_pyserini.ttt.fitting import fit_scope
-    from tour_pyserini.ttt.state import State, encoder_identity
+    from tour_pyserini.ttt.state import State
 
     nq = next(t for t in tasks if t.name == "nq-oracle")
     queries = rewarded(nq, nq.teacher_scores("bm25"), dict.fromkeys(nq.qids[:1000], DEPTH))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tour_pyserini.encoders import encoder_identity
 from tour_pyserini.errors import UserError
 from tour_pyserini.rewriters import Identity, QueryBatch
 from tour_pyserini.rewriters.ttt_embed import TttEmbed, shift_queries
 from tour_pyserini.ttt.objectives import FitConfig
-from tour_pyserini.ttt.state import State, encoder_identity
+from tour_pyserini.ttt.state import State
 
 pytestmark = pytest.mark.slow
 

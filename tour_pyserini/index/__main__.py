@@ -34,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", help="where the document encoder runs: cpu, cuda or cuda:N")
     ap.add_argument("--threads", type=int, default=1, help="Lucene indexing threads (BM25 only)")
     ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists")
+    ap.add_argument("--no-prebuilt", action="store_true", help="encode even if prebuilt/ holds this corpus's vectors")
     fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
     fx.add_argument("--faiss-index", choices=INDEX_TYPES, default="flat", help="exact, HNSW graph, or IVF-PQ")
     fx.add_argument("--M", type=int, default=32, help="HNSW: neighbours per node")
@@ -77,10 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from tour_pyserini.index.dense import write_dense_index
 
-        spec = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
         encoder = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
         write = partial(write_dense_index, args.collection, encoder=encoder, batch_size=args.batch_size,
-                        faiss_spec=spec, device=check_device(args.device))  # fmt: skip
+                        faiss_spec=spec, device=check_device(args.device),
+                        **({"prebuilt": None} if args.no_prebuilt else {}))  # fmt: skip
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite)
     print(("reusing " if reused else "") + describe(args.output, meta))
 

@@ -1,4 +1,5 @@
-"""Dense indexes built with Pyserini's own document encoder and Faiss writer."""
+"""Dense indexes built with Pyserini's own document encoder and Faiss writer, or from a prebuilt encoding;
+and re-indexed into another Faiss index type."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import tempfile
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
-from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.build import check_count, corpus_file
-from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
+from tour_pyserini.index.corpus import CorpusCheck, check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, check_faiss_file, index_kind
-from tour_pyserini.ttt.state import encoder_identity
+from tour_pyserini.index.prebuilt import PREBUILT_DIR, find_prebuilt
 
 FLAT = FaissIndexSpec()
 
@@ -26,25 +27,55 @@ def write_dense_index(
     encoder: EncoderSpec,
     batch_size: int = 64,
     fields: tuple[str, ...] = ("title", "text"),
+    *,
+    prebuilt: Path | None = PREBUILT_DIR,
     faiss_spec: FaissIndexSpec = FLAT,
     device: str = "cpu",
 ) -> IndexMeta:
-    """Encode every document of ``collection`` into a FaissSearcher directory ``out_dir``.
+    """Encode every document of ``collection`` into a FaissSearcher directory ``out_dir``, as an index of
+    ``faiss_spec``'s type.
+
+    When ``prebuilt`` (a folder of prebuilt indexes; None: never) holds this corpus encoded by this
+    encoder, its vectors are written instead of encoding again. A docid -> text store goes beside the index.
+    """
+    corpus = corpus_file(collection)
+    check = check_corpus(corpus)
+    identity = encoder_identity(encoder)
+    found = find_prebuilt(corpus, identity, list(fields), prebuilt) if prebuilt else None
+    if found is not None:
+        print(f"using prebuilt {found.path.name}: vectors of {found.manifest['num_docs']} documents, encoder checked")
+        indexed, dimension = found.write_faiss(out_dir)
+    else:
+        indexed, dimension = encode_corpus(corpus, out_dir, encoder, batch_size, fields, check, device=device)
+    check_count(corpus, indexer="Faiss", indexed=indexed, expected=check.num_docs)
+    n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
+    extra = {"batch_size": batch_size, "fields": list(fields)}
+    return IndexMeta(
+        kind="dense",
+        collection=str(collection),
+        num_docs=n_docs,
+        encoder=identity,  # with its weights' fingerprint: trained query encoders pair with it
+        dimension=dimension,
+        faiss_index=rebuild_faiss_index(out_dir, faiss_spec),
+        extra={**extra, "prebuilt": found.path.name} if found else extra,
+    )
+
+
+def encode_corpus(corpus: Path, out_dir: Path, encoder: EncoderSpec, batch_size: int, fields: tuple[str, ...],
+                  check: CorpusCheck, device: str = "cpu") -> tuple[int, int]:  # fmt: skip
+    """Encode the corpus into ``index`` + ``docid``; (documents indexed, dimension).
 
     The same code path as ``python -m pyserini.encode ... --to-faiss``: Pyserini's
     ``JsonlCollectionIterator`` reads the fields (with a progress bar), ``AutoDocumentEncoder`` encodes
     "title text" with the encoder's pooling and normalisation, and ``FaissRepresentationWriter`` writes
-    ``index`` (an exact inner-product ``IndexFlatIP``, then rebuilt as ``faiss_spec`` says) and ``docid``.
-    A docid -> text store goes beside them.
-    A corpus without ``title`` and ``text`` on every line is encoded from a normalised copy; the index
-    must then hold exactly the corpus's documents.
+    ``index`` (an exact inner-product ``IndexFlatIP``) and ``docid``. A corpus without ``title`` and
+    ``text`` on every line is encoded from a normalised copy; the index must then hold exactly the
+    corpus's documents.
     """
     import torch
 
     encode = import_pyserini("pyserini.encode")
     optional = import_pyserini("pyserini.encode.optional")
-    corpus = corpus_file(collection)
-    check = check_corpus(corpus)
     document_encoder = encode.AutoDocumentEncoder(
         encoder.path, device=device, pooling=encoder.pooling, l2_norm=encoder.l2_norm
     )
@@ -60,17 +91,7 @@ def write_dense_index(
                 titles = [t or "" for t in batch["title"]] if "title" in batch else None
                 batch["vector"] = document_encoder.encode(texts=texts, titles=titles, max_length=encoder.max_length)
                 writer.write(batch, list(fields))
-    check_count(corpus, indexer="Faiss", indexed=writer.index.ntotal, expected=check.num_docs)
-    n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
-    return IndexMeta(
-        kind="dense",
-        collection=str(collection),
-        num_docs=n_docs,
-        encoder=encoder_identity(encoder),  # with its weights' fingerprint: trained query encoders pair with it
-        dimension=dimension,
-        faiss_index=rebuild_faiss_index(out_dir, faiss_spec),
-        extra={"batch_size": batch_size, "fields": list(fields)},
-    )
+    return writer.index.ntotal, dimension
 
 
 def rebuild_faiss_index(index_dir: Path, spec: FaissIndexSpec) -> dict:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import SearchResult, timed
 from tour_pyserini.rewriters.base import REWRITERS, Option, QueryBatch, Rewriter, VectorIndex
-from tour_pyserini.ttt.state import State, encoder_identity
+from tour_pyserini.ttt.state import State
 
 
 def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:

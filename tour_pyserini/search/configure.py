@@ -81,6 +81,8 @@ def open_searcher(args: argparse.Namespace):
 
     context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length, device=args.device)
     teacher = get_teacher(args.reranker, context) if args.reranker else None
+    if args.score_store:
+        options["store"] = open_score_store(args.score_store, teacher)
     rewriter = get_rewriter(args.rewriter, teacher=teacher, **options)
     searcher = TourSearcher.from_index(args.index, encoder=args.encoder, rewriter=rewriter, threads=threads,
                                        ef_search=args.ef_search, nprobe=args.nprobe, device=args.device)  # fmt: skip
@@ -88,3 +90,12 @@ def open_searcher(args: argparse.Namespace):
         print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
               "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
     return searcher, teacher.label if teacher else None
+
+
+def open_score_store(path: str, teacher):
+    from tour_pyserini.teachers import ScoreStore
+
+    if teacher is None or not teacher.pairwise:
+        raise UserError("--score-store keeps the scores of a --reranker whose pair scores stand alone "
+                        "(cross-encoder, bm25, oracle)")  # fmt: skip
+    return ScoreStore(path, teacher.fingerprint)

@@ -62,6 +62,11 @@ class Teacher(ABC):
         """How results produced with this teacher are labelled (contains 'oracle' for oracle teachers)."""
         return self.kind
 
+    @property
+    def fingerprint(self) -> str:
+        """What a :class:`ScoreStore` checks before reusing stored scores: the label, unless a teacher knows more."""
+        return self.label
+
 
 @dataclass(frozen=True)
 class TeacherContext:

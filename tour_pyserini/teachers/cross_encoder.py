@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
@@ -109,3 +110,9 @@ class CrossEncoderTeacher(Teacher):
     @property
     def label(self) -> str:
         return f"cross-encoder:{Path(self.path).name}"
+
+    @property
+    def fingerprint(self) -> str:
+        """The label, the length read and the weights' hash: a retrained or re-cut teacher never reuses scores."""
+        sha = weights_sha256(self.path)
+        return f"{self.label} max_length {self.max_length} weights {sha[:16] if sha else self.path}"

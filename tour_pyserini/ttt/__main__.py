@@ -125,9 +125,10 @@ def fit_state(args: argparse.Namespace) -> None:
 
 
 def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts) -> None:
+    from tour_pyserini.encoders import describe, encoder_identity, same_encoder
     from tour_pyserini.search.searcher import TourSearcher
     from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
-    from tour_pyserini.ttt.state import State, describe, encoder_identity, same_encoder
+    from tour_pyserini.ttt.state import State
     from tour_pyserini.ttt.vectors import DocVectors
 
     queries, encoder = [], None

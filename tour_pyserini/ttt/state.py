@@ -9,63 +9,24 @@ A state only applies to queries encoded by the encoder it was fitted for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.encoders import describe, same_encoder
 from tour_pyserini.errors import UserError
 
 FORMAT = "tour-pyserini ttt-embed state 1"
 SCOPES = ("global", "task", "query")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
 
 
 def alpha(n: int) -> float:
     """The deployment magnitude α_g = n_g / (n_g + 1): 0 without rewards, 0.5 for a single query."""
     return n / (n + 1)
-
-
-@lru_cache(maxsize=8)
-def _fingerprint(path: str, stamp: tuple) -> str | None:
-    files = sorted(p for p in Path(path).iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
-        with open(file, "rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
-def encoder_identity(spec: EncoderSpec) -> dict:
-    """Name, pooling, normalisation, max length and ``weights_sha256`` (None for a hub id not on disk)."""
-    path = Path(spec.path)
-    if not path.is_dir():
-        return {**spec.to_json(), "weights_sha256": None}
-    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()))  # cache key
-    return {**spec.to_json(), "weights_sha256": _fingerprint(str(path), stamp)}
-
-
-def same_encoder(a: dict, b: dict) -> bool:
-    """Same weights (by hash, or by name when a hash is missing) and the same way of pooling them."""
-    fields = ("pooling", "l2_norm", "max_length")
-    if a.get("weights_sha256") and b.get("weights_sha256"):
-        return a["weights_sha256"] == b["weights_sha256"] and all(a[f] == b[f] for f in fields)
-    return all(a[f] == b[f] for f in ("name", *fields))
-
-
-def describe(identity: dict) -> str:
-    sha = identity.get("weights_sha256")
-    return (f"{identity['name']} ({identity['pooling']} pooling, l2_norm {identity['l2_norm']}, max length "
-            f"{identity['max_length']}, weights {sha[:12] if sha else 'unhashed'})")  # fmt: skip
 
 
 @dataclass

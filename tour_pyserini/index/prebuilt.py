@@ -1,0 +1,125 @@
+"""Prebuilt dense indexes shipped in ``prebuilt/``: a collection's document vectors with their encoder's identity.
+
+As Pyserini's prebuilt indexes spare their users the encoding, ``prebuilt/<name>/`` keeps what encoding a
+corpus produced: ``vectors.npy`` (float16, half the size of Faiss's float32), ``docid`` (one per line, in
+index order) and ``prebuilt.json`` (the corpus's SHA-256, the fields encoded, and the encoder's identity:
+name, pooling, normalisation, maximum length and a SHA-256 of its weights). A dense index of that corpus
+with that encoder is then written from the vectors (an exact ``IndexFlatIP``, seconds) instead of being
+encoded (minutes); another corpus, encoder or setting is encoded as usual.
+
+float16 keeps 11 significant bits: a unit vector's inner products move by about 1e-4, which can swap
+documents whose scores are closer than that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.encoders import describe, same_encoder
+from tour_pyserini.errors import UserError
+
+PREBUILT_DIR = Path(__file__).resolve().parents[2] / "prebuilt"
+MANIFEST = "prebuilt.json"
+FORMAT = "tour-pyserini prebuilt dense 1"
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    """One prebuilt encoding: its directory and its manifest."""
+
+    path: Path
+    manifest: dict
+
+    @classmethod
+    def read(cls, path: Path) -> Prebuilt:
+        manifest = json.loads((path / MANIFEST).read_text())
+        if manifest.get("format") != FORMAT:
+            raise UserError(f"{path / MANIFEST}: not a prebuilt index manifest ({FORMAT!r})")
+        return cls(path, manifest)
+
+    def docids(self) -> list[str]:
+        return (self.path / "docid").read_text(encoding="utf-8").splitlines()
+
+    def vectors(self) -> np.ndarray:
+        """(n, d) float32, as Faiss stores them."""
+        return np.load(self.path / "vectors.npy").astype(np.float32)
+
+    def write_faiss(self, out_dir: Path) -> tuple[int, int]:
+        """Write ``index`` and ``docid`` as Pyserini's ``FaissRepresentationWriter`` does; (docs, dimension)."""
+        import faiss
+
+        vectors, docids = self.vectors(), self.docids()
+        if len(docids) != len(vectors) or vectors.shape[1] != self.manifest["dimension"]:
+            raise UserError(f"{self.path}: {len(docids)} docids for {vectors.shape} vectors; the prebuilt index is "
+                            "damaged (restore it with git, or build with --no-prebuilt)")  # fmt: skip
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(np.ascontiguousarray(vectors))
+        faiss.write_index(index, str(out_dir / "index"))
+        (out_dir / "docid").write_text("".join(f"{d}\n" for d in docids), encoding="utf-8")
+        return len(docids), vectors.shape[1]
+
+
+def find_prebuilt(corpus: Path, identity: dict, fields: list[str], root: Path = PREBUILT_DIR) -> Prebuilt | None:
+    """The prebuilt encoding of ``corpus`` by the encoder ``identity`` (``encoder_identity()``), or None.
+
+    A prebuilt index of the same corpus made by another encoder is not used; a line on stdout says why.
+    """
+    candidates = sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST}")) if Path(root).is_dir() else []
+    if not candidates:
+        return None
+    corpus_sha = file_sha256(corpus)
+    for path in candidates:
+        prebuilt = Prebuilt.read(path)
+        manifest = prebuilt.manifest
+        if manifest["corpus_sha256"] != corpus_sha or manifest["fields"] != list(fields):
+            continue
+        if same_encoder(manifest["encoder"], identity):
+            return prebuilt
+        print(f"not using prebuilt {path.name}: its vectors come from {describe(manifest['encoder'])}, "
+              f"not {describe(identity)}; encoding the corpus")  # fmt: skip
+    return None
+
+
+def export_prebuilt(index_dir: str | Path, corpus: str | Path, output: str | Path) -> Prebuilt:
+    """Write the prebuilt form of a dense index built by ``python -m tour_pyserini.index`` from ``corpus``."""
+    import faiss
+
+    from tour_pyserini.encoders import EncoderSpec, encoder_identity
+    from tour_pyserini.index.layout import IndexMeta
+
+    index_dir, output = Path(index_dir), Path(output)
+    meta = IndexMeta.read(index_dir)
+    if meta is None or meta.kind != "dense":
+        raise UserError(f"{index_dir} is not a dense index built by tour_pyserini")
+    built_with = meta.encoder
+    spec = EncoderSpec.resolve(built_with["name"], built_with["pooling"], built_with["l2_norm"],
+                               built_with["max_length"])  # fmt: skip
+    index = faiss.read_index(str(index_dir / "index"))
+    vectors = index.reconstruct_n(0, index.ntotal)
+    output.mkdir(parents=True, exist_ok=True)
+    np.save(output / "vectors.npy", vectors.astype(np.float16))
+    (output / "docid").write_bytes((index_dir / "docid").read_bytes())
+    manifest = {
+        "format": FORMAT,
+        "corpus_sha256": file_sha256(corpus),
+        "fields": meta.extra.get("fields", ["title", "text"]),
+        "num_docs": int(index.ntotal),
+        "dimension": int(index.d),
+        "dtype": "float16",
+        "encoder": encoder_identity(spec),
+    }
+    (output / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return Prebuilt(output, manifest)
