@@ -1,24 +1,29 @@
 """Distributed search on a real local Ray instance: the same run files as one process, and a worker killed
-mid-run is replaced without changing the results."""
+mid-run is replaced without changing the results.
+
+Each case runs in its own process: ``ray.shutdown`` restores signal handlers that the JVM (already
+running in the test process) depends on, so Ray is never started inside pytest's process.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tour_pyserini.search.__main__ import main as search_main
-from tour_pyserini.search.__main__ import parser
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 
-ray = pytest.importorskip("ray")
+TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
-    yield
-    ray.shutdown()
+def env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def search_args(dense_index, mini_scifact, output, *extra: str) -> list[str]:
@@ -26,8 +31,14 @@ def search_args(dense_index, mini_scifact, output, *extra: str) -> list[str]:
             "--hits", "50", "--batch-size", "4", "--threads", "1", *extra]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_ray_runs_are_identical_to_one_process(local_ray, dense_index, bm25_index, mini_scifact, tmp_path, capsys):
+def search(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "tour_pyserini.search", *args], capture_output=True, text=True,
+                          env=env(), timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_ray_runs_are_identical_to_one_process(dense_index, bm25_index, mini_scifact, tmp_path):
     rewriters = {
         "dense": [],
         "rocchio": ["--rewriter", "rocchio"],
@@ -35,28 +46,28 @@ def test_ray_runs_are_identical_to_one_process(local_ray, dense_index, bm25_inde
     }
     for name, flags in rewriters.items():
         alone, distributed = tmp_path / f"{name}.trec", tmp_path / f"{name}.ray.trec"
-        search_main(search_args(dense_index, mini_scifact, alone, *flags))
-        search_main(search_args(dense_index, mini_scifact, distributed, *flags, "--ray", "--workers", "2"))
-        assert "2 workers ready" in capsys.readouterr().out
+        search(*search_args(dense_index, mini_scifact, alone, *flags))
+        printed = search(*search_args(dense_index, mini_scifact, distributed, *flags, "--ray", "--workers", "2"))
+        assert "2 workers ready" in printed
         assert alone.read_text() == distributed.read_text(), name
         assert len({line.split()[0] for line in alone.read_text().splitlines()}) == 40
 
 
-@pytest.mark.slow
-def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(local_ray, dense_index, bm25_index, mini_scifact,
-                                                              tmp_path):  # fmt: skip
+def killed_worker_case(argv: list[str]) -> None:
+    """In a fresh process: one-process results, then Ray's with one worker's process killed mid-run."""
+    import ray
+
     from tour_pyserini.data import read_topics
+    from tour_pyserini.search.__main__ import parser
     from tour_pyserini.search.configure import open_searcher
     from tour_pyserini.search.distributed import RayPool
 
-    args = parser().parse_args(search_args(dense_index, mini_scifact, tmp_path / "run.trec", "--rewriter",
-                                           "tour-soft", "--reranker", "bm25", "--k", "10"))  # fmt: skip
-    topics = read_topics(mini_scifact["topics"])
+    args = parser().parse_args(argv)
+    topics = read_topics(args.topics)
     batches = [([t.text for t in topics[i : i + 2]], [t.qid for t in topics[i : i + 2]], 50)
                for i in range(0, len(topics), 2)]  # fmt: skip
     searcher, _ = open_searcher(args)
     expected = [[(h.docid, h.score) for h in r.hits] for b in batches for r in searcher.retrieve(*b)]
-
     got = []
     with RayPool(args, workers=2) as pool:
         victim = pool.pids[0]
@@ -65,5 +76,17 @@ def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(local_ray, dense_i
             if i == 0:  # both workers are busy with later batches now: one of them dies mid-batch
                 os.kill(victim, signal.SIGKILL)
         pids = [pid for pid, _ in ray.get([a.open.remote() for a in pool.actors])]
-    assert victim not in pids and len(set(pids)) == 2  # Ray restarted the worker in a new process
-    assert got == expected
+    print(json.dumps({"victim": victim, "pids": pids, "same": got == expected, "batches": len(got)}))
+
+
+def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(dense_index, bm25_index, mini_scifact, tmp_path):
+    argv = search_args(dense_index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--reranker",
+                       "bm25", "--k", "10")  # fmt: skip
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_distributed as t; t.killed_worker_case({argv!r})"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["victim"] not in report["pids"] and len(set(report["pids"])) == 2  # Ray restarted the worker
+    assert report["same"] and report["batches"] == 40

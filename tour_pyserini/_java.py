@@ -14,6 +14,12 @@ Pyserini import in this project goes through :func:`import_pyserini`, which
    running, which hangs or crashes the process (C++ ``terminate``) instead of raising
    ``KeyboardInterrupt``,
 4. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards.
+
+And one quirk of the JVM next to Ray: the JVM handles SIGSEGV itself (implicit null checks), and
+``ray.init`` installs two SIGSEGV handlers of its own (Abseil's failure handler and Python's
+``faulthandler``); in a process where the JVM already runs they replace the JVM's, and its next
+internal SIGSEGV kills the process (measured: BM25 searches after ``ray.init`` crashed in a Lucene
+``ForkJoinPool`` thread). :func:`ray_init_beside_jvm` starts Ray without them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -161,6 +168,20 @@ def openai_placeholder() -> Iterator[None]:
     finally:
         if placeholder:
             os.environ.pop("OPENAI_API_KEY", None)
+
+
+def ray_init_beside_jvm(**kwargs) -> None:
+    """``ray.init(**kwargs)`` leaving the JVM's SIGSEGV handler in place, in this process and in local workers
+    (which inherit the environment)."""
+    import faulthandler
+
+    import ray
+
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    enabled = faulthandler.is_enabled()  # if so, since before the JVM (pytest): Ray leaves it as it is
+    ray.init(**kwargs)
+    if not enabled and "jnius" in sys.modules:  # Ray put faulthandler on top of a running JVM's handler
+        faulthandler.disable()
 
 
 def import_pyserini(module: str) -> ModuleType:

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import SearchResult
 
@@ -44,6 +45,8 @@ class RayPool:
 
     ``address`` is passed to ``ray.init``: None starts a local Ray instance sized for the workers, ``"auto"``
     joins the cluster started by ``ray start --head`` on this machine, ``"ray://host:10001"`` a remote one.
+    Closing a pool it started shuts Ray down, which resets signal handlers that a JVM running in this process
+    needs: use one pool per process (as the search command does), not Lucene after it.
     """
 
     def __init__(self, args: argparse.Namespace, *, workers: int, address: str | None = None):
@@ -57,7 +60,7 @@ class RayPool:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             local = {"num_cpus": workers * (args.threads or 1), "include_dashboard": False} if address is None else {}
-            ray.init(address=address, logging_level="warning", **local)
+            ray_init_beside_jvm(address=address, logging_level="warning", **local)
         threads = args.threads or 1
         gpus = 1 if args.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
