@@ -56,3 +56,12 @@ def test_compare_cli_csv(tmp_path, capsys):
     assert float(run_row[3]) == pytest.approx(1.0 - 5 * 0.5 / 6, abs=1e-4)  # query 6 missing from the baseline: 0
     assert run_row[6] == "6/0/0"
     assert (tmp_path / "diff.png").stat().st_size > 0
+
+
+def test_holm_adjustment_matches_statsmodels_values():
+    """Known values (statsmodels' multipletests(method="holm") gives the same): order kept, monotone, capped at 1."""
+    from tour_pyserini.eval.significance import holm
+
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert holm([0.02]) == [0.02]

@@ -32,3 +32,16 @@ def randomization_test(run: Sequence[float], baseline: Sequence[float], trials: 
 def win_tie_loss(run: Sequence[float], baseline: Sequence[float], eps: float = 1e-9) -> tuple[int, int, int]:
     d = np.asarray(run, dtype=float) - np.asarray(baseline, dtype=float)
     return int(np.sum(d > eps)), int(np.sum(np.abs(d) <= eps)), int(np.sum(d < -eps))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error), in the input order.
+
+    With p sorted ascending, p'_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)) for i = 1..m.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, (len(p) - np.arange(len(p))) * p[order])
+    out = np.empty_like(p)
+    out[order] = np.maximum.accumulate(adjusted)
+    return out.tolist()
