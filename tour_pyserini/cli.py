@@ -1,7 +1,7 @@
-"""The ``tour-pyserini`` console script: ``tour-pyserini {index,search,eval,compare,train-reranker,ttt} ...``.
+"""The ``tour-pyserini`` console script: ``tour-pyserini {index,search,eval,compare,train-reranker,...} ...``.
 
 Each subcommand is the same program as ``python -m tour_pyserini.<subcommand>`` (``train_reranker``
-for ``train-reranker``).
+for ``train-reranker``, ``fit_ensemble`` for ``fit-ensemble``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ SUBCOMMANDS = {  # name: (module with main(), what it does, an example)
                        "tour-pyserini train-reranker --index indexes/scifact.minilm "
                        "--topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
                        "--output models/ce"),
+    "fit-ensemble": ("tour_pyserini.fit_ensemble", "fit an ensemble teacher's weights on dev training queries",
+                     "tour-pyserini fit-ensemble --index indexes/scifact.minilm --topics "
+                     "collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt --dev-of models/scifact-ce "
+                     "--teachers cross-encoder:models/scifact-ce bm25 dense --output models/scifact-ce/ensemble.json"),
     "train-ict": ("tour_pyserini.train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders",
                   "tour-pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict"),
     "train-qa": ("tour_pyserini.train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, get_teacher
 from tour_pyserini.teachers.cache import ScoreCache
-from tour_pyserini.teachers.store import ScoreStore
+from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 __all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
-           "available_teachers", "get_teacher"]  # fmt: skip
+           "StoredTeacher", "available_teachers", "get_teacher"]  # fmt: skip
 
 
 def available_teachers() -> dict[str, type[Teacher]]:

@@ -10,7 +10,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.results import Trace, timed
 from tour_pyserini.teachers.base import ScoreRequest, Teacher
-from tour_pyserini.teachers.store import ScoreStore
+from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 
 class ScoreCache:
@@ -33,6 +33,7 @@ class ScoreCache:
         self.docstore = docstore
         self.enabled = enabled
         self.store = store
+        self.scorer = StoredTeacher(teacher, store) if store is not None else teacher
         self.scores: dict[str, dict[str, float]] = {}
         self.memos: dict[str, dict] = {}
 
@@ -57,23 +58,14 @@ class ScoreCache:
             self.scores.clear()
         return out
 
-    def _score(self, requests: list[ScoreRequest]) -> list[list[float]]:
-        """Scores of the requests, from the store where it has them, else from the teacher."""
-        stored = [self.store.get(r.query, r.docids) if self.store else {} for r in requests]
-        todo = [(i, ScoreRequest(r.qid, r.query, [d for d in r.docids if d not in stored[i]], memo=r.memo))
-                for i, r in enumerate(requests)]  # fmt: skip
-        todo = [(i, r) for i, r in todo if r.docids]
-        if todo:
-            for (i, request), scores in zip(todo, self.teacher.score([self._with_text(r) for _, r in todo])):
-                scores = np.asarray(scores, dtype=np.float64)
-                if scores.shape != (len(request.docids),) or not np.isfinite(scores).all():
-                    raise ValueError(f"teacher {self.teacher.label!r} returned non-finite or misshaped scores "
-                                     f"for query {request.qid!r}")  # fmt: skip
-                fresh = dict(zip(request.docids, scores.tolist()))
-                if self.store:
-                    self.store.put(request.query, fresh)
-                stored[i].update(fresh)
-        return [[s[d] for d in r.docids] for r, s in zip(requests, stored)]
+    def _score(self, requests: list[ScoreRequest]) -> list[np.ndarray]:
+        """Scores of the requests (from the store where it has them), checked."""
+        out = self.scorer.score([self._with_text(r) for r in requests])
+        for request, scores in zip(requests, out):
+            if np.shape(scores) != (len(request.docids),) or not np.isfinite(scores).all():
+                raise ValueError(f"teacher {self.teacher.label!r} returned non-finite or misshaped scores "
+                                 f"for query {request.qid!r}")  # fmt: skip
+        return out
 
     def _with_text(self, request: ScoreRequest) -> ScoreRequest:
         if not self.teacher.needs_text:

@@ -13,7 +13,10 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext
 
 
 class ScoreStore:
@@ -50,3 +53,44 @@ class ScoreStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+class StoredTeacher(Teacher):
+    """A teacher whose pair scores are looked up in a :class:`ScoreStore` first; the others are scored by
+    the teacher and kept there. Made in code (e.g. around one part of an ensemble), not from a spec."""
+
+    kind = "stored"
+
+    def __init__(self, teacher: Teacher, store: ScoreStore):
+        if not teacher.pairwise:
+            raise ValueError(f"teacher {teacher.label!r} scores depend on the other candidates: they cannot be stored")
+        self.teacher = teacher
+        self.store = store
+        self.needs_text = teacher.needs_text  # type: ignore[misc]
+        self.oracle = teacher.oracle  # type: ignore[misc]
+
+    @classmethod
+    def from_spec(cls, argument: str | None, context: TeacherContext) -> StoredTeacher:
+        raise UserError("a stored teacher is made in code: StoredTeacher(teacher, ScoreStore(path, fingerprint))")
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
+        stored = [self.store.get(r.query, r.docids) for r in requests]
+        todo = [(i, ScoreRequest(r.qid, r.query, [d for d in r.docids if d not in stored[i]],
+                                 [doc for d, doc in zip(r.docids, r.docs) if d not in stored[i]] if r.docs else r.docs,
+                                 memo=r.memo))
+                for i, r in enumerate(requests)]  # fmt: skip
+        todo = [(i, r) for i, r in todo if r.docids]
+        if todo:
+            for (i, request), scores in zip(todo, self.teacher.score([r for _, r in todo])):
+                fresh = dict(zip(request.docids, np.asarray(scores, dtype=np.float64).tolist()))
+                self.store.put(request.query, fresh)
+                stored[i].update(fresh)
+        return [np.array([s[d] for d in r.docids], dtype=np.float64) for r, s in zip(requests, stored)]
+
+    @property
+    def label(self) -> str:
+        return self.teacher.label
+
+    @property
+    def fingerprint(self) -> str:
+        return self.teacher.fingerprint
