@@ -1,17 +1,17 @@
-"""Training a cross-encoder teacher with the pairwise recipe, on a real slice of SciFact."""
+"""Training a residual cross-encoder teacher with hard negatives and a listwise loss, on a real slice of SciFact."""
 
 from __future__ import annotations
 
 import json
-import math
+import random
 
 import numpy as np
 import pytest
 
 from tour_pyserini.data import read_qrels, read_topics
-from tour_pyserini.teachers import ScoreRequest
-from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
-from tour_pyserini.train_reranker import TrainConfig, build_examples, train, triplets
+from tour_pyserini.errors import UserError
+from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
+from tour_pyserini.train_reranker import TrainConfig, build_examples, draw_lists, positives_of, train
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,8 @@ def test_positives_from_answer_strings(mini_nq):
     topics = read_topics(mini_nq["topics"])[:40]
     results = Bm25Searcher.from_index(mini_nq["bm25"]).retrieve([t.text for t in topics], [t.qid for t in topics], 20)
     store = DocStore(mini_nq["bm25"] / "docstore.sqlite")
-    examples = build_examples({r.qid: r.hits for r in results}, topics, None, store)
+    rankings = {r.qid: r.hits for r in results}
+    examples = build_examples(topics, positives_of(rankings, topics, None, store), rankings)
     assert len(examples) >= 20
     matcher = AnswerMatcher(store)
     answers = {t.qid: t.answers for t in topics}
@@ -35,39 +36,77 @@ def test_positives_from_answer_strings(mini_nq):
             assert matcher.has_answer(docid, store.get([docid])[0].text, answers[ex.qid]) is expected
 
 
-def test_fresh_negatives_each_epoch(searcher, mini_scifact):
-    import random
+def test_hard_negatives_from_both_rankings_and_fresh_lists_each_call(searcher, bm25_index, mini_scifact):
+    from tour_pyserini.search import Bm25Searcher
 
     topics = read_topics(mini_scifact["topics"])
-    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=20)
-    examples = build_examples(rankings, topics, read_qrels(mini_scifact["qrels"]))
-    assert examples and all(set(ex.positives).isdisjoint(ex.negatives) for ex in examples)
+    texts, qids = [t.text for t in topics], [t.qid for t in topics]
+    dense = searcher.batch_search(texts, qids, hits=10)
+    bm25 = {r.qid: r.hits for r in Bm25Searcher.from_index(bm25_index).retrieve(texts, qids, 10)}
+    positives = positives_of(dense, topics, read_qrels(mini_scifact["qrels"]))
+    examples = build_examples(topics, positives, dense, bm25)
+    assert examples
+    for ex in examples:
+        pool = {h.docid for h in dense[ex.qid]} | {h.docid for h in bm25[ex.qid]}
+        assert set(ex.negatives) == pool - set(ex.positives) and len(set(ex.negatives)) == len(ex.negatives)
     rng = random.Random(0)
-    first, second = triplets(examples, rng), triplets(examples, rng)
-    assert [t[:2] for t in first] == [t[:2] for t in second] and first != second
+    first, second = draw_lists(examples, 4, rng), draw_lists(examples, 4, rng)
+    for (query, docs), ex in zip(first, examples):
+        assert query == ex.query and docs[0] in ex.positives and len(docs) == 5
+        assert len(set(docs[1:])) == 4 and set(docs[1:]) <= set(ex.negatives)
+    assert first != second
 
 
-def test_training_saves_the_best_checkpoint_as_a_teacher(dense_index, mini_scifact, tmp_path):
+def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_index, bm25_index, mini_scifact, tmp_path):
     from tour_pyserini.encoders import bundled_model_dir
+    from tour_pyserini.eval import evaluate
 
-    config = TrainConfig(epochs=2, batch_size=8, lr=1e-4, max_length=96, candidates=20, val_fraction=0.25, seed=3)
+    config = TrainConfig(epochs=1, queries_per_step=4, negatives=3, lr=1e-4, max_length=64, hard_depth=10,
+                         dev_fraction=0.25, dev_depth=10, evals_per_epoch=1, seed=3)  # fmt: skip
     out = tmp_path / "ce"
-    report = train(str(dense_index), read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"]), out,
-                   str(bundled_model_dir()), config)  # fmt: skip
+    topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
+    report = train(str(dense_index), topics, qrels, out, str(bundled_model_dir()), config)
     assert json.loads((out / "training.json").read_text()) == report
-    assert [h["epoch"] for h in report["history"]] == [0, 1, 2]
-    assert report["history"][-1]["train_loss"] < math.log(2)  # below the loss of an uninformed scorer
-    best = max(h["val_pairwise_accuracy"] for h in report["history"][1:])
-    assert report["best_val_pairwise_accuracy"] == best
-    assert abs(report["saved_val_pairwise_accuracy"] - best) <= 0.05  # float16 weights rank (almost) as trained
-    assert set(report["val_qids"]) <= {t.qid for t in read_topics(mini_scifact["topics"])}
-    teacher = CrossEncoderTeacher(out)  # loads as cross-encoder:PATH, at the length it was trained at
-    assert teacher.max_length == 96 and teacher.model.dtype.is_floating_point
-    assert next(teacher.model.parameters()).dtype.itemsize == 4
-    assert sum(f.stat().st_size for f in out.glob("*.safetensors")) < 60e6  # float16: half of MiniLM's 90 MB
+    dev = report["dev_qids"]
+    train_docs = {d for t in topics if t.qid not in dev for d, r in qrels.get(t.qid, {}).items() if r > 0}
+    assert dev and not train_docs & {d for q in dev for d, r in qrels[q].items() if r > 0}
+    # the head starts at zero: step 0 is the retriever's own ranking of the dev queries, to the last digit
+    from tour_pyserini.search import TourSearcher
+
+    text = {t.qid: t.text for t in topics}
+    ranked = TourSearcher.from_index(dense_index).batch_search([text[q] for q in dev], dev, hits=10)
+    base = evaluate({q: qrels[q] for q in dev}, {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()},
+                    ["nDCG@10"]).means["nDCG@10"]  # fmt: skip
+    assert report["history"][0]["dev_nDCG@10"] == pytest.approx(base, abs=1e-9)
+    assert report["best_dev_nDCG@10"] == max(h["dev_nDCG@10"] for h in report["history"][1:])
+
+    context = TeacherContext(index_dir=str(dense_index))
+    teacher = get_teacher(f"cross-encoder:{out}", context)  # the residual teacher, at its training length
+    assert teacher.max_length == 64 and teacher.dense_scale == 20.0
+    assert sum(f.stat().st_size for f in out.glob("*.safetensors")) < 60e6  # float16
     docids = (dense_index / "docid").read_text().split()[:5]
     from tour_pyserini.index import DocStore
 
-    store = DocStore(dense_index / "docstore.sqlite")
-    scores = teacher.score([ScoreRequest("q", "cancer", docids, store.get(docids))])[0]
-    assert np.isfinite(scores).all() and np.ptp(scores) > 0
+    request = ScoreRequest("q", "cancer", docids, DocStore(dense_index / "docstore.sqlite").get(docids))
+    logits = teacher.score_pairs(["cancer"] * 5, [d.contents for d in request.docs])
+    dense = get_teacher("dense", context).score([request])[0]
+    np.testing.assert_allclose(teacher.score([request])[0], logits + 20.0 * dense, rtol=1e-6)
+    assert "20.0 x dense" in teacher.fingerprint
+
+    with pytest.raises(UserError, match="needs a dense index"):
+        get_teacher(f"cross-encoder:{out}", TeacherContext())
+    from tour_pyserini.teachers.cross_encoder import write_residual
+
+    write_residual(out, scale=20.0, encoder="other", encoder_sha256="0" * 64)
+    with pytest.raises(UserError, match="trained on top of encoder other"):
+        get_teacher(f"cross-encoder:{out}", context)
+
+
+def test_bad_training_options_fail_before_anything_loads(tmp_path):
+    from tour_pyserini.train_reranker import main
+
+    with pytest.raises(UserError, match="--negatives must be positive"):
+        main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--negatives", "0"])
+    (tmp_path / "m").mkdir()
+    with pytest.raises(UserError, match="already exists"):
+        main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m")])

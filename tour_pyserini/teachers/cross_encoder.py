@@ -1,7 +1,14 @@
-"""The cross-encoder teacher: a HuggingFace sequence-classification model reading query and document."""
+"""The cross-encoder teacher: a HuggingFace sequence-classification model reading query and document.
+
+A *residual* cross-encoder (what ``train_reranker`` makes by default) scores a pair as the retriever's
+similarity, scaled, plus the model's logit: ``s * x_q . z_d + h(q, d)``. Its directory says so in
+``tour_pyserini_residual.json`` (the scale and the bi-encoder's weights fingerprint); the similarity
+comes from the dense index being searched, whose encoder must be that bi-encoder.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +18,9 @@ from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.teachers.dense import DenseTeacher
+
+RESIDUAL_FILE = "tour_pyserini_residual.json"
 
 
 def pair_text(doc: Document) -> str:
@@ -45,6 +55,37 @@ def check_model_dir(path: str) -> None:
         raise UserError(f"cross-encoder {path!r}: no such model directory")
 
 
+def write_residual(model_dir: str | Path, *, scale: float, encoder: str, encoder_sha256: str | None) -> None:
+    """Mark ``model_dir`` as a residual cross-encoder over the bi-encoder ``encoder`` at ``scale``."""
+    record = {"dense_scale": scale, "encoder": encoder, "encoder_weights_sha256": encoder_sha256}
+    (Path(model_dir) / RESIDUAL_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def read_residual(model_dir: str | Path) -> dict | None:
+    path = Path(model_dir).expanduser() / RESIDUAL_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def residual_dense(model_dir: str, residual: dict, index_dir: str | None) -> DenseTeacher:
+    """The dense scorer a residual cross-encoder adds to its logits: the index's, if its encoder is the one trained with."""
+    from tour_pyserini.index.layout import IndexMeta
+    from tour_pyserini.pairing import index_document_sha
+
+    if index_dir is None:
+        raise UserError(f"cross-encoder {model_dir} is residual (it adds the retriever's similarity): "
+                        "it needs a dense index to score with")  # fmt: skip
+    meta = IndexMeta.read(index_dir)
+    built_by = index_document_sha(meta.encoder if meta else None)
+    wanted = residual.get("encoder_weights_sha256")
+    if wanted and built_by != wanted:
+        raise UserError(
+            f"cross-encoder {model_dir} was trained on top of encoder {residual['encoder']} "
+            f"(weights {wanted[:12]}), but index {index_dir} was built by another encoder "
+            f"(weights {(built_by or 'unknown')[:12]})"
+        )
+    return DenseTeacher(index_dir)
+
+
 @TEACHERS.register
 class CrossEncoderTeacher(Teacher):
     """Scores (query, "title text") pairs with a sequence-classification model.
@@ -56,7 +97,8 @@ class CrossEncoderTeacher(Teacher):
 
     kind = "cross-encoder"
 
-    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu"):
+    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
+                 dense: DenseTeacher | None = None, dense_scale: float = 0.0):  # fmt: skip
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -79,13 +121,20 @@ class CrossEncoderTeacher(Teacher):
         self.device = device
         self.max_length = min(max_length, self.tokenizer.model_max_length)
         self.batch_size = batch_size
+        self.dense = dense  # a residual cross-encoder's retriever similarity, times dense_scale
+        self.dense_scale = dense_scale
 
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> CrossEncoderTeacher:
         if not argument:
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
-        length = {} if context.max_length is None else {"max_length": context.max_length}
-        return cls(argument, device=context.device, **length)
+        options = {} if context.max_length is None else {"max_length": context.max_length}
+        check_model_dir(argument)
+        residual = read_residual(argument)
+        if residual:
+            options["dense"] = residual_dense(argument, residual, context.index_dir)
+            options["dense_scale"] = float(residual["dense_scale"])
+        return cls(argument, device=context.device, **options)
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         import torch
@@ -105,7 +154,10 @@ class CrossEncoderTeacher(Teacher):
         texts = [pair_text(doc) for r in requests for doc in r.docs]
         flat = self.score_pairs(queries, texts)
         bounds = np.cumsum([0] + [len(r.docids) for r in requests])
-        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        scores = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        if self.dense is not None:
+            scores = [s + self.dense_scale * d for s, d in zip(scores, self.dense.score(requests))]
+        return scores
 
     @property
     def label(self) -> str:
@@ -115,4 +167,5 @@ class CrossEncoderTeacher(Teacher):
     def fingerprint(self) -> str:
         """The label, the length read and the weights' hash: a retrained or re-cut teacher never reuses scores."""
         sha = weights_sha256(self.path)
-        return f"{self.label} max_length {self.max_length} weights {sha[:16] if sha else self.path}"
+        residual = f" + {self.dense_scale} x {self.dense.label}" if self.dense is not None else ""
+        return f"{self.label} max_length {self.max_length} weights {sha[:16] if sha else self.path}{residual}"
