@@ -79,12 +79,24 @@ def test_fit_puts_weight_on_the_informative_teacher():
 def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, mini_scifact, tmp_path, capsys):
     from tour_pyserini.fit_ensemble import main
 
-    out = tmp_path / "ens.json"
-    main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--qrels", str(mini_scifact["qrels"]),
+    out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
+    topics = read_topics(mini_scifact["topics"])[:20]  # the qrels judge more queries than are fitted on
+    subset.write_text("".join(f"{t.qid}\t{t.text}\n" for t in topics))
+    main(["--index", str(dense_index), "--topics", str(subset), "--qrels", str(mini_scifact["qrels"]),
           "--teachers", "dense", "bm25", "--depth", "20", "--output", str(out)])  # fmt: skip
     record = json.loads(out.read_text())
     assert [p["teacher"] for p in record["parts"]] == ["dense", "bm25"]
-    assert record["fitted_on"]["queries"] == len(read_topics(mini_scifact["topics"]))
+    assert record["fitted_on"]["queries"] == len(topics)
+    # "dense alone" is the retriever's own top-20 ranking, scored over the fit queries only
+    from tour_pyserini.data import read_qrels
+    from tour_pyserini.eval import evaluate
+    from tour_pyserini.search import TourSearcher
+
+    ranked = TourSearcher.from_index(dense_index).batch_search([t.text for t in topics], [t.qid for t in topics], 20)
+    qrels = read_qrels(mini_scifact["qrels"])
+    base = evaluate({t.qid: qrels[t.qid] for t in topics},
+                    {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()}, ["nDCG@10"]).means["nDCG@10"]
+    assert record["fitted_on"]["alone"]["dense"] == pytest.approx(base, abs=1e-9)
     assert "ensemble" in capsys.readouterr().out
     teacher = get_teacher(f"ensemble:{out}", TeacherContext(index_dir=str(dense_index)))
     assert teacher.weights == [p["weight"] for p in record["parts"]]

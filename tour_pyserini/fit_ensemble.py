@@ -92,6 +92,7 @@ def fit(args: argparse.Namespace, topics, qrels, output: Path) -> None:
     if qrels is None:
         run = {q: {h.docid: -i for i, h in enumerate(hits)} for q, hits in rankings.items()}
         qrels = answer_qrels(run, topics, AnswerMatcher(searcher.docstore), args.depth)
+    qrels = {t.qid: qrels.get(t.qid, {}) for t in topics}  # means over the fit queries only
     features, relevant = [], []
     for t in tqdm(topics, desc="score", unit="q"):
         docids = [h.docid for h in rankings[t.qid]]
