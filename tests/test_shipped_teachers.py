@@ -53,3 +53,22 @@ def test_scifact_teacher_learned_relevance(searcher, mini_scifact, cross_encoder
         run = {r.qid: {h.docid: h.score for h in r.hits} for r in results}
         quality[name] = evaluate(qrels, run, ["nDCG@10"]).means["nDCG@10"]
     assert quality["trained"] > quality["untrained"] + 0.15, quality
+
+
+def test_residual_scifact_teacher_improved_on_the_retriever_on_dev_claims_only():
+    """models/scifact-rce: trained on training claims, chosen on a grouped dev split of them (where its first
+    evaluation is the retriever's own ranking); its ensemble was fitted on the same dev claims."""
+    train_topics, test_topics = (read_topics(ROOT / p) for p in TEACHERS["scifact-ce"])
+    report = json.loads((MODELS / "scifact-rce" / "training.json").read_text())
+    dev = set(report["dev_qids"])
+    assert dev and dev <= {t.qid for t in train_topics} and report["train_queries"] + len(dev) == 807
+    assert not {t.text for t in test_topics} & {t.text for t in train_topics if t.qid in dev}
+    history = [h["dev_nDCG@10"] for h in report["history"]]
+    assert report["best_dev_nDCG@10"] == max(history[1:]) > history[0]
+    assert (MODELS / "scifact-rce" / "tour_pyserini_residual.json").is_file()
+    assert sum(f.stat().st_size for f in (MODELS / "scifact-rce").glob("*.safetensors")) < 50e6  # float16
+    ensemble = json.loads((MODELS / "scifact-rce" / "ensemble.json").read_text())
+    assert [p["teacher"] for p in ensemble["parts"]] == ["cross-encoder:.", "bm25", "dense"]
+    assert ensemble["fitted_on"]["queries"] == len(dev)
+    alone = ensemble["fitted_on"]["alone"]
+    assert ensemble["fitted_on"]["ensemble"] > max(alone.values())  # in-sample, on the dev claims
