@@ -12,6 +12,10 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
+# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32
+PRECISIONS = ("fp32", "bf16")
+DEFAULT_PRECISION = "bf16 where the device computes in bfloat16 natively, else fp32"
+
 
 def pair_text(doc: Document) -> str:
     """The document side of a pair: title and text joined by one space (what the shipped teachers read)."""
@@ -45,22 +49,66 @@ def check_model_dir(path: str) -> None:
         raise UserError(f"cross-encoder {path!r}: no such model directory")
 
 
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise UserError(f"cross-encoder precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def default_precision(device: str) -> str:
+    """bf16 where it is the faster one at float32's ranking (docs/benchmarks.md): CPUs with AVX512-BF16
+    instructions (AMD Zen 4 on, Intel Cooper Lake and Sapphire Rapids on) and GPUs with bfloat16 units;
+    elsewhere bfloat16 is emulated, slower than float32."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if torch.cpu._is_avx512_bf16_supported() else "fp32"
+
+
+def head_modules(model) -> list:
+    """The modules that turn the encoder's hidden states into the score: every child of the model but the
+    encoder, and the encoder's pooler when it has one (BERT's)."""
+    encoder = model.base_model
+    heads = [child for child in model.children() if child is not encoder]
+    return heads + ([encoder.pooler] if getattr(encoder, "pooler", None) is not None else [])
+
+
+def run_in_float32(module, device_type: str) -> None:
+    """Make ``module`` compute in float32 inside autocast: its inputs cast up, autocast off within.
+
+    A score rounded to bfloat16 keeps 8 significant bits and ties candidates of a query; the head is a
+    sliver of the work, so it keeps full precision.
+    """
+    import torch
+
+    def cast_up(_, args):
+        return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+    module.register_forward_pre_hook(cast_up)
+    module.forward = torch.autocast(device_type, enabled=False)(module.forward)
+
+
 @TEACHERS.register
 class CrossEncoderTeacher(Teacher):
     """Scores (query, "title text") pairs with a sequence-classification model.
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
-    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`.
+    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``precision`` is one of
+    :data:`PRECISIONS` (default: :func:`default_precision`): ``bf16`` runs the encoder under bfloat16
+    autocast and the head in float32.
     """
 
     kind = "cross-encoder"
 
-    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu"):
+    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
+                 precision: str | None = None):  # fmt: skip
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
+        self.precision = check_precision(precision or default_precision(device))
         check_model_dir(path)
         try:
             config = AutoConfig.from_pretrained(path)
@@ -77,6 +125,9 @@ class CrossEncoderTeacher(Teacher):
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval().to(device)
         self.device = device
+        if precision == "bf16":
+            for module in head_modules(self.model):
+                run_in_float32(module, torch.device(device).type)
         self.max_length = min(max_length, self.tokenizer.model_max_length)
         self.batch_size = batch_size
 
@@ -85,14 +136,16 @@ class CrossEncoderTeacher(Teacher):
         if not argument:
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
         length = {} if context.max_length is None else {"max_length": context.max_length}
-        return cls(argument, device=context.device, **length)
+        precision = {} if context.precision is None else {"precision": context.precision}
+        return cls(argument, device=context.device, **length, **precision)
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         import torch
 
         order = sorted(range(len(texts)), key=lambda i: len(queries[i]) + len(texts[i]))
         scores = np.empty(len(texts))
-        with torch.inference_mode():
+        bf16 = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        with torch.inference_mode(), bf16:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 inputs = pair_inputs(self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
@@ -113,6 +166,8 @@ class CrossEncoderTeacher(Teacher):
 
     @property
     def fingerprint(self) -> str:
-        """The label, the length read and the weights' hash: a retrained or re-cut teacher never reuses scores."""
+        """The label, the length read, the precision and the weights' hash: a retrained, re-cut or
+        differently rounded teacher never reuses scores."""
         sha = weights_sha256(self.path)
-        return f"{self.label} max_length {self.max_length} weights {sha[:16] if sha else self.path}"
+        weights = sha[:16] if sha else self.path
+        return f"{self.label} max_length {self.max_length} precision {self.precision} weights {weights}"
