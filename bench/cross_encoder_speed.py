@@ -33,6 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from wrapper_overhead import ensure_indexes
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "scifact-ce"
@@ -112,6 +113,8 @@ class OrtModel:
                           output_names=["logits"], dynamic_axes=dynamic, dynamo=False)  # fmt: skip
         options = ort.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = threads
+        # idle ONNX Runtime threads would otherwise spin for work, taking cores from the ways timed next
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
     def __call__(self, **inputs):
@@ -217,8 +220,11 @@ def speed(pairs: list[dict], sample: int, repeats: int) -> dict:
             "mean_padded_length": float(np.mean(padded_lengths(ways["fp32 t2"][0], queries, texts)))}  # fmt: skip
 
 
-def quality(pairs: list[dict]) -> dict:
-    """nDCG@10 of each precision's re-ranking and its per-query Kendall tau against float32."""
+def quality(pairs: list[dict], names: list[str]) -> dict:
+    """nDCG@10 of each precision's re-ranking and its per-query Kendall tau against float32.
+
+    Queries are scored one after another by every precision; on Ctrl-C the queries done so far are
+    reported (a shared machine may not leave the time for all of them)."""
     import torch
     from scipy.stats import kendalltau
 
@@ -226,14 +232,20 @@ def quality(pairs: list[dict]) -> dict:
     from tour_pyserini.eval import evaluate
 
     torch.set_num_threads(2)
-    teachers = arithmetic_teachers()
+    teachers = {name: teacher for name, teacher in arithmetic_teachers().items() if name in {"fp32", *names}}
+    scores: dict = {name: [] for name in teachers}
+    start = time.perf_counter()
+    try:
+        for i, p in enumerate(pairs):
+            done = [teacher.score_pairs([p["query"]] * len(p["texts"]), p["texts"]) for teacher in teachers.values()]
+            for name, values in zip(teachers, done):
+                scores[name].append(values)
+            print(f"quality: {i + 1} queries scored in {time.perf_counter() - start:.0f} s", flush=True)
+    except KeyboardInterrupt:
+        print(f"quality: interrupted; reporting the first {len(scores['fp32'])} queries")
+    pairs = pairs[: len(scores["fp32"])]
     qrels = read_qrels(ROOT / "qrels" / "scifact.test.txt")
     qrels = {p["qid"]: qrels[p["qid"]] for p in pairs if p["qid"] in qrels}
-    scores = {}
-    for name, teacher in teachers.items():
-        start = time.perf_counter()
-        scores[name] = [teacher.score_pairs([p["query"]] * len(p["texts"]), p["texts"]) for p in pairs]
-        print(f"quality: {name} scored in {time.perf_counter() - start:.0f} s", flush=True)
     out = {}
     for name in teachers:
         run = {p["qid"]: dict(zip(p["docids"], s.tolist())) for p, s in zip(pairs, scores[name])}
@@ -280,17 +292,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--part", choices=["speed", "quality", "both"], default="both",
                     help="what to measure; a part not measured is kept from an existing report")  # fmt: skip
+    ap.add_argument("--quality-precisions", nargs="+", default=["bf16", "bf16-logit", "int8"],
+                    help="what the quality part compares with fp32")  # fmt: skip
     ap.add_argument("--output", default=str(ROOT / "runs" / "bench-ce-speed.json"))
     args = ap.parse_args()
     output = Path(args.output)
     report = json.loads(output.read_text()) if output.exists() and args.part != "both" else {}
     report |= {"model": "models/scifact-ce", "torch": torch.__version__, "cores": torch.get_num_threads()}
+    ensure_indexes("collections/scifact", "indexes/scifact.minilm")
     pairs = scifact_pairs(args.queries, args.depth)
     if args.part != "quality":
         report["speed"] = speed(pairs, args.sample, args.repeats)
         print_speed(report["speed"])
     if args.part != "speed":
-        report["quality"] = quality(pairs)
+        report["quality"] = quality(pairs, args.quality_precisions)
         print_quality(report["quality"])
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output}")

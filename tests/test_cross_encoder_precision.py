@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from conftest import ROOT, SCIFACT
@@ -13,7 +11,7 @@ from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.corpus import read_jsonl_corpus
 from tour_pyserini.teachers import TeacherContext, get_teacher
-from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, default_precision, head_modules, pair_text
+from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, CrossEncoderTeacher, head_modules, pair_text
 
 MODEL = ROOT / "models" / "scifact-ce"
 
@@ -68,14 +66,9 @@ def test_bf16_runs_the_encoder_in_bfloat16_and_the_head_in_float32(teachers, pai
 
 def test_fingerprint_names_the_precision(teachers):
     fp32, bf16 = (teachers[p].fingerprint for p in ("fp32", "bf16"))
-    assert fp32 != bf16 and "precision fp32" in fp32 and "precision bf16" in bf16
-    assert get_teacher(f"cross-encoder:{MODEL}").precision == default_precision("cpu")
-
-
-@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads the CPU's flags from Linux's /proc/cpuinfo")
-def test_the_default_is_bf16_where_the_cpu_computes_in_bfloat16():
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-    assert default_precision("cpu") == ("bf16" if "avx512_bf16" in flags else "fp32")
+    assert "precision bf16" in bf16 and bf16.replace(" precision bf16", "") == fp32
+    assert "precision" not in fp32  # as before precisions existed: stores of float32 scores stay usable
+    assert get_teacher(f"cross-encoder:{MODEL}").precision == DEFAULT_PRECISION == "fp32"
 
 
 def test_bad_precision_is_a_user_error_before_any_model_loads():
@@ -91,7 +84,7 @@ def test_the_search_flag_reaches_the_teacher(capsys):
 
     common = ["--index", "indexes/x", "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
               "--reranker", f"cross-encoder:{MODEL}"]  # fmt: skip
-    for flags, expected in (([], default_precision("cpu")), (["--reranker-precision", "fp32"], "fp32")):
+    for flags, expected in (([], DEFAULT_PRECISION), (["--reranker-precision", "bf16"], "bf16")):
         args = parser().parse_args([*common, *flags])
         assert get_teacher(args.reranker, teacher_context(args)).precision == expected
     with pytest.raises(SystemExit) as exit_:

@@ -70,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
                     "oracle:QRELS")  # fmt: skip
     rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
     rw.add_argument("--reranker-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic: bf16 "
-                    f"(bfloat16 encoder, float32 head) or fp32; default: {DEFAULT_PRECISION}")  # fmt: skip
+                    "(bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16) or fp32 "
+                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
     rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
                     "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
     for name, options in rewriter_options().items():

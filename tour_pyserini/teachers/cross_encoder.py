@@ -12,9 +12,11 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
-# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32
+# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32.
+# bf16 is about twice as fast on CPUs with AVX512-BF16; it stays an option until its ranking is measured
+# against float32's on the full benchmark (docs/benchmarks.md); on CPUs without it, it is slower.
 PRECISIONS = ("fp32", "bf16")
-DEFAULT_PRECISION = "bf16 where the device computes in bfloat16 natively, else fp32"
+DEFAULT_PRECISION = "fp32"
 
 
 def pair_text(doc: Document) -> str:
@@ -55,17 +57,6 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def default_precision(device: str) -> str:
-    """bf16 where it is the faster one at float32's ranking (docs/benchmarks.md): CPUs with AVX512-BF16
-    instructions (AMD Zen 4 on, Intel Cooper Lake and Sapphire Rapids on) and GPUs with bfloat16 units;
-    elsewhere bfloat16 is emulated, slower than float32."""
-    import torch
-
-    if torch.device(device).type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if torch.cpu._is_avx512_bf16_supported() else "fp32"
-
-
 def head_modules(model) -> list:
     """The modules that turn the encoder's hidden states into the score: every child of the model but the
     encoder, and the encoder's pooler when it has one (BERT's)."""
@@ -96,19 +87,18 @@ class CrossEncoderTeacher(Teacher):
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
     which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``precision`` is one of
-    :data:`PRECISIONS` (default: :func:`default_precision`): ``bf16`` runs the encoder under bfloat16
-    autocast and the head in float32.
+    :data:`PRECISIONS`: ``bf16`` runs the encoder under bfloat16 autocast and the head in float32.
     """
 
     kind = "cross-encoder"
 
     def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
-                 precision: str | None = None):  # fmt: skip
+                 precision: str = DEFAULT_PRECISION):  # fmt: skip
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
-        self.precision = check_precision(precision or default_precision(device))
+        self.precision = check_precision(precision)
         check_model_dir(path)
         try:
             config = AutoConfig.from_pretrained(path)
@@ -167,7 +157,8 @@ class CrossEncoderTeacher(Teacher):
     @property
     def fingerprint(self) -> str:
         """The label, the length read, the precision and the weights' hash: a retrained, re-cut or
-        differently rounded teacher never reuses scores."""
+        differently rounded teacher never reuses scores. float32 is the precision left unnamed, so stores
+        written before precisions existed (float32 scores) stay usable."""
         sha = weights_sha256(self.path)
-        weights = sha[:16] if sha else self.path
-        return f"{self.label} max_length {self.max_length} precision {self.precision} weights {weights}"
+        precision = "" if self.precision == "fp32" else f" precision {self.precision}"
+        return f"{self.label} max_length {self.max_length}{precision} weights {sha[:16] if sha else self.path}"

@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--max-depth", type=int, default=100, help="base candidates a query can be judged on (100)")
     rw.add_argument("--teacher-max-length", type=int, help="tokens a cross-encoder teacher reads")
     rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
-                    f"(default: {DEFAULT_PRECISION})")  # fmt: skip
+                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
     ft = commands.add_parser("fit", help="fit a state (v per scope key) from rewards files")
     ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
     ft.add_argument("--output", required=True, help="state file to write (safetensors)")
