@@ -21,6 +21,7 @@ from tour_pyserini.results import SearchResult
 from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.runs import RunWriter
 from tour_pyserini.search.configure import check_args, open_searcher, rewriter_options
+from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, PRECISIONS
 
 # flags that do not change the run, so an interrupted run may resume under different values
 _NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store")
@@ -68,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--reranker", metavar="TEACHER", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, "
                     "oracle:QRELS")  # fmt: skip
     rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
+    rw.add_argument("--reranker-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic: bf16 "
+                    "(bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16) or fp32 "
+                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
     rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
                     "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
     for name, options in rewriter_options().items():

@@ -77,10 +77,9 @@ def open_searcher(args: argparse.Namespace):
 
         torch.set_num_threads(args.threads)
     from tour_pyserini.search.searcher import TourSearcher
-    from tour_pyserini.teachers import TeacherContext, get_teacher
+    from tour_pyserini.teachers import get_teacher
 
-    context = TeacherContext(index_dir=args.index, max_length=args.reranker_max_length, device=args.device)
-    teacher = get_teacher(args.reranker, context) if args.reranker else None
+    teacher = get_teacher(args.reranker, teacher_context(args)) if args.reranker else None
     if args.score_store:
         options["store"] = open_score_store(args.score_store, teacher)
     rewriter = get_rewriter(args.rewriter, teacher=teacher, **options)
@@ -90,6 +89,14 @@ def open_searcher(args: argparse.Namespace):
         print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
               "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
     return searcher, teacher.label if teacher else None
+
+
+def teacher_context(args: argparse.Namespace):
+    """What the ``--reranker`` spec may refer to, from the search arguments."""
+    from tour_pyserini.teachers import TeacherContext
+
+    return TeacherContext(index_dir=args.index, max_length=args.reranker_max_length, device=args.device,
+                          precision=args.reranker_precision)  # fmt: skip
 
 
 def open_score_store(path: str, teacher):

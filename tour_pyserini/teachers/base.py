@@ -75,6 +75,7 @@ class TeacherContext:
     index_dir: str | None = None
     max_length: int | None = None  # tokens of query + document a model-based teacher reads
     device: str = "cpu"  # where a model-based teacher runs
+    precision: str | None = None  # a cross-encoder's arithmetic (fp32, bf16); None: the teacher's default
 
 
 TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers", attribute="kind")

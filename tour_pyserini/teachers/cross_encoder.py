@@ -22,6 +22,12 @@ from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
 
+# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32.
+# bf16 is about twice as fast on CPUs with AVX512-BF16; it stays an option until its ranking is measured
+# against float32's on the full benchmark (docs/benchmarks.md); on CPUs without it, it is slower.
+PRECISIONS = ("fp32", "bf16")
+DEFAULT_PRECISION = "fp32"
+
 
 def pair_text(doc: Document) -> str:
     """The document side of a pair: title and text joined by one space (what the shipped teachers read)."""
@@ -92,17 +98,20 @@ class CrossEncoderTeacher(Teacher):
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
-    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`.
+    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``precision`` is one of
+    :data:`PRECISIONS`: ``bf16`` runs the encoder under bfloat16 autocast and the head in float32.
     """
 
     kind = "cross-encoder"
 
     def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
-                 dense: DenseTeacher | None = None, dense_scale: float = 0.0):  # fmt: skip
+                 precision: str = DEFAULT_PRECISION, dense: DenseTeacher | None = None,
+                 dense_scale: float = 0.0):  # fmt: skip
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
+        self.precision = check_precision(precision)
         check_model_dir(path)
         try:
             config = AutoConfig.from_pretrained(path)
@@ -119,6 +128,9 @@ class CrossEncoderTeacher(Teacher):
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval().to(device)
         self.device = device
+        if precision == "bf16":
+            for module in head_modules(self.model):
+                run_in_float32(module, torch.device(device).type)
         self.max_length = min(max_length, self.tokenizer.model_max_length)
         self.batch_size = batch_size
         self.dense = dense  # a residual cross-encoder's retriever similarity, times dense_scale
@@ -129,6 +141,8 @@ class CrossEncoderTeacher(Teacher):
         if not argument:
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
         options = {} if context.max_length is None else {"max_length": context.max_length}
+        if context.precision is not None:
+            options["precision"] = context.precision
         check_model_dir(argument)
         residual = read_residual(argument)
         if residual:
@@ -141,7 +155,8 @@ class CrossEncoderTeacher(Teacher):
 
         order = sorted(range(len(texts)), key=lambda i: len(queries[i]) + len(texts[i]))
         scores = np.empty(len(texts))
-        with torch.inference_mode():
+        bf16 = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        with torch.inference_mode(), bf16:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 inputs = pair_inputs(self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
@@ -165,7 +180,11 @@ class CrossEncoderTeacher(Teacher):
 
     @property
     def fingerprint(self) -> str:
-        """The label, the length read and the weights' hash: a retrained or re-cut teacher never reuses scores."""
+        """The label, the length read, the precision and the weights' hash: a retrained, re-cut or
+        differently rounded teacher never reuses scores. float32 is the precision left unnamed, so stores
+        written before precisions existed (float32 scores) stay usable."""
         sha = weights_sha256(self.path)
+        precision = "" if self.precision == "fp32" else f" precision {self.precision}"
         residual = f" + {self.dense_scale} x {self.dense.label}" if self.dense is not None else ""
-        return f"{self.label} max_length {self.max_length} weights {sha[:16] if sha else self.path}{residual}"
+        weights = sha[:16] if sha else self.path
+        return f"{self.label} max_length {self.max_length}{precision} weights {weights}{residual}"

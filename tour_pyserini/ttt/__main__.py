@@ -18,6 +18,7 @@ import numpy as np
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
@@ -37,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--depth", type=int, default=10, help="judgments per rewarded query in the first pass (10)")
     rw.add_argument("--max-depth", type=int, default=100, help="base candidates a query can be judged on (100)")
     rw.add_argument("--teacher-max-length", type=int, help="tokens a cross-encoder teacher reads")
+    rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
+                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
     ft = commands.add_parser("fit", help="fit a state (v per scope key) from rewards files")
     ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
     ft.add_argument("--output", required=True, help="state file to write (safetensors)")
@@ -78,7 +81,8 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     from tour_pyserini.teachers import ScoreCache, TeacherContext, get_teacher
     from tour_pyserini.ttt.rewards import Rewards, TaskSource, write_rewards
 
-    teacher = get_teacher(args.teacher, TeacherContext(index_dir=args.index, max_length=args.teacher_max_length))
+    context = TeacherContext(index_dir=args.index, max_length=args.teacher_max_length, precision=args.teacher_precision)
+    teacher = get_teacher(args.teacher, context)
     if teacher.oracle:
         print("warning: ORACLE teacher — these rewards read the relevance judgements (an upper bound, not a "
               "system)", file=sys.stderr)  # fmt: skip

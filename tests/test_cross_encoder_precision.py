@@ -1,0 +1,92 @@
+"""The cross-encoder teacher's precisions: bf16 scores and ranks as float32 does, and never mixes with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ROOT, SCIFACT
+from scipy.stats import kendalltau
+
+from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.errors import UserError
+from tour_pyserini.index.corpus import read_jsonl_corpus
+from tour_pyserini.teachers import TeacherContext, get_teacher
+from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, CrossEncoderTeacher, head_modules, pair_text
+
+MODEL = ROOT / "models" / "scifact-ce"
+
+
+@pytest.fixture(scope="module")
+def pairs(mini_scifact) -> list[tuple[str, list[str]]]:
+    """Three judged SciFact test claims, each with its relevant abstracts and the same 8 others."""
+    qrels = read_qrels(mini_scifact["qrels"])
+    docs = {doc.docid: pair_text(doc) for doc in read_jsonl_corpus(mini_scifact["collection"] / "corpus.jsonl")}
+    others = [d for d in docs if not any(d in judged for judged in qrels.values())][:8]
+    return [(t.text, [docs[d] for d in [*qrels[t.qid], *others]]) for t in read_topics(mini_scifact["topics"])[:3]]
+
+
+@pytest.fixture(scope="module")
+def teachers() -> dict[str, CrossEncoderTeacher]:
+    return {p: get_teacher(f"cross-encoder:{MODEL}", TeacherContext(precision=p)) for p in ("fp32", "bf16")}
+
+
+def test_bf16_scores_and_ranks_as_float32(teachers, pairs):
+    """bf16 scores stay within 0.1 of float32's (they span about 5) and order each query's candidates alike."""
+    exact, fast = ([t.score_pairs([q] * len(texts), texts) for q, texts in pairs] for t in teachers.values())
+    for a, b in zip(exact, fast):
+        assert np.abs(a - b).max() < 0.1
+        assert kendalltau(a, b).statistic >= 0.95
+        assert np.argmax(a) == np.argmax(b)
+    assert not np.array_equal(np.concatenate(exact), np.concatenate(fast))  # bf16 did run in bfloat16
+
+
+def test_bf16_runs_the_encoder_in_bfloat16_and_the_head_in_float32(teachers, pairs):
+    """A score rounded to bfloat16 (8 significant bits) would tie candidates: the pooler and classifier
+    compute in float32, every layer before them in bfloat16."""
+    import torch
+
+    teacher = teachers["bf16"]
+    seen = {}
+
+    def record(module, _, out):
+        seen[module] = out.dtype
+
+    heads = head_modules(teacher.model)
+    assert len(heads) == 3  # BERT's dropout and classifier, and its pooler
+    linears = [m for m in teacher.model.modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [module.register_forward_hook(record) for module in [*heads, *linears]]
+    query, texts = pairs[0]
+    teacher.score_pairs([query] * 2, texts[:2])
+    for hook in hooks:
+        hook.remove()
+    assert {seen[m] for m in heads} == {torch.float32}
+    encoder_linears = [m for m in linears if not any(m is h or m in set(h.modules()) for h in heads)]
+    assert len(encoder_linears) == 36 and {seen[m] for m in encoder_linears} == {torch.bfloat16}
+
+
+def test_fingerprint_names_the_precision(teachers):
+    fp32, bf16 = (teachers[p].fingerprint for p in ("fp32", "bf16"))
+    assert "precision bf16" in bf16 and bf16.replace(" precision bf16", "") == fp32
+    assert "precision" not in fp32  # as before precisions existed: stores of float32 scores stay usable
+    assert get_teacher(f"cross-encoder:{MODEL}").precision == DEFAULT_PRECISION == "fp32"
+
+
+def test_bad_precision_is_a_user_error_before_any_model_loads():
+    with pytest.raises(UserError, match="precision 'fp16'"):
+        CrossEncoderTeacher("/no/such/model", precision="fp16")  # the precision fails first
+    with pytest.raises(UserError, match="fp32, bf16"):
+        get_teacher(f"cross-encoder:{MODEL}", TeacherContext(precision="int4"))
+
+
+def test_the_search_flag_reaches_the_teacher(capsys):
+    from tour_pyserini.search.__main__ import main, parser
+    from tour_pyserini.search.configure import teacher_context
+
+    common = ["--index", "indexes/x", "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
+              "--reranker", f"cross-encoder:{MODEL}"]  # fmt: skip
+    for flags, expected in (([], DEFAULT_PRECISION), (["--reranker-precision", "bf16"], "bf16")):
+        args = parser().parse_args([*common, *flags])
+        assert get_teacher(args.reranker, teacher_context(args)).precision == expected
+    with pytest.raises(SystemExit) as exit_:
+        main([*common, "--reranker-precision", "fp16"])
+    assert exit_.value.code == 2 and "--reranker-precision: invalid choice" in capsys.readouterr().err
