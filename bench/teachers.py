@@ -220,13 +220,14 @@ def main() -> None:
 
 def write_report(rows: list[dict], timing: dict) -> None:
     lines = ["# make bench-teachers (SciFact test, 300 claims)", "",
-             "| split | system | teacher | k | final | nDCG@10 | R@100 | calls/q | p vs base (nDCG@10, Holm) | selected |",
+             "| split | system | teacher | k | final | nDCG@10 | R@100 | calls/q | p (nDCG@10, Holm) | selected |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         p = r.get("p_holm", {})
         cells = "; ".join(f"{label} {v['nDCG@10']:.3g}" for label, v in p.items())
         lines.append(f"| {r['split']} | {r['system']} | {r['teacher'] or ''} | {r['k'] or ''} | {r['final'] or ''} | "
-                     f"{r['metrics']['nDCG@10']:.4f} | {r['metrics']['R@100']:.4f} | {r['teacher_calls_per_query']:.1f} "
+                     f"{r['metrics']['nDCG@10']:.4f} | {r['metrics']['R@100']:.4f} | "
+                     f"{r['teacher_calls_per_query']:.1f} "
                      f"| {cells} | {'yes' if r['selected'] else ''} |")  # fmt: skip
     lines += ["", f"Measured seconds per query, cold, first {timing['queries']} test claims, min of 3 interleaved "
               f"repeats: TOUR {timing['tour']['min']:.3f}, rerank@40 {timing['rerank@40']['min']:.3f} "

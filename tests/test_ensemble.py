@@ -72,7 +72,9 @@ def test_fit_puts_weight_on_the_informative_teacher():
     assert w[1] > 2.0 and abs(w[0]) < 0.5 * w[1]
     import torch
 
-    loss = lambda v: float(ensemble_loss(torch.tensor(v, dtype=torch.float64), features[:-1], relevant[:-1], 1e-4))
+    def loss(v):
+        return float(ensemble_loss(torch.tensor(v, dtype=torch.float64), features[:-1], relevant[:-1], 1e-4))
+
     assert loss(w) < loss([1.0, 0.0]) and loss(w) <= loss(w * 1.1) and loss(w) <= loss(w * 0.9)
 
 

@@ -36,5 +36,7 @@ def test_no_dev_query_shares_a_relevant_document_with_training():
 
 def test_the_split_is_seeded():
     qids, relevant = relevant_sets()
-    assert grouped_split(qids, relevant, dev_fraction=0.2, seed=1) == grouped_split(qids, relevant, dev_fraction=0.2, seed=1)
-    assert grouped_split(qids, relevant, dev_fraction=0.2, seed=1) != grouped_split(qids, relevant, dev_fraction=0.2, seed=2)
+    def split(seed):
+        return grouped_split(qids, relevant, dev_fraction=0.2, seed=seed)
+
+    assert split(1) == split(1) and split(1) != split(2)

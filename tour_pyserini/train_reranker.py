@@ -51,8 +51,8 @@ class TrainConfig:
     seed: int = 13
 
     def check(self) -> None:
-        for name in ("epochs", "queries_per_step", "negatives", "lr", "head_lr", "max_length", "hard_depth", "dev_depth",
-                     "evals_per_epoch"):  # fmt: skip
+        for name in ("epochs", "queries_per_step", "negatives", "lr", "head_lr", "max_length", "hard_depth",
+                     "dev_depth", "evals_per_epoch"):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if not 0.0 < self.dev_fraction < 1.0:
@@ -96,7 +96,8 @@ def draw_lists(examples: list[Example], negatives: int, rng: random.Random) -> l
     negatives (with repeats only when the pool is smaller)."""
     lists = []
     for ex in examples:
-        negs = rng.sample(ex.negatives, negatives) if len(ex.negatives) >= negatives else rng.choices(ex.negatives, k=negatives)
+        enough = len(ex.negatives) >= negatives
+        negs = rng.sample(ex.negatives, negatives) if enough else rng.choices(ex.negatives, k=negatives)
         lists.append((ex.query, [rng.choice(ex.positives), *negs]))
     return lists
 
@@ -224,7 +225,8 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
         raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
     dense_top = searcher.batch_search(texts, qids, hits=max(config.hard_depth, config.dev_depth, 100))
-    bm25_top = {r.qid: r.hits for r in Bm25Searcher.from_index(sibling_bm25_index(index)).retrieve(texts, qids, config.hard_depth)}
+    bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
+    bm25_top = {r.qid: r.hits for r in bm25.retrieve(texts, qids, config.hard_depth)}
     positives = positives_of(dense_top, topics, qrels, searcher.docstore)
     metric = "nDCG@10" if qrels is not None else "Success@1"  # Success@1 on answer qrels is Acc@1
     judged = {q: {d: 1 for d in docs} for q, docs in positives.items()} if qrels is None else qrels
@@ -310,7 +312,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data import read_qrels, read_topics
     from tour_pyserini.encoders import bundled_model_dir
-
     from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
                    args.base_model or str(bundled_model_dir()), config)  # fmt: skip
     metric = report["dev_metric"]
-    print(f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {report['history'][0][f'dev_{metric}']:.4f}); "
+    first = report["history"][0][f"dev_{metric}"]
+    print(f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {first:.4f}); "
           f"model in {args.output} (load it as cross-encoder:{args.output})")  # fmt: skip
 
 

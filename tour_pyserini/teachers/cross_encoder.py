@@ -61,6 +61,35 @@ def check_model_dir(path: str) -> None:
         raise UserError(f"cross-encoder {path!r}: no such model directory")
 
 
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise UserError(f"cross-encoder precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def head_modules(model) -> list:
+    """The modules that turn the encoder's hidden states into the score: every child of the model but the
+    encoder, and the encoder's pooler when it has one (BERT's)."""
+    encoder = model.base_model
+    heads = [child for child in model.children() if child is not encoder]
+    return heads + ([encoder.pooler] if getattr(encoder, "pooler", None) is not None else [])
+
+
+def run_in_float32(module, device_type: str) -> None:
+    """Make ``module`` compute in float32 inside autocast: its inputs cast up, autocast off within.
+
+    A score rounded to bfloat16 keeps 8 significant bits and ties candidates of a query; the head is a
+    sliver of the work, so it keeps full precision.
+    """
+    import torch
+
+    def cast_up(_, args):
+        return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+    module.register_forward_pre_hook(cast_up)
+    module.forward = torch.autocast(device_type, enabled=False)(module.forward)
+
+
 def write_residual(model_dir: str | Path, *, scale: float, encoder: str, encoder_sha256: str | None) -> None:
     """Mark ``model_dir`` as a residual cross-encoder over the bi-encoder ``encoder`` at ``scale``."""
     record = {"dense_scale": scale, "encoder": encoder, "encoder_weights_sha256": encoder_sha256}
@@ -73,7 +102,8 @@ def read_residual(model_dir: str | Path) -> dict | None:
 
 
 def residual_dense(model_dir: str, residual: dict, index_dir: str | None) -> DenseTeacher:
-    """The dense scorer a residual cross-encoder adds to its logits: the index's, if its encoder is the one trained with."""
+    """The dense scorer a residual cross-encoder adds to its logits: the index's, if built by the encoder
+    the cross-encoder was trained on top of."""
     from tour_pyserini.index.layout import IndexMeta
     from tour_pyserini.pairing import index_document_sha
 
