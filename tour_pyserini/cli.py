@@ -27,8 +27,9 @@ SUBCOMMANDS = {  # name: (module with main(), what it does, an example)
                        "--output models/ce"),
     "fit-ensemble": ("tour_pyserini.fit_ensemble", "fit an ensemble teacher's weights on dev training queries",
                      "tour-pyserini fit-ensemble --index indexes/scifact.minilm --topics "
-                     "collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt --dev-of models/scifact-ce "
-                     "--teachers cross-encoder:models/scifact-ce bm25 dense --output models/scifact-ce/ensemble.json"),
+                     "collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
+                     "--dev-of models/scifact-rce --teachers cross-encoder:models/scifact-rce bm25 dense "
+                     "--output models/scifact-rce/ensemble.json"),
     "train-ict": ("tour_pyserini.train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders",
                   "tour-pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict"),
     "train-qa": ("tour_pyserini.train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",

@@ -8,8 +8,8 @@ Fit on queries nothing else was selected on where possible; ``--dev-of MODEL`` t
 
     python -m tour_pyserini.fit_ensemble --index indexes/scifact.minilm \\
         --topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt \\
-        --dev-of models/scifact-ce --teachers cross-encoder:models/scifact-ce bm25 dense \\
-        --output models/scifact-ce/ensemble.json
+        --dev-of models/scifact-rce --teachers cross-encoder:models/scifact-rce bm25 dense \\
+        --output models/scifact-rce/ensemble.json
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     topics = read_topics(args.topics)
     if args.dev_of:
         report = Path(args.dev_of) / "training.json"
-        if not report.is_file():
-            raise UserError(f"--dev-of {args.dev_of}: no training.json with dev_qids")
-        dev = set(json.loads(report.read_text())["dev_qids"])
+        dev_qids = json.loads(report.read_text()).get("dev_qids") if report.is_file() else None
+        if dev_qids is None:
+            raise UserError(f"--dev-of {args.dev_of}: no training.json with dev_qids (a model train_reranker wrote)")
+        dev = set(dev_qids)
         topics = [t for t in topics if t.qid in dev]
     if not topics:
         raise UserError("no topics to fit on")

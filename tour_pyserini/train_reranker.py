@@ -14,7 +14,7 @@ relevant document with a training query. The best is saved where ``cross-encoder
 
     python -m tour_pyserini.train_reranker --index indexes/scifact.minilm \\
         --topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt \\
-        --exclude-texts-from collections/scifact/topics.test.tsv --output models/scifact-ce
+        --exclude-texts-from collections/scifact/topics.test.tsv --output models/scifact-rce
 """
 
 from __future__ import annotations
@@ -179,13 +179,15 @@ class ListwiseTrainer:
                     run[qid] = dict(zip(docids, row.tolist()))
         return run
 
-    def save(self, output: Path, encoder) -> None:
+    def save(self, output: Path, encoder: dict | None) -> None:
+        """The model in float16 and, if residual, which bi-encoder (the index's) it was trained on top of."""
+        from tour_pyserini.pairing import index_document_sha
         from tour_pyserini.teachers.cross_encoder import write_residual
 
         save_compact(self.model, self.tokenizer, output, self.config.max_length)
         if self.config.residual_scale > 0:
-            write_residual(output, scale=self.config.residual_scale, encoder=encoder["name"],
-                           encoder_sha256=encoder.get("weights_sha256"))  # fmt: skip
+            write_residual(output, scale=self.config.residual_scale, encoder=(encoder or {}).get("name", "?"),
+                           encoder_sha256=index_document_sha(encoder))  # fmt: skip
 
 
 def save_compact(model, tokenizer, output: Path, max_length: int) -> None:
@@ -243,8 +245,9 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     steps_per_epoch = math.ceil(len(train_set) / config.queries_per_step)
     total = steps_per_epoch * config.epochs
     eval_every = max(1, steps_per_epoch // config.evals_per_epoch)
-    encoder = (IndexMeta.read(index).encoder or {}) if IndexMeta.read(index) else {}
-    trainer = ListwiseTrainer(base_model, searcher.docstore, DenseTeacher(index), config, steps=total)
+    meta = IndexMeta.read(index)
+    dense = DenseTeacher(index) if config.residual_scale > 0 else None  # a second copy of the index
+    trainer = ListwiseTrainer(base_model, searcher.docstore, dense, config, steps=total)
     rng = random.Random(config.seed)
     tick = time.perf_counter()
     history = [{"step": 0, f"dev_{metric}": dev_metric(dev_qrels, trainer.rerank(dev), metric)}]
@@ -268,7 +271,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
                 losses = []
                 if value > best:
                     best = value
-                    trainer.save(tmp, encoder)
+                    trainer.save(tmp, meta.encoder if meta else None)
         report = {
             "config": asdict(config),
             "base_model": base_model,

@@ -34,6 +34,11 @@ class ScoreRequest:
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
+def with_texts(request: ScoreRequest, docstore) -> ScoreRequest:
+    """``request`` carrying its candidates' texts, read from ``docstore`` (a :class:`DocStore`)."""
+    return ScoreRequest(request.qid, request.query, request.docids, docstore.get(request.docids), memo=request.memo)
+
+
 class Teacher(ABC):
     """Scores candidates of queries; higher is more relevant.
 

@@ -9,7 +9,7 @@ import numpy as np
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.results import Trace, timed
-from tour_pyserini.teachers.base import ScoreRequest, Teacher
+from tour_pyserini.teachers.base import ScoreRequest, Teacher, with_texts
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 
@@ -33,7 +33,7 @@ class ScoreCache:
         self.docstore = docstore
         self.enabled = enabled
         self.store = store
-        self.scorer = StoredTeacher(teacher, store) if store is not None else teacher
+        self.scorer = StoredTeacher(teacher, store, docstore) if store is not None else teacher
         self.scores: dict[str, dict[str, float]] = {}
         self.memos: dict[str, dict] = {}
 
@@ -60,15 +60,11 @@ class ScoreCache:
 
     def _score(self, requests: list[ScoreRequest]) -> list[np.ndarray]:
         """Scores of the requests (from the store where it has them), checked."""
-        out = self.scorer.score([self._with_text(r) for r in requests])
+        if self.store is None and self.teacher.needs_text:
+            requests = [with_texts(r, self.docstore) for r in requests]
+        out = self.scorer.score(requests)  # a store reads the texts of the pairs it does not hold only
         for request, scores in zip(requests, out):
             if np.shape(scores) != (len(request.docids),) or not np.isfinite(scores).all():
                 raise ValueError(f"teacher {self.teacher.label!r} returned non-finite or misshaped scores "
                                  f"for query {request.qid!r}")  # fmt: skip
         return out
-
-    def _with_text(self, request: ScoreRequest) -> ScoreRequest:
-        if not self.teacher.needs_text:
-            return request
-        return ScoreRequest(request.qid, request.query, request.docids, self.docstore.get(request.docids),
-                            memo=request.memo)  # fmt: skip

@@ -158,7 +158,7 @@ class CrossEncoderTeacher(Teacher):
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval().to(device)
         self.device = device
-        if precision == "bf16":
+        if self.precision == "bf16":
             for module in head_modules(self.model):
                 run_in_float32(module, torch.device(device).type)
         self.max_length = min(max_length, self.tokenizer.model_max_length)
@@ -173,7 +173,6 @@ class CrossEncoderTeacher(Teacher):
         options = {} if context.max_length is None else {"max_length": context.max_length}
         if context.precision is not None:
             options["precision"] = context.precision
-        check_model_dir(argument)
         residual = read_residual(argument)
         if residual:
             options["dense"] = residual_dense(argument, residual, context.index_dir)

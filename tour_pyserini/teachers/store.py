@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext, with_texts
 
 
 class ScoreStore:
@@ -57,15 +58,19 @@ class ScoreStore:
 
 class StoredTeacher(Teacher):
     """A teacher whose pair scores are looked up in a :class:`ScoreStore` first; the others are scored by
-    the teacher and kept there. Made in code (e.g. around one part of an ensemble), not from a spec."""
+    the teacher and kept there. Made in code (e.g. around one part of an ensemble), not from a spec.
+
+    With a ``docstore``, requests may come without texts: only the pairs the teacher must score are read.
+    """
 
     kind = "stored"
 
-    def __init__(self, teacher: Teacher, store: ScoreStore):
+    def __init__(self, teacher: Teacher, store: ScoreStore, docstore: DocStore | None = None):
         if not teacher.pairwise:
             raise ValueError(f"teacher {teacher.label!r} scores depend on the other candidates: they cannot be stored")
         self.teacher = teacher
         self.store = store
+        self.docstore = docstore
         self.needs_text = teacher.needs_text  # type: ignore[misc]
         self.oracle = teacher.oracle  # type: ignore[misc]
 
@@ -79,7 +84,8 @@ class StoredTeacher(Teacher):
                                  [doc for d, doc in zip(r.docids, r.docs) if d not in stored[i]] if r.docs else r.docs,
                                  memo=r.memo))
                 for i, r in enumerate(requests)]  # fmt: skip
-        todo = [(i, r) for i, r in todo if r.docids]
+        reads = self.teacher.needs_text and self.docstore is not None
+        todo = [(i, with_texts(r, self.docstore) if reads and r.docs is None else r) for i, r in todo if r.docids]
         if todo:
             for (i, request), scores in zip(todo, self.teacher.score([r for _, r in todo])):
                 fresh = dict(zip(request.docids, np.asarray(scores, dtype=np.float64).tolist()))
