@@ -1,12 +1,13 @@
 """make bench-quality: TOUR against every baseline on SciFact test and nq-oracle test.
 
-For each collection, with the trained cross-encoder teacher (models/<collection>-ce) and the BM25
-teacher: base dense, BM25, Rocchio (T = 1..3), rerank@{10,20,40,100} and tour-hard / tour-soft at the
-passage preset with k in {10, 20, 100} and T in {1, 2, 3}; every TOUR row is also compared with
-re-ranking at its own teacher budget (rerank@K, K = its mean teacher calls per query). Beyond the
-paper, in the same table: ``+union`` ranks every candidate the teacher scored on the way (no extra
-teacher calls), and ``+lam`` interpolates teacher and retriever with a lambda tuned on the teacher's
-held-out *training* queries (never on test).
+For each collection, with the trained cross-encoder teacher (models/scifact-rce, residual;
+models/nq-oracle-ce, from the first recipe) and the BM25 teacher: base dense, BM25, Rocchio
+(T = 1..3), rerank@{10,20,40,100} and tour-hard / tour-soft at the passage preset with k in
+{10, 20, 100} and T in {1, 2, 3}; every TOUR row is also compared with re-ranking at its own teacher
+budget (rerank@K, K = its mean teacher calls per query). Beyond the paper, in the same table:
+``+union`` ranks every candidate the teacher scored on the way (no extra teacher calls), and ``+lam``
+interpolates teacher and retriever with a lambda tuned on the teacher's held-out *training* queries
+(never on test).
 
 Teacher scores are stored on disk (runs/quality/cache/), so the grid scores each (query, document) pair
 once and an interrupted run resumes. Seconds per query are therefore assembled from measurements of
@@ -41,6 +42,7 @@ class Collection:
     name: str
     topics: str
     val_topics: str  # the teacher's training topics; its held-out part tunes lambda
+    teacher_dir: str  # the trained cross-encoder teacher
     qrels: str | None = None  # None: judged by the topics' answer strings
     val_qrels: str | None = None
     metrics: tuple[str, ...] = ("nDCG@10", "R@100")
@@ -57,19 +59,16 @@ class Collection:
     def bm25_index(self) -> str:
         return f"indexes/{self.name}.bm25"
 
-    @property
-    def teacher_dir(self) -> str:
-        return f"models/{self.name}-ce"
-
 
 COLLECTIONS = {
     "scifact": Collection(
-        "scifact", "collections/scifact/topics.test.tsv", "collections/scifact/topics.train.tsv",
+        "scifact", "collections/scifact/topics.test.tsv", "collections/scifact/topics.train.tsv", "models/scifact-rce",
         qrels="qrels/scifact.test.txt", val_qrels="qrels/scifact.train.txt", remove_query=True,
     ),
     "nq-oracle": Collection(
         "nq-oracle", "collections/nq-oracle/topics.test.jsonl", "collections/nq-oracle/topics.train.jsonl",
-        metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"), headline="Acc@20", recall="Acc@100", tune_on="Acc@1",
+        "models/nq-oracle-ce", metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"), headline="Acc@20",
+        recall="Acc@100", tune_on="Acc@1",
     ),  # Acc@20 is at its ceiling on held-out training queries, so lambda is tuned on Acc@1
 }  # fmt: skip
 

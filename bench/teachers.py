@@ -8,7 +8,8 @@ queries (models/scifact-rce/ensemble.json):
    fusion of BM25 and the retriever (``fusion:bm25+dense``, nothing fitted) and BM25; the dense and BM25
    runs for reference.
 2. **TOUR, one configuration chosen on dev queries**: {tour-hard, tour-soft} x k in {10, 20} x final in
-   {search, union} at the passage preset, with the ensemble teacher, run on the teacher's dev split of the
+   {search, union} x retriever temperature in {1 (the paper's), 0.05 (MiniLM's training scale)} at the
+   passage preset, with the ensemble teacher, run on the teacher's dev split of the
    *training* claims (which no test claim shares a relevant abstract with); the best by nDCG@10 is run
    once on test and compared with the base and with re-ranking at its own teacher budget (rerank@K, K its
    mean teacher calls per query). Paired t-tests; Holm's adjustment over the whole family of tests this
@@ -17,11 +18,13 @@ queries (models/scifact-rce/ensemble.json):
    each with no stored scores (cold), interleaved, three repeats; min and median, with
    the load average.
 
+The cross-encoder computes in ``--precision`` (fp32 by default: the reference arithmetic; ``search``'s
+default on a CPU with bfloat16 units is bf16, which bench/cross_encoder_speed.py bounds against it).
 Teacher scores are kept in runs/teachers/*.sqlite (named after each teacher's fingerprint) so every
 (query, document) pair is scored once across the rows; the commands recorded with each row rebuild its
 run from a fresh clone (after ``make install``, the indexes and ``make teachers``) without them.
 Writes runs/teachers/*.trec, runs/bench-teachers.{json,md}.
-Usage: python bench/teachers.py [--model models/scifact-rce]
+Usage: python bench/teachers.py [--model models/scifact-rce] [--precision fp32]
 """
 
 from __future__ import annotations
@@ -43,27 +46,29 @@ TEST, TRAIN = "collections/scifact/topics.test.tsv", "collections/scifact/topics
 QRELS, TRAIN_QRELS = "qrels/scifact.test.txt", "qrels/scifact.train.txt"
 HITS = 100
 METRICS = ("nDCG@10", "R@100")
-GRID = [(rw, k, final) for rw in ("tour-hard", "tour-soft") for k in (10, 20) for final in ("search", "union")]
+GRID = [(rw, k, final, temperature) for rw in ("tour-hard", "tour-soft") for k in (10, 20)
+        for final in ("search", "union") for temperature in (1.0, 0.05)]  # fmt: skip
 TIMED_QUERIES, REPEATS = 30, 3
 
 
-def command(teacher_spec: str | None, rewriter: str, k: int | None, final: str | None, out: str, topics=TEST) -> str:
+def command(teacher_spec: str | None, rewriter: str, out: str, *, k: int | None = None, final: str | None = None,
+            temperature: float | None = None, precision: str = "fp32", topics: str = TEST) -> str:  # fmt: skip
     """The search command that rebuilds a run (scores are the teacher's own; the stores only save time)."""
     cmd = f"python -m tour_pyserini.search --index {INDEX} --topics {topics} --hits {HITS} --remove-query"
     if teacher_spec:
-        cmd += f" --reranker {teacher_spec} --rewriter {rewriter} --k {k}"
+        cmd += f" --reranker {teacher_spec} --reranker-precision {precision} --rewriter {rewriter} --k {k}"
         if rewriter.startswith("tour"):
-            cmd += f" --preset passage --final {final}"
+            cmd += f" --preset passage --final {final} --retriever-temperature {temperature:g}"
     return cmd + f" --output {out}"
 
 
 class Bench:
-    def __init__(self, model: str):
+    def __init__(self, model: str, precision: str):
         from tour_pyserini.data import read_qrels, read_topics
         from tour_pyserini.eval import QrelsJudge
         from tour_pyserini.search import Bm25Searcher, TourSearcher
 
-        self.model = model
+        self.model, self.precision = model, precision
         self.searcher = TourSearcher.from_index(INDEX)
         self.bm25 = Bm25Searcher.from_index(BM25)
         self.test = read_topics(TEST)
@@ -78,7 +83,7 @@ class Bench:
         from tour_pyserini.teachers import ScoreStore, StoredTeacher, TeacherContext, get_teacher
         from tour_pyserini.teachers.ensemble import EnsembleTeacher
 
-        teacher = get_teacher(spec, TeacherContext(index_dir=INDEX))
+        teacher = get_teacher(spec, TeacherContext(index_dir=INDEX, precision=self.precision))
         if not stored:
             return teacher
 
@@ -123,10 +128,11 @@ def rerank(teacher, k: int):
     return get_rewriter("rerank", teacher=teacher, depth=k)
 
 
-def tour(teacher, rewriter: str, k: int, final: str):
+def tour(teacher, rewriter: str, k: int, final: str, temperature: float):
     from tour_pyserini.rewriters import get_rewriter
 
-    return get_rewriter(rewriter, teacher=teacher, preset="passage", depth=k, final=final)
+    return get_rewriter(rewriter, teacher=teacher, preset="passage", depth=k, final=final,
+                        retriever_temperature=temperature)  # fmt: skip
 
 
 def timed(bench: Bench, make_rewriter) -> float:
@@ -142,11 +148,12 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="models/scifact-rce")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="the cross-encoder's arithmetic")
     ap.add_argument("--limit", type=int, help="only the first N test and dev claims (a smoke run, not the bench)")
     args = ap.parse_args()
     ensure_indexes("collections/scifact", INDEX, BM25)
     OUT.mkdir(parents=True, exist_ok=True)
-    bench = Bench(args.model)
+    bench = Bench(args.model, args.precision)
     if args.limit:
         bench.test, bench.dev = bench.test[: args.limit], bench.dev[: args.limit]
     ce_spec, ens_spec = f"cross-encoder:{args.model}", f"ensemble:{args.model}/ensemble.json"
@@ -154,12 +161,15 @@ def main() -> None:
     teachers = {name: bench.teacher(spec) for name, spec in specs.items()}
     rows = []
 
-    def add(row: dict, experiment: str, system: str, teacher: str | None, k=None, final=None, selected=False):
+    def add(row: dict, experiment: str, system: str, teacher: str | None, k=None, final=None, temperature=None,
+            selected=False):  # fmt: skip
         rewriter = system if system.startswith(("tour", "rerank")) else "none"
         spec = specs.get(teacher) if teacher else None
         topics = TEST if row["split"] == "test" else TRAIN
-        row.update(experiment=experiment, system=system, teacher=teacher, k=k, final=final, selected=selected,
-                   command=command(spec, rewriter, k, final, row["run"], topics) if system != "bm25" else
+        row.update(experiment=experiment, system=system, teacher=teacher, k=k, final=final,
+                   retriever_temperature=temperature, selected=selected,
+                   command=command(spec, rewriter, row["run"], k=k, final=final, temperature=temperature,
+                                   precision=args.precision, topics=topics) if system != "bm25" else
                    f"python -m tour_pyserini.search --index {BM25} --topics {topics} --hits {HITS} --remove-query "
                    f"--output {row['run']}")  # fmt: skip
         rows.append(row)
@@ -173,13 +183,15 @@ def main() -> None:
         add(bench.run(f"rerank-100.{name}", "test", rerank(teachers[name], 100)), "teachers", "rerank", name, k=100)
 
     # one TOUR configuration, chosen on the dev claims with the ensemble teacher
-    dev_rows = [add(bench.run(f"{rw}-{k}-{final}.ensemble", "dev", tour(teachers["ensemble"], rw, k, final)),
-                    "tour-dev", rw, "ensemble", k=k, final=final) for rw, k, final in GRID]  # fmt: skip
-    best = max(dev_rows, key=lambda r: r["metrics"]["nDCG@10"])
+    def tour_row(split: str, rw: str, k: int, final: str, temp: float, experiment: str, selected=False) -> dict:
+        run = bench.run(f"{rw}-{k}-{final}-t{temp:g}.ensemble", split, tour(teachers["ensemble"], rw, k, final, temp))
+        return add(run, experiment, rw, "ensemble", k=k, final=final, temperature=temp, selected=selected)
+
+    dev_rows = [tour_row("dev", *config, "tour-dev") for config in GRID]
+    best = max(dev_rows, key=lambda r: r["metrics"]["nDCG@10"])  # the first of equals: the grid's order
     best["selected"] = True
-    rw, k, final = best["system"], best["k"], best["final"]
-    chosen = add(bench.run(f"{rw}-{k}-{final}.ensemble", "test", tour(teachers["ensemble"], rw, k, final)),
-                 "tour", rw, "ensemble", k=k, final=final, selected=True)  # fmt: skip
+    rw, k, final, temp = best["system"], best["k"], best["final"], best["retriever_temperature"]
+    chosen = tour_row("test", rw, k, final, temp, "tour", selected=True)
     matched_k = max(1, round(chosen["teacher_calls_per_query"]))
     matched = add(bench.run(f"rerank-{matched_k}.ensemble", "test", rerank(teachers["ensemble"], matched_k)),
                   "tour", "rerank", "ensemble", k=matched_k)  # fmt: skip
@@ -204,7 +216,7 @@ def main() -> None:
     seconds = {"tour": [], "rerank@40": []}
     teacher = bench.teacher(ens_spec, stored=False)
     for _ in range(REPEATS):
-        seconds["tour"].append(timed(bench, lambda: tour(teacher, rw, k, final)))
+        seconds["tour"].append(timed(bench, lambda: tour(teacher, rw, k, final, temp)))
         seconds["rerank@40"].append(timed(bench, lambda: rerank(teacher, 40)))
     timing = {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in seconds.items()}
     timing["ratio_min"] = timing["tour"]["min"] / timing["rerank@40"]["min"]
@@ -220,12 +232,15 @@ def main() -> None:
 
 def write_report(rows: list[dict], timing: dict) -> None:
     lines = ["# make bench-teachers (SciFact test, 300 claims)", "",
-             "| split | system | teacher | k | final | nDCG@10 | R@100 | calls/q | p (nDCG@10, Holm) | selected |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| split | system | teacher | k | final | T_r | nDCG@10 | R@100 | calls/q | p (nDCG@10, Holm) "
+             "| selected |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         p = r.get("p_holm", {})
         cells = "; ".join(f"{label} {v['nDCG@10']:.3g}" for label, v in p.items())
+        temp = "" if r["retriever_temperature"] is None else f"{r['retriever_temperature']:g}"
         lines.append(f"| {r['split']} | {r['system']} | {r['teacher'] or ''} | {r['k'] or ''} | {r['final'] or ''} | "
+                     f"{temp} | "
                      f"{r['metrics']['nDCG@10']:.4f} | {r['metrics']['R@100']:.4f} | "
                      f"{r['teacher_calls_per_query']:.1f} "
                      f"| {cells} | {'yes' if r['selected'] else ''} |")  # fmt: skip

@@ -11,9 +11,15 @@ from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.corpus import read_jsonl_corpus
 from tour_pyserini.teachers import TeacherContext, get_teacher
-from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, CrossEncoderTeacher, head_modules, pair_text
+from tour_pyserini.teachers.cross_encoder import (
+    DEFAULT_PRECISION,
+    CrossEncoderTeacher,
+    head_modules,
+    pair_text,
+    resolve_precision,
+)
 
-MODEL = ROOT / "models" / "scifact-ce"
+MODEL = ROOT / "models" / "scifact-rce"
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +32,10 @@ def pairs(mini_scifact) -> list[tuple[str, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def teachers() -> dict[str, CrossEncoderTeacher]:
-    return {p: get_teacher(f"cross-encoder:{MODEL}", TeacherContext(precision=p)) for p in ("fp32", "bf16")}
+def teachers(dense_index) -> dict[str, CrossEncoderTeacher]:
+    """The shipped residual teacher at each precision, on an index of its own bi-encoder."""
+    context = {p: TeacherContext(index_dir=str(dense_index), precision=p) for p in ("fp32", "bf16")}
+    return {p: get_teacher(f"cross-encoder:{MODEL}", c) for p, c in context.items()}
 
 
 def test_bf16_scores_and_ranks_as_float32(teachers, pairs):
@@ -68,7 +76,18 @@ def test_fingerprint_names_the_precision(teachers):
     fp32, bf16 = (teachers[p].fingerprint for p in ("fp32", "bf16"))
     assert "precision bf16" in bf16 and bf16.replace(" precision bf16", "") == fp32
     assert "precision" not in fp32  # as before precisions existed: stores of float32 scores stay usable
-    assert get_teacher(f"cross-encoder:{MODEL}").precision == DEFAULT_PRECISION == "fp32"
+
+
+@pytest.mark.parametrize(("flags", "expected"), [("fpu avx512f avx512_bf16 avx512_vnni", "bf16"),
+                                                 ("fpu amx_bf16 amx_tile", "bf16"), ("fpu avx2 avx512f", "fp32"),
+                                                 (None, "fp32")])  # fmt: skip
+def test_auto_is_bf16_only_where_the_cpu_multiplies_in_bfloat16(tmp_path, flags, expected):
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:  # no file: an unknown CPU
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert DEFAULT_PRECISION == "auto"
+    assert resolve_precision("auto", "cpu", cpuinfo) == expected
+    assert resolve_precision("fp32", "cpu", cpuinfo) == "fp32" and resolve_precision("bf16", "cpu", cpuinfo) == "bf16"
 
 
 def test_bad_precision_is_a_user_error_before_any_model_loads():
@@ -78,13 +97,14 @@ def test_bad_precision_is_a_user_error_before_any_model_loads():
         get_teacher(f"cross-encoder:{MODEL}", TeacherContext(precision="int4"))
 
 
-def test_the_search_flag_reaches_the_teacher(capsys):
+def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
     from tour_pyserini.search.__main__ import main, parser
     from tour_pyserini.search.configure import teacher_context
 
-    common = ["--index", "indexes/x", "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
+    common = ["--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
               "--reranker", f"cross-encoder:{MODEL}"]  # fmt: skip
-    for flags, expected in (([], DEFAULT_PRECISION), (["--reranker-precision", "bf16"], "bf16")):
+    for flags, expected in (([], resolve_precision("auto", "cpu")), (["--reranker-precision", "fp32"], "fp32"),
+                            (["--reranker-precision", "bf16"], "bf16")):  # fmt: skip
         args = parser().parse_args([*common, *flags])
         assert get_teacher(args.reranker, teacher_context(args)).precision == expected
     with pytest.raises(SystemExit) as exit_:

@@ -96,8 +96,11 @@ def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, min
 
     ranked = TourSearcher.from_index(dense_index).batch_search([t.text for t in topics], [t.qid for t in topics], 20)
     qrels = read_qrels(mini_scifact["qrels"])
-    base = evaluate({t.qid: qrels[t.qid] for t in topics},
-                    {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()}, ["nDCG@10"]).means["nDCG@10"]
+    base = evaluate(
+        {t.qid: qrels[t.qid] for t in topics},
+        {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()},
+        ["nDCG@10"],
+    ).means["nDCG@10"]
     assert record["fitted_on"]["alone"]["dense"] == pytest.approx(base, abs=1e-9)
     assert "ensemble" in capsys.readouterr().out
     teacher = get_teacher(f"ensemble:{out}", TeacherContext(index_dir=str(dense_index)))

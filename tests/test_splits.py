@@ -36,6 +36,7 @@ def test_no_dev_query_shares_a_relevant_document_with_training():
 
 def test_the_split_is_seeded():
     qids, relevant = relevant_sets()
+
     def split(seed):
         return grouped_split(qids, relevant, dev_fraction=0.2, seed=seed)
 

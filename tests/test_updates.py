@@ -9,6 +9,7 @@ import torch
 from tour_pyserini.results import Hit
 from tour_pyserini.rewriters.base import rerank_head
 from tour_pyserini.rewriters.updates import (
+    LOG_CLAMP,
     aggregate,
     average_prf,
     clip_by_norm,
@@ -77,6 +78,28 @@ def test_soft_gradient_closed_form_and_numeric():
     assert np.allclose(grad, p_k @ C - teacher @ C)
     f = lambda q: soft_loss_and_grad(q, C, teacher)[0]  # noqa: E731
     assert np.allclose(grad, numeric_grad(f, Q), atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.05])
+def test_losses_at_a_retriever_temperature_match_torch_autograd(temperature):
+    """P_k = softmax(C q / temperature) on unit-length vectors (the MiniLM case, where 0.05 is its training
+    scale): value and gradient of both losses as torch computes them; at 0.05 some P_k fall below the hard
+    loss's clamp."""
+    rng = np.random.default_rng(3)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    q, cands = unit(rng.standard_normal(16)), unit(rng.standard_normal((20, 16)))
+    teacher = softmax(rng.standard_normal(20), 0.5)
+    positives = np.array([2, 5, 7])
+    qt = torch.tensor(q, requires_grad=True)
+    p_k = torch.softmax(torch.tensor(cands) @ qt / temperature, dim=0)
+    hard = -torch.log(torch.clamp(p_k[positives].sum(), min=LOG_CLAMP))  # the official code's clamp
+    (hard_grad,) = torch.autograd.grad(hard, qt, retain_graph=True)
+    soft = torch.sum(torch.tensor(teacher) * (torch.log(torch.tensor(teacher)) - torch.log(p_k)))
+    (soft_grad,) = torch.autograd.grad(soft, qt)
+    loss, grad = hard_loss_and_grad(q, cands, positives, temperature)
+    assert loss == pytest.approx(hard.item()) and np.allclose(grad, hard_grad.numpy())
+    loss, grad = soft_loss_and_grad(q, cands, teacher, temperature)
+    assert loss == pytest.approx(soft.item()) and np.allclose(grad, soft_grad.numpy())
 
 
 def test_learning_rate_sequence():

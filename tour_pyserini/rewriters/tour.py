@@ -56,6 +56,8 @@ TOUR_OPTIONS = (
     Option("--weight-decay", "weight_decay", float, "SGD weight decay (0.01; official code 0.1)"),
     Option("--clip", "clip", float, "gradient-norm clipping (1.0)"),
     Option("--tau", "tau", float, "teacher temperature (0.5)"),
+    Option("--retriever-temperature", "retriever_temperature", float, "temperature of the retriever's "
+           "distribution P_k in the loss (1, the paper's; 0.05 suits unit-length encoders trained at scale 20)"),
     Option("--p", "p", float, "nucleus mass of the hard pseudo positives (0.5)"),
     LAMBDA,
     SMOOTHING,
@@ -84,6 +86,7 @@ class TourConfig:
     weight_decay: float = 0.01  # paper text; the official code passes 0.1
     clip: float | None = 1.0  # gradient-norm clipping (official code)
     tau: float = 0.5  # teacher temperature
+    retriever_temperature: float = 1.0  # P_k = softmax(sim / this) in the loss
     p: float = 0.5  # nucleus mass of the hard pseudo positives
     fixed_positives: int | None = None  # ablation: the retriever's top-k' instead of the nucleus
     teacher_positives: int | None = None  # ablation: the teacher's top-k' instead of the nucleus
@@ -118,6 +121,7 @@ class TourConfig:
         if self.clip is not None:
             finite("--clip (must be > 0)", self.clip, self.clip > 0)
         finite("--tau (must be > 0)", self.tau, self.tau > 0)
+        finite("--retriever-temperature (must be > 0)", self.retriever_temperature, self.retriever_temperature > 0)
         finite("--p (must be in (0, 1])", self.p, 0 < self.p <= 1)
         check_aggregation(self.lam, self.smoothing)
         if self.soft_stop not in ("argmax", "nucleus"):
@@ -218,7 +222,7 @@ class TourHard(_Tour):
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
         positives = self.positives(teacher_scores)
-        loss, grad = hard_loss_and_grad(q, C, positives)
+        loss, grad = hard_loss_and_grad(q, C, positives, self.config.retriever_temperature)
         # the retriever's own top-k' always hold its top-1: that ablation runs every iteration
         stop = self.config.fixed_positives is None and bool(np.any(positives == 0))
         return _Step(stop, loss, grad)
@@ -239,7 +243,7 @@ class TourSoft(_Tour):
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
         cfg = self.config
         probs = softmax(teacher_scores, cfg.tau)
-        loss, grad = soft_loss_and_grad(q, C, probs)
+        loss, grad = soft_loss_and_grad(q, C, probs, cfg.retriever_temperature)
         if cfg.soft_stop == "nucleus":
             stop = bool(np.any(nucleus(probs, cfg.p) == 0))
         else:

@@ -35,31 +35,40 @@ def nucleus(teacher_probs: np.ndarray, p: float) -> np.ndarray:
     return order[: min(size, len(order))]
 
 
-def hard_loss_and_grad(q: np.ndarray, C: np.ndarray, positives: np.ndarray) -> tuple[float, np.ndarray]:
-    """L_hard = -log sum_{c in positives} P_k(c|q) with P_k = softmax(C q), and dL/dq.
+def hard_loss_and_grad(q: np.ndarray, C: np.ndarray, positives: np.ndarray, temperature: float = 1.0,
+                       ) -> tuple[float, np.ndarray]:  # fmt: skip
+    """L_hard = -log sum_{c in positives} P_k(c|q) with P_k = softmax(C q / temperature), and dL/dq.
 
-    dL/dq = sum_i P_k(c_i) c_i - sum_{i in positives} P_k(c_i | positives) c_i: towards the
-    retriever-weighted mean of the pseudo positives, away from the retriever-weighted mean of all.
-    As in the official code the mass is clamped at 1e-7 inside the log, and, as torch's clamp does,
-    the gradient is zero when the mass is below the clamp.
+    dL/dq = (sum_i P_k(c_i) c_i - sum_{i in positives} P_k(c_i | positives) c_i) / temperature: towards
+    the retriever-weighted mean of the pseudo positives, away from the retriever-weighted mean of all.
+    ``temperature`` is the retriever's (1 in the paper, whose DPR scores are unnormalised; a unit-length
+    encoder trained at scale s has 1/s). As in the official code the mass is clamped at 1e-7 inside the
+    log, and, as torch's clamp does, the gradient is zero when the mass is below the clamp.
     """
-    p_k = softmax(C @ q)
+    p_k = softmax(C @ q, temperature)
     mass = p_k[positives].sum()
     loss = -float(np.log(max(mass, LOG_CLAMP)))
     if mass < LOG_CLAMP:
         return loss, np.zeros_like(q, dtype=np.float64)
     within = np.zeros_like(p_k)
     within[positives] = p_k[positives] / mass
-    return loss, (p_k - within) @ C
+    return loss, (p_k - within) @ C / temperature
 
 
-def soft_loss_and_grad(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray) -> tuple[float, np.ndarray]:
-    """L_soft = KL(P_teacher || P_k) and dL/dq = sum_i P_k(c_i) c_i - sum_i P_teacher(c_i) c_i."""
-    p_k = softmax(C @ q)
+def soft_loss_and_grad(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray, temperature: float = 1.0,
+                       ) -> tuple[float, np.ndarray]:  # fmt: skip
+    """L_soft = KL(P_teacher || P_k), P_k = softmax(C q / temperature), and
+    dL/dq = (sum_i P_k(c_i) c_i - sum_i P_teacher(c_i) c_i) / temperature.
+
+    log P_k is computed exactly (log-softmax, no clamp), so the gradient is that of the loss reported
+    even where a sharp retriever distribution puts less than 1e-7 on a candidate.
+    """
+    z = np.asarray(C @ q, dtype=np.float64) / temperature
+    log_p = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
     t = np.asarray(teacher_probs, dtype=np.float64)
     nz = t > 0
-    loss = float(np.sum(t[nz] * (np.log(t[nz]) - np.log(np.maximum(p_k[nz], LOG_CLAMP)))))
-    return loss, (p_k - t) @ C
+    loss = float(np.sum(t[nz] * (np.log(t[nz]) - log_p[nz])))
+    return loss, (np.exp(log_p) - t) @ C / temperature
 
 
 def clip_by_norm(grad: np.ndarray, max_norm: float | None) -> np.ndarray:

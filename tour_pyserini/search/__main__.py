@@ -69,9 +69,10 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--reranker", metavar="TEACHER", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, "
                     "oracle:QRELS")  # fmt: skip
     rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
-    rw.add_argument("--reranker-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic: bf16 "
-                    "(bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16) or fp32 "
-                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
+    rw.add_argument("--reranker-precision", choices=PRECISIONS, help="a cross-encoder teacher's "
+                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16), "
+                    f"fp32, or auto (bf16 where the device has bfloat16 arithmetic, else fp32; default "
+                    f"{DEFAULT_PRECISION})")  # fmt: skip
     rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
                     "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
     for name, options in rewriter_options().items():

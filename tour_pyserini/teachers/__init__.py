@@ -2,8 +2,8 @@
 
 One module each behind the :class:`Teacher` interface; a new teacher is one new module defining a
 ``Teacher`` subclass with a ``kind``, decorated with ``@TEACHERS.register``. :func:`get_teacher` builds
-one from a spec string such as ``cross-encoder:models/scifact-ce``, ``bm25``,
-``oracle:qrels/scifact.test.txt`` or ``fusion:bm25+cross-encoder:models/scifact-ce``.
+one from a spec string such as ``cross-encoder:models/scifact-rce``, ``bm25``,
+``oracle:qrels/scifact.test.txt`` or ``ensemble:models/scifact-rce/ensemble.json``.
 """
 
 from __future__ import annotations

@@ -22,11 +22,13 @@ from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
 
-# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32.
-# bf16 is about twice as fast on CPUs with AVX512-BF16; it stays an option until its ranking is measured
-# against float32's on the full benchmark (docs/benchmarks.md); on CPUs without it, it is slower.
-PRECISIONS = ("fp32", "bf16")
-DEFAULT_PRECISION = "fp32"
+# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32,
+# about twice as fast where the hardware multiplies in bfloat16, and emulated (slower) where it does not;
+# auto: bf16 on such hardware, else fp32. bf16 ranks as float32 does within the bounds docs/benchmarks.md
+# measures (nDCG@10 within 0.002, every query's Kendall tau >= 0.99).
+PRECISIONS = ("auto", "fp32", "bf16")
+DEFAULT_PRECISION = "auto"
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def pair_text(doc: Document) -> str:
@@ -65,6 +67,28 @@ def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise UserError(f"cross-encoder precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     return precision
+
+
+def native_bf16(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether ``device`` multiplies in bfloat16 natively: a CUDA GPU that supports it, or a CPU whose
+    flags (``cpuinfo``, Linux's format) list AVX512-BF16 or AMX. Unknown means no."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        flags = {word for line in cpuinfo.read_text().splitlines() if line.startswith("flags")
+                 for word in line.split(":", 1)[1].split()}  # fmt: skip
+    except OSError:
+        return False
+    return any(flag in flags for flag in CPU_BF16_FLAGS)
+
+
+def resolve_precision(precision: str, device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The arithmetic a precision setting means on ``device``: ``auto`` becomes bf16 or fp32."""
+    if check_precision(precision) != "auto":
+        return precision
+    return "bf16" if native_bf16(device, cpuinfo) else "fp32"
 
 
 def head_modules(model) -> list:
@@ -129,7 +153,8 @@ class CrossEncoderTeacher(Teacher):
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
     which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``precision`` is one of
-    :data:`PRECISIONS`: ``bf16`` runs the encoder under bfloat16 autocast and the head in float32.
+    :data:`PRECISIONS`: ``bf16`` runs the encoder under bfloat16 autocast and the head in float32;
+    ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32.
     """
 
     kind = "cross-encoder"
@@ -141,7 +166,7 @@ class CrossEncoderTeacher(Teacher):
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
-        self.precision = check_precision(precision)
+        self.precision = resolve_precision(precision, device)
         check_model_dir(path)
         try:
             config = AutoConfig.from_pretrained(path)
@@ -172,7 +197,7 @@ class CrossEncoderTeacher(Teacher):
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
         options = {} if context.max_length is None else {"max_length": context.max_length}
         if context.precision is not None:
-            options["precision"] = context.precision
+            options["precision"] = check_precision(context.precision)  # before the index is read
         residual = read_residual(argument)
         if residual:
             options["dense"] = residual_dense(argument, residual, context.index_dir)
