@@ -489,7 +489,9 @@ def main(argv: list[str] | None = None) -> None:
     if "budget" in args.experiments:
         rows = json.loads(output.read_text())
         plot(rows, [t.name for t in tasks], args.teachers, output.with_name("bench-ttt-budget.png"))
-    print(f"wrote {output} ({len(rec.rows)} rows) in {time.perf_counter() - start:.0f} s")
+    if rec.rows:
+        print(f"wrote {output} ({len(rec.rows)} rows)")
+    print(f"done in {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

@@ -48,11 +48,14 @@ def scope_plan(queries: Sequence[RewardedQuery], scope: str) -> tuple[list[tuple
 
 
 def pad(queries: Sequence[RewardedQuery]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """X (n, d), Z (n, k, d), normalised rewards R (n, k) and mask (n, k), k the longest candidate list."""
+    """X (n, d), Z (n, k, d) float32 as indexes store them, normalised rewards R (n, k) and mask (n, k).
+
+    k is the longest candidate list; shorter lists are padded with zero vectors that the mask hides.
+    """
     n, d = len(queries), len(queries[0].x)
     k = max(len(q.rewards) for q in queries)
     X = np.stack([q.x for q in queries]).astype(np.float64)
-    Z, R, mask = np.zeros((n, k, d)), np.zeros((n, k)), np.zeros((n, k), dtype=bool)
+    Z, R, mask = np.zeros((n, k, d), dtype=np.float32), np.zeros((n, k)), np.zeros((n, k), dtype=bool)
     for i, q in enumerate(queries):
         m = len(q.rewards)
         Z[i, :m], R[i, :m], mask[i, :m] = q.Z, normalise_rewards(q.rewards), True

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.rewriters.updates import softmax
 
 OBJECTIVES = ("kd", "rkl", "grpo")
 
@@ -46,33 +45,6 @@ class FitConfig:
         return asdict(self)
 
 
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-def kd_loss_and_grad(v: np.ndarray, x: np.ndarray, Z: np.ndarray, rewards: np.ndarray, tau_teacher: float,
-                     tau_student: float) -> tuple[float, np.ndarray]:  # fmt: skip
-    """One query's KD loss KL(t ‖ p) and its gradient in v, without the ridge term.
-
-    With u = x + v, x̃ = u/‖u‖, s = Z x̃ / τ_S, p = softmax(s) and t = softmax(rewards / τ_T):
-
-        dL/dv = (I - x̃ x̃ᵀ) Zᵀ (p - t) / (τ_S ‖u‖)
-
-    the usual softmax-KL gradient p - t, carried back through the cosine (Zᵀ / τ_S) and through the
-    normalisation, whose Jacobian (I - x̃ x̃ᵀ)/‖u‖ drops the component along x̃: moving v along the
-    current query direction changes nothing.
-    """
-    u = x + v
-    norm = np.linalg.norm(u)
-    xt = u / norm
-    t = softmax(rewards, tau_teacher)
-    p = softmax(Z @ xt, tau_student)
-    nz = t > 0
-    loss = float(np.sum(t[nz] * (np.log(t[nz]) - np.log(p[nz]))))
-    g = Z.T @ (p - t) / tau_student
-    return loss, (g - xt * (xt @ g)) / norm
-
-
 def normalise_rewards(scores: np.ndarray) -> np.ndarray:
     """A query's teacher scores mapped to [0, 1] by min-max over its judged candidates (all equal: all 0).
 
@@ -85,96 +57,141 @@ def normalise_rewards(scores: np.ndarray) -> np.ndarray:
     return (scores - scores.min()) / span if span > 0 else np.zeros_like(scores)
 
 
-class Problem:
-    """The tensors of a fit, sorted by group, with what does not depend on V computed once: x_q·z_d, ‖x_q‖².
+def masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax over the real entries of each row; padded entries get 0 (and probability 0)."""
+    z = np.where(mask, logits, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    z = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return np.where(mask, z, 0.0)
 
-    Scores x̃_q(v)·z_d = (x_q·z_d + v·z_d) / ‖x_q + v‖ need only v·z_d per step: one matrix-vector
-    product per group when groups are few (global, task), one batched product otherwise (query).
+
+def logit_gradients(log_p: np.ndarray, R: np.ndarray, mask: np.ndarray, log_ref: np.ndarray | None,
+                    config: FitConfig) -> np.ndarray:  # fmt: skip
+    """∂ℓ_q/∂a_qd (n, k) of each query's loss in its student logits a = x̃·z / τ_S (p = softmax(a)).
+
+    With the teacher t = softmax(r̂ / τ_T):
+
+    - kd,   ℓ = KL(t ‖ p):  ∂ℓ/∂a = p − t
+    - rkl,  ℓ = KL(p ‖ t):  ∂ℓ/∂a = p ⊙ (log p − log t − ℓ)
+    - grpo, ℓ = −Σ_d π_0(d) min(ρ_d A_d, clip(ρ_d, 1 ± ε) A_d), ρ = p/π_0:
+      ∂ℓ/∂a = p ⊙ (b − Σ_d p_d b_d), b_d = −A_d where the unclipped term is the active one
+      (ρ_d inside [1 − ε, 1 + ε], or ρ_d A_d below its clipped value), else 0.
+
+    ``log_ref`` is log π_0 (grpo only). Padded entries have p = 0 and get 0.
+    """
+    p = np.exp(log_p) * mask
+    if config.objective == "grpo":
+        A = grpo_advantages(R, mask, config.std_floor)
+        ratio = np.exp(log_p - log_ref)
+        clipped = np.clip(ratio, 1 - config.clip, 1 + config.clip)
+        b = -A * ((ratio == clipped) | (ratio * A < clipped * A))
+        return p * (b - (p * b).sum(-1, keepdims=True))
+    log_t = masked_log_softmax(R / config.tau_teacher, mask)
+    if config.objective == "kd":
+        return p - np.exp(log_t) * mask
+    gap = (log_p - log_t) * mask  # rkl
+    return p * (gap - (p * gap).sum(-1, keepdims=True))
+
+
+def grpo_advantages(R: np.ndarray, mask: np.ndarray, std_floor: float) -> np.ndarray:
+    """A_d = (r̂_d − mean r̂) / max(std r̂, floor) over each query's judged candidates; padded entries 0."""
+    count = mask.sum(-1, keepdims=True)
+    mean = (R * mask).sum(-1, keepdims=True) / count
+    std = np.sqrt((((R - mean) * mask) ** 2).sum(-1, keepdims=True) / count)
+    return (R - mean) / np.maximum(std, std_floor) * mask
+
+
+class Problem:
+    """The arrays of a fit, sorted by group, and what does not depend on V, computed once: x_q·z_d, ‖x_q‖².
+
+    Scores x̃_q(v)·z_d = (x_q·z_d + v·z_d) / ‖x_q + v‖ need only v·z_d and v·x_q per step, and the
+    gradient only Z_qᵀ c_q − x_q c'_q. Each query's candidates are therefore stored with the query
+    itself as one more row, A_q = [Z_q; x_q] (n, k + 1, d), so that each step reads A twice: A v for
+    the scores, Aᵀ[c; −c'] for the gradient, as one matrix-vector product per group when groups are
+    few (global, task) and one batched product otherwise (query). Those two reads are the cost of a
+    step (memory-bound), so A and its products are in ``dtype`` (float32 by default, as the index
+    stores its vectors); everything else is float64.
     """
 
     MANY_GROUPS = 32
 
-    def __init__(self, X, Z, R, mask, group, weights, n_groups: int):
-        import torch
-
+    def __init__(self, X, Z, R, mask, group, weights, n_groups: int, dtype=np.float32):
         order = np.argsort(np.asarray(group), kind="stable")
-        as64 = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64)[order])  # noqa: E731
-        self.X, self.Z, self.R, self.weights = as64(X), as64(Z), as64(R), as64(weights)
-        self.mask = torch.as_tensor(np.asarray(mask, dtype=bool)[order])
-        self.group = torch.as_tensor(np.asarray(group, dtype=np.int64)[order])
-        self.n_groups = n_groups
-        self.Zx = torch.einsum("nkd,nd->nk", self.Z, self.X)
-        self.xx = (self.X * self.X).sum(-1)
-        sizes = torch.bincount(self.group, minlength=n_groups).tolist()
-        if n_groups <= self.MANY_GROUPS:
-            self.flat = [z.reshape(-1, z.shape[-1]) for z in torch.split(self.Z, sizes)]
+        sort = lambda a, t=np.float64: np.ascontiguousarray(np.asarray(a, dtype=t)[order])  # noqa: E731
+        X = sort(X)
+        self.A, self.dtype = np.concatenate([sort(Z, dtype), X[:, None, :].astype(dtype)], axis=1), dtype
+        self.R, self.weights, self.mask = sort(R), sort(weights), sort(mask, bool)
+        self.group = sort(group, np.int64)
+        self.starts = np.searchsorted(self.group, np.arange(n_groups))
+        self.Zx = np.einsum("nkd,nd->nk", self.A[:, :-1], self.A[:, -1]).astype(np.float64)
+        self.xx = (X * X).sum(-1)
+        if n_groups <= self.MANY_GROUPS:  # views of A: one product per group
+            self.bounds = list(zip(self.starts, list(self.starts[1:]) + [len(self.group)]))
+            self.flat = [self.A[a:b].reshape(-1, self.A.shape[-1]) for a, b in self.bounds]
 
-    def scores(self, V):
-        """x̃_q(v_{g(q)})·z_d for every query and candidate (n, k), in group order."""
-        import torch
+    @property
+    def few(self) -> bool:
+        return hasattr(self, "flat")
 
-        Vq = V[self.group]
-        if self.n_groups <= self.MANY_GROUPS:
-            Zv = torch.cat([flat @ v for flat, v in zip(self.flat, V)]).reshape(self.Zx.shape)
+    def scores(self, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """x̃_q(v_{g(q)})·z_d for every query and candidate (n, k), in group order, and ‖x_q + v_{g(q)}‖ (n,)."""
+        Vp = V.astype(self.dtype)
+        if self.few:
+            Av = np.concatenate([flat @ v for flat, v in zip(self.flat, Vp)]).reshape(self.A.shape[:2])
         else:
-            Zv = torch.bmm(self.Z, Vq[:, :, None])[:, :, 0]
-        norm = (self.xx + 2 * (self.X * Vq).sum(-1) + (Vq * Vq).sum(-1)).sqrt()
-        return (self.Zx + Zv) / norm[:, None]
+            Av = np.einsum("nkd,nd->nk", self.A, Vp if len(V) == len(self.group) else Vp[self.group])
+        norm = np.sqrt(self.xx + 2 * Av[:, -1] + (V * V).sum(-1)[self.group])
+        return (self.Zx + Av[:, :-1]) / norm[:, None], norm
 
+    def gradient(self, V: np.ndarray, S: np.ndarray, norm: np.ndarray, G: np.ndarray) -> np.ndarray:
+        """∂/∂V of Σ_q Σ_d G_qd s_qd (G_g, d) for scores s = x̃·z, through the normalisation.
 
-def query_losses(V, problem: Problem, config: FitConfig):
-    """Per-query losses L_q(v_{g(q)}) (n,) as a torch tensor, for the configured objective."""
-    mask, R = problem.mask, problem.R
-    logits = (problem.scores(V) / config.tau_student).masked_fill(~mask, float("-inf"))
-    log_p = logits.log_softmax(dim=-1).masked_fill(~mask, 0.0)
-    if config.objective == "grpo":
-        return grpo_losses(log_p, problem, config)
-    log_t = (R / config.tau_teacher).masked_fill(~mask, float("-inf")).log_softmax(dim=-1).masked_fill(~mask, 0.0)
-    if config.objective == "kd":  # KL(teacher ‖ student)
-        return (log_t.exp() * (log_t - log_p)).sum(-1)
-    return (log_p.exp() * (log_p - log_t)).sum(-1)  # rkl: KL(student ‖ teacher)
+        ∂s_qd/∂v = (z_d − s_qd x̃_q) / ‖u_q‖ with u_q = x_q + v, so each group's gradient is
+        Σ_q [Z_qᵀ G_q − (G_q·s_q) x̃_q] / ‖u_q‖, and x̃_q = u_q / ‖u_q‖ splits the second term into an
+        x_q part (the last row of A) and a v part.
+        """
+        coef = (G * S).sum(-1) / norm**2
+        c = np.concatenate([G / norm[:, None], -coef[:, None]], axis=1).astype(self.dtype)
+        if self.few:
+            AtC = np.stack([c[a:b].ravel() @ flat for (a, b), flat in zip(self.bounds, self.flat)])
+        else:
+            AtC = self.group_sums(np.einsum("nk,nkd->nd", c, self.A))
+        return AtC - V * self.group_sums(coef)[:, None]
 
-
-def grpo_losses(log_p, problem: Problem, config: FitConfig):
-    """Softmax-GRPO: -sum_d π_0(d) min(ρ_d A_d, clip(ρ_d, 1 ± ε) A_d), with ρ = π_v / π_0.
-
-    The group of a query is its judged candidates, the policy π_v is the student softmax, the reference
-    π_0 is the policy at v = 0 (the unchanged query), and A_d = (r_d - mean r) / max(std r, floor) over
-    the group. The expectation over π_0 is exact (the group is enumerated, not sampled).
-    """
-    import torch
-
-    mask, R = problem.mask, problem.R
-    count = mask.sum(-1, keepdim=True)
-    mean = (R * mask).sum(-1, keepdim=True) / count
-    std = (((R - mean) * mask) ** 2).sum(-1, keepdim=True).div(count).sqrt()
-    advantage = (R - mean) / std.clamp_min(config.std_floor) * mask
-    with torch.no_grad():
-        ref = problem.Zx / problem.xx.sqrt()[:, None] / config.tau_student
-        log_ref = ref.masked_fill(~mask, float("-inf")).log_softmax(dim=-1).masked_fill(~mask, 0.0)
-    ratio = (log_p - log_ref).exp()
-    clipped = ratio.clamp(1 - config.clip, 1 + config.clip)
-    surrogate = torch.minimum(ratio * advantage, clipped * advantage)
-    return -(log_ref.exp() * surrogate * mask).sum(-1)
+    def group_sums(self, a: np.ndarray) -> np.ndarray:
+        """Sums of ``a`` over each group's queries (a is in group order); one query per group: ``a`` itself."""
+        return a if len(self.starts) == len(self.group) else np.add.reduceat(a, self.starts)
 
 
 def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group: np.ndarray, weights: np.ndarray,
         n_groups: int, config: FitConfig | None = None) -> np.ndarray:  # fmt: skip
-    """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = 0 on every group's loss."""
+    """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = 0 on every group's loss.
+
+    The gradient is computed in closed form (``logit_gradients`` through ``Problem.gradient``, both
+    checked against torch autograd) and handed to torch's fused Adam; the state, Adam's moments and
+    the losses' arithmetic are float64.
+    """
     import torch
 
     config = config or FitConfig()
     problem = Problem(X, Z, R, mask, group, weights, n_groups)
-    V = torch.zeros(n_groups, problem.X.shape[1], dtype=torch.float64, requires_grad=True)
-    optimiser = torch.optim.Adam([V], lr=config.lr)
+    V = np.zeros((n_groups, X.shape[1]))
+    param = torch.from_numpy(V)  # shares V's memory: the optimiser updates V in place
+    # torch's Adam adds weight_decay * v to the gradient: the ridge's 2λv, in the optimiser's one pass
+    optimiser = torch.optim.Adam([param], lr=config.lr, weight_decay=2 * config.ridge, fused=True)
+    log_ref = None
+    if config.objective == "grpo":  # the reference policy: the unchanged query
+        log_ref = masked_log_softmax(problem.Zx / np.sqrt(problem.xx)[:, None] / config.tau_student, problem.mask)
+    scale = problem.weights[:, None] / config.tau_student
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # each step is a few small products: more threads only wait on each other
+    torch.set_num_threads(1)  # torch's idle OpenMP workers would spin against numpy's BLAS threads
     try:
         for _ in range(config.steps):
-            optimiser.zero_grad()
-            loss = (problem.weights * query_losses(V, problem, config)).sum() + config.ridge * (V * V).sum()
-            loss.backward()
+            S, norm = problem.scores(V)
+            log_p = masked_log_softmax(S / config.tau_student, problem.mask)
+            G = logit_gradients(log_p, problem.R, problem.mask, log_ref, config) * scale
+            param.grad = torch.from_numpy(problem.gradient(V, S, norm, G))
             optimiser.step()
     finally:
         torch.set_num_threads(threads)
-    return V.detach().numpy()
+    return V
