@@ -135,6 +135,27 @@ def test_ctrl_c_stops_at_once_keeps_the_finished_queries_and_the_rerun_resumes_i
     assert not partial_of(out).exists() and not Path(f"{trace}.partial").exists()
 
 
+def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staged_model(tmp_path):
+    """``kill`` / ``timeout`` during training: exit 143, one line, and neither the model nor its staging dir."""
+    (tmp_path / "corpus").mkdir()
+    lines = (ROOT / "collections/scifact/corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "corpus/corpus.jsonl").write_text("".join(lines[:40]), encoding="utf-8")
+    out, log = tmp_path / "ict", tmp_path / "stderr.txt"
+    args = ["--collection", tmp_path / "corpus", "--output", out, "--steps", 1000, "--batch-size", 4, "--held-out", 8,
+            "--eval-every", 1000, "--max-wordpieces", 96]  # fmt: skip
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "tour_pyserini.train_ict", *map(str, args)],
+                                stdout=subprocess.DEVNULL, stderr=f, env=env())  # fmt: skip
+    wait_for(lambda: "ict:" in log.read_text(), proc, "a training step")  # the staged model is being trained
+    assert list(tmp_path.glob("ict.tmp-*"))
+    proc.send_signal(signal.SIGTERM)
+    status = proc.wait(timeout=60)
+    stderr = log.read_text()
+    assert status == 143, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == "terminated" and "Traceback" not in stderr
+    assert_nothing_left(out)
+
+
 # --- one writer per output, and a killed writer -------------------------------------------------------
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from tour_pyserini._java import JavaNotFoundError
@@ -15,15 +17,32 @@ USER_ERRORS = (UserError, FileNotFoundError, JavaNotFoundError)
 
 
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
+    """Run a command's ``main``: user errors as one line and exit 2; Ctrl-C (130) and SIGTERM (143) alike.
+
+    SIGTERM (``kill``, ``timeout``, a scheduler ending a job) is raised as ``KeyboardInterrupt`` so that
+    it unwinds like Ctrl-C: staged outputs are removed, a search keeps its finished queries.
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    terminated: list[int] = []
+
+    def on_sigterm(signum, frame):
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         main(argv)
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
-        print(f"interrupted{f': {e}' if e.args else ''}", file=sys.stderr)
+        print(f"{'terminated' if terminated else 'interrupted'}{f': {e}' if e.args else ''}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         # every file is closed by now; tearing down the interpreter (torch, the JVM) would take seconds more
-        os._exit(130)
+        os._exit(143 if terminated else 130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
