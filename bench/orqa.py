@@ -1,14 +1,17 @@
 """make orqa: ORQA's retriever learning measured with this project's index, search and evaluation.
 
 nq-oracle test (DPR answer-string Acc@1/5/20/100): MiniLM, MiniLM + early-update fine-tuning (+qa),
-MiniLM + ICT on the nq-oracle corpus (+ict), ICT + fine-tuning (+ict+qa), BM25. SciFact test (nDCG@10,
-R@100): MiniLM vs MiniLM + ICT on SciFact's own corpus (no query, no label), and TOUR (BM25 teacher) on
-top of each. Every row is compared with MiniLM on the same queries (paired t-test and randomisation test).
+MiniLM + ICT on the nq-oracle corpus (+ict), ICT + fine-tuning (+ict+qa), BM25. SciFact test and
+Cranfield (nDCG@10, R@100): MiniLM vs MiniLM + ICT on the collection's own corpus (no query, no label),
+and TOUR (BM25 teacher) on top of each; on Cranfield also ICT's masking rate (0, 50, 90, 100%: the
+plot runs/bench-orqa-masking.png) and tied against separate encoders. Every row is compared with
+MiniLM on the same queries (paired t-test and randomisation test).
 
 Every trained encoder, index and run is made by the project's own command lines (printed, and stored
 in each row's "command"); what already exists is reused, so an interrupted bench resumes. Training
 is sized for 2 shared CPU cores (about 10-15 minutes per run). Writes runs/orqa/*.trec,
-runs/bench-orqa.json and runs/bench-orqa.md.
+runs/bench-orqa.json and runs/bench-orqa.md; rows of the JSON file that were not asked for this time
+are kept.
 Usage: python bench/orqa.py [--rows nq-oracle:minilm nq-oracle:minilm+qa ...]
 """
 
@@ -30,7 +33,7 @@ from tour_pyserini.runs import read_run
 
 RUNS, MODELS = Path("runs/orqa"), Path("models/orqa")
 PY = [sys.executable, "-m"]
-NQ, SCIFACT = "collections/nq-oracle", "collections/scifact"
+NQ, SCIFACT, CRANFIELD = "collections/nq-oracle", "collections/scifact", "collections/cranfield"
 # sized for 2 CPU cores shared with other jobs (load 7-9 when measured): 5-12 s per early-update step
 # (32 questions) and 25-60 s per ICT step (16 blocks of up to 288 wordpieces, bf16)
 QA = ["--steps", "120", "--batch-size", "32", "--lr", "3e-5", "--eval-every", "20", "--bf16", "--seed", "13"]
@@ -74,8 +77,9 @@ def train_qa(index: str, output: Path, *extra: str) -> str:
     )
 
 
-def train_ict(collection: str, output: Path) -> str:
-    return run([*PY, "tour_pyserini.train_ict", "--collection", collection, "--output", str(output), *ICT], output)
+def train_ict(collection: str, output: Path, *extra: str) -> str:
+    return run([*PY, "tour_pyserini.train_ict", "--collection", collection, "--output", str(output), *ICT, *extra],
+               output)  # fmt: skip
 
 
 def index(collection: str, encoder: Path, output: str) -> str:
@@ -85,6 +89,9 @@ def index(collection: str, encoder: Path, output: str) -> str:
 
 NQ_TEST, NQ_HITS = f"{NQ}/topics.test.jsonl", ("--hits", "100")
 SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "--remove-query")
+CRANFIELD_TOPICS, CRANFIELD_HITS = f"{CRANFIELD}/topics.tsv", ("--hits", "1000")
+TOPICS = {"nq-oracle": (NQ_TEST, NQ_HITS), "scifact": (SCIFACT_TEST, SCIFACT_HITS),
+          "cranfield": (CRANFIELD_TOPICS, CRANFIELD_HITS)}  # fmt: skip
 TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--reranker", "bm25")
 
 
@@ -98,12 +105,28 @@ def scifact_ict() -> list[str]:
     return [train_ict(SCIFACT, ict), index(SCIFACT, ict / "document", "indexes/scifact.ict")]
 
 
+MASK_RATES = (0.0, 0.5, 0.9, 1.0)  # 0.9 is ORQA's (and the default): the row "minilm+ict"
+
+
+def cranfield_ict(mask_rate: float = 0.9, tied: bool = False) -> tuple[str, Path, str]:
+    """The name, query encoder and index of an ICT variant on Cranfield (what it needs is made by ``before``)."""
+    name = "ict" + ("" if mask_rate == 0.9 else f"-mask{round(mask_rate * 100)}") + ("-tied" if tied else "")
+    return name, MODELS / f"cranfield-{name}" / ("" if tied else "query"), f"indexes/cranfield.{name}"
+
+
+def make_cranfield_ict(mask_rate: float = 0.9, tied: bool = False) -> list[str]:
+    name, query, index_dir = cranfield_ict(mask_rate, tied)
+    model = MODELS / f"cranfield-{name}"
+    extra = ["--mask-rate", str(mask_rate), *(["--tied"] if tied else [])]
+    return [train_ict(CRANFIELD, model, *extra), index(CRANFIELD, model if tied else model / "document", index_dir)]
+
+
 def row(collection: str, encoder: str, index_dir: str, *extra: str, before=lambda: []):
     """A bench row: what it trains first (``before``), then its search; run only when the row is asked for."""
 
     def make():
         commands = before()
-        topics, hits = (NQ_TEST, NQ_HITS) if collection == "nq-oracle" else (SCIFACT_TEST, SCIFACT_HITS)
+        topics, hits = TOPICS[collection]
         path, command = search(index_dir, topics, f"{collection}.{encoder}", *hits, *extra)
         return collection, encoder, path, [*commands, command]
 
@@ -131,6 +154,15 @@ ROWS = dict([  # in the order they run: the cheapest and most telling first
     row("scifact", "minilm+tour-soft(bm25)", "indexes/scifact.minilm", *TOUR),
     row("scifact", "minilm+ict+tour-soft(bm25)", "indexes/scifact.ict", *TOUR, "--encoder",
         str(MODELS / "scifact-ict/query"), before=scifact_ict),
+    row("cranfield", "minilm", "indexes/cranfield.minilm"),
+    row("cranfield", "bm25", "indexes/cranfield.bm25"),
+    *[row("cranfield", f"minilm+{cranfield_ict(rate)[0]}", cranfield_ict(rate)[2], "--encoder",
+          str(cranfield_ict(rate)[1]), before=lambda rate=rate: make_cranfield_ict(rate)) for rate in MASK_RATES],
+    row("cranfield", "minilm+ict-tied", cranfield_ict(tied=True)[2], "--encoder", str(cranfield_ict(tied=True)[1]),
+        before=lambda: make_cranfield_ict(tied=True)),
+    row("cranfield", "minilm+tour-soft(bm25)", "indexes/cranfield.minilm", *TOUR),
+    row("cranfield", "minilm+ict+tour-soft(bm25)", cranfield_ict()[2], *TOUR, "--encoder", str(cranfield_ict()[1]),
+        before=make_cranfield_ict),
 ])  # fmt: skip
 
 
@@ -138,8 +170,8 @@ def judge(collection: str):
     if collection == "nq-oracle":
         topics = read_topics(f"{NQ}/topics.test.jsonl")
         return AnswerJudge(topics, AnswerMatcher(DocStore("indexes/nq-oracle.minilm/docstore.sqlite")))
-    qids = [t.qid for t in read_topics(f"{SCIFACT}/topics.test.tsv")]
-    return QrelsJudge(read_qrels("qrels/scifact.test.txt"), ("nDCG@10", "R@100"), qids=qids)
+    topics, qrels = TOPICS[collection][0], f"qrels/{collection}{'.test' if collection == 'scifact' else ''}.txt"
+    return QrelsJudge(read_qrels(qrels), ("nDCG@10", "R@100"), qids=[t.qid for t in read_topics(topics)])
 
 
 def score(rows) -> list[dict]:
@@ -201,9 +233,41 @@ def main() -> None:
     rows = [ROWS[name]() for name in ROWS if name in args.rows]
     rows.sort(key=lambda r: (r[0], r[1] != "minilm"))  # each collection's MiniLM row first: the others compare to it
     scored = score(rows)
-    Path("runs/bench-orqa.json").write_text(json.dumps(scored, indent=2) + "\n")
-    Path("runs/bench-orqa.md").write_text(markdown(scored))
-    print("wrote runs/bench-orqa.json and runs/bench-orqa.md")
+    path = Path("runs/bench-orqa.json")
+    kept = json.loads(path.read_text()) if path.exists() else []
+    fresh = {(r["collection"], r["encoder"]) for r in scored}
+    order = {name: i for i, name in enumerate(ROWS)}
+    merged = sorted([r for r in kept if (r["collection"], r["encoder"]) not in fresh] + scored,
+                    key=lambda r: order.get(f"{r['collection']}:{r['encoder']}", len(order)))  # fmt: skip
+    path.write_text(json.dumps(merged, indent=2) + "\n")
+    Path("runs/bench-orqa.md").write_text(markdown(merged))
+    print(f"wrote {path} and runs/bench-orqa.md")
+    if plot_masking(merged, Path("runs/bench-orqa-masking.png")):
+        print("wrote runs/bench-orqa-masking.png")
+
+
+def plot_masking(rows: list[dict], path: Path) -> bool:
+    """Cranfield nDCG@10 against ICT's masking rate, with MiniLM and BM25 as lines; False if rows are missing."""
+    by_encoder = {r["encoder"]: r for r in rows if r["collection"] == "cranfield"}
+    names = [f"minilm+{cranfield_ict(rate)[0]}" for rate in MASK_RATES]
+    if not all(name in by_encoder for name in [*names, "minilm", "bm25"]):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.plot([100 * r for r in MASK_RATES], [by_encoder[n]["metrics"]["nDCG@10"] for n in names], marker="o",
+            label="MiniLM + ICT (separate encoders)")  # fmt: skip
+    for name, style in (("minilm", "--"), ("bm25", ":")):
+        ax.axhline(by_encoder[name]["metrics"]["nDCG@10"], ls=style, color="grey", label=name)
+    ax.set_xlabel("ICT examples whose query sentence is removed from its block (%)")
+    ax.set_ylabel("Cranfield nDCG@10")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
 
 
 if __name__ == "__main__":

@@ -87,6 +87,9 @@ def test_split_sentences():
     assert split_sentences(text) == ["Cells divide.", "They grow (slowly).", "3 mice died!", "\"Quoted\" end? yes no.",
                                      "Fin"]  # fmt: skip
     assert split_sentences("  ") == []
+    # a lower-cased corpus (Cranfield): every end punctuation followed by space is a boundary
+    assert split_sentences("flow past a wing . an experimental study was made . results agree.") == [
+        "flow past a wing .", "an experimental study was made .", "results agree."]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,9 @@ that masked evidence keeps some text.
 
 Sentences are split by a regular expression (no model or download: end punctuation followed by space
 and an upper-case letter, digit or opening bracket/quote), which misses some boundaries (abbreviations
-such as "e.g. Foo" split wrongly); a missed boundary only makes a longer sentence.
+such as "e.g. Foo" split wrongly); a missed boundary only makes a longer sentence. A text without any
+upper-case letter (a lower-cased corpus, such as Cranfield) is split at every end punctuation followed
+by space, since no capital can mark where its sentences start.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_LOWER_CASE_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 
 
 def split_sentences(text: str) -> list[str]:
     """The sentences of ``text``, stripped, in order; whitespace-only pieces dropped."""
-    return [s.strip() for s in _BOUNDARY.split(text) if s.strip()]
+    boundary = _LOWER_CASE_BOUNDARY if text == text.lower() else _BOUNDARY
+    return [s.strip() for s in boundary.split(text) if s.strip()]
 
 
 @dataclass(frozen=True)
