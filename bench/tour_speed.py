@@ -85,24 +85,14 @@ class TourRun:
 def batched_vs_sequential(index: str, topics: str, n_queries: int, batch: int) -> dict:
     tour = TourRun(index, topics, n_queries)
     qids = tour.qids
-
-    def run(size: int) -> float:
-        start = time.perf_counter()
-        tour(size)
-        return time.perf_counter() - start
-
-    run(batch)  # warm-up: the JVM compiles Lucene's scoring code on first use
-    one, batched = [], []
-    for i in range(4):
-        pair = [(one, 1), (batched, batch)]
-        for times, size in pair if i % 2 else pair[::-1]:
-            times.append(run(size))
+    tour(batch)  # warm-up: the JVM compiles Lucene's scoring code on first use
+    wall, _ = best_times({"one": partial(tour, 1), "batched": partial(tour, batch)}, repeats=4)
     return {
         "queries": len(qids),
         "batch_size": batch,
-        "one_at_a_time_qps": len(qids) / min(one),
-        "batched_qps": len(qids) / min(batched),
-        "speedup": min(one) / min(batched),
+        "one_at_a_time_qps": len(qids) / wall["one"],
+        "batched_qps": len(qids) / wall["batched"],
+        "speedup": wall["one"] / wall["batched"],
         "teacher_share_of_time": teacher_share(tour),
     }
 
