@@ -57,8 +57,10 @@ def torch_losses(V, X, Z, R, mask, group, config):
 
 @pytest.mark.parametrize("objective", ["kd", "rkl", "grpo"])
 @pytest.mark.parametrize("scope", ["global", "query"])
-def test_gradient_equals_torch_autograd(objective, scope):
+@pytest.mark.parametrize("many_groups", [32, 0], ids=["per-group-products", "batched-products"])
+def test_gradient_equals_torch_autograd(objective, scope, many_groups, monkeypatch):
     """The closed-form gradient of the whole fitting loss, ragged candidate lists and weights included."""
+    monkeypatch.setattr(Problem, "MANY_GROUPS", many_groups)  # both ways of computing the products
     rng = np.random.default_rng(0)
     queries = [rewarded(rng, "a", "q0", k=5), rewarded(rng, "b", "q1", k=3), rewarded(rng, "a", "q2", k=4)]
     config = FitConfig(objective=objective, clip=0.5)  # some ratios leave the clip range, some stay inside
