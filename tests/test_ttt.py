@@ -12,6 +12,7 @@ from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope, pad, scope_plan
 from tour_pyserini.ttt.objectives import (
     FitConfig,
     Problem,
+    fit_targets,
     logit_gradients,
     masked_log_softmax,
     normalise_rewards,
@@ -70,15 +71,15 @@ def test_gradient_equals_torch_autograd(objective, scope, many_groups, monkeypat
     V0 = rng.standard_normal((len(keys), D)) * 0.4
     problem = Problem(X, Z, R, mask, group, weights, len(keys), dtype=np.float64)  # in group order already
     S, norm = problem.scores(V0)
-    log_ref = masked_log_softmax(problem.Zx / np.sqrt(problem.xx)[:, None] / config.tau_student, problem.mask)
+    targets = fit_targets(problem, config)
     log_p = masked_log_softmax(S / config.tau_student, problem.mask)
-    G = logit_gradients(log_p, problem.R, problem.mask, log_ref, config) * weights[:, None] / config.tau_student
+    G = logit_gradients(log_p, problem.mask, config, **targets) * weights[:, None] / config.tau_student
     grad = problem.gradient(V0, S, norm, G)
     V = torch.tensor(V0, requires_grad=True)
     (torch.as_tensor(weights) * torch_losses(V, X, Z, R, mask, group, config)).sum().backward()
     assert np.allclose(grad, V.grad.numpy(), rtol=1e-9, atol=1e-12)
     if objective == "grpo":  # the clip is active for some candidates, or the test would not test it
-        ratio = np.exp(log_p - log_ref)[problem.mask]
+        ratio = np.exp(log_p - targets["log_ref"])[problem.mask]
         assert (np.abs(ratio - 1) > config.clip).any() and (np.abs(ratio - 1) < config.clip).any()
     if scope == "query":  # no component along the current query direction
         xt = unit_rows(X + V0)

@@ -65,8 +65,8 @@ def masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, z, 0.0)
 
 
-def logit_gradients(log_p: np.ndarray, R: np.ndarray, mask: np.ndarray, log_ref: np.ndarray | None,
-                    config: FitConfig) -> np.ndarray:  # fmt: skip
+def logit_gradients(log_p: np.ndarray, mask: np.ndarray, config: FitConfig, *, log_t: np.ndarray | None = None,
+                    log_ref: np.ndarray | None = None, advantages: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """∂ℓ_q/∂a_qd (n, k) of each query's loss in its student logits a = x̃·z / τ_S (p = softmax(a)).
 
     With the teacher t = softmax(r̂ / τ_T):
@@ -77,16 +77,15 @@ def logit_gradients(log_p: np.ndarray, R: np.ndarray, mask: np.ndarray, log_ref:
       ∂ℓ/∂a = p ⊙ (b − Σ_d p_d b_d), b_d = −A_d where the unclipped term is the active one
       (ρ_d inside [1 − ε, 1 + ε], or ρ_d A_d below its clipped value), else 0.
 
-    ``log_ref`` is log π_0 (grpo only). Padded entries have p = 0 and get 0.
+    What does not change during a fit is passed in, computed once (``fit_targets``): ``log_t`` (kd,
+    rkl), log π_0 as ``log_ref`` and A as ``advantages`` (grpo). Padded entries have p = 0 and get 0.
     """
     p = np.exp(log_p) * mask
     if config.objective == "grpo":
-        A = grpo_advantages(R, mask, config.std_floor)
         ratio = np.exp(log_p - log_ref)
         clipped = np.clip(ratio, 1 - config.clip, 1 + config.clip)
-        b = -A * ((ratio == clipped) | (ratio * A < clipped * A))
+        b = -advantages * ((ratio == clipped) | (ratio * advantages < clipped * advantages))
         return p * (b - (p * b).sum(-1, keepdims=True))
-    log_t = masked_log_softmax(R / config.tau_teacher, mask)
     if config.objective == "kd":
         return p - np.exp(log_t) * mask
     gap = (log_p - log_t) * mask  # rkl
@@ -125,13 +124,10 @@ class Problem:
         self.starts = np.searchsorted(self.group, np.arange(n_groups))
         self.Zx = np.einsum("nkd,nd->nk", self.A[:, :-1], self.A[:, -1]).astype(np.float64)
         self.xx = (X * X).sum(-1)
-        if n_groups <= self.MANY_GROUPS:  # views of A: one product per group
+        self.few = n_groups <= self.MANY_GROUPS
+        if self.few:  # views of A: one product per group
             self.bounds = list(zip(self.starts, list(self.starts[1:]) + [len(self.group)]))
             self.flat = [self.A[a:b].reshape(-1, self.A.shape[-1]) for a, b in self.bounds]
-
-    @property
-    def few(self) -> bool:
-        return hasattr(self, "flat")
 
     def scores(self, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """x̃_q(v_{g(q)})·z_d for every query and candidate (n, k), in group order, and ‖x_q + v_{g(q)}‖ (n,)."""
@@ -163,6 +159,16 @@ class Problem:
         return a if len(self.starts) == len(self.group) else np.add.reduceat(a, self.starts)
 
 
+def fit_targets(problem: Problem, config: FitConfig) -> dict[str, np.ndarray]:
+    """The constant inputs of ``logit_gradients`` for ``problem``: the teacher's log t (kd, rkl), or the
+    reference policy π_0 = p(v = 0), the unchanged query's, and the advantages (grpo)."""
+    if config.objective != "grpo":
+        return {"log_t": masked_log_softmax(problem.R / config.tau_teacher, problem.mask)}
+    ref = problem.Zx / np.sqrt(problem.xx)[:, None] / config.tau_student
+    return {"log_ref": masked_log_softmax(ref, problem.mask),
+            "advantages": grpo_advantages(problem.R, problem.mask, config.std_floor)}  # fmt: skip
+
+
 def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group: np.ndarray, weights: np.ndarray,
         n_groups: int, config: FitConfig | None = None) -> np.ndarray:  # fmt: skip
     """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = 0 on every group's loss.
@@ -179,9 +185,7 @@ def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group:
     param = torch.from_numpy(V)  # shares V's memory: the optimiser updates V in place
     # torch's Adam adds weight_decay * v to the gradient: the ridge's 2λv, in the optimiser's one pass
     optimiser = torch.optim.Adam([param], lr=config.lr, weight_decay=2 * config.ridge, fused=True)
-    log_ref = None
-    if config.objective == "grpo":  # the reference policy: the unchanged query
-        log_ref = masked_log_softmax(problem.Zx / np.sqrt(problem.xx)[:, None] / config.tau_student, problem.mask)
+    targets = fit_targets(problem, config)
     scale = problem.weights[:, None] / config.tau_student
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # torch's idle OpenMP workers would spin against numpy's BLAS threads
@@ -189,7 +193,7 @@ def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group:
         for _ in range(config.steps):
             S, norm = problem.scores(V)
             log_p = masked_log_softmax(S / config.tau_student, problem.mask)
-            G = logit_gradients(log_p, problem.R, problem.mask, log_ref, config) * scale
+            G = logit_gradients(log_p, problem.mask, config, **targets) * scale
             param.grad = torch.from_numpy(problem.gradient(V, S, norm, G))
             optimiser.step()
     finally:
