@@ -22,7 +22,9 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
@@ -95,41 +97,37 @@ TOPICS = {"nq-oracle": (NQ_TEST, NQ_HITS), "scifact": (SCIFACT_TEST, SCIFACT_HIT
 TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--reranker", "bm25")
 
 
-def nq_ict() -> list[str]:
-    ict = MODELS / "nq-oracle-ict"
-    return [train_ict(NQ, ict), index(NQ, ict / "document", "indexes/nq-oracle.ict")]
+COLLECTIONS = {"nq-oracle": NQ, "scifact": SCIFACT, "cranfield": CRANFIELD}
 
 
-def scifact_ict(tied: bool = False) -> list[str]:
-    ict = MODELS / f"scifact-ict{'-tied' if tied else ''}"
-    return [
-        train_ict(SCIFACT, ict, *(["--tied"] if tied else [])),
-        index(SCIFACT, ict if tied else ict / "document", f"indexes/scifact.ict{'-tied' if tied else ''}"),
-    ]
+class Ict(NamedTuple):
+    """An ICT-trained encoder pair: the query encoder, the index its document encoder built, and ``make``,
+    which trains it and builds the index (each only if missing) and returns the command lines."""
+
+    query: str
+    index: str
+    make: Callable[[], list[str]]
 
 
+def ict(collection: str, variant: str = "ict", *extra: str) -> Ict:
+    """ICT on ``collection``'s own corpus, ``extra`` passed to train_ict: models/orqa/<collection>-<variant>,
+    indexes/<collection>.<variant>; with ``--tied``, one encoder for queries and documents."""
+    model, index_dir, tied = MODELS / f"{collection}-{variant}", f"indexes/{collection}.{variant}", "--tied" in extra
+
+    def make() -> list[str]:
+        documents = model if tied else model / "document"
+        return [train_ict(COLLECTIONS[collection], model, *extra), index(COLLECTIONS[collection], documents, index_dir)]
+
+    return Ict(str(model if tied else model / "query"), index_dir, make)
+
+
+NQ_ICT, SCIFACT_ICT, SCIFACT_TIED = ict("nq-oracle"), ict("scifact"), ict("scifact", "ict-tied", "--tied")
 MASK_RATES = (0.0, 0.5, 0.9, 1.0)  # 0.9 is ORQA's (and the default): the row "minilm+ict"
-
-
-def cranfield_ict(mask_rate: float = 0.9, tied: bool = False) -> tuple[str, Path, str]:
-    """The name, query encoder and index of an ICT variant on Cranfield (what it needs is made by ``before``)."""
-    name = "ict" + ("" if mask_rate == 0.9 else f"-mask{round(mask_rate * 100)}") + ("-tied" if tied else "")
-    return name, MODELS / f"cranfield-{name}" / ("" if tied else "query"), f"indexes/cranfield.{name}"
-
-
-def make_cranfield_ict(mask_rate: float = 0.9, tied: bool = False) -> list[str]:
-    name, query, index_dir = cranfield_ict(mask_rate, tied)
-    model = MODELS / f"cranfield-{name}"
-    extra = ["--mask-rate", str(mask_rate), *(["--tied"] if tied else [])]
-    return [train_ict(CRANFIELD, model, *extra), index(CRANFIELD, model if tied else model / "document", index_dir)]
-
-
-LONG = MODELS / "cranfield-ict-tied-300"  # tied ICT for about three passes over Cranfield's blocks
-
-
-def make_cranfield_long() -> list[str]:
-    return [train_ict(CRANFIELD, LONG, "--tied", "--steps", "300", "--eval-every", "50"),
-            index(CRANFIELD, LONG, "indexes/cranfield.ict-tied-300")]  # fmt: skip
+MASK_VARIANTS = {rate: "ict" if rate == 0.9 else f"ict-mask{round(rate * 100)}" for rate in MASK_RATES}
+CRANFIELD_MASKS = {rate: ict("cranfield", MASK_VARIANTS[rate], "--mask-rate", str(rate)) for rate in MASK_RATES}
+CRANFIELD_TIED = ict("cranfield", "ict-tied", "--mask-rate", "0.9", "--tied")
+# tied ICT for about three passes over Cranfield's blocks
+CRANFIELD_LONG = ict("cranfield", "ict-tied-300", "--tied", "--steps", "300", "--eval-every", "50")
 
 
 def row(collection: str, encoder: str, index_dir: str, *extra: str, before=lambda: []):
@@ -144,6 +142,11 @@ def row(collection: str, encoder: str, index_dir: str, *extra: str, before=lambd
     return f"{collection}:{encoder}", make
 
 
+def ict_row(collection: str, encoder: str, encoders: Ict, *extra: str):
+    """A bench row searching with an ICT-trained encoder pair (trained and indexed first)."""
+    return row(collection, encoder, encoders.index, *extra, "--encoder", encoders.query, before=encoders.make)
+
+
 QA_DIR, ICT_QA_DIR = MODELS / "nq-oracle-qa", MODELS / "nq-oracle-ict-qa"
 QA_LOW_DIR = MODELS / "nq-oracle-qa-lr1e-5"  # the same early update at a third of the learning rate
 ROWS = dict([  # in the order they run: the cheapest and most telling first
@@ -155,29 +158,20 @@ ROWS = dict([  # in the order they run: the cheapest and most telling first
     row("nq-oracle", "bm25", "indexes/nq-oracle.bm25"),
     row("scifact", "minilm", "indexes/scifact.minilm"),
     row("scifact", "bm25", "indexes/scifact.bm25"),
-    row("scifact", "minilm+ict", "indexes/scifact.ict", "--encoder", str(MODELS / "scifact-ict/query"),
-        before=scifact_ict),
-    row("scifact", "minilm+ict-tied", "indexes/scifact.ict-tied", "--encoder", str(MODELS / "scifact-ict-tied"),
-        before=lambda: scifact_ict(tied=True)),
-    row("nq-oracle", "minilm+ict", "indexes/nq-oracle.ict", "--encoder", str(MODELS / "nq-oracle-ict/query"),
-        before=nq_ict),
-    row("nq-oracle", "minilm+ict+qa", "indexes/nq-oracle.ict", "--encoder", str(ICT_QA_DIR),
-        before=lambda: [*nq_ict(), train_qa("indexes/nq-oracle.ict", ICT_QA_DIR, "--init",
-                                            str(MODELS / "nq-oracle-ict/query"))]),
+    ict_row("scifact", "minilm+ict", SCIFACT_ICT),
+    ict_row("scifact", "minilm+ict-tied", SCIFACT_TIED),
+    ict_row("nq-oracle", "minilm+ict", NQ_ICT),
+    row("nq-oracle", "minilm+ict+qa", NQ_ICT.index, "--encoder", str(ICT_QA_DIR),
+        before=lambda: [*NQ_ICT.make(), train_qa(NQ_ICT.index, ICT_QA_DIR, "--init", NQ_ICT.query)]),
     row("scifact", "minilm+tour-soft(bm25)", "indexes/scifact.minilm", *TOUR),
-    row("scifact", "minilm+ict+tour-soft(bm25)", "indexes/scifact.ict", *TOUR, "--encoder",
-        str(MODELS / "scifact-ict/query"), before=scifact_ict),
+    ict_row("scifact", "minilm+ict+tour-soft(bm25)", SCIFACT_ICT, *TOUR),
     row("cranfield", "minilm", "indexes/cranfield.minilm"),
     row("cranfield", "bm25", "indexes/cranfield.bm25"),
-    *[row("cranfield", f"minilm+{cranfield_ict(rate)[0]}", cranfield_ict(rate)[2], "--encoder",
-          str(cranfield_ict(rate)[1]), before=lambda rate=rate: make_cranfield_ict(rate)) for rate in MASK_RATES],
-    row("cranfield", "minilm+ict-tied", cranfield_ict(tied=True)[2], "--encoder", str(cranfield_ict(tied=True)[1]),
-        before=lambda: make_cranfield_ict(tied=True)),
-    row("cranfield", "minilm+ict-tied-300", "indexes/cranfield.ict-tied-300", "--encoder", str(LONG),
-        before=make_cranfield_long),
+    *[ict_row("cranfield", f"minilm+{MASK_VARIANTS[rate]}", CRANFIELD_MASKS[rate]) for rate in MASK_RATES],
+    ict_row("cranfield", "minilm+ict-tied", CRANFIELD_TIED),
+    ict_row("cranfield", "minilm+ict-tied-300", CRANFIELD_LONG),
     row("cranfield", "minilm+tour-soft(bm25)", "indexes/cranfield.minilm", *TOUR),
-    row("cranfield", "minilm+ict+tour-soft(bm25)", cranfield_ict()[2], *TOUR, "--encoder", str(cranfield_ict()[1]),
-        before=make_cranfield_ict),
+    ict_row("cranfield", "minilm+ict+tour-soft(bm25)", CRANFIELD_MASKS[0.9], *TOUR),
 ])  # fmt: skip
 
 
@@ -264,7 +258,7 @@ def main() -> None:
 def plot_masking(rows: list[dict], path: Path) -> bool:
     """Cranfield nDCG@10 against ICT's masking rate, with MiniLM and BM25 as lines; False if rows are missing."""
     by_encoder = {r["encoder"]: r for r in rows if r["collection"] == "cranfield"}
-    names = [f"minilm+{cranfield_ict(rate)[0]}" for rate in MASK_RATES]
+    names = [f"minilm+{MASK_VARIANTS[rate]}" for rate in MASK_RATES]
     if not all(name in by_encoder for name in [*names, "minilm", "bm25"]):
         return False
     import matplotlib
