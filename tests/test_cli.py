@@ -132,6 +132,7 @@ def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_pat
               "--output", str(out)]  # fmt: skip
     help_text = run_module("tour_pyserini.search", "--help").stdout
     assert "rocchio options" in help_text and "tour-hard options" in help_text and "--soft-stop" in help_text
+    assert "ensemble:FILE" in help_text and "dense[:DIR]" in help_text  # teachers listed from their registry
     stray = run_module(*common, "--rewriter", "rocchio", "--lr", "0.2")
     assert stray.returncode == 2 and "error: --lr: not an option of --rewriter rocchio" in stray.stderr
     for flags, message in [(["--smoothing", "0"], "--smoothing must be positive"),

@@ -11,7 +11,15 @@ from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.encoders import bundled_model_dir
 from tour_pyserini.index import DocStore
 from tour_pyserini.results import Trace
-from tour_pyserini.teachers import ScoreCache, ScoreRequest, Teacher, TeacherContext, get_teacher
+from tour_pyserini.teachers import (
+    ScoreCache,
+    ScoreRequest,
+    Teacher,
+    TeacherContext,
+    available_teachers,
+    get_teacher,
+    teacher_usages,
+)
 from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
 from tour_pyserini.teachers.oracle import OracleTeacher
 
@@ -55,6 +63,15 @@ def test_unknown_teacher_specs():
         get_teacher("monot5")
     with pytest.raises(ValueError, match="needs qrels"):
         get_teacher("oracle")
+
+
+def test_every_registered_teacher_is_listed_with_how_its_spec_is_written():
+    """The CLI's help is built from the registry: a new teacher appears there with its own usage."""
+    listed = teacher_usages().split(", ")
+    assert len(listed) == len(available_teachers()) >= 7
+    for usage, kind in zip(listed, sorted(available_teachers())):
+        assert usage == kind or usage.startswith((f"{kind}:", f"{kind}["))
+    assert "ensemble:FILE" in listed and "cross-encoder:PATH" in listed
 
 
 def test_oracle_and_cache_counting(mini_scifact):

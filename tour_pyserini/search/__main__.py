@@ -1,8 +1,8 @@
 """python -m tour_pyserini.search: search a dense or BM25 index for every topic and write a TREC run.
 
 Dense indexes take a query rewriter (``--rewriter``) and, for rewriters that ask a teacher, a teacher
-spec (``--reranker``): ``cross-encoder:PATH``, ``bm25``, ``fusion:A+B`` or ``oracle:QRELS``. Each
-rewriter declares its own flags (``--help`` lists them by rewriter).
+spec (``--reranker``), such as ``cross-encoder:PATH``, ``bm25`` or ``ensemble:FILE`` (``--help`` lists
+them all). Each rewriter declares its own flags (``--help`` lists them by rewriter).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tour_pyserini.results import SearchResult
 from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.runs import RunWriter
 from tour_pyserini.search.configure import check_args, open_searcher, rewriter_options
+from tour_pyserini.teachers import teacher_usages
 from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, PRECISIONS
 
 # flags that do not change the run, so an interrupted run may resume under different values
@@ -66,9 +67,13 @@ def parser() -> argparse.ArgumentParser:
 
     rw = ap.add_argument_group("query rewriting (dense indexes)")
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
-    rw.add_argument("--reranker", metavar="TEACHER", help="teacher: cross-encoder:PATH, bm25[:DIR], fusion:A+B, "
-                    "oracle:QRELS")  # fmt: skip
-    rw.add_argument("--reranker-max-length", type=int, help="tokens a cross-encoder teacher reads (default 512)")
+    rw.add_argument("--reranker", metavar="TEACHER", help=f"teacher: {teacher_usages()}")
+    rw.add_argument(
+        "--reranker-max-length",
+        type=int,
+        help="tokens a cross-encoder teacher reads "
+        "(default: the model's own limit, which the trainer sets to its training length; at most 512)",
+    )
     rw.add_argument("--reranker-precision", choices=PRECISIONS, help="a cross-encoder teacher's "
                     "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16), "
                     f"fp32, or auto (bf16 where the device has bfloat16 arithmetic, else fp32; default "

@@ -13,8 +13,13 @@ from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 __all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
-           "StoredTeacher", "available_teachers", "get_teacher"]  # fmt: skip
+           "StoredTeacher", "available_teachers", "get_teacher", "teacher_usages"]  # fmt: skip
 
 
 def available_teachers() -> dict[str, type[Teacher]]:
     return TEACHERS.all()
+
+
+def teacher_usages() -> str:
+    """How each registered teacher's spec is written, for help texts: "bm25[:DIR], cross-encoder:PATH, ..."."""
+    return ", ".join(cls.usage or kind for kind, cls in sorted(available_teachers().items()))

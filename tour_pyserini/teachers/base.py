@@ -48,6 +48,7 @@ class Teacher(ABC):
     """
 
     kind: ClassVar[str]
+    usage: ClassVar[str] = ""  # how the spec is written, e.g. "cross-encoder:PATH" (default: the kind alone)
     needs_text: ClassVar[bool] = True  # whether requests must carry document texts
     oracle: ClassVar[bool] = False  # reads relevance judgements: for tests and upper bounds only
     # a pair's score does not depend on the other candidates of its query, so scores may be stored and

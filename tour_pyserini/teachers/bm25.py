@@ -69,6 +69,7 @@ class Bm25Teacher(_LuceneIndexTeacher):
     """
 
     kind = "bm25"
+    usage = "bm25[:DIR]"
 
     def __init__(self, index_dir: str | Path):
         super().__init__(index_dir)
@@ -142,6 +143,7 @@ class AnseriniBm25Teacher(_LuceneIndexTeacher):
     """
 
     kind = "bm25-anserini"
+    usage = "bm25-anserini[:DIR]"
 
     def __init__(self, index_dir: str | Path):
         super().__init__(index_dir)

@@ -158,6 +158,7 @@ class CrossEncoderTeacher(Teacher):
     """
 
     kind = "cross-encoder"
+    usage = "cross-encoder:PATH"
 
     def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
                  precision: str = DEFAULT_PRECISION, dense: DenseTeacher | None = None,

@@ -22,6 +22,7 @@ class DenseTeacher(Teacher):
     """
 
     kind = "dense"
+    usage = "dense[:DIR]"
     needs_text = False
 
     def __init__(self, index_dir: str | Path, encoder: str | None = None):

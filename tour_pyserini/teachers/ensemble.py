@@ -59,6 +59,7 @@ class EnsembleTeacher(Teacher):
     """``ensemble:FILE``: sum over parts of weight x the part's score."""
 
     kind = "ensemble"
+    usage = "ensemble:FILE"
 
     def __init__(self, parts: Sequence[Teacher], weights: Sequence[float], name: str = "ensemble"):
         if len(parts) != len(weights) or not parts:

@@ -21,6 +21,7 @@ class FusionTeacher(Teacher):
     """
 
     kind = "fusion"
+    usage = "fusion:A+B"
     pairwise = False
 
     def __init__(self, parts: Sequence[Teacher]):

@@ -16,6 +16,7 @@ class OracleTeacher(Teacher):
     """Scores a candidate by its qrels grade (unjudged: 0). Results made with it are labelled 'oracle'."""
 
     kind = "oracle"
+    usage = "oracle:QRELS"
     needs_text = False
     oracle = True
 
