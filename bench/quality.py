@@ -1,8 +1,9 @@
 """make bench-quality: TOUR against every baseline on SciFact test and nq-oracle test.
 
 For each collection, with the trained cross-encoder teacher (models/scifact-rce, residual;
-models/nq-oracle-ce, from the first recipe) and the BM25 teacher: base dense, BM25, Rocchio
-(T = 1..3), rerank@{10,20,40,100} and tour-hard / tour-soft at the passage preset with k in
+models/nq-oracle-ce, from the first recipe), its ensemble with BM25 and the retriever where the model
+directory has one (``ensemble.json``, fitted on the teacher's dev queries) and the BM25 teacher: base
+dense, BM25, Rocchio (T = 1..3), rerank@{10,20,40,100} and tour-hard / tour-soft at the passage preset with k in
 {10, 20, 100} and T in {1, 2, 3}; every TOUR row is also compared with re-ranking at its own teacher
 budget (rerank@K, K = its mean teacher calls per query). Beyond the paper, in the same table:
 ``+union`` ranks every candidate the teacher scored on the way (no extra teacher calls), and ``+lam``
@@ -35,6 +36,7 @@ OUT = Path("runs/quality")
 HITS = 100  # every metric reported reads the top 100
 LAMBDAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 RETRIEVER_SMOOTHING = 0.05  # sim / 0.05 = 20 sim: the logit scale MiniLM was trained with
+RERANK_DEPTHS, TOUR_DEPTHS, ITERATIONS = (10, 20, 40, 100), (10, 20, 100), (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class Bench:
     def __init__(self, col: Collection, batch_size: int, val_topics):
         from tour_pyserini.data import read_topics
         from tour_pyserini.search import Bm25Searcher, TourSearcher
+        from tour_pyserini.teachers.cross_encoder import resolve_precision
 
         self.col, self.batch_size = col, batch_size
         self.searcher = TourSearcher.from_index(col.index)
@@ -145,6 +148,9 @@ class Bench:
         self.val_judge = make_judge(col, val_topics, col.val_qrels, self.searcher.docstore)
         self.rows: dict[System, dict] = {}
         self.seconds_per_pair: dict[str, float] = {}  # teacher name -> measured seconds per scored pair
+        self.versions: dict[str, str] = {}  # teacher name -> short hash of its fingerprint
+        self.specs: dict[str, str] = {}  # teacher name -> its spec on the command line
+        self.precision = resolve_precision("auto", "cpu")  # a cross-encoder's arithmetic, as the CLI's default
 
     def _encode(self, topics):
         texts = [t.text for t in topics]
@@ -167,7 +173,9 @@ class Bench:
         if not tuning and system in self.rows:
             return self.rows[system]
         topics, vectors = (self.val_topics, self.val_vectors) if tuning else (self.topics, self.vectors)
-        run_path = OUT / self.col.name / ("val" if tuning else "") / f"{system.slug}.trec"
+        # a teacher's runs carry its fingerprint, so a retrained teacher never reads an old run back
+        version = f".{self.versions[system.teacher]}" if system.teacher in self.versions else ""
+        run_path = OUT / self.col.name / ("val" if tuning else "") / f"{system.slug}{version}.trec"
         meta_path = run_path.with_suffix(".json")
         if not (run_path.exists() and meta_path.exists()):
             rewriter = make_rewriter() if make_rewriter else None
@@ -209,6 +217,8 @@ class Bench:
             "teacher_calls_per_query": meta["teacher_calls_per_query"],
             "iterations_per_query": meta["iterations_per_query"],
             "run": str(run_path),
+            "command": self.command(system, run_path),
+            "selected": system.teacher == "-" and system.name != "rocchio",  # dense, bm25: one configuration
             "per_query": per_query,
         }
         if not tuning:
@@ -219,6 +229,38 @@ class Bench:
                   flush=True)  # fmt: skip
         return row
 
+    def select(self, configurations: list, teacher=None) -> System:
+        """Of one method's ``(system, make_rewriter)`` configurations, the one with the best ``tune_on`` metric
+        on the held-out training queries (the first of equals: grid order puts the cheaper first); its test
+        row is marked ``selected``."""
+        dev = [self.run(system, make, teacher, tuning=True)["metrics"][self.col.tune_on]
+               for system, make in configurations]  # fmt: skip
+        best = configurations[int(np.argmax(dev))][0]
+        self.rows[best]["selected"] = True
+        return best
+
+    def command(self, system: System, run_path: Path) -> str:
+        """The search command that rebuilds the test run of ``system`` from a fresh clone (after ``make install``
+        and the index builds): the score store only saves time, the scores are the teacher's own."""
+        col = self.col
+        index = col.bm25_index if system.name == "bm25" else col.index
+        cmd = f"python -m tour_pyserini.search --index {index} --topics {col.topics} --hits {HITS}"
+        cmd += " --remove-query" if col.remove_query else ""
+        method, *extras = system.name.split("+")
+        if method == "rocchio":
+            cmd += f" --rewriter rocchio --prf-iterations {system.iterations}"
+        elif system.teacher != "-":
+            cmd += f" --rewriter {method} --reranker {self.specs[system.teacher]} --k {system.k}"
+            if self.specs[system.teacher] != "bm25":
+                cmd += f" --reranker-precision {self.precision}"
+            if method.startswith("tour"):
+                cmd += f" --preset passage --iterations {system.iterations}"
+            if "union" in extras:
+                cmd += " --final union"
+            if "lam" in extras:
+                cmd += f" --lambda {system.variant.removeprefix('lam')} --smoothing {RETRIEVER_SMOOTHING}"
+        return cmd + f" --output {run_path}"
+
 
 def tune_lambda(bench: Bench, teacher_name: str, teacher, store) -> tuple[float, list]:
     """Lambda of rerank@100 with the retriever at 20 sim, best ``tune_on`` metric on held-out training queries."""
@@ -226,7 +268,7 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher, store) -> tuple[float,
 
     curve = []
     for lam in LAMBDAS:
-        system = System(f"rerank+lam{lam}", teacher_name, 100)
+        system = System("rerank+lam", teacher_name, 100, variant=f"lam{lam}")
         row = bench.run(system, lambda lam=lam: Rerank(teacher, depth=100, lam=lam, smoothing=RETRIEVER_SMOOTHING,
                                                        store=store), teacher, tuning=True)  # fmt: skip
         curve.append((lam, row["metrics"][bench.col.tune_on]))
@@ -237,28 +279,34 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher, store) -> tuple[float,
 
 
 def teacher_grid(bench: Bench, teacher_name: str, teacher, store) -> dict:
-    """Every teacher-guided row of one collection; returns the tuned lambda and the teacher's cost."""
+    """Every teacher-guided row of one collection (its cost per pair measured before), and one configuration
+    per method chosen on the held-out training queries; returns the tuned lambda, that cost and the choices."""
     from tour_pyserini.rewriters.rerank import Rerank
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
 
-    bench.seconds_per_pair[teacher_name] = calibrate(teacher, bench)
     for k in (100, 40, 20, 10):  # 100 first: the others re-rank a subset of its scored pairs
         bench.run(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, depth=k, store=store), teacher)
     lam, curve = tune_lambda(bench, teacher_name, teacher, store)
     interpolate = {"lam": lam, "smoothing": RETRIEVER_SMOOTHING}
-    for k in (10, 20, 40, 100):
-        bench.run(System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
-                  lambda k=k: Rerank(teacher, depth=k, store=store, **interpolate), teacher)  # fmt: skip
+    # method -> its configurations in grid order (the cheaper first: the first of equals is chosen)
+    methods = {
+        "rerank": [(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, depth=k, store=store))
+                   for k in RERANK_DEPTHS],
+        "rerank+lam": [(System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
+                        lambda k=k: Rerank(teacher, depth=k, store=store, **interpolate)) for k in RERANK_DEPTHS],
+    }  # fmt: skip
     variants = {"": {}, "+union": {"final": "union"}, "+union+lam": {"final": "union", **interpolate}}
     for cls in (TourHard, TourSoft):
         for suffix, options in variants.items():
-            for k in (10, 20, 100):
-                for T in (1, 2, 3):
-                    variant = f"lam{lam}" if "lam" in suffix else ""
-                    bench.run(System(cls.name + suffix, teacher_name, k, T, variant),
-                              lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", depth=k, iterations=T,
-                                                                     store=store, **o),
-                              teacher)  # fmt: skip
+            methods[cls.name + suffix] = [
+                (System(cls.name + suffix, teacher_name, k, T, f"lam{lam}" if "lam" in suffix else ""),
+                 lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", depth=k, iterations=T, store=store,
+                                                        **o))
+                for k in TOUR_DEPTHS for T in ITERATIONS
+            ]  # fmt: skip
+    for configurations in methods.values():
+        for system, make in configurations:
+            bench.run(system, make, teacher)
     for system, row in list(bench.rows.items()):  # re-ranking at each TOUR row's own teacher budget
         if system.teacher == teacher_name and system.name.startswith("tour"):
             budget = max(1, round(row["teacher_calls_per_query"]))
@@ -268,24 +316,58 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher, store) -> dict:
                                 lambda b=budget, o=options: Rerank(teacher, depth=b, store=store, **o),
                                 teacher)  # fmt: skip
             row["matched_rerank"] = matched["run"]
+    chosen = {method: bench.select(configurations, teacher) for method, configurations in methods.items()}
+    # the goal "TOUR at k <= 20 as good as rerank@40, in less time" gets its own choice among those depths
+    for method in ("tour-hard", "tour-soft"):
+        fast = [(system, make) for system, make in methods[method] if system.k <= 20]
+        chosen[f"{method}@k<=20"] = bench.select(fast, teacher)
     return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(bench.val_topics), "curve": curve,
-            "seconds_per_pair": bench.seconds_per_pair[teacher_name]}  # fmt: skip
+            "seconds_per_pair": bench.seconds_per_pair[teacher_name],
+            "selected": {method: bench.rows[system]["run"] for method, system in chosen.items()}}  # fmt: skip
 
 
-def _fingerprint(model_dir: str) -> str:
+TEACHERS = ("cross-encoder", "ensemble", "bm25")
+
+
+def teacher_spec(col: Collection, teacher_name: str) -> str | None:
+    """The spec of a teacher of the grid on ``col``; None where the collection has no such teacher."""
+    if teacher_name == "bm25":
+        return "bm25"
+    if teacher_name == "cross-encoder":
+        return f"cross-encoder:{col.teacher_dir}"
+    ensemble = Path(col.teacher_dir) / "ensemble.json"
+    return f"ensemble:{ensemble}" if ensemble.exists() else None
+
+
+def short_hash(teacher) -> str:
     import hashlib
 
-    digest = hashlib.sha1()
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+    return hashlib.sha256(teacher.fingerprint.encode()).hexdigest()[:12]
+
+
+class Stores:
+    """One score store per teacher fingerprint under runs/quality/cache/, shared by every teacher that needs it:
+    the ensemble's cross-encoder part reads the scores the cross-encoder's own rows stored (a retrained
+    teacher has another fingerprint, so it starts afresh)."""
+
+    def __init__(self, collection: str):
+        self.collection, self.open = collection, {}
+
+    def __call__(self, teacher):
+        from tour_pyserini.teachers import ScoreStore
+
+        if teacher.fingerprint not in self.open:
+            path = OUT / "cache" / f"{self.collection}.{teacher.kind}.{short_hash(teacher)}.sqlite"
+            self.open[teacher.fingerprint] = ScoreStore(path, teacher.fingerprint)
+        return self.open[teacher.fingerprint]
 
 
 def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tuple[list[dict], dict]:
     from tour_pyserini.data import read_topics
     from tour_pyserini.rewriters import Identity
     from tour_pyserini.rewriters.prf import Rocchio
-    from tour_pyserini.teachers import ScoreStore, TeacherContext, get_teacher
+    from tour_pyserini.teachers import StoredTeacher, TeacherContext, get_teacher
+    from tour_pyserini.teachers.ensemble import EnsembleTeacher
 
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
     training = json.loads((Path(col.teacher_dir) / "training.json").read_text())
@@ -293,16 +375,26 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
     bench = Bench(col, batch_size, [t for t in read_topics(col.val_topics) if t.qid in val_ids])
     bench.run(System("dense", "-"), Identity)
     bench.run(System("bm25", "-"))
-    for T in (1, 2, 3):
-        bench.run(System("rocchio", "-", iterations=T), lambda T=T: Rocchio(iterations=T))
-    tuned = {}
+    rocchio = [(System("rocchio", "-", iterations=T), lambda T=T: Rocchio(iterations=T)) for T in ITERATIONS]
+    for system, make in rocchio:
+        bench.run(system, make)
+    bench.select(rocchio)
+    tuned, stores = {}, Stores(col.name)
+    context = TeacherContext(index_dir=col.index, max_length=training["config"]["max_length"],
+                             precision=bench.precision)  # fmt: skip
     for teacher_name in teachers:
-        spec = "bm25" if teacher_name == "bm25" else f"cross-encoder:{col.teacher_dir}"
-        context = TeacherContext(index_dir=col.index, max_length=training["config"]["max_length"])
-        version = _fingerprint(col.teacher_dir) if teacher_name != "bm25" else "lucene"
-        cache = OUT / "cache" / f"{col.name}.{teacher_name}.{version}.sqlite"  # a retrained teacher starts afresh
+        spec = teacher_spec(col, teacher_name)
+        if spec is None:
+            print(f"{col.name}: no {teacher_name} teacher in {col.teacher_dir}, skipped", flush=True)
+            continue
         teacher = get_teacher(spec, context)
-        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, ScoreStore(cache, teacher.label))
+        bench.specs[teacher_name] = spec
+        bench.seconds_per_pair[teacher_name] = calibrate(teacher, bench)  # the real teacher, nothing stored yet
+        bench.versions[teacher_name] = short_hash(teacher)
+        if isinstance(teacher, EnsembleTeacher):
+            teacher.parts = [StoredTeacher(p, stores(p), bench.searcher.docstore) if p.needs_text else p
+                             for p in teacher.parts]  # fmt: skip
+        tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, stores(teacher))
     return list(bench.rows.values()), tuned
 
 
@@ -315,7 +407,7 @@ def add_significance(rows: list[dict], col: Collection) -> None:
     for row in rows:
         row["p_vs_base"] = {}
         row["p_vs_matched_rerank"] = {}
-        for metric in (col.headline, col.recall):
+        for metric in dict.fromkeys((col.tune_on, col.headline, col.recall)):
             qids = sorted(base["per_query"][metric])
             values = [row["per_query"][metric][q] for q in qids]
             row["p_vs_base"][metric] = paired_t_test(values, [base["per_query"][metric][q] for q in qids])
@@ -327,7 +419,7 @@ def add_significance(rows: list[dict], col: Collection) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
-    ap.add_argument("--teachers", nargs="+", default=["cross-encoder", "bm25"], choices=["cross-encoder", "bm25"])
+    ap.add_argument("--teachers", nargs="+", default=list(TEACHERS), choices=TEACHERS)
     ap.add_argument("--batch-size", type=int, default=32, help="queries that advance together")
     ap.add_argument("--output", default="runs/bench-quality")
     args = ap.parse_args()
