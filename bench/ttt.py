@@ -44,7 +44,8 @@ MAX_DEPTH = 100
 DEPTH = 10  # judgments per rewarded query in the first water-filling pass
 HEADLINE = "nDCG@10"
 SCOPES = ("global", "task", "query")
-EXPERIMENTS = ("budget", "cost", "unseen", "alpha", "objective", "loto", "train-to-test", "breadth-depth")
+EXPERIMENTS = ("budget", "cost", "unseen", "alpha", "objective", "loto", "train-to-test", "breadth-depth", "deployment")
+DEPLOYMENT_ROUNDS, WARM_STEPS = (1, 3, 10), 100
 COMMAND = "make bench-ttt"
 
 
@@ -174,13 +175,14 @@ def rerank(task: Task, scores: np.ndarray, depths: dict[str, int]) -> list[list[
     return out
 
 
-def fit(queries, scope: str, config=None):
+def fit(queries, scope: str, config=None, init=None):
+    """The state of ``scope`` fitted on ``queries``; ``init``, a state, warm-starts the keys it holds."""
     from tour_pyserini.ttt.fitting import fit_scope
     from tour_pyserini.ttt.objectives import FitConfig
     from tour_pyserini.ttt.state import State
 
     config = config or FitConfig()
-    keys, V, counts = fit_scope(queries, scope, config)
+    keys, V, counts = fit_scope(queries, scope, config, init=dict(zip(init.keys, init.vectors)) if init else None)
     return State(scope, keys, V, counts, sorted({q.task for q in queries}), config.to_json(), {})
 
 
@@ -374,6 +376,37 @@ def breadth_depth_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> 
             print(f"  breadth-depth {teacher} b={budget} depth={depth}: {means}", flush=True)
 
 
+def deployment_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
+    """Rewards arriving in rounds (nested budgets 1, 3, 10 per query): at each round the task state is
+    refitted from scratch (300 steps), or warm-started from the previous round's state with 100 steps
+    (the first round fits from scratch either way). Quality of each, and fit CPU seconds."""
+    from tour_pyserini.ttt.allocation import allocate
+    from tour_pyserini.ttt.objectives import FitConfig
+
+    scores = [t.teacher_scores(teacher) for t in tasks]
+    previous = None
+    for budget in DEPLOYMENT_ROUNDS:
+        depths = depths_of(allocate([t.qids for t in tasks], budget, depth=DEPTH, max_depth=MAX_DEPTH), tasks)
+        queries = [q for t, s, d in zip(tasks, scores, depths) for q in rewarded(t, s, d)]
+        start = time.process_time()
+        fits = {"cold": (fit(queries, "task"), time.process_time() - start)}
+        if previous is None:  # the first round has nothing to start from
+            fits["warm"] = fits["cold"]
+        else:
+            start = time.process_time()
+            warm = fit(queries, "task", FitConfig(steps=WARM_STEPS), init=previous)
+            fits["warm"] = (warm, time.process_time() - start)
+        previous = fits["warm"][0]
+        line = []
+        for way, (state, seconds) in fits.items():
+            method = f"task[{way}]"
+            rows = [rec.add("deployment", t, method, budget, teacher, search_with(t, state)) for t in tasks]
+            mean = rec.add_mean("deployment", method, budget, teacher, rows)
+            mean["fit_cpu_seconds"], mean["rewarded_queries"] = seconds, len(queries)
+            line.append(f"{way} {mean['delta'][HEADLINE]:+.4f} ({seconds:.2f} s)")
+        print(f"  deployment {teacher} b={budget} ({len(queries)} queries): " + ", ".join(line), flush=True)
+
+
 def cost_experiment(tasks: list[Task], path: Path, repeats: int = 20) -> None:
     """Fit time of 1,000 rewarded queries x 10 candidates (nq-oracle at b = 10), and the search overhead.
 
@@ -477,7 +510,8 @@ def main(argv: list[str] | None = None) -> None:
     output = Path(args.output)
     experiments = {"budget": budget_experiment, "unseen": unseen_experiment, "loto": loto_experiment,
                    "train-to-test": train_to_test_experiment, "alpha": alpha_experiment,
-                   "objective": objective_experiment, "breadth-depth": breadth_depth_experiment}  # fmt: skip
+                   "objective": objective_experiment, "breadth-depth": breadth_depth_experiment,
+                   "deployment": deployment_experiment}  # fmt: skip
     for name in args.experiments:
         if name == "cost":
             cost_experiment(tasks, output.with_name("bench-ttt-cost.json"))

@@ -154,6 +154,22 @@ def test_fitting_groups_together_equals_fitting_each_alone():
         assert np.allclose(V[i], alone[0], rtol=0, atol=1e-6)
 
 
+def test_warm_start_begins_at_the_given_residuals_and_keeps_fitting_the_same_loss():
+    rng = np.random.default_rng(5)
+    queries = [rewarded(rng, "t", f"q{i}") for i in range(6)]
+    keys, V, _ = fit_scope(queries, "task", FitConfig())
+    _, same, _ = fit_scope(queries, "task", FitConfig(steps=0), init=dict(zip(keys, V)))
+    assert np.array_equal(same, V)
+    _, fresh, _ = fit_scope(queries, "task", FitConfig(steps=0), init={("another task", None): V[0]})
+    assert not fresh.any()  # keys the init does not hold start at 0
+    # the last 100 steps of a 300-step fit, restarted from where the first 200 ended, land where it does
+    # (up to Adam's moments, which a warm start begins afresh)
+    _, first, _ = fit_scope(queries, "task", FitConfig(steps=200))
+    _, warm, _ = fit_scope(queries, "task", FitConfig(steps=100), init=dict(zip(keys, first)))
+    _, cold, _ = fit_scope(queries, "task", FitConfig(steps=100))
+    assert np.linalg.norm(warm - V) < 0.5 * np.linalg.norm(cold - V)
+
+
 @pytest.mark.parametrize("objective", ["kd", "rkl", "grpo"])
 def test_each_objective_moves_towards_the_rewarded_candidate(objective):
     rng = np.random.default_rng(3)

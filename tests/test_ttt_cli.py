@@ -26,6 +26,17 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     state = State.load(state_file)
     assert state.keys == [("mini", None)] and state.counts == [8] and state.alphas == [8 / 9]
     assert state.fit["objective"] == "kd" and state.encoder["weights_sha256"]
+    # a warm start begins at the given state (0 steps: exactly it) and says so; another scope is refused
+    warm_file = tmp_path / "warm.safetensors"
+    main(["fit", "--rewards", str(rewards), "--output", str(warm_file), "--scope", "task", "--init", str(state_file),
+          "--steps", "0"])  # fmt: skip
+    warm = State.load(warm_file)
+    assert (warm.vectors == state.vectors).all() and warm.vectors.any()
+    assert warm.provenance["warm start"]["state"] == str(state_file)
+    with pytest.raises(SystemExit) as exited:
+        run_cli(main, ["fit", "--rewards", str(rewards), "--output", str(tmp_path / "g.safetensors"),
+                       "--scope", "global", "--init", str(state_file)])  # fmt: skip
+    assert exited.value.code == 2 and "holds a task state; this fit is of the global scope" in capsys.readouterr().err
     from tour_pyserini.data import read_topics
 
     topics = read_topics(mini_scifact["topics"])

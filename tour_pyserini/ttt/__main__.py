@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     ft.add_argument("--ridge", type=float, default=defaults.ridge, help="lambda of lambda ||v||^2")
     ft.add_argument("--steps", type=int, default=defaults.steps, help="full-batch Adam steps")
     ft.add_argument("--lr", type=float, default=defaults.lr)
+    ft.add_argument("--init", metavar="STATE", help="warm start: each residual begins at its value in this "
+                    "state file (same scope and encoder), e.g. the state fitted before the latest rewards")  # fmt: skip
     return ap
 
 
@@ -115,6 +117,7 @@ def fit_state(args: argparse.Namespace) -> None:
 
     config = FitConfig(args.objective, args.tau_teacher, args.tau_student, args.ridge, args.steps, args.lr)
     check_output(args.output)
+    init = read_init(args.init, args.scope) if args.init else None
     rewards = read_rewards(args.rewards)
     texts: dict[str, dict[str, str]] = {}
     for task in rewards.judgments:
@@ -125,10 +128,20 @@ def fit_state(args: argparse.Namespace) -> None:
         if missing := [q for q in rewards.judgments[task] if q not in known]:
             raise UserError(f"task {task!r}: query {missing[0]!r} of the rewards is not in {source.topics}")
         texts[task] = known
-    run_fit(args, config, rewards, texts)
+    run_fit(args, config, rewards, texts, init)
 
 
-def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts) -> None:
+def read_init(path: str, scope: str):
+    """The state a warm start begins from, checked against the scope being fitted."""
+    from tour_pyserini.ttt.state import State
+
+    state = State.load(path)
+    if state.scope != scope:
+        raise UserError(f"--init {path} holds a {state.scope} state; this fit is of the {scope} scope")
+    return state
+
+
+def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts, init=None) -> None:
     from tour_pyserini.encoders import describe, encoder_identity, same_encoder
     from tour_pyserini.search.searcher import TourSearcher
     from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
@@ -150,11 +163,19 @@ def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts) -> None
         for qid, x in zip(qids, X):
             ids = list(judged[qid])
             queries.append(RewardedQuery(task, qid, x, docs.get(ids), np.array([judged[qid][d] for d in ids])))
+    if init is not None:
+        init.check_encoder(encoder, f"--init {args.init}")
     start = time.perf_counter()
-    keys, V, counts = fit_scope(queries, args.scope, config)
+    keys, V, counts = fit_scope(queries, args.scope, config,
+                                init=dict(zip(init.keys, init.vectors)) if init is not None else None)  # fmt: skip
     seconds = time.perf_counter() - start
     provenance = {path: {**info, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
                   for path, info in rewards.provenance.items()}  # fmt: skip
+    if init is not None:
+        provenance["warm start"] = {
+            "state": args.init,
+            "sha256": hashlib.sha256(Path(args.init).read_bytes()).hexdigest(),
+        }
     state = State(args.scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance)
     state.save(args.output)
     print(f"wrote {args.output}: {args.scope} state, {len(keys)} residual(s) from {len(queries)} rewarded queries "

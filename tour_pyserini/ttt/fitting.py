@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,14 +62,23 @@ def pad(queries: Sequence[RewardedQuery]) -> tuple[np.ndarray, np.ndarray, np.nd
     return X, Z, R, mask
 
 
-def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None,
-              ) -> tuple[list[tuple], np.ndarray, list[int]]:  # fmt: skip
-    """Keys, fitted residuals (G, d) and n_g of ``scope`` over ``queries`` (each (task, qid) once)."""
+def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None, *,
+              init: Mapping[tuple, np.ndarray] | None = None) -> tuple[list[tuple], np.ndarray, list[int]]:  # fmt: skip
+    """Keys, fitted residuals (G, d) and n_g of ``scope`` over ``queries`` (each (task, qid) once).
+
+    ``init`` warm-starts the keys it holds from their residual (a state's ``dict(zip(keys, vectors))``);
+    the other keys start at 0.
+    """
     if not queries:
         raise ValueError("no rewarded queries to fit")
     if len({(q.task, q.qid) for q in queries}) != len(queries):
         raise ValueError("a query appears twice among the rewarded queries")
     keys, group, weights, counts = scope_plan(queries, scope)
     X, Z, R, mask = pad(queries)
-    V = fit(X=X, Z=Z, R=R, mask=mask, group=group, weights=weights, n_groups=len(keys), config=config or FitConfig())
+    start = None
+    if init is not None:
+        zero = np.zeros(X.shape[1])
+        start = np.stack([np.asarray(init.get(key, zero), dtype=np.float64) for key in keys])
+    V = fit(X=X, Z=Z, R=R, mask=mask, group=group, weights=weights, n_groups=len(keys), config=config or FitConfig(),
+            init=start)  # fmt: skip
     return keys, V, counts

@@ -170,8 +170,10 @@ def fit_targets(problem: Problem, config: FitConfig) -> dict[str, np.ndarray]:
 
 
 def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group: np.ndarray, weights: np.ndarray,
-        n_groups: int, config: FitConfig | None = None) -> np.ndarray:  # fmt: skip
-    """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = 0 on every group's loss.
+        n_groups: int, config: FitConfig | None = None, init: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = ``init`` (default 0) on every
+    group's loss. A warm start (``init``, e.g. the state fitted before the latest rewards arrived) changes
+    where Adam starts, not the loss: GRPO's reference policy stays the unchanged query's.
 
     The gradient is computed in closed form (``logit_gradients`` through ``Problem.gradient``, both
     checked against torch autograd) and handed to torch's fused Adam; the state, Adam's moments and
@@ -181,7 +183,9 @@ def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group:
 
     config = config or FitConfig()
     problem = Problem(X, Z, R, mask, group, weights, n_groups)
-    V = np.zeros((n_groups, X.shape[1]))
+    V = np.zeros((n_groups, X.shape[1])) if init is None else np.array(init, dtype=np.float64)
+    if V.shape != (n_groups, X.shape[1]):
+        raise ValueError(f"init of shape {V.shape} for {n_groups} states of dimension {X.shape[1]}")
     param = torch.from_numpy(V)  # shares V's memory: the optimiser updates V in place
     # torch's Adam adds weight_decay * v to the gradient: the ridge's 2λv, in the optimiser's one pass
     optimiser = torch.optim.Adam([param], lr=config.lr, weight_decay=2 * config.ridge, fused=True)
