@@ -44,7 +44,18 @@ MAX_DEPTH = 100
 DEPTH = 10  # judgments per rewarded query in the first water-filling pass
 HEADLINE = "nDCG@10"
 SCOPES = ("global", "task", "query")
-EXPERIMENTS = ("budget", "cost", "unseen", "alpha", "objective", "loto", "train-to-test", "breadth-depth", "deployment")
+EXPERIMENTS = (
+    "budget",
+    "cost",
+    "unseen",
+    "alpha",
+    "objective",
+    "loto",
+    "train-to-test",
+    "breadth-depth",
+    "deployment",
+    "tour-start",
+)
 DEPLOYMENT_ROUNDS, WARM_STEPS = (1, 3, 10), 100
 COMMAND = "make bench-ttt"
 
@@ -376,6 +387,49 @@ def breadth_depth_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> 
             print(f"  breadth-depth {teacher} b={budget} depth={depth}: {means}", flush=True)
 
 
+def tour_start_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
+    """TOUR (passage preset, k 20) on SciFact's test claims from x and from the task state's unit(x + αv),
+    the state fitted on the training claims' rewards (10 each, as in train-to-test): does the state give
+    TOUR a better start? The same teacher judges TOUR's candidates (the labels: an upper bound)."""
+    import tempfile
+
+    from scipy.stats import ttest_rel
+
+    from tour_pyserini.encoders import encoder_identity
+    from tour_pyserini.rewriters.tour import TourHard, TourSoft
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+
+    scifact = next(t for t in tasks if t.name == "scifact")
+    train = Task(SCIFACT_TRAIN, scifact.searcher, split="train")
+    state = fit(rewarded(train, train.teacher_scores(teacher), dict.fromkeys(train.qids, DEPTH)), "task")
+    state.encoder = encoder_identity(scifact.searcher.encoder)
+    judge = get_teacher(f"oracle:{scifact.spec.qrels}" if teacher == "oracle" else teacher,
+                        TeacherContext(index_dir=scifact.spec.index))  # fmt: skip
+    texts = [t.text for t in scifact.topics]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scifact.safetensors"
+        state.save(path)
+        line = []
+        for cls in (TourHard, TourSoft):
+            rows = []
+            for start, label in ((None, cls.name), (str(path), f"{cls.name}[from task state]")):
+                rewriter = cls(judge, preset="passage", depth=20, state=start)
+                results = []
+                for i in range(0, len(texts), 64):
+                    batch = (scifact.qids[i : i + 64], texts[i : i + 64], scifact.X[i : i + 64])
+                    results += scifact.searcher.retrieve_vectors(*batch, HITS, rewriter=rewriter)
+                row = rec.add("tour-start", scifact, label, 20, teacher, [[h.docid for h in r.hits] for r in results])
+                row["teacher_calls_per_query"] = sum(r.trace.teacher_calls for r in results) / len(results)
+                rows.append(row)
+            plain, moved = (np.array(list(r["per_query_delta"].values())) for r in rows)
+            rows[1]["p_vs_plain"] = float(ttest_rel(moved, plain).pvalue) if (moved != plain).any() else 1.0
+            line += [
+                f"{r['method']} {r['delta'][HEADLINE]:+.4f} ({r['teacher_calls_per_query']:.1f} calls)" for r in rows
+            ]
+            line[-1] += f" p {rows[1]['p_vs_plain']:.2g} vs from x"
+    print(f"  tour-start {teacher}: " + ", ".join(line), flush=True)
+
+
 def deployment_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     """Rewards arriving in rounds (nested budgets 1, 3, 10 per query): at each round the task state is
     refitted from scratch (300 steps), or warm-started from the previous round's state with 100 steps
@@ -511,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
     experiments = {"budget": budget_experiment, "unseen": unseen_experiment, "loto": loto_experiment,
                    "train-to-test": train_to_test_experiment, "alpha": alpha_experiment,
                    "objective": objective_experiment, "breadth-depth": breadth_depth_experiment,
-                   "deployment": deployment_experiment}  # fmt: skip
+                   "deployment": deployment_experiment, "tour-start": tour_start_experiment}  # fmt: skip
     for name in args.experiments:
         if name == "cost":
             cost_experiment(tasks, output.with_name("bench-ttt-cost.json"))

@@ -88,3 +88,30 @@ def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_pat
         TttEmbed(path, task="c")
     with pytest.raises(UserError, match="was fitted for encoder"):
         searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=TttEmbed(path, task="a"))
+
+
+def test_tour_starts_from_the_states_moved_query(searcher, batch, tmp_path, mini_scifact):
+    """With lr 0 TOUR never moves its query, so its teacher ranks the top-k of the search it starts from:
+    with a state, that of unit(x + alpha v) (the ttt-embed rewriter's), without one that of x."""
+    from tour_pyserini.rewriters.tour import TourHard
+    from tour_pyserini.teachers import get_teacher
+
+    rng = np.random.default_rng(2)
+    path = save_state(tmp_path / "global.safetensors", searcher, "global", [(None, None)],
+                      rng.standard_normal((1, searcher.dimension)) * 0.3, [5], ["mini"])  # fmt: skip
+    oracle = get_teacher(f"oracle:{mini_scifact['qrels']}")
+    k = 10
+
+    def heads(rewriter):
+        results = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 30, rewriter=rewriter)
+        return [sorted(h.docid for h in r.hits[:k]) for r in results]
+
+    moved = [sorted(h.docid for h in r.hits[:k]) for r in
+             searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, k, rewriter=TttEmbed(path))]  # fmt: skip
+    plain = [sorted(h.docid for h in r.hits[:k]) for r in
+             searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, k, rewriter=Identity())]  # fmt: skip
+    assert moved != plain
+    assert heads(TourHard(oracle, depth=k, lr=0.0, state=str(path))) == moved
+    assert heads(TourHard(oracle, depth=k, lr=0.0)) == plain
+    with pytest.raises(UserError, match="--task picks the task of a --state"):
+        TourHard(oracle, task="mini")

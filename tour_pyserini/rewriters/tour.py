@@ -29,6 +29,7 @@ from tour_pyserini.rewriters.base import (
     check_depth,
     rank_by_teacher,
 )
+from tour_pyserini.rewriters.ttt_embed import STATE, TASK, StateShift
 from tour_pyserini.rewriters.updates import (
     check_aggregation,
     clip_by_norm,
@@ -71,6 +72,8 @@ TOUR_OPTIONS = (
     Option("--no-cache", "use_cache", help="ablation: rescore candidates every iteration", const=False),
     Option("--final", "final", str, "final ranking: the last search's top-k (paper), or its union with every "
            "candidate scored on the way (no extra teacher calls)", choices=("search", "union")),
+    STATE,  # beyond the paper: start from a TTT-Embed state's unit(x + alpha v) instead of x
+    TASK,
 )  # fmt: skip
 
 
@@ -149,14 +152,24 @@ class _Tour(Rewriter):
     stop_reason: str  # the trace's stop reason when the early-stop rule fires
     options = TOUR_OPTIONS
 
-    def __init__(self, teacher: Teacher, preset: str = "passage", *, store: ScoreStore | None = None, **options):
-        """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`)."""
+    def __init__(self, teacher: Teacher, preset: str = "passage", *, store: ScoreStore | None = None,
+                 state: str | None = None, task: str | None = None, **options):  # fmt: skip
+        """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`); ``state``, a
+        TTT-Embed state file, moves each query it covers to unit(x + alpha v) before the first step."""
         self.teacher, self.store = teacher, store
         self.config = TourConfig.from_preset(preset, **options)
+        self.start = StateShift(state, task) if state else None
+        if task and not state:
+            raise UserError("--task picks the task of a --state: give the state too")
 
     @classmethod
-    def check_options(cls, preset: str = "passage", **options) -> None:
+    def check_options(cls, preset: str = "passage", state: str | None = None, task: str | None = None,
+                      **options) -> None:  # fmt: skip
         TourConfig.from_preset(preset, **options)
+        if state:
+            StateShift(state, task)  # a missing file or wrong task fails before any model loads
+        elif task:
+            raise UserError("--task picks the task of a --state: give the state too")
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
         raise NotImplementedError
@@ -165,7 +178,7 @@ class _Tour(Rewriter):
         cfg = self.config
         check_depth(cfg.depth, index)
         traces = batch.traces
-        q = batch.vectors.astype(np.float64)
+        q = (self.start(batch, index) if self.start else batch.vectors).astype(np.float64)
         momentum_buffers: list[np.ndarray | None] = [None] * len(batch)
         cache = ScoreCache(self.teacher, index.docstore, enabled=cfg.use_cache, store=self.store)
         active = list(range(len(batch)))

@@ -33,20 +33,21 @@ def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:
     return out
 
 
-@REWRITERS.register
-class TttEmbed(Rewriter):
-    """Searches with unit(x_q + α_g v_g) from a state file; ``task`` picks the task of a task or query state."""
+STATE = Option("--state", "state", str, "TTT-Embed state file (python -m tour_pyserini.ttt fit): ttt-embed "
+               "searches with it, tour-* start from its moved query", metavar="FILE")  # fmt: skip
+TASK = Option("--task", "task", str, "the task whose state applies (task and query states with several tasks)")
 
-    name = "ttt-embed"
-    options = (
-        Option("--state", "state", str, "TTT-Embed state file (python -m tour_pyserini.ttt fit)", metavar="FILE"),
-        Option("--task", "task", str, "the task whose state applies (task and query states with several tasks)"),
-    )
+
+class StateShift:
+    """A state file applied to query vectors: unit(x_q + α_g v_g) for the queries its scope covers.
+
+    ``task`` picks the task of a task or query state; a wrong one fails here, before any model loads.
+    """
 
     def __init__(self, state: str | Path, task: str | None = None):
         self.path = Path(state)
         self.state = State.load(state)
-        self.task = self.state.select_task(task)  # a wrong --task fails before any model loads
+        self.task = self.state.select_task(task)
         self.checked = None  # the index last checked: its encoder is hashed once, not once per batch
 
     def check_index(self, index: VectorIndex) -> None:
@@ -59,11 +60,25 @@ class TttEmbed(Rewriter):
             self.state.check_encoder(encoder_identity(index.encoder), f"state {self.path}")
         self.checked = index
 
-    def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
+    def __call__(self, batch: QueryBatch, index: VectorIndex) -> np.ndarray:
         self.check_index(index)
+        return shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task))
+
+
+@REWRITERS.register
+class TttEmbed(Rewriter):
+    """Searches with unit(x_q + α_g v_g) from a state file; ``task`` picks the task of a task or query state."""
+
+    name = "ttt-embed"
+    options = (STATE, TASK)
+
+    def __init__(self, state: str | Path, task: str | None = None):
+        self.shift = StateShift(state, task)
+
+    def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         traces = batch.traces
         with timed(traces, "update"):
-            vectors = shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task))
+            vectors = self.shift(batch, index)
         with timed(traces, "search"):
             rankings = index.search_vectors(vectors, hits)
         return [SearchResult(qid, ranking, trace) for qid, ranking, trace in zip(batch.qids, rankings, traces)]
