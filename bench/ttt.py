@@ -44,18 +44,8 @@ MAX_DEPTH = 100
 DEPTH = 10  # judgments per rewarded query in the first water-filling pass
 HEADLINE = "nDCG@10"
 SCOPES = ("global", "task", "query")
-EXPERIMENTS = (
-    "budget",
-    "cost",
-    "unseen",
-    "alpha",
-    "objective",
-    "loto",
-    "train-to-test",
-    "breadth-depth",
-    "deployment",
-    "tour-start",
-)
+EXPERIMENTS = ("budget", "cost", "unseen", "alpha", "objective", "loto", "train-to-test", "breadth-depth",
+               "deployment", "tour-start", "recycle")  # fmt: skip
 DEPLOYMENT_ROUNDS, WARM_STEPS = (1, 3, 10), 100
 COMMAND = "make bench-ttt"
 
@@ -430,6 +420,63 @@ def tour_start_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> Non
     print(f"  tour-start {teacher}: " + ", ".join(line), flush=True)
 
 
+def recycle_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
+    """TOUR's judgments recycled into a task state at no teacher cost: TOUR (passage preset, k 20) runs on
+    80% of SciFact's test claims (the unseen experiment's split); the judgments its traces hold fit a task
+    state; on the other 20%, that state alone (ttt-embed) and TOUR from it are compared with the raw run
+    and with TOUR from x."""
+    import tempfile
+
+    from scipy.stats import ttest_rel
+
+    from tour_pyserini.encoders import encoder_identity
+    from tour_pyserini.rewriters.tour import TourSoft
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+    from tour_pyserini.ttt.fitting import RewardedQuery
+
+    scifact = next(t for t in tasks if t.name == "scifact")
+    seen, unseen = split(scifact, 0)
+    judge = get_teacher(f"oracle:{scifact.spec.qrels}" if teacher == "oracle" else teacher,
+                        TeacherContext(index_dir=scifact.spec.index))  # fmt: skip
+    position = {q: i for i, q in enumerate(scifact.qids)}
+    texts = {t.qid: t.text for t in scifact.topics}
+
+    def tour(qids, state=None) -> dict:
+        rewriter = TourSoft(judge, preset="passage", depth=20, state=state)
+        results = []
+        for i in range(0, len(qids), 64):
+            chunk = qids[i : i + 64]
+            vectors = scifact.X[[position[q] for q in chunk]]
+            results += scifact.searcher.retrieve_vectors(chunk, [texts[q] for q in chunk], vectors, HITS,
+                                                         rewriter=rewriter)  # fmt: skip
+        return {r.qid: r for r in results}
+
+    first = tour(seen)
+    queries = [RewardedQuery(scifact.name, q, scifact.X[position[q]], scifact.docs.get(list(r.trace.judgments)),
+                             np.array(list(r.trace.judgments.values()))) for q, r in first.items()]  # fmt: skip
+    state = fit(queries, "task")
+    state.encoder = encoder_identity(scifact.searcher.encoder)
+    base = {q: ranking for q, ranking in zip(scifact.qids, scifact.base)}
+    moved = dict(zip(scifact.qids, search_with(scifact, state)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "recycled.safetensors"
+        state.save(path)
+        runs = {"tour-soft": tour(unseen), "tour-soft[from recycled state]": tour(unseen, str(path))}
+    line = []
+    for method, rankings in (("ttt-embed[recycled task state]", moved), *runs.items()):
+        full = [base[q] for q in scifact.qids]
+        for q in unseen:
+            hits = rankings[q]
+            full[position[q]] = hits if isinstance(hits, list) else [h.docid for h in hits.hits]
+        row = rec.add("recycle", scifact, method, 20, teacher, full, qids=unseen)
+        row["recycled_judgments"] = sum(len(r.trace.judgments) for r in first.values())
+        deltas = np.array(list(row["per_query_delta"].values()))
+        row["p"] = float(ttest_rel(deltas, np.zeros(len(deltas))).pvalue) if deltas.any() else 1.0
+        line.append(f"{method} {row['delta'][HEADLINE]:+.4f} (p {row['p']:.2g})")
+    print(f"  recycle {teacher} ({len(seen)} claims' TOUR judgments, {len(unseen)} unseen): " + ", ".join(line),
+          flush=True)  # fmt: skip
+
+
 def deployment_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     """Rewards arriving in rounds (nested budgets 1, 3, 10 per query): at each round the task state is
     refitted from scratch (300 steps), or warm-started from the previous round's state with 100 steps
@@ -565,7 +612,8 @@ def main(argv: list[str] | None = None) -> None:
     experiments = {"budget": budget_experiment, "unseen": unseen_experiment, "loto": loto_experiment,
                    "train-to-test": train_to_test_experiment, "alpha": alpha_experiment,
                    "objective": objective_experiment, "breadth-depth": breadth_depth_experiment,
-                   "deployment": deployment_experiment, "tour-start": tour_start_experiment}  # fmt: skip
+                   "deployment": deployment_experiment, "tour-start": tour_start_experiment,
+                   "recycle": recycle_experiment}  # fmt: skip
     for name in args.experiments:
         if name == "cost":
             cost_experiment(tasks, output.with_name("bench-ttt-cost.json"))

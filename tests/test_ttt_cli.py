@@ -73,3 +73,47 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, dense_index, mini_scifa
     err = capsys.readouterr().err
     assert exited.value.code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_recycle_a_searchs_judgments_into_rewards(dense_index, bm25_index, mini_scifact, tmp_path, capsys):
+    """TOUR's trace holds every judgment it paid for (one per teacher call); recycled, they fit a state."""
+    import json
+
+    from tour_pyserini.search.__main__ import main as search_main
+    from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
+
+    trace, rewards, state = tmp_path / "tour.jsonl", tmp_path / "r.tsv", tmp_path / "s.safetensors"
+    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "10",
+                 "--output", str(tmp_path / "tour.trec"), "--trace", str(trace), "--rewriter", "tour-soft",
+                 "--reranker", "bm25", "--k", "10"])  # fmt: skip
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert all(len(r["judgments"]) == r["teacher_calls"] > 0 for r in records)
+    main(["recycle", "--trace", str(trace), "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
+          "--task", "mini", "--output", str(rewards)])  # fmt: skip
+    judged = read_rewards([rewards])
+    assert judged.num_pairs == sum(r["teacher_calls"] for r in records)
+    assert judged.provenance[str(rewards)]["teacher"] == "bm25"
+    first = records[0]
+    teacher = get_teacher("bm25", TeacherContext(index_dir=str(dense_index)))
+    from tour_pyserini.data import read_topics
+
+    text = next(t.text for t in read_topics(mini_scifact["topics"]) if t.qid == first["qid"])
+    docids = list(first["judgments"])
+    (scores,) = teacher.score([ScoreRequest(first["qid"], text, docids)])
+    assert [judged.judgments["mini"][first["qid"]][d] for d in docids] == scores.tolist()
+    main(["fit", "--rewards", str(rewards), "--output", str(state), "--scope", "task"])
+    assert State.load(state).counts == [len(records)]
+    # a trace without judgments, and a line that is not a trace record: one line, exit 2
+    plain = tmp_path / "plain.jsonl"
+    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "10",
+                 "--output", str(tmp_path / "plain.trec"), "--trace", str(plain)])  # fmt: skip
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(trace.read_text().splitlines()[0] + "\nnot json\n")
+    capsys.readouterr()
+    for path, message in ((plain, "no teacher judgments in"), (broken, f"{broken}:2: not a trace record")):
+        with pytest.raises(SystemExit) as exited:
+            run_cli(main, ["recycle", "--trace", str(path), "--index", str(dense_index), "--topics",
+                           str(mini_scifact["topics"]), "--output", str(tmp_path / "x.tsv")])  # fmt: skip
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "x.tsv").exists()

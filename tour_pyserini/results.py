@@ -31,6 +31,8 @@ class Trace:
     stop_reason: str | None = None
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     losses: list[float] = field(default_factory=list)  # the rewriter's loss at each iteration
+    # the teacher's score of every candidate it judged for this query: rewards to recycle (ttt recycle)
+    judgments: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_seconds(self) -> float:

@@ -54,6 +54,8 @@ class ScoreCache:
                 for request, scores in zip((r for _, r in requests), self._score([r for _, r in requests])):
                     self.scores.setdefault(request.qid, {}).update(zip(request.docids, scores))
         out = [np.array([self.scores[q][d] for d in c]) if c else np.zeros(0) for q, c in zip(qids, docids)]
+        for trace, candidates, scores in zip(traces, docids, out):
+            trace.judgments.update(zip(candidates, scores.tolist()))
         if not self.enabled:
             self.scores.clear()
         return out

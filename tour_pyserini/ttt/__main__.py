@@ -1,8 +1,10 @@
 """python -m tour_pyserini.ttt: TTT-Embed's rewards and states.
 
 ``rewards``: a teacher judges the base top candidates of a topics file, as many judgments as a budget
-allows (task-balanced water-filling), written as a rewards file. ``fit``: rewards files -> a state file
-for one scope (global, task or query), which ``--rewriter ttt-embed --state FILE`` searches with.
+allows (task-balanced water-filling), written as a rewards file. ``recycle``: the judgments a search
+already paid for (TOUR's or re-ranking's, from its ``--trace`` file), written as a rewards file at no
+teacher cost. ``fit``: rewards files -> a state file for one scope (global, task or query), which
+``--rewriter ttt-embed --state FILE`` searches with.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--teacher-max-length", type=int, help="tokens a cross-encoder teacher reads")
     rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
                     f"(default {DEFAULT_PRECISION})")  # fmt: skip
+    rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")
+    rc.add_argument("--trace", required=True, nargs="+", help="trace files of searches (search --trace)")
+    rc.add_argument("--index", required=True, help="the dense index those searches ran on")
+    rc.add_argument("--topics", required=True, help="the topics file they searched")
+    rc.add_argument("--task", help="task name (default: the index directory's name)")
+    rc.add_argument("--output", required=True, help="rewards file to write")
     ft = commands.add_parser("fit", help="fit a state (v per scope key) from rewards files")
     ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
     ft.add_argument("--output", required=True, help="state file to write (safetensors)")
@@ -108,6 +116,26 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     write_rewards(args.output, rewards, provenance)
     print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(chosen)} of {len(topics)} queries "
           f"({args.teacher})")  # fmt: skip
+
+
+def recycle(args: argparse.Namespace) -> None:
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.ttt.rewards import TaskSource, rewards_from_traces, write_rewards
+
+    if index_kind(args.index) != "dense":
+        raise UserError(f"--index {args.index} is not a dense index")
+    check_output(args.output)
+    task = args.task or Path(args.index).name
+    rewards, teachers = rewards_from_traces(args.trace, TaskSource(task, args.index, args.topics))
+    known = {t.qid for t in read_topics(args.topics)}
+    if missing := [q for q in rewards.judgments[task] if q not in known]:
+        raise UserError(f"query {missing[0]!r} of the traces is not in {args.topics}")
+    command = shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
+    provenance = {"teacher": " + ".join(sorted(teachers)), "recycled from": " ".join(args.trace), "command": command}
+    write_rewards(args.output, rewards, provenance)
+    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[task])} queries, "
+          f"recycled from {len(args.trace)} trace file(s)")  # fmt: skip
 
 
 def fit_state(args: argparse.Namespace) -> None:
@@ -186,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.command == "rewards":
         make_rewards(args)
+    elif args.command == "recycle":
+        recycle(args)
     else:
         fit_state(args)
 

@@ -10,12 +10,14 @@ vectors the judged documents have and the topics file that holds its queries' te
     # teacher: bm25
     4983	1234	17.25	scifact
 
-``python -m tour_pyserini.ttt rewards`` writes such files from a teacher; clicks or an external judge
-only need the same four columns and the task lines.
+``python -m tour_pyserini.ttt rewards`` writes such files from a teacher, ``ttt recycle`` from the
+judgments a search already paid for (its ``--trace`` file); clicks or an external judge only need the
+same four columns and the task lines.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,3 +115,31 @@ def write_rewards(path: str | Path, rewards: Rewards, provenance: dict[str, str]
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def rewards_from_traces(paths: list[str | Path], source: TaskSource) -> tuple[Rewards, set[str]]:
+    """The teacher judgments recorded in search traces (``--trace`` JSON lines, one query each), as rewards
+    of task ``source``, and the teacher labels the traces name. A query found twice keeps every judgment,
+    the later score of a repeated pair winning. A malformed line raises a UserError naming file and line."""
+    rewards, teachers = Rewards(tasks={source.name: source}), set()
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UserError(f"trace file {str(path)!r} does not exist")
+        with path.open(encoding="utf-8") as lines:
+            for lineno, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    qid, judged = str(record["qid"]), record.get("judgments") or {}
+                    scores = {str(d): parse_finite(str(v), f"{path}:{lineno}", "judgment") for d, v in judged.items()}
+                except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                    raise UserError(f"{path}:{lineno}: not a trace record (a JSON object with a qid)") from None
+                for docid, score in scores.items():
+                    rewards.add(source.name, qid, docid, score)
+                if scores:
+                    teachers.add(str(record.get("teacher")))
+    if not rewards.num_pairs:
+        raise UserError(f"no teacher judgments in {', '.join(map(str, paths))}: only searches whose rewriter asks a "
+                        "teacher (rerank, tour-*) record them")  # fmt: skip
+    return rewards, teachers
