@@ -183,7 +183,7 @@ def fit(queries, scope: str, config=None, init=None):
     from tour_pyserini.ttt.state import State
 
     config = config or FitConfig()
-    keys, V, counts = fit_scope(queries, scope, config, init=dict(zip(init.keys, init.vectors)) if init else None)
+    keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init else None)
     return State(scope, keys, V, counts, sorted({q.task for q in queries}), config.to_json(), {})
 
 
@@ -377,6 +377,36 @@ def breadth_depth_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> 
             print(f"  breadth-depth {teacher} b={budget} depth={depth}: {means}", flush=True)
 
 
+def tour_judge(task: Task, teacher: str):
+    """The teacher TOUR asks on ``task``: the named one, or the task's labels for "oracle" (an upper bound)."""
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+
+    spec = f"oracle:{task.spec.qrels}" if teacher == "oracle" else teacher
+    return get_teacher(spec, TeacherContext(index_dir=task.spec.index))
+
+
+def run_tour(task: Task, rewriter, qids: list[str]) -> dict:
+    """``rewriter``'s result for each of ``qids`` (their encoded vectors, 64 queries per batch), by qid."""
+    position = {q: i for i, q in enumerate(task.qids)}
+    texts = {t.qid: t.text for t in task.topics}
+    results = []
+    for i in range(0, len(qids), 64):
+        chunk = qids[i : i + 64]
+        vectors = task.X[[position[q] for q in chunk]]
+        results += task.searcher.retrieve_vectors(chunk, [texts[q] for q in chunk], vectors, HITS, rewriter=rewriter)
+    return {r.qid: r for r in results}
+
+
+def save_state(state, task: Task, directory: str) -> str:
+    """``state`` written in ``directory`` with ``task``'s encoder identity, which rewriters check; its path."""
+    from tour_pyserini.encoders import encoder_identity
+
+    state.encoder = encoder_identity(task.searcher.encoder)
+    path = str(Path(directory) / "state.safetensors")
+    state.save(path)
+    return path
+
+
 def tour_start_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     """TOUR (passage preset, k 20) on SciFact's test claims from x and from the task state's unit(x + αv),
     the state fitted on the training claims' rewards (10 each, as in train-to-test): does the state give
@@ -385,31 +415,22 @@ def tour_start_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> Non
 
     from scipy.stats import ttest_rel
 
-    from tour_pyserini.encoders import encoder_identity
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
-    from tour_pyserini.teachers import TeacherContext, get_teacher
 
     scifact = next(t for t in tasks if t.name == "scifact")
     train = Task(SCIFACT_TRAIN, scifact.searcher, split="train")
     state = fit(rewarded(train, train.teacher_scores(teacher), dict.fromkeys(train.qids, DEPTH)), "task")
-    state.encoder = encoder_identity(scifact.searcher.encoder)
-    judge = get_teacher(f"oracle:{scifact.spec.qrels}" if teacher == "oracle" else teacher,
-                        TeacherContext(index_dir=scifact.spec.index))  # fmt: skip
-    texts = [t.text for t in scifact.topics]
+    judge = tour_judge(scifact, teacher)
+    line = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "scifact.safetensors"
-        state.save(path)
-        line = []
+        path = save_state(state, scifact, tmp)
         for cls in (TourHard, TourSoft):
             rows = []
-            for start, label in ((None, cls.name), (str(path), f"{cls.name}[from task state]")):
-                rewriter = cls(judge, preset="passage", depth=20, state=start)
-                results = []
-                for i in range(0, len(texts), 64):
-                    batch = (scifact.qids[i : i + 64], texts[i : i + 64], scifact.X[i : i + 64])
-                    results += scifact.searcher.retrieve_vectors(*batch, HITS, rewriter=rewriter)
-                row = rec.add("tour-start", scifact, label, 20, teacher, [[h.docid for h in r.hits] for r in results])
-                row["teacher_calls_per_query"] = sum(r.trace.teacher_calls for r in results) / len(results)
+            for start, label in ((None, cls.name), (path, f"{cls.name}[from task state]")):
+                results = run_tour(scifact, cls(judge, preset="passage", depth=20, state=start), scifact.qids)
+                rankings = [[h.docid for h in results[q].hits] for q in scifact.qids]
+                row = rec.add("tour-start", scifact, label, 20, teacher, rankings)
+                row["teacher_calls_per_query"] = sum(r.trace.teacher_calls for r in results.values()) / len(results)
                 rows.append(row)
             plain, moved = (np.array(list(r["per_query_delta"].values())) for r in rows)
             rows[1]["p_vs_plain"] = float(ttest_rel(moved, plain).pvalue) if (moved != plain).any() else 1.0
@@ -429,46 +450,27 @@ def recycle_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
 
     from scipy.stats import ttest_rel
 
-    from tour_pyserini.encoders import encoder_identity
     from tour_pyserini.rewriters.tour import TourSoft
-    from tour_pyserini.teachers import TeacherContext, get_teacher
     from tour_pyserini.ttt.fitting import RewardedQuery
 
     scifact = next(t for t in tasks if t.name == "scifact")
     seen, unseen = split(scifact, 0)
-    judge = get_teacher(f"oracle:{scifact.spec.qrels}" if teacher == "oracle" else teacher,
-                        TeacherContext(index_dir=scifact.spec.index))  # fmt: skip
+    judge = tour_judge(scifact, teacher)
     position = {q: i for i, q in enumerate(scifact.qids)}
-    texts = {t.qid: t.text for t in scifact.topics}
-
-    def tour(qids, state=None) -> dict:
-        rewriter = TourSoft(judge, preset="passage", depth=20, state=state)
-        results = []
-        for i in range(0, len(qids), 64):
-            chunk = qids[i : i + 64]
-            vectors = scifact.X[[position[q] for q in chunk]]
-            results += scifact.searcher.retrieve_vectors(chunk, [texts[q] for q in chunk], vectors, HITS,
-                                                         rewriter=rewriter)  # fmt: skip
-        return {r.qid: r for r in results}
-
-    first = tour(seen)
+    first = run_tour(scifact, TourSoft(judge, preset="passage", depth=20), seen)
     queries = [RewardedQuery(scifact.name, q, scifact.X[position[q]], scifact.docs.get(list(r.trace.judgments)),
                              np.array(list(r.trace.judgments.values()))) for q, r in first.items()]  # fmt: skip
     state = fit(queries, "task")
-    state.encoder = encoder_identity(scifact.searcher.encoder)
-    base = {q: ranking for q, ranking in zip(scifact.qids, scifact.base)}
-    moved = dict(zip(scifact.qids, search_with(scifact, state)))
+    rankings = {"ttt-embed[recycled task state]": search_with(scifact, state)}  # aligned with scifact.qids
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "recycled.safetensors"
-        state.save(path)
-        runs = {"tour-soft": tour(unseen), "tour-soft[from recycled state]": tour(unseen, str(path))}
+        path = save_state(state, scifact, tmp)
+        for label, start in (("tour-soft", None), ("tour-soft[from recycled state]", path)):
+            results = run_tour(scifact, TourSoft(judge, preset="passage", depth=20, state=start), unseen)
+            rankings[label] = [[h.docid for h in results[q].hits] if q in results else base
+                               for q, base in zip(scifact.qids, scifact.base)]  # fmt: skip
     line = []
-    for method, rankings in (("ttt-embed[recycled task state]", moved), *runs.items()):
-        full = [base[q] for q in scifact.qids]
-        for q in unseen:
-            hits = rankings[q]
-            full[position[q]] = hits if isinstance(hits, list) else [h.docid for h in hits.hits]
-        row = rec.add("recycle", scifact, method, 20, teacher, full, qids=unseen)
+    for method, ranking in rankings.items():
+        row = rec.add("recycle", scifact, method, 20, teacher, ranking, qids=unseen)
         row["recycled_judgments"] = sum(len(r.trace.judgments) for r in first.values())
         deltas = np.array(list(row["per_query_delta"].values()))
         row["p"] = float(ttest_rel(deltas, np.zeros(len(deltas))).pvalue) if deltas.any() else 1.0

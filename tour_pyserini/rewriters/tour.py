@@ -29,7 +29,7 @@ from tour_pyserini.rewriters.base import (
     check_depth,
     rank_by_teacher,
 )
-from tour_pyserini.rewriters.ttt_embed import STATE, TASK, StateShift
+from tour_pyserini.rewriters.ttt_embed import STATE, TASK, optional_shift
 from tour_pyserini.rewriters.updates import (
     check_aggregation,
     clip_by_norm,
@@ -158,18 +158,13 @@ class _Tour(Rewriter):
         TTT-Embed state file, moves each query it covers to unit(x + alpha v) before the first step."""
         self.teacher, self.store = teacher, store
         self.config = TourConfig.from_preset(preset, **options)
-        self.start = StateShift(state, task) if state else None
-        if task and not state:
-            raise UserError("--task picks the task of a --state: give the state too")
+        self.start = optional_shift(state, task)
 
     @classmethod
     def check_options(cls, preset: str = "passage", state: str | None = None, task: str | None = None,
                       **options) -> None:  # fmt: skip
         TourConfig.from_preset(preset, **options)
-        if state:
-            StateShift(state, task)  # a missing file or wrong task fails before any model loads
-        elif task:
-            raise UserError("--task picks the task of a --state: give the state too")
+        optional_shift(state, task)  # a missing file or a wrong task fails before any model loads
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
         raise NotImplementedError

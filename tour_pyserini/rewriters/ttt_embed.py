@@ -65,6 +65,13 @@ class StateShift:
         return shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task))
 
 
+def optional_shift(state: str | Path | None, task: str | None) -> StateShift | None:
+    """The shift of ``state`` (None without one); ``task`` alone is an error, since it picks a state's task."""
+    if task and not state:
+        raise UserError("--task picks the task of a --state: give the state too")
+    return StateShift(state, task) if state else None
+
+
 @REWRITERS.register
 class TttEmbed(Rewriter):
     """Searches with unit(x_q + α_g v_g) from a state file; ``task`` picks the task of a task or query state."""

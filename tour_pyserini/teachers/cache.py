@@ -51,11 +51,10 @@ class ScoreCache:
                 requests.append((trace, ScoreRequest(qid, query, new, memo=self.memos.setdefault(qid, {}))))
         if requests:
             with timed([trace for trace, _ in requests], "teacher"):
-                for request, scores in zip((r for _, r in requests), self._score([r for _, r in requests])):
+                for (trace, request), scores in zip(requests, self._score([r for _, r in requests])):
                     self.scores.setdefault(request.qid, {}).update(zip(request.docids, scores))
+                    trace.judgments.update(zip(request.docids, np.asarray(scores, dtype=float).tolist()))
         out = [np.array([self.scores[q][d] for d in c]) if c else np.zeros(0) for q, c in zip(qids, docids)]
-        for trace, candidates, scores in zip(traces, docids, out):
-            trace.judgments.update(zip(candidates, scores.tolist()))
         if not self.enabled:
             self.scores.clear()
         return out

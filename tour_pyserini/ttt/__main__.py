@@ -69,6 +69,15 @@ def check_output(path: str) -> None:
         raise UserError(f"cannot write {path}: its directory does not exist")
 
 
+def command_line() -> str:
+    """This command as typed, for the provenance of what it writes."""
+    return shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
+
+
+def task_name(args: argparse.Namespace) -> str:
+    return args.task or Path(args.index).name
+
+
 def make_rewards(args: argparse.Namespace) -> None:
     from tour_pyserini.data.topics import read_topics
     from tour_pyserini.index.layout import index_kind
@@ -105,12 +114,12 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     docids = [[ranking[r].docid for r in wanted[t.qid]] for t, ranking in zip(chosen, rankings)]
     cache = ScoreCache(teacher, searcher.docstore)
     scores = cache.score([t.qid for t in chosen], [t.text for t in chosen], docids, [Trace() for _ in chosen])
-    task = args.task or Path(args.index).name
+    task = task_name(args)
     rewards = Rewards(tasks={task: TaskSource(task, args.index, args.topics)})
     for topic, ids, values in zip(chosen, docids, scores):
         for docid, value in zip(ids, values):
             rewards.add(task, topic.qid, docid, float(value))
-    command = shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
+    command = command_line()
     provenance = {"teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
                   "budget": str(args.budget), "depth": str(args.depth), "command": command}  # fmt: skip
     write_rewards(args.output, rewards, provenance)
@@ -126,12 +135,12 @@ def recycle(args: argparse.Namespace) -> None:
     if index_kind(args.index) != "dense":
         raise UserError(f"--index {args.index} is not a dense index")
     check_output(args.output)
-    task = args.task or Path(args.index).name
+    task = task_name(args)
     rewards, teachers = rewards_from_traces(args.trace, TaskSource(task, args.index, args.topics))
     known = {t.qid for t in read_topics(args.topics)}
     if missing := [q for q in rewards.judgments[task] if q not in known]:
         raise UserError(f"query {missing[0]!r} of the traces is not in {args.topics}")
-    command = shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
+    command = command_line()
     provenance = {"teacher": " + ".join(sorted(teachers)), "recycled from": " ".join(args.trace), "command": command}
     write_rewards(args.output, rewards, provenance)
     print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[task])} queries, "
@@ -194,8 +203,7 @@ def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts, init=No
     if init is not None:
         init.check_encoder(encoder, f"--init {args.init}")
     start = time.perf_counter()
-    keys, V, counts = fit_scope(queries, args.scope, config,
-                                init=dict(zip(init.keys, init.vectors)) if init is not None else None)  # fmt: skip
+    keys, V, counts = fit_scope(queries, args.scope, config, init=init.by_key() if init is not None else None)
     seconds = time.perf_counter() - start
     provenance = {path: {**info, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
                   for path, info in rewards.provenance.items()}  # fmt: skip

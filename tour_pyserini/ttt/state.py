@@ -109,6 +109,10 @@ class State:
             raise UserError(f"this state has no task {task!r}; its tasks: {', '.join(self.tasks)}")
         return task
 
+    def by_key(self) -> dict[tuple, np.ndarray]:
+        """v_g (unscaled) by key: where a warm start (``fit_scope(init=...)``) begins each residual."""
+        return dict(zip(self.keys, self.vectors))
+
     def residuals(self, qids: list[str], task: str | None) -> np.ndarray:
         """α_g v_g for each query (n, d) float64; rows of queries the scope has no residual for are 0."""
         task = self.select_task(task)
