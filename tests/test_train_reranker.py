@@ -11,7 +11,8 @@ import pytest
 from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
-from tour_pyserini.train_reranker import TrainConfig, build_examples, draw_lists, positives_of, train
+from tour_pyserini.train_reranker import TrainConfig, build_examples, positives_of, train
+from tour_pyserini.training.examples import draw_lists
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,8 @@ def test_hard_negatives_from_both_rankings_and_fresh_lists_each_call(searcher, b
         assert set(ex.negatives) == pool - set(ex.positives) and len(set(ex.negatives)) == len(ex.negatives)
     rng = random.Random(0)
     first, second = draw_lists(examples, 4, rng), draw_lists(examples, 4, rng)
-    for (query, docs), ex in zip(first, examples):
+    for drawn, ex in zip(first, examples):
+        query, docs = drawn.query, drawn.docids
         assert query == ex.query and docs[0] in ex.positives and len(docs) == 5
         assert len(set(docs[1:])) == 4 and set(docs[1:]) <= set(ex.negatives)
     assert first != second
@@ -107,6 +109,30 @@ def test_bad_training_options_fail_before_anything_loads(tmp_path):
 
     with pytest.raises(UserError, match="--negatives must be positive"):
         main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--negatives", "0"])
+    with pytest.raises(UserError, match="--extra-topics and --extra-index go together"):
+        main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--extra-topics", "q"])
+    with pytest.raises(UserError, match="one at a time"):
+        main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--extra-topics", "q",
+              "--extra-index", "i", "--pseudo", "ict"])  # fmt: skip
+    with pytest.raises(SystemExit):  # argparse's own one line: invalid choice
+        main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--pseudo", "bm25"])
     (tmp_path / "m").mkdir()
     with pytest.raises(UserError, match="already exists"):
         main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m")])
+
+
+@pytest.mark.parametrize("kind", ["ict", "ensemble", "questions"])
+def test_extra_examples_join_each_step_and_max_steps_stops_early(kind, dense_index, bm25_index, mini_scifact, tmp_path):
+    from tour_pyserini.encoders import bundled_model_dir
+
+    pseudo = kind if kind != "questions" else "none"
+    config = TrainConfig(epochs=1, queries_per_step=4, negatives=3, max_length=64, hard_depth=10,
+                         dev_fraction=0.25, dev_depth=5, evals_per_epoch=1, pseudo=pseudo, extra_per_step=2,
+                         max_steps=2, seed=3)  # fmt: skip
+    topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
+    # "another collection": the same slice, read through the questions path (texts carried with each list)
+    questions = (str(dense_index), topics, qrels) if kind == "questions" else None
+    report = train(str(dense_index), topics, qrels, tmp_path / "ce", str(bundled_model_dir()), config,
+                   questions=questions)  # fmt: skip
+    assert report["extra_examples"] == 4  # two steps of two
+    assert [h["step"] for h in report["history"]] == [0, 2]  # stopped at max_steps, evaluated there

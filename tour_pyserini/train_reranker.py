@@ -31,6 +31,7 @@ import numpy as np
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.errors import UserError
+from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 
 
 @dataclass
@@ -47,6 +48,9 @@ class TrainConfig:
     dev_fraction: float = 0.2
     dev_depth: int = 20  # dev queries re-rank the dense top dev_depth
     evals_per_epoch: int = 2
+    pseudo: str = "none"  # corpus-only pseudo-queries mixed into every step: none, ict or ensemble
+    extra_per_step: int = 4  # lists per step from --pseudo or --extra-topics
+    max_steps: int = 0  # stop after this many steps (0: all epochs); the schedule still spans all epochs
     bf16: bool = True
     seed: int = 13
 
@@ -59,14 +63,13 @@ class TrainConfig:
             raise UserError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
         if not 0.0 <= self.warmup <= 1.0 or not self.residual_scale >= 0.0:
             raise UserError("--warmup must be in [0, 1] and --residual-scale at least 0")
+        if self.pseudo not in PSEUDO:
+            raise UserError(f"--pseudo must be one of {', '.join(PSEUDO)}, got {self.pseudo!r}")
+        if self.extra_per_step < 0 or self.max_steps < 0:
+            raise UserError("--extra-per-step and --max-steps must be at least 0")
 
 
-@dataclass
-class Example:
-    qid: str
-    query: str
-    positives: list[str]  # docids
-    negatives: list[str]  # hard candidates that are not positives
+PSEUDO = ("none", "ict", "ensemble")
 
 
 def positives_of(rankings: dict[str, list], topics, qrels, docstore=None) -> dict[str, list[str]]:
@@ -91,21 +94,10 @@ def build_examples(topics, positives: dict[str, list[str]], *pools: dict[str, li
     return examples
 
 
-def draw_lists(examples: list[Example], negatives: int, rng: random.Random) -> list[tuple[str, list[str]]]:
-    """(query, [positive, negative, ...]) per example: a random positive and ``negatives`` distinct hard
-    negatives (with repeats only when the pool is smaller)."""
-    lists = []
-    for ex in examples:
-        enough = len(ex.negatives) >= negatives
-        negs = rng.sample(ex.negatives, negatives) if enough else rng.choices(ex.negatives, k=negatives)
-        lists.append((ex.query, [rng.choice(ex.positives), *negs]))
-    return lists
-
-
 class ListwiseTrainer:
     """Fine-tunes a sequence-classification model so that its (residual) score puts the positive first."""
 
-    def __init__(self, base_model: str, docstore, dense, config: TrainConfig, *, steps: int):
+    def __init__(self, base_model: str, docstore, dense, config: TrainConfig, *, steps: int, encoder: dict | None):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -115,6 +107,8 @@ class ListwiseTrainer:
         self.config = config
         self.docstore = docstore
         self.dense = dense  # the retriever's similarity, added at residual_scale
+        self.encoder = encoder or {}  # the index's document encoder, for texts the index does not hold
+        self.document_encoder = None  # (spec, tokenizer, model), loaded on first use
         self.tokenizer = AutoTokenizer.from_pretrained(base_model)
         # no dropout on attention probabilities lets torch's fused attention run: 1.5x faster training here
         self.model = AutoModelForSequenceClassification.from_pretrained(
@@ -131,23 +125,54 @@ class ListwiseTrainer:
                   {"params": [p for p in self.model.parameters() if id(p) in head], "lr": config.head_lr}]  # fmt: skip
         self.optimizer, self.scheduler = optimizer(groups, lr=config.lr, steps=steps, warmup_fraction=config.warmup)
 
-    def scores(self, lists: list[tuple[str, list[str]]]):
-        """(queries, candidates) score matrix: the model's logits plus residual_scale x similarity."""
+    def scores(self, lists: list[TrainingList]):
+        """(lists, candidates) score matrix: the model's logits plus residual_scale x similarity.
+
+        A list's ``texts`` replace the stored texts of those candidates, which need not be in this index.
+        """
         import torch
 
         from tour_pyserini.teachers.base import ScoreRequest
         from tour_pyserini.teachers.cross_encoder import pair_inputs, pair_text
         from tour_pyserini.training.schedule import autocast
 
-        queries = [q for q, docids in lists for _ in docids]
-        texts = [pair_text(doc) for _, docids in lists for doc in self.docstore.get(docids)]
+        stored = [[d for d in x.docids if d not in x.texts] for x in lists]
+        texts = []
+        for x, own in zip(lists, stored):
+            read = {doc.docid: pair_text(doc) for doc in self.docstore.get(own)}
+            texts += [x.texts[d] if d in x.texts else read[d] for d in x.docids]
+        queries = [x.query for x in lists for _ in x.docids]
         with autocast(self.config.bf16):
             logits = self.model(**pair_inputs(self.tokenizer, queries, texts, self.config.max_length)).logits
         scores = logits.float()[:, 0].view(len(lists), -1)
         if self.config.residual_scale > 0:
-            sims = self.dense.score([ScoreRequest(f"q{i}", q, docids) for i, (q, docids) in enumerate(lists)])
-            scores = scores + self.config.residual_scale * torch.as_tensor(np.array(sims), dtype=torch.float32)
+            requests = [ScoreRequest(f"q{i}", x.query, own) for i, (x, own) in enumerate(zip(lists, stored)) if own]
+            from_index = iter(self.dense.score(requests)) if requests else iter(())
+            sims = np.zeros(scores.shape)
+            for i, (x, own) in enumerate(zip(lists, stored)):
+                by_docid = dict(zip(own, next(from_index))) if own else {}
+                # the stored vector is of the stored text, not of what the model reads
+                by_docid.update(self.text_similarities(x.query, x.texts))
+                sims[i] = [by_docid[d] for d in x.docids]
+            scores = scores + self.config.residual_scale * torch.as_tensor(sims, dtype=torch.float32)
         return scores
+
+    def text_similarities(self, query: str, texts: dict[str, str]) -> dict[str, float]:
+        """The retriever's similarity of a query to texts that are not in the index, encoded as the index was."""
+        import torch
+
+        from tour_pyserini.training.encoder_io import encode, load_encoder
+
+        if not texts:
+            return {}
+        if self.document_encoder is None:
+            self.document_encoder = load_encoder(self.encoder["name"])
+            self.document_encoder[2].eval()
+        spec, tokenizer, model = self.document_encoder
+        with torch.inference_mode():
+            vectors = encode(model, tokenizer, list(texts.values()), max_length=spec.max_length, pooling=spec.pooling,
+                             l2_norm=spec.l2_norm).numpy()  # fmt: skip
+        return dict(zip(texts, (vectors @ self.dense.searcher.encode([query])[0]).tolist()))
 
     def step(self, lists: list[tuple[str, list[str]]]) -> float:
         import torch
@@ -175,7 +200,7 @@ class ListwiseTrainer:
         with torch.inference_mode():
             for start in tqdm(range(0, len(dev), 4), desc="dev", unit="batch", leave=False):
                 chunk = dev[start : start + 4]
-                for (qid, _, docids), row in zip(chunk, self.scores([(q, d) for _, q, d in chunk])):
+                for (qid, _, docids), row in zip(chunk, self.scores([TrainingList(q, d, {}) for _, q, d in chunk])):
                     run[qid] = dict(zip(docids, row.tolist()))
         return run
 
@@ -203,14 +228,62 @@ def save_compact(model, tokenizer, output: Path, max_length: int) -> None:
     tokenizer.save_pretrained(output)
 
 
+def pseudo_examples(kind: str, count: int, searcher, bm25, *, depth: int, rng: random.Random) -> list[Example]:
+    """``count`` corpus-only examples (training/pseudo_queries.py): sentences of random documents labelled
+    by ``kind`` ("ict" or "ensemble"), candidates from the dense and BM25 top ``depth`` + 1 of each sentence."""
+    from tour_pyserini.training.pseudo_queries import draw_sentences, ensemble_example, ict_example
+
+    docids = searcher.faiss.docids
+    docs = searcher.docstore.get(rng.sample(docids, min(len(docids), 2 * count)))
+    drawn = draw_sentences(docs, count, rng)
+    texts, qids = [p.query for p in drawn], [f"p{i}" for i in range(count)]
+    dense = searcher.batch_search(texts, qids, hits=depth + 1)
+    lexical = {r.qid: r.hits for r in bm25.retrieve(texts, qids, depth + 1)}
+    examples = []
+    for i, (qid, pq) in enumerate(zip(qids, drawn)):
+        ranked = [[h.docid for h in dense[qid]], [h.docid for h in lexical[qid]]]
+        if kind == "ict":
+            examples.append(ict_example(i, pq, list(dict.fromkeys(ranked[0] + ranked[1]))))
+        else:
+            examples.append(ensemble_example(i, pq, *ranked))
+    return [ex for ex in examples if ex.positives and ex.negatives]
+
+
+def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng: random.Random) -> list[Example]:
+    """``count`` examples from another collection's training questions, each with its candidates' texts
+    (this index does not hold them): positives from ``qrels`` or answer strings in its dense top 100, hard
+    negatives from its dense and BM25 top ``depth``; cycled when there are fewer than ``count``."""
+    from tour_pyserini.search import TourSearcher
+    from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.teachers.bm25 import sibling_bm25_index
+
+    searcher = TourSearcher.from_index(index)
+    chosen = rng.sample(list(topics), min(len(topics), count))
+    texts, qids = [t.text for t in chosen], [t.qid for t in chosen]
+    dense_top = searcher.batch_search(texts, qids, hits=max(depth, 100))
+    bm25_top = {r.qid: r.hits for r in Bm25Searcher.from_index(sibling_bm25_index(index)).retrieve(texts, qids, depth)}
+    hard = {q: hits[:depth] for q, hits in dense_top.items()}
+    examples = build_examples(chosen, positives_of(dense_top, chosen, qrels, searcher.docstore), hard, bm25_top)
+    if not examples:
+        raise UserError(f"no question of --extra-topics has a relevant document among its candidates in {index}")
+    for ex in examples:
+        ex.texts = {doc.docid: doc.contents for doc in searcher.docstore.get(ex.positives + ex.negatives)}
+    return (examples * math.ceil(count / len(examples)))[:count]
+
+
 def dev_metric(qrels, run, name: str) -> float:
     from tour_pyserini.eval import evaluate
 
     return evaluate(qrels, run, [name]).means[name]
 
 
-def train(index: str, topics, qrels, output: str | Path, base_model: str, config: TrainConfig) -> dict:
-    """Train and save the best checkpoint at ``output``; returns the training report (also in training.json)."""
+def train(index: str, topics, qrels, output: str | Path, base_model: str, config: TrainConfig, *,
+          questions: tuple | None = None) -> dict:  # fmt: skip
+    """Train and save the best checkpoint at ``output``; returns the training report (also in training.json).
+
+    ``questions``, (index, topics, qrels or None) of another collection, adds its training questions to
+    every step, ``config.extra_per_step`` at a time.
+    """
     from tqdm import tqdm
 
     from tour_pyserini.index.layout import IndexMeta
@@ -244,26 +317,40 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     dev_qrels = {q: judged.get(q, {}) for q in dev_qids}
     steps_per_epoch = math.ceil(len(train_set) / config.queries_per_step)
     total = steps_per_epoch * config.epochs
+    last = min(total, config.max_steps) if config.max_steps else total
     eval_every = max(1, steps_per_epoch // config.evals_per_epoch)
     meta = IndexMeta.read(index)
     dense = DenseTeacher(index) if config.residual_scale > 0 else None  # a second copy of the index
-    trainer = ListwiseTrainer(base_model, searcher.docstore, dense, config, steps=total)
+    trainer = ListwiseTrainer(base_model, searcher.docstore, dense, config, steps=total,
+                              encoder=meta.encoder if meta else None)  # fmt: skip
     rng = random.Random(config.seed)
+    extra_rng = random.Random(config.seed + 1)  # its own stream: the training queries' draws stay as without it
+    count = last * config.extra_per_step
+    if config.pseudo != "none":
+        extra = pseudo_examples(config.pseudo, count, searcher, bm25, depth=config.hard_depth, rng=extra_rng)
+    elif questions is not None:
+        extra = question_examples(*questions, count, depth=config.hard_depth, rng=extra_rng)
+    else:
+        extra = []
     tick = time.perf_counter()
     history = [{"step": 0, f"dev_{metric}": dev_metric(dev_qrels, trainer.rerank(dev), metric)}]
     print(f"step 0: dev {metric} {history[0][f'dev_{metric}']:.4f} (re-ranking the dense top {config.dev_depth} of "
           f"{len(dev)} dev queries: {time.perf_counter() - tick:.0f} s)", flush=True)  # fmt: skip
     best, losses, start = -1.0, [], time.perf_counter()
-    with staged(output) as tmp, tqdm(total=total, desc="train", unit="step") as bar:
+    with staged(output) as tmp, tqdm(total=last, desc="train", unit="step") as bar:
         step = 0
         for _ in range(config.epochs):
             order = train_set[:]
             rng.shuffle(order)
             for i in range(0, len(order), config.queries_per_step):
-                losses.append(trainer.step(draw_lists(order[i : i + config.queries_per_step], config.negatives, rng)))
+                if step == last:
+                    break
+                mixed = extra[step * config.extra_per_step : (step + 1) * config.extra_per_step]
+                lists = draw_lists(order[i : i + config.queries_per_step], config.negatives, rng)
+                losses.append(trainer.step(lists + draw_lists(mixed, config.negatives, extra_rng)))
                 step += 1
                 bar.update()
-                if step % eval_every and step != total:
+                if step % eval_every and step != last:
                     continue
                 value = dev_metric(dev_qrels, trainer.rerank(dev), metric)
                 history.append({"step": step, "train_loss": sum(losses) / len(losses), f"dev_{metric}": value})
@@ -277,6 +364,8 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
             "base_model": base_model,
             "index": str(index),
             "train_queries": len(train_set),
+            "extra_examples": len(extra),
+            "extra_questions": None if questions is None else {"index": str(questions[0]), "topics": len(questions[1])},
             "dev_queries": len(dev),
             "dev_qids": sorted(dev_qids),  # never trained on: safe for tuning what uses this teacher
             "dev_metric": metric,
@@ -302,11 +391,20 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     ap.add_argument("--base-model", help="local HuggingFace encoder directory (default: the bundled MiniLM)")
+    ap.add_argument("--extra-topics", metavar="TOPICS", help="another collection's training questions, mixed into "
+                    "every step (--extra-per-step at a time); never in the dev split")  # fmt: skip
+    ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
+    ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
     defaults = TrainConfig()
     for name, value in asdict(defaults).items():
         if isinstance(value, bool):
             ap.add_argument(f"--{name}", action=argparse.BooleanOptionalAction, default=value,
                             help="bfloat16 autocast (about twice as fast on CPUs with bf16 units)")  # fmt: skip
+        elif name == "pseudo":
+            ap.add_argument("--pseudo", choices=PSEUDO, default=value,
+                            help="corpus-only pseudo-queries (sentences of documents) mixed into every step: "
+                            "ict (the sentence's own document, read without it) or ensemble (the document "
+                            "BM25 and the retriever rank first, the sentence's own left out)")  # fmt: skip
         else:
             ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     return ap
@@ -320,6 +418,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     config.check()
+    if bool(args.extra_topics) != bool(args.extra_index):
+        raise UserError("--extra-topics and --extra-index go together")
+    if args.extra_topics and config.pseudo != "none":
+        raise UserError("--pseudo and --extra-topics are measured one at a time: give one of them")
     check_output(args.output, args.overwrite)
     topics = read_topics(args.topics)
     if args.exclude_texts_from:
@@ -327,8 +429,15 @@ def main(argv: list[str] | None = None) -> None:
         topics = [t for t in topics if t.text not in held_out]
     if args.qrels is None and not any(t.answers for t in topics):
         raise UserError(f"{args.topics} has no answers; give --qrels")
+    questions = None
+    if args.extra_topics:
+        extra_qrels = read_qrels(args.extra_qrels) if args.extra_qrels else None
+        extra_topics = read_topics(args.extra_topics)
+        if extra_qrels is None and not any(t.answers for t in extra_topics):
+            raise UserError(f"{args.extra_topics} has no answers; give --extra-qrels")
+        questions = (args.extra_index, extra_topics, extra_qrels)
     report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
-                   args.base_model or str(bundled_model_dir()), config)  # fmt: skip
+                   args.base_model or str(bundled_model_dir()), config, questions=questions)  # fmt: skip
     metric = report["dev_metric"]
     first = report["history"][0][f"dev_{metric}"]
     print(f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {first:.4f}); "
