@@ -9,8 +9,10 @@
 4. The BM25 teacher per (query, candidate) pair: Anserini's per-pair ``computeQueryDocumentScore``
    against the vectorised teacher, on the full index: target >= 10x, scores equal within 1e-5.
 5. TOUR with the BM25 teacher at batch sizes 1 to 64: seconds per query (wall clock and CPU), each
-   batch size checked to give exactly the run of one query at a time; target >= 3x at 32. Plotted,
-   with the per-pair Anserini teacher for comparison, to runs/bench-tour-speed.png.
+   batch size checked to give exactly the run of one query at a time; target >= 3x at 32. Once on
+   queries encoded beforehand (the rewriting loop alone), once end to end (each batch's texts encoded
+   with it, texts of one token length together); plotted, with the per-pair Anserini teacher for
+   comparison, to runs/bench-tour-speed.png.
 
 Writes runs/bench-tour-speed.json. Usage: python bench/tour_speed.py [--index indexes/scifact.minilm]
 """
@@ -72,13 +74,16 @@ class TourRun:
         self.texts, self.qids = [q.text for q in queries], [q.qid for q in queries]
         self.vectors = self.searcher.encode(self.texts)
 
-    def __call__(self, size: int) -> list:
-        """Every query's result, ``size`` queries per batch."""
+    def __call__(self, size: int, end_to_end: bool = False) -> list:
+        """Every query's result, ``size`` queries per batch; ``end_to_end`` encodes each batch's texts too."""
         results = []
         for i in range(0, len(self.qids), size):
             batch = slice(i, i + size)
-            results += self.searcher.retrieve_vectors(self.qids[batch], self.texts[batch], self.vectors[batch], 1000,
-                                                      rewriter=self.rewriter)  # fmt: skip
+            if end_to_end:
+                results += self.searcher.retrieve(self.texts[batch], self.qids[batch], 1000, rewriter=self.rewriter)
+            else:
+                results += self.searcher.retrieve_vectors(self.qids[batch], self.texts[batch], self.vectors[batch],
+                                                          1000, rewriter=self.rewriter)  # fmt: skip
         return results
 
 
@@ -170,28 +175,41 @@ def bm25_teacher_per_pair(bm25_index: str, topics: str, n_queries: int, depth: i
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str = "bm25", repeats: int = 3) -> dict:
+def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str = "bm25", repeats: int = 3, *,
+                     end_to_end: bool = False) -> dict:  # fmt: skip
     """Seconds per query of TOUR (tour-hard, passage preset) at each batch size, and whether each batch size
-    gives exactly the run of one query at a time: docids, scores, iterations, teacher calls, cache hits."""
+    gives the run of one query at a time: docids, iterations, teacher calls, cache hits and stop reasons,
+    and the scores exactly, or (``end_to_end``: texts encoded per batch, by length) to the largest difference."""
     run = TourRun(index, topics, n_queries, teacher_spec)
     qids = run.qids
 
     def fingerprint(results: list) -> list:
-        return [([h.docid for h in r.hits], [h.score for h in r.hits], r.trace.iterations, r.trace.teacher_calls,
-                 r.trace.cache_hits, r.trace.stop_reason) for r in results]  # fmt: skip
+        return [([h.docid for h in r.hits], r.trace.iterations, r.trace.teacher_calls, r.trace.cache_hits,
+                 r.trace.stop_reason) for r in results]  # fmt: skip
 
-    reference = fingerprint(run(1))  # also the warm-up
-    identical = {size: fingerprint(run(size)) == reference for size in BATCH_SIZES}
-    wall, cpu = best_times({size: partial(run, size) for size in BATCH_SIZES}, repeats)
+    def scores(results: list) -> np.ndarray:
+        return np.array([h.score for r in results for h in r.hits])
+
+    first = run(1, end_to_end)  # also the warm-up
+    reference, identical, score_difference = fingerprint(first), {}, {}
+    for size in BATCH_SIZES:
+        results = run(size, end_to_end)
+        same = fingerprint(results) == reference
+        difference = float(np.abs(scores(results) - scores(first)).max()) if same else float("nan")
+        identical[size] = same and (end_to_end or difference == 0.0)
+        score_difference[size] = difference
+    wall, cpu = best_times({size: partial(run, size, end_to_end) for size in BATCH_SIZES}, repeats)
     seconds, cpu_seconds = ({size: t / len(qids) for size, t in times.items()} for times in (wall, cpu))
     return {
         "teacher": teacher_spec,
+        "end_to_end": end_to_end,
         "queries": len(qids),
         "seconds_per_query": seconds,
         "cpu_seconds_per_query": cpu_seconds,
         "speedup_vs_one_at_a_time": {size: seconds[1] / s for size, s in seconds.items()},
         "cpu_speedup_vs_one_at_a_time": {size: cpu_seconds[1] / s for size, s in cpu_seconds.items()},
         "identical_to_one_at_a_time": identical,
+        "max_score_difference_vs_one_at_a_time": score_difference,
     }
 
 
@@ -204,11 +222,12 @@ def plot_batch_sizes(curves: list[dict], path: Path) -> None:
     from matplotlib.ticker import FormatStrFormatter
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for curve, color in zip(curves, ("C0", "C1", "C2")):
+    for curve, color in zip(curves, ("C0", "C1", "C2", "C3")):
         for key, style, kind in (("seconds_per_query", "-", "wall clock"), ("cpu_seconds_per_query", "--", "CPU")):
             sizes, seconds = zip(*((int(size), s) for size, s in curve[key].items()))  # JSON keys are strings
             ax.plot(sizes, [s * 1000 for s in seconds], style, color=color, marker="o",
-                    label=f"{curve['teacher']} teacher, {kind} ({curve['queries']} queries)")  # fmt: skip
+                    label=f"{curve['teacher']} teacher{', encoding included' if curve.get('end_to_end') else ''}, "
+                    f"{kind} ({curve['queries']} queries)")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xticks(BATCH_SIZES, [str(s) for s in BATCH_SIZES])
     ax.set_yscale("log")
@@ -267,6 +286,7 @@ def main() -> None:
         "bm25_teacher_per_pair": bm25_teacher_per_pair(args.bm25_index, args.topics, 32, repeats=args.repeats),
         "tour_batch_sizes": [
             tour_batch_sizes(args.index, args.topics, args.queries, "bm25", repeats=args.repeats + 2),
+            tour_batch_sizes(args.index, args.topics, args.queries, "bm25", repeats=args.repeats, end_to_end=True),
             # the per-pair teacher is slow: fewer queries, one timed run per batch size
             tour_batch_sizes(args.index, args.topics, args.queries // 2, "bm25-anserini", repeats=1),
         ],
@@ -274,7 +294,7 @@ def main() -> None:
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     plot = Path(args.output).with_suffix(".png")
     plot_batch_sizes(report["tour_batch_sizes"], plot)
-    upd, bat, roc, pair, (curve, _) = report.values()
+    upd, bat, roc, pair, (curve, e2e, _) = report.values()
     print(f"TOUR update, k=100 d=768, 1 core: hard {upd['tour-hard']:.3f} ms, soft {upd['tour-soft']:.3f} ms "
           "per query-iteration (target < 2 ms)")  # fmt: skip
     print(f"batched (32) vs one at a time, tour-hard + bm25: {bat['batched_qps']:.1f} vs "
@@ -291,6 +311,10 @@ def main() -> None:
     print(f"tour-hard + bm25, batch 32 vs 1: {curve['speedup_vs_one_at_a_time'][32]:.2f}x wall clock, "
           f"{curve['cpu_speedup_vs_one_at_a_time'][32]:.2f}x CPU time (target >= 3x); every batch size gives the run "
           f"of one query at a time: {all(curve['identical_to_one_at_a_time'].values())}")  # fmt: skip
+    print(f"end to end (texts encoded per batch), batch 32 vs 1: {e2e['speedup_vs_one_at_a_time'][32]:.2f}x wall "
+          f"clock, {e2e['cpu_speedup_vs_one_at_a_time'][32]:.2f}x CPU time (target >= 3x); same docids, iterations and "
+          f"teacher calls at every batch size: {all(e2e['identical_to_one_at_a_time'].values())}, scores within "
+          f"{max(e2e['max_score_difference_vs_one_at_a_time'].values()):.1e}")  # fmt: skip
     print(f"written to {args.output} and {plot}")
 
 

@@ -50,6 +50,26 @@ def test_search_matches_pyserini_faiss_searcher_exactly(searcher, mini_scifact):
     assert [h.docid for h in one] == [h.docid for h in ours[qids[0]]]
 
 
+def test_texts_of_one_length_are_encoded_together_as_pyserini_encodes_each(searcher, mini_scifact):
+    import torch
+
+    from tour_pyserini.search.searcher import same_length_groups
+
+    texts = [t.text for t in read_topics(mini_scifact["topics"])]
+    texts += [texts[0]]  # a repeat: at least one group of two
+    tokenizer = searcher.faiss.query_encoder.tokenizer
+    groups = same_length_groups(tokenizer, texts)
+    assert sorted(i for g in groups for i in g) == list(range(len(texts)))
+    assert any(len(g) > 1 for g in groups)
+    for group in groups:
+        assert len({len(tokenizer(texts[i])["input_ids"]) for i in group}) == 1
+    with torch.inference_mode():
+        each = np.vstack([searcher.faiss.query_encoder.encode(t) for t in texts])
+    together = searcher.encode(texts)
+    np.testing.assert_allclose(together, each, rtol=0, atol=1e-6)
+    assert np.array_equal(searcher.encode(texts[:1])[0], each[0])  # alone: Pyserini's vector bit for bit
+
+
 def test_dense_effectiveness_on_the_fixture(searcher, mini_scifact):
     """Mean pooling + L2 norm is what makes MiniLM work; a wrong pooling drops this far."""
     topics = read_topics(mini_scifact["topics"])

@@ -48,6 +48,15 @@ def mapped_faiss_searcher() -> type:
     return MappedFaissSearcher
 
 
+def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Indices of ``texts`` grouped by their length in tokens as Pyserini's query encoder tokenises them
+    (special tokens added, truncated to the model's limit); groups in order of first appearance."""
+    groups: dict[int, list[int]] = {}
+    for i, ids in enumerate(tokenizer(list(texts), add_special_tokens=True, truncation=True)["input_ids"]):
+        groups.setdefault(len(ids), []).append(i)
+    return list(groups.values())
+
+
 class DimensionMismatchError(UserError):
     """Query vectors and index vectors have different sizes."""
 
@@ -153,15 +162,23 @@ class TourSearcher:
         return self.faiss.num_docs
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Query vectors (n, d), float32, exactly as ``FaissSearcher.batch_search`` computes them."""
+        """Query vectors (n, d), float32, by Pyserini's query encoder as ``FaissSearcher.batch_search`` computes
+        them, but texts of one token length in one call: a text alone gets Pyserini's vector bit for bit, a
+        text in a batch one within about 1e-7 (matrix products of another shape round differently)."""
         import torch
 
         # torch and faiss may share one OpenMP runtime, in which case a search with `threads`
         # would silently set the encoder's threads too
         torch.set_num_threads(self.encode_threads)
+        encoder = self.faiss.query_encoder
+        vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         with torch.inference_mode():
-            vectors = [np.asarray(self.faiss.query_encoder.encode(text)).reshape(-1) for text in texts]
-        return self._check_vectors(np.vstack(vectors))
+            # Pyserini's encoder averages every token position, so a padded batch would change the vectors;
+            # texts of one length need no padding and make one batch (3x faster than one at a time)
+            for rows in same_length_groups(encoder.tokenizer, texts):
+                group = np.asarray(encoder.encode([texts[i] for i in rows]))
+                vectors[rows] = group.reshape(len(rows), -1)
+        return self._check_vectors(vectors)
 
     def _check_vectors(self, vectors: np.ndarray) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
