@@ -94,6 +94,18 @@ def build_examples(topics, positives: dict[str, list[str]], *pools: dict[str, li
     return examples
 
 
+def mine_examples(searcher, bm25, topics, qrels, *, depth: int, hits: int = 100):
+    """(examples, dense rankings, positives) of ``topics``: positives from ``qrels``, or the candidates of the
+    dense top ``max(depth, hits)`` that contain an answer string; hard negatives from the dense and BM25 top
+    ``depth``."""
+    texts, qids = [t.text for t in topics], [t.qid for t in topics]
+    dense_top = searcher.batch_search(texts, qids, hits=max(depth, hits))
+    bm25_top = {r.qid: r.hits for r in bm25.retrieve(texts, qids, depth)}
+    positives = positives_of(dense_top, topics, qrels, searcher.docstore)
+    hard = {q: ranking[:depth] for q, ranking in dense_top.items()}
+    return build_examples(topics, positives, hard, bm25_top), dense_top, positives
+
+
 class ListwiseTrainer:
     """Fine-tunes a sequence-classification model so that its (residual) score puts the positive first."""
 
@@ -250,20 +262,16 @@ def pseudo_examples(kind: str, count: int, searcher, bm25, *, depth: int, rng: r
 
 
 def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng: random.Random) -> list[Example]:
-    """``count`` examples from another collection's training questions, each with its candidates' texts
-    (this index does not hold them): positives from ``qrels`` or answer strings in its dense top 100, hard
-    negatives from its dense and BM25 top ``depth``; cycled when there are fewer than ``count``."""
+    """``count`` examples (:func:`mine_examples`) from another collection's training questions, each with its
+    candidates' texts, which this index does not hold; cycled when there are fewer than ``count``."""
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.search.bm25 import Bm25Searcher
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
 
     searcher = TourSearcher.from_index(index)
     chosen = rng.sample(list(topics), min(len(topics), count))
-    texts, qids = [t.text for t in chosen], [t.qid for t in chosen]
-    dense_top = searcher.batch_search(texts, qids, hits=max(depth, 100))
-    bm25_top = {r.qid: r.hits for r in Bm25Searcher.from_index(sibling_bm25_index(index)).retrieve(texts, qids, depth)}
-    hard = {q: hits[:depth] for q, hits in dense_top.items()}
-    examples = build_examples(chosen, positives_of(dense_top, chosen, qrels, searcher.docstore), hard, bm25_top)
+    bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
+    examples, _, _ = mine_examples(searcher, bm25, chosen, qrels, depth=depth)
     if not examples:
         raise UserError(f"no question of --extra-topics has a relevant document among its candidates in {index}")
     for ex in examples:
@@ -298,15 +306,11 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     searcher = TourSearcher.from_index(index)
     if searcher.docstore is None:
         raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
-    texts, qids = [t.text for t in topics], [t.qid for t in topics]
-    dense_top = searcher.batch_search(texts, qids, hits=max(config.hard_depth, config.dev_depth, 100))
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
-    bm25_top = {r.qid: r.hits for r in bm25.retrieve(texts, qids, config.hard_depth)}
-    positives = positives_of(dense_top, topics, qrels, searcher.docstore)
+    examples, dense_top, positives = mine_examples(searcher, bm25, topics, qrels, depth=config.hard_depth,
+                                                   hits=max(config.dev_depth, 100))  # fmt: skip
     metric = "nDCG@10" if qrels is not None else "Success@1"  # Success@1 on answer qrels is Acc@1
     judged = {q: {d: 1 for d in docs} for q, docs in positives.items()} if qrels is None else qrels
-    hard = {q: hits[: config.hard_depth] for q, hits in dense_top.items()}
-    examples = build_examples(topics, positives, hard, bm25_top)
     if len(examples) < 2:
         raise UserError("fewer than two training queries with a relevant document and a retrieved negative")
     by_qid = {ex.qid: ex for ex in examples}
