@@ -65,3 +65,20 @@ def test_holm_adjustment_matches_statsmodels_values():
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
     assert holm([0.02]) == [0.02]
+
+
+def test_compare_diff_says_how_runs_differ_without_judgements(tmp_path, capsys):
+    base, near, far = tmp_path / "base.trec", tmp_path / "near.trec", tmp_path / "far.trec"
+    base.write_text("1 Q0 a 1 0.900000 t\n1 Q0 b 2 0.800004 t\n1 Q0 c 3 0.800000 t\n2 Q0 d 1 0.5 t\n")
+    # b and c swap within 1e-5 of each other; a moves by 3e-6
+    near.write_text("1 Q0 a 1 0.900003 t\n1 Q0 c 2 0.800003 t\n1 Q0 b 3 0.800001 t\n2 Q0 d 1 0.5 t\n")
+    far.write_text("1 Q0 b 1 0.900000 t\n1 Q0 a 2 0.800004 t\n1 Q0 c 3 0.800000 t\n2 Q0 d 1 0.5 t\n")
+    compare_main(["--diff", "--baseline", str(base), "--run", str(near)])
+    assert capsys.readouterr().out == (f"{near}: 2 queries: 1 identical, 1 the same up to ties within 1e-05, "
+                                       "0 different (largest score difference 3e-06)\n")  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        compare_main(["--diff", "--baseline", str(base), "--run", str(near), str(far)])
+    out = capsys.readouterr().out.splitlines()
+    assert exit_.value.code == 1 and len(out) == 2
+    assert out[1].startswith(f"{far}: 2 queries: 1 identical, 0 the same up to ties within 1e-05, 1 different")
+    assert "first: query 1: document a scores 0.9 against 0.800004" in out[1]

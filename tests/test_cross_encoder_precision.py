@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from conftest import ROOT, SCIFACT
 from scipy.stats import kendalltau
 
 from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.devices import DEFAULT_PRECISION, native_bf16, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.corpus import read_jsonl_corpus
 from tour_pyserini.teachers import TeacherContext, get_teacher
-from tour_pyserini.teachers.cross_encoder import (
-    DEFAULT_PRECISION,
-    CrossEncoderTeacher,
-    head_modules,
-    pair_text,
-    resolve_precision,
-)
+from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, head_modules, pair_text
 
 MODEL = ROOT / "models" / "scifact-rce"
+# bf16 runs only where torch multiplies in bfloat16 natively (AVX512 kernels on a CPU with bf16 units)
+needs_bf16 = pytest.mark.skipif(not native_bf16("cpu"), reason="torch has no native bfloat16 kernels here")
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +35,12 @@ def pairs(mini_scifact) -> list[tuple[str, list[str]]]:
 @pytest.fixture(scope="module")
 def teachers(dense_index) -> dict[str, CrossEncoderTeacher]:
     """The shipped residual teacher at each precision, on an index of its own bi-encoder."""
-    context = {p: TeacherContext(index_dir=str(dense_index), precision=p) for p in ("fp32", "bf16")}
+    precisions = ("fp32", "bf16") if native_bf16("cpu") else ("fp32",)
+    context = {p: TeacherContext(index_dir=str(dense_index), precision=p) for p in precisions}
     return {p: get_teacher(f"cross-encoder:{MODEL}", c) for p, c in context.items()}
 
 
+@needs_bf16
 def test_bf16_scores_and_ranks_as_float32(teachers, pairs):
     """bf16 scores stay within 0.1 of float32's (they span about 5) and order each query's candidates alike."""
     exact, fast = ([t.score_pairs([q] * len(texts), texts) for q, texts in pairs] for t in teachers.values())
@@ -48,6 +51,7 @@ def test_bf16_scores_and_ranks_as_float32(teachers, pairs):
     assert not np.array_equal(np.concatenate(exact), np.concatenate(fast))  # bf16 did run in bfloat16
 
 
+@needs_bf16
 def test_bf16_runs_the_encoder_in_bfloat16_and_the_head_in_float32(teachers, pairs):
     """A score rounded to bfloat16 (8 significant bits) would tie candidates: the pooler and classifier
     compute in float32, every layer before them in bfloat16."""
@@ -72,22 +76,54 @@ def test_bf16_runs_the_encoder_in_bfloat16_and_the_head_in_float32(teachers, pai
     assert len(encoder_linears) == 36 and {seen[m] for m in encoder_linears} == {torch.bfloat16}
 
 
+@needs_bf16
 def test_fingerprint_names_the_precision(teachers):
     fp32, bf16 = (teachers[p].fingerprint for p in ("fp32", "bf16"))
     assert "precision bf16" in bf16 and bf16.replace(" precision bf16", "") == fp32
     assert "precision" not in fp32  # as before precisions existed: stores of float32 scores stay usable
 
 
-@pytest.mark.parametrize(("flags", "expected"), [("fpu avx512f avx512_bf16 avx512_vnni", "bf16"),
-                                                 ("fpu amx_bf16 amx_tile", "bf16"), ("fpu avx2 avx512f", "fp32"),
-                                                 (None, "fp32")])  # fmt: skip
-def test_auto_is_bf16_only_where_the_cpu_multiplies_in_bfloat16(tmp_path, flags, expected):
-    cpuinfo = tmp_path / "cpuinfo"
-    if flags is not None:  # no file: an unknown CPU
-        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+def precision_in(kernels: str | None, code: str) -> subprocess.CompletedProcess:
+    """``code`` run in a fresh process whose torch dispatches to ``kernels`` (None: the machine's best)."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=env if kernels is None else {**env, "ATEN_CPU_CAPABILITY": kernels})  # fmt: skip
+
+
+AUTO = "from tour_pyserini.devices import resolve_precision; print(resolve_precision('auto', 'cpu'))"
+
+
+@pytest.mark.parametrize("kernels", ["avx2", "default"])
+def test_auto_is_fp32_and_bf16_refused_where_torch_runs_no_bfloat16_kernels(kernels, dense_index, tmp_path):
+    """On this very CPU, torch limited to a kernel set without bfloat16 (as on a CPU without AVX512):
+    auto means fp32, and an explicit bf16 is one line and exit 2, before any model or the JVM loads."""
+    assert precision_in(kernels, AUTO).stdout.strip() == "fp32"
+    out = tmp_path / "run.trec"
+    search = ("import sys; from tour_pyserini.cli_util import run_cli; from tour_pyserini.search.__main__ import main; "
+              "run_cli(main, sys.argv[1:])")  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", search, "--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"),
+         "--output", str(out), "--reranker", f"cross-encoder:{MODEL}", "--rewriter", "rerank",
+         "--reranker-precision", "bf16"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "ATEN_CPU_CAPABILITY": kernels},
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: --reranker-precision bf16: torch has no native bfloat16 arithmetic on this CPU "
+                      f"(torch runs its {kernels.upper()} kernels here); emulated it is slower than fp32 and some "
+                      "kernels fail: use fp32 or auto"]  # fmt: skip
+    assert not out.exists() and not out.with_name("run.trec.partial").exists()
+
+
+def test_auto_is_bf16_where_torch_multiplies_in_bfloat16():
+    """With the machine's best kernels: bf16 exactly where torch runs AVX512 kernels on bfloat16 units."""
+    code = ("import torch; from tour_pyserini.devices import resolve_precision; "
+            "print(torch.backends.cpu.get_cpu_capability(), "
+            "torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported(), "
+            "resolve_precision('auto', 'cpu'))")  # fmt: skip
+    kernels, units, auto = precision_in(None, code).stdout.split()
     assert DEFAULT_PRECISION == "auto"
-    assert resolve_precision("auto", "cpu", cpuinfo) == expected
-    assert resolve_precision("fp32", "cpu", cpuinfo) == "fp32" and resolve_precision("bf16", "cpu", cpuinfo) == "bf16"
+    assert auto == ("bf16" if kernels == "AVX512" and units == "True" else "fp32")
 
 
 def test_bad_precision_is_a_user_error_before_any_model_loads():
@@ -103,8 +139,8 @@ def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
 
     common = ["--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
               "--reranker", f"cross-encoder:{MODEL}"]  # fmt: skip
-    for flags, expected in (([], resolve_precision("auto", "cpu")), (["--reranker-precision", "fp32"], "fp32"),
-                            (["--reranker-precision", "bf16"], "bf16")):  # fmt: skip
+    cases = [([], resolve_precision("auto", "cpu")), (["--reranker-precision", "fp32"], "fp32")]
+    for flags, expected in cases + [(["--reranker-precision", "bf16"], "bf16")] * native_bf16("cpu"):
         args = parser().parse_args([*common, *flags])
         assert get_teacher(args.reranker, teacher_context(args)).precision == expected
     with pytest.raises(SystemExit) as exit_:

@@ -9,6 +9,7 @@ import pytest
 from test_cli import run_module
 
 from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.data.sameness import diff_runs
 from tour_pyserini.encoders import bundled_model_dir
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval import evaluate
@@ -58,11 +59,10 @@ def test_prf_runs_equal_pyserini_cli(method, rewriter, dense_index, mini_scifact
         "--pooling", "mean", "--l2-norm", "--output", str(theirs), "--hits", "100", "--prf-method", method, *flags,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = read_run(ours), read_run(theirs)
-    assert set(a) == set(b)  # Pyserini writes queries in its own (sorted) order
-    for qid in b:
-        assert list(a[qid]) == list(b[qid])
-        assert max(abs(a[qid][d] - b[qid][d]) for d in b[qid]) < 1e-4
+    # Pyserini encodes one text at a time, we encode texts of one length together: the same run up to
+    # ties within 1e-5 (a query's vector differs by about 1e-7)
+    diff = diff_runs(read_run(ours), read_run(theirs))
+    assert diff.same, diff.summary()
 
 
 def test_prf_iterations_change_the_query(searcher, topics):
@@ -98,15 +98,15 @@ def test_batched_tour_equals_one_query_at_a_time(cls, preset, searcher, topics, 
     alone = [searcher.retrieve_vectors(qids[i : i + 1], texts[i : i + 1], vectors[i : i + 1], 100,
                                        rewriter=rewriter)[0] for i in range(len(qids))]  # fmt: skip
     # end to end: texts of one length are encoded together, so a batch's vectors may differ from a text
-    # encoded alone by rounding (about 1e-7): the same rankings and steps, scores to 1e-6
+    # encoded alone by rounding (about 1e-7): the same steps, the same run up to ties within 1e-5
     encoded, encoded_alone = run_with(searcher, rewriter, topics), run_with(searcher, rewriter, topics, batch_size=1)
     for a, b, c, d in zip(batched, alone, encoded, encoded_alone):
         assert [h.docid for h in a.hits] == [h.docid for h in b.hits]
         assert [h.score for h in a.hits] == [h.score for h in b.hits]
         steps = [(r.trace.iterations, r.trace.teacher_calls, r.trace.stop_reason) for r in (a, b, c, d)]
         assert steps[0] == steps[1] and steps[2] == steps[3]
-        assert [h.docid for h in c.hits] == [h.docid for h in d.hits]
-        np.testing.assert_allclose([h.score for h in c.hits], [h.score for h in d.hits], rtol=0, atol=1e-6)
+    diff = diff_runs(as_run(encoded), as_run(encoded_alone))
+    assert diff.same, diff.summary()
     if preset == "odqa":  # T = 3: some queries stop before any update, others take steps
         iterations = {r.trace.iterations for r in batched}
         assert 0 in iterations and max(iterations) >= 1

@@ -43,23 +43,31 @@ def test_failed_run_leaves_no_output_file(tmp_path):
     assert (tmp_path / "run.trec.partial").exists()
 
 
-def test_interrupted_run_resumes_and_drops_a_cut_off_query(tmp_path):
+def test_interrupted_run_resumes_after_its_last_whole_batch(tmp_path):
     path = tmp_path / "run.trec"
     signature = {"index": "x", "hits": 2}
     with pytest.raises(KeyboardInterrupt), RunWriter(path, signature=signature) as writer:
-        writer.write("q1", hits(("a", 2.0), ("b", 1.0)))
-        writer.write("q2", hits(("c", 2.0), ("d", 1.0)))
-        writer.flush()
+        writer.write_batch([("q1", hits(("a", 2.0), ("b", 1.0)), None), ("q2", hits(("c", 2.0), ("d", 1.0)), None)])
         raise KeyboardInterrupt
-    # simulate a crash in the middle of writing q3
+    # simulate a crash in the middle of writing the next batch: one query whole, the next cut off
     with open(tmp_path / "run.trec.partial", "a") as f:
-        f.write("q3 Q0 e 1 2.000000 tour_pyserini\nq3 Q0 f 2 1.0")
+        f.write("q3 Q0 e 1 2.000000 tour_pyserini\nq3 Q0 f 2 1.000000 tour_pyserini\nq4 Q0 g 1 2.0")
     with RunWriter(path, signature=signature) as writer:
-        assert writer.done == {"q1", "q2"}
-        writer.write("q3", hits(("e", 2.0), ("f", 1.0)))
+        assert writer.done == {"q1", "q2"}  # q3 finished, but its batch did not: the batch is redone
+        writer.write_batch([("q3", hits(("e", 2.0), ("f", 1.0)), None), ("q4", hits(("g", 2.0)), None)])
     run = read_run(path)
-    assert list(run) == ["q1", "q2", "q3"] and run["q3"] == {"e": 2.0, "f": 1.0}
-    assert not (tmp_path / "run.trec.partial").exists()
+    assert list(run) == ["q1", "q2", "q3", "q4"] and run["q3"] == {"e": 2.0, "f": 1.0}
+    assert not (tmp_path / "run.trec.partial").exists() and not (tmp_path / "run.trec.partial.json").exists()
+
+
+def test_a_partial_file_shorter_than_its_record_starts_over(tmp_path):
+    path = tmp_path / "run.trec"
+    with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}) as writer:
+        writer.write_batch([("q1", hits(("a", 1.0)), None), ("q2", hits(("b", 1.0)), None)])
+        raise KeyboardInterrupt
+    (tmp_path / "run.trec.partial").write_text("q1 Q0 a 1 1.000000 tour_pyserini\n")  # edited by hand
+    with RunWriter(path, signature={"k": 1}) as writer:
+        assert writer.done == set()
 
 
 def test_changed_arguments_start_over(tmp_path):

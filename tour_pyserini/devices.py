@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from tour_pyserini.errors import UserError
 
 DEVICES = ("cpu", "cuda")
@@ -20,3 +22,70 @@ def check_device(device: str) -> str:
         if number and int(number) >= torch.cuda.device_count():
             raise UserError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) present")
     return device
+
+
+# fp32: float32 throughout; bf16: a model's matrix products in bfloat16 (autocast), about twice as fast
+# where the hardware multiplies in bfloat16; auto: bf16 where torch runs native bfloat16 kernels, else fp32
+PRECISIONS = ("auto", "fp32", "bf16")
+DEFAULT_PRECISION = "auto"
+
+
+def check_precision(precision: str, flag: str = "precision") -> str:
+    if precision not in PRECISIONS:
+        raise UserError(f"{flag} {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def cpu_kernels() -> str:
+    """The CPU kernel set torch dispatches to (``AVX512``, ``AVX2``, ``DEFAULT``, ...), which
+    ``ATEN_CPU_CAPABILITY`` can lower below what the processor has."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def native_bf16(device: str) -> bool:
+    """Whether torch multiplies in bfloat16 natively on ``device``: a CUDA GPU that supports it, or a CPU
+    whose bfloat16 units (AVX512-BF16 or AMX) torch's dispatched kernels use (the AVX512 set), and on which
+    a bfloat16 forward pass runs (:func:`bf16_runs`)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    # the processor's units as torch (cpuinfo) sees them; the kernels must be the set that uses them
+    units = any(getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported",
+                                                                       "_is_amx_tile_supported"))  # fmt: skip
+    return units and cpu_kernels() == "AVX512" and bf16_runs(device)
+
+
+@functools.cache
+def bf16_runs(device: str) -> bool:
+    """A tiny probe: a linear layer and attention under bfloat16 autocast, forward and backward. Torch's
+    lower kernel sets fail on some bfloat16 paths of processors with AMX (``pack_vnni2 is only supported
+    when avx512 is supported``), so what runs is asked of torch, not read from the processor's flags."""
+    import torch
+
+    kind = torch.device(device).type
+    try:
+        rng = torch.Generator(device).manual_seed(0)  # the global generator (a seeded training's) is left alone
+        x = torch.randn(2, 4, 80, 64, generator=rng, device=device, requires_grad=True)
+        weight = torch.randn(64, 64, generator=rng, device=device)
+        with torch.autocast(kind, dtype=torch.bfloat16):
+            h = torch.nn.functional.linear(x, weight)
+            out = torch.nn.functional.scaled_dot_product_attention(h, h, h)
+        out.float().sum().backward()
+    except RuntimeError:
+        return False
+    return True
+
+
+def resolve_precision(precision: str, device: str, flag: str = "precision") -> str:
+    """The arithmetic a precision setting means on ``device``: ``auto`` becomes bf16 or fp32; an explicit
+    bf16 that torch cannot run natively there is the user's error, in one line, before any model loads."""
+    if check_precision(precision, flag) == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    if precision == "bf16" and not native_bf16(device):
+        where = f"{device}" if device != "cpu" else f"this CPU (torch runs its {cpu_kernels()} kernels here)"
+        raise UserError(f"{flag} bf16: torch has no native bfloat16 arithmetic on {where}; emulated it is "
+                        "slower than fp32 and some kernels fail: use fp32 or auto")  # fmt: skip
+    return precision

@@ -49,11 +49,15 @@ def format_run_lines(qid: str, hits: Sequence[Hit], tag: str, decimals: int = DE
 class RunWriter:
     """Write a run (and optionally its per-query trace) so that ``path`` only ever appears complete.
 
-    Each finished query is appended to ``<path>.partial`` at once and the file is renamed onto ``path``
-    when the writer closes without error. If a run is interrupted, a new writer for the same path and
-    the same ``signature`` (e.g. the search arguments) resumes it: ``done`` holds the qids already
-    written, after dropping the last query of the partial file, which may have been cut off mid-write.
-    A run that fails before writing any query leaves no file behind.
+    Each finished batch of queries is appended to ``<path>.partial`` at once, its end recorded in
+    ``<path>.partial.json`` beside the ``signature`` (e.g. the search arguments), and the file is renamed
+    onto ``path`` when the writer closes without error. If a run is interrupted, a new writer for the
+    same path and signature resumes it from the end of the last whole batch: ``done`` holds the qids
+    written before it, and anything after it (a batch cut off mid-write) is dropped. Resuming at a batch
+    boundary matters because a query's vector depends, in its last bits, on which texts share its
+    matrix product: a rerun of the same batches recomputes the same bits, so a resumed run is
+    byte-identical to an uninterrupted one with the same batch size and threads. ``write`` is a batch
+    of one. A run that fails before finishing a batch leaves no file behind.
 
     One process writes a run at a time: the partial file is locked (``flock``), and a second writer
     fails at once. The kernel releases the lock of a killed process, so it never blocks a rerun.
@@ -76,37 +80,51 @@ class RunWriter:
         if self.path.is_dir():
             raise UserError(f"cannot write the run {self.path}: it is a directory")
         self._file = _open_locked(self.partial)
+        self._signature = json.dumps(signature or {}, sort_keys=True)
+        self._complete = 0  # bytes of the partial file that hold whole batches
         try:
             self._trace_file = _open_writable(self.trace_partial) if self.trace else None
-            signature_text = json.dumps(signature or {}, sort_keys=True)
-            if resume and self.sidecar.exists() and self.sidecar.read_text() == signature_text:
-                self.done = _truncate_to_complete_queries(self.partial)
+            if resume and (end := _batches_end(self.sidecar, self._signature)) is not None:
+                self.done = _truncate_to_whole_batches(self.partial, end)
                 if self.trace and not _truncate_trace(self.trace_partial, self.done):
                     self.done = set()  # the trace lacks queries the run holds: start both over
-            if not self.done:
+            if self.done:
+                self._complete = end
+            else:
                 self._file.truncate(0)
                 if self._trace_file:
                     self._trace_file.truncate(0)
-                self.sidecar.write_text(signature_text)
+                self._record_batches_end()
         except BaseException:
             self.close(commit=False)
             raise
 
     def write(self, qid: str, hits: Sequence[Hit], trace: dict | None = None) -> None:
-        """Append one query's hits (and its trace record) and flush them, so an interrupt keeps them."""
-        if qid in self.done:
-            raise ValueError(f"query {qid!r} written twice to {self.path}")
-        self._file.write(format_run_lines(qid, hits, self.tag, self.decimals))
-        self._file.flush()
-        if self._trace_file and trace is not None:
-            self._trace_file.write(json.dumps({"qid": qid, **trace}) + "\n")
-            self._trace_file.flush()
-        self.done.add(qid)
-        if not hits:
-            self.no_hits.append(qid)
+        """Append one query's hits (and its trace record) as a batch of one."""
+        self.write_batch([(qid, hits, trace)])
 
-    def flush(self) -> None:
+    def write_batch(self, batch: Sequence[tuple[str, Sequence[Hit], dict | None]]) -> None:
+        """Append a batch of ``(qid, hits, trace record)`` and flush it, then record its end, so an interrupt
+        keeps it and a resumed run starts after it."""
+        for qid, hits, trace in batch:
+            if qid in self.done:
+                raise ValueError(f"query {qid!r} written twice to {self.path}")
+            self._file.write(format_run_lines(qid, hits, self.tag, self.decimals))
+            if self._trace_file and trace is not None:
+                self._trace_file.write(json.dumps({"qid": qid, **trace}) + "\n")
+            self.done.add(qid)
+            if not hits:
+                self.no_hits.append(qid)
         self._file.flush()
+        if self._trace_file:
+            self._trace_file.flush()
+        self._complete = self._file.tell()
+        self._record_batches_end()
+
+    def _record_batches_end(self) -> None:
+        staged = _partial_name(self.sidecar, ".tmp")
+        staged.write_text(json.dumps({"signature": self._signature, "batches_end": self._complete}))
+        os.replace(staged, self.sidecar)  # a kill never leaves half a record
 
     def close(self, commit: bool = True) -> None:
         """Rename the finished files into place, or keep what a rerun can resume from (only that)."""
@@ -119,7 +137,7 @@ class RunWriter:
                 if self.trace:
                     os.replace(self.trace_partial, self.trace)
                 self.sidecar.unlink(missing_ok=True)
-            elif os.fstat(self._file.fileno()).st_size == 0:  # nothing to resume from
+            elif self._complete == 0:  # no whole batch to resume from
                 for leftover in (self.partial, self.sidecar, self.trace_partial):
                     if leftover:
                         leftover.unlink(missing_ok=True)
@@ -166,23 +184,23 @@ def _open_locked(partial: Path) -> TextIO:
         f.close()
 
 
-def _truncate_to_complete_queries(partial: Path) -> set[str]:
-    """Cut ``partial`` before its last query's lines; return the qids that remain."""
+def _batches_end(sidecar: Path, signature: str) -> int | None:
+    """Where the whole batches of an interrupted run with this ``signature`` end; None if there is no such run."""
+    try:
+        record = json.loads(sidecar.read_text())
+        return record["batches_end"] if record["signature"] == signature else None
+    except (OSError, ValueError, KeyError, TypeError):  # no record, or one from another version
+        return None
+
+
+def _truncate_to_whole_batches(partial: Path, end: int) -> set[str]:
+    """Cut ``partial`` after its last whole batch (byte ``end``); return the qids that remain."""
     data = partial.read_bytes()
-    qids: list[str] = []
-    offsets: list[int] = []  # byte offset where each qid's block starts
-    pos = 0
-    for line in data.splitlines(keepends=True):
-        qid = line.split(b" ", 1)[0].decode()
-        if not qids or qid != qids[-1]:
-            qids.append(qid)
-            offsets.append(pos)
-        pos += len(line)
-    if not qids:
+    if len(data) < end:  # shorter than recorded: not the file the record describes
         return set()
     with open(partial, "r+b") as f:
-        f.truncate(offsets[-1])
-    return set(qids[:-1])
+        f.truncate(end)
+    return {line.split(b" ", 1)[0].decode() for line in data[:end].splitlines()}
 
 
 def _truncate_trace(trace_partial: Path, done: set[str]) -> bool:

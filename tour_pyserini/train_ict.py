@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.errors import UserError
 
@@ -180,7 +181,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
                     "HuggingFace directory")  # fmt: skip
     ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact)")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
+                    "where torch has no native bfloat16 kernels)")  # fmt: skip
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     for name, value in asdict(IctConfig()).items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
@@ -195,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})
     config.check()
+    if args.bf16:
+        resolve_precision("bf16", "cpu", "--bf16")
     check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
     output = check_output(args.output, args.overwrite)
     EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise

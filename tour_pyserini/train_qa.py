@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 
 
@@ -188,7 +189,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact)")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
+                    "where torch has no native bfloat16 kernels)")  # fmt: skip
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     for name, value in asdict(QaConfig()).items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     config = QaConfig(**{k: getattr(args, k) for k in asdict(QaConfig())})
     config.check()
+    if args.bf16:
+        resolve_precision("bf16", "cpu", "--bf16")
     index_dir = Path(args.index)
     if index_kind(index_dir) != "dense":
         raise MissingIndexError(f"{index_dir} is a BM25 index; the early update needs a dense one")

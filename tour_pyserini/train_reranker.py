@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.cli_util import run_cli
+from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 
@@ -51,7 +52,7 @@ class TrainConfig:
     pseudo: str = "none"  # corpus-only pseudo-queries mixed into every step: none, ict or ensemble
     extra_per_step: int = 4  # lists per step from --pseudo or --extra-topics
     max_steps: int = 0  # stop after this many steps (0: all epochs); the schedule still spans all epochs
-    bf16: bool = True
+    precision: str = "auto"  # of the forward and backward passes: auto, fp32 or bf16 (autocast)
     seed: int = 13
 
     def check(self) -> None:
@@ -117,6 +118,7 @@ class ListwiseTrainer:
 
         torch.manual_seed(config.seed)
         self.config = config
+        self.bf16 = resolve_precision(config.precision, "cpu", "--precision") == "bf16"
         self.docstore = docstore
         self.dense = dense  # the retriever's similarity, added at residual_scale
         self.encoder = encoder or {}  # the index's document encoder, for texts the index does not hold
@@ -154,7 +156,7 @@ class ListwiseTrainer:
             read = {doc.docid: pair_text(doc) for doc in self.docstore.get(own)}
             texts += [x.texts[d] if d in x.texts else read[d] for d in x.docids]
         queries = [x.query for x in lists for _ in x.docids]
-        with autocast(self.config.bf16):
+        with autocast(self.bf16):
             logits = self.model(**pair_inputs(self.tokenizer, queries, texts, self.config.max_length)).logits
         scores = logits.float()[:, 0].view(len(lists), -1)
         if self.config.residual_scale > 0:
@@ -365,6 +367,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
                     trainer.save(tmp, meta.encoder if meta else None)
         report = {
             "config": asdict(config),
+            "bf16": trainer.bf16,
             "base_model": base_model,
             "index": str(index),
             "train_queries": len(train_set),
@@ -401,9 +404,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
     defaults = TrainConfig()
     for name, value in asdict(defaults).items():
-        if isinstance(value, bool):
-            ap.add_argument(f"--{name}", action=argparse.BooleanOptionalAction, default=value,
-                            help="bfloat16 autocast (about twice as fast on CPUs with bf16 units)")  # fmt: skip
+        if name == "precision":
+            ap.add_argument("--precision", choices=PRECISIONS, default=value, help="bf16: bfloat16 autocast "
+                            "(about twice as fast on CPUs with bf16 units); auto: bf16 where torch multiplies in "
+                            "bfloat16 natively, else fp32")  # fmt: skip
         elif name == "pseudo":
             ap.add_argument("--pseudo", choices=PSEUDO, default=value,
                             help="corpus-only pseudo-queries (sentences of documents) mixed into every step: "
@@ -422,6 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     config.check()
+    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     if bool(args.extra_topics) != bool(args.extra_index):
         raise UserError("--extra-topics and --extra-index go together")
     if args.extra_topics and config.pseudo != "none":

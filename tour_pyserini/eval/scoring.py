@@ -17,8 +17,8 @@ from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.runs import read_run
 
 
-def add_judgement_arguments(ap: argparse.ArgumentParser) -> None:
-    mode = ap.add_mutually_exclusive_group(required=True)
+def add_judgement_arguments(ap: argparse.ArgumentParser, required: bool = True) -> None:
+    mode = ap.add_mutually_exclusive_group(required=required)
     mode.add_argument("--qrels", help="TREC qrels file")
     mode.add_argument("--answers", metavar="TOPICS", help="topics with answers (e.g. JSON lines with 'answers')")
     ap.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="ir-measures names (--qrels)")

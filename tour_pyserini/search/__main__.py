@@ -15,6 +15,7 @@ from contextlib import ExitStack
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.data.topics import read_topics
+from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.pyserini_prebuilt import resolve_index
 from tour_pyserini.results import SearchResult
@@ -22,7 +23,6 @@ from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.runs import RunWriter
 from tour_pyserini.search.configure import check_args, open_searcher, rewriter_options
 from tour_pyserini.teachers import teacher_usages
-from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, PRECISIONS
 
 # flags that do not change the run, so an interrupted run may resume under different values
 _NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store")
@@ -75,9 +75,9 @@ def parser() -> argparse.ArgumentParser:
         "(default: the model's own limit, which the trainer sets to its training length; at most 512)",
     )
     rw.add_argument("--reranker-precision", choices=PRECISIONS, help="a cross-encoder teacher's "
-                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16), "
-                    f"fp32, or auto (bf16 where the device has bfloat16 arithmetic, else fp32; default "
-                    f"{DEFAULT_PRECISION})")  # fmt: skip
+                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
+                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, or auto (bf16 where torch "
+                    f"multiplies in bfloat16 natively, else fp32; default {DEFAULT_PRECISION})")  # fmt: skip
     rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
                     "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
     for name, options in rewriter_options().items():
@@ -142,11 +142,12 @@ def main(argv: list[str] | None = None) -> None:
             batches = [todo[i : i + args.batch_size] for i in range(0, len(todo), args.batch_size)]
             with tqdm(total=len(todo), unit="q", desc="search") as bar:
                 for results in search(([t.text for t in b], [t.qid for t in b], args.hits) for b in batches):
-                    for result in results:
-                        hits = [h for h in result.hits if h.docid != result.qid] if args.remove_query else result.hits
-                        trace = {"rewriter": args.rewriter, "teacher": teacher_label, **result.trace.to_json()}
-                        writer.write(result.qid, hits, trace=trace)
-                        done.append(result)
+                    writer.write_batch([
+                        (r.qid, [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
+                         {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()})
+                        for r in results
+                    ])  # fmt: skip
+                    done.extend(results)
                     bar.update(len(results))
     except KeyboardInterrupt:
         if not writer.done:

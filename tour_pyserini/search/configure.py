@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tour_pyserini.devices import check_device
+from tour_pyserini.devices import check_device, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import set_search_params
 from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
@@ -61,6 +61,8 @@ def check_args(args: argparse.Namespace) -> dict:
         if meta is not None and options.get(param, 0) > meta.num_docs:
             raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
     check_device(args.device)
+    if args.reranker_precision:
+        resolve_precision(args.reranker_precision, args.device, "--reranker-precision")
     return options
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
@@ -21,14 +22,6 @@ from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, Teacher
 from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
-
-# fp32: float32 throughout; bf16: the encoder's matrix products in bfloat16 (autocast), its head in float32,
-# about twice as fast where the hardware multiplies in bfloat16, and emulated (slower) where it does not;
-# auto: bf16 on such hardware, else fp32. bf16 ranks as float32 does within the bounds docs/benchmarks.md
-# measures (nDCG@10 within 0.002, every query's Kendall tau >= 0.99).
-PRECISIONS = ("auto", "fp32", "bf16")
-DEFAULT_PRECISION = "auto"
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def pair_text(doc: Document) -> str:
@@ -61,34 +54,6 @@ def check_model_dir(path: str) -> None:
             raise UserError(f"cross-encoder {path!r} is not a HuggingFace model directory (no config.json)")
     elif path.startswith((".", "/", "~")) or path.count("/") != 1:
         raise UserError(f"cross-encoder {path!r}: no such model directory")
-
-
-def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise UserError(f"cross-encoder precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    return precision
-
-
-def native_bf16(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether ``device`` multiplies in bfloat16 natively: a CUDA GPU that supports it, or a CPU whose
-    flags (``cpuinfo``, Linux's format) list AVX512-BF16 or AMX. Unknown means no."""
-    import torch
-
-    if torch.device(device).type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    try:
-        flags = {word for line in cpuinfo.read_text().splitlines() if line.startswith("flags")
-                 for word in line.split(":", 1)[1].split()}  # fmt: skip
-    except OSError:
-        return False
-    return any(flag in flags for flag in CPU_BF16_FLAGS)
-
-
-def resolve_precision(precision: str, device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The arithmetic a precision setting means on ``device``: ``auto`` becomes bf16 or fp32."""
-    if check_precision(precision) != "auto":
-        return precision
-    return "bf16" if native_bf16(device, cpuinfo) else "fp32"
 
 
 def head_modules(model) -> list:
@@ -167,7 +132,7 @@ class CrossEncoderTeacher(Teacher):
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         path = str(path)
-        self.precision = resolve_precision(precision, device)
+        self.precision = resolve_precision(precision, device, "cross-encoder precision")
         check_model_dir(path)
         try:
             config = AutoConfig.from_pretrained(path)
@@ -198,7 +163,7 @@ class CrossEncoderTeacher(Teacher):
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
         options = {} if context.max_length is None else {"max_length": context.max_length}
         if context.precision is not None:
-            options["precision"] = check_precision(context.precision)  # before the index is read
+            options["precision"] = check_precision(context.precision, "cross-encoder precision")  # before the index
         residual = read_residual(argument)
         if residual:
             options["dense"] = residual_dense(argument, residual, context.index_dir)

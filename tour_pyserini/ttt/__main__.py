@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.cli_util import run_cli
+from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.cross_encoder import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
