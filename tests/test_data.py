@@ -206,3 +206,72 @@ def test_prepare_scripts_reproduce_committed_files(script, source, outputs, tmp_
     subprocess.run(cmd, check=True, capture_output=True)
     for rel in outputs:
         assert filecmp.cmp(tmp_path / rel, ROOT / rel, shallow=False), rel
+
+
+# --- byte-order marks and bytes that are not UTF-8, in every text input -----------------------------------
+
+
+def _readers():
+    from tour_pyserini.index.corpus import read_jsonl_corpus
+    from tour_pyserini.runs import read_run
+    from tour_pyserini.ttt.rewards import read_rewards
+
+    return {
+        "topics.tsv": ("148\tfirst query\n149\tsecond\n", lambda p: read_topics(p)[0].qid, "148"),
+        "topics.jsonl": ('{"qid": "148", "question": "q"}\n', lambda p: read_topics(p)[0].qid, "148"),
+        "topics.json": ('[{"question": "q", "answers": ["a"]}]\n', lambda p: read_topics(p)[0].text, "q"),
+        "qrels.txt": ("148 0 d1 1\n", lambda p: next(iter(read_qrels(p))), "148"),
+        "run.trec": ("148 Q0 d1 1 2.0 tag\n", lambda p: next(iter(read_run(p))), "148"),
+        "corpus.jsonl": ('{"id": "d1", "text": "t"}\n', lambda p: next(read_jsonl_corpus(p)).docid, "d1"),
+        "rewards.tsv": ("# task: t\tidx\ttopics\n148\td1\t1.0\tt\n",
+                        lambda p: next(iter(read_rewards([p]).judgments["t"])), "148"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_readers()))
+def test_a_leading_byte_order_mark_is_not_part_of_the_first_field(tmp_path, name):
+    content, first, expected = _readers()[name]
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + content.encode())
+    assert first(path) == expected
+
+
+@pytest.mark.parametrize("name", list(_readers()))
+def test_bytes_that_are_not_utf8_are_one_error_naming_file_and_line(tmp_path, name):
+    content, first, _ = _readers()[name]
+    path = tmp_path / name
+    lines = content.encode().splitlines(keepends=True)
+    at = len(lines)  # the last line: its number must be the file's, not 1
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1].rstrip(b"\n") + b"\xe9\n")
+    with pytest.raises(UserError, match=rf"^{path}:{at}: not valid UTF-8 \(byte 0xe9 at column \d+\)$"):
+        first(path)
+
+
+def test_eval_reads_a_bom_and_refuses_latin1_in_one_line(tmp_path):
+    qrels, run = tmp_path / "qrels.txt", tmp_path / "run.trec"
+    qrels.write_bytes(b"\xef\xbb\xbf148 0 d1 1\n149 0 d2 1\n")
+    run.write_bytes(b"\xef\xbb\xbf148 Q0 d1 1 2.0 t\n149 Q0 d2 1 1.0 t\n")
+
+    def evaluate(*files):
+        command = [sys.executable, "-m", "tour_pyserini.eval", "--qrels", str(qrels), "--run", *map(str, files),
+                   "--metrics", "nDCG@10", "--json"]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    done = evaluate(run)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"nDCG@10": 1.0}  # the first query is found in both files
+    latin1 = tmp_path / "latin1.trec"
+    latin1.write_bytes(b"148 Q0 d1 1 2.0 t\n149 Q0 caf\xe9 1 1.0 t\n")
+    done = evaluate(latin1)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: {latin1}:2: not valid UTF-8 (byte 0xe9 at column 11)\n"
+
+
+def test_a_corpus_with_a_bom_reaches_the_indexers_as_a_normalised_copy(tmp_path):
+    from tour_pyserini.index.corpus import check_corpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"id": "d1", "title": "A", "text": "t", "contents": "A t"}\n')
+    assert check_corpus(corpus).lucene_ready and check_corpus(corpus).pyserini_ready
+    corpus.write_bytes(b"\xef\xbb\xbf" + corpus.read_bytes())  # Anserini and Pyserini read the file as it is
+    assert not check_corpus(corpus).lucene_ready and not check_corpus(corpus).pyserini_ready

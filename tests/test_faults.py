@@ -193,7 +193,10 @@ GOOD = '{"id": "d1", "title": "Alpha", "text": "apple", "contents": "Alpha apple
 BAD_CORPORA = {
     # the bad line is line 3: a JSON error's own line number (1, within the line) would be wrong
     "not-json": (GOOD + '{"id": "d2", "contents": "b"}\n{"id": "d3", "contents": \n', "corpus.jsonl:3: not valid JSON"),
-    "not-utf8": (GOOD.encode() + b'{"id": "d2", "contents": "caf\xe9"}\n', "corpus.jsonl:2: not UTF-8 (byte 0xe9"),
+    "not-utf8": (
+        GOOD.encode() + b'{"id": "d2", "contents": "caf\xe9"}\n',
+        "corpus.jsonl:2: not valid UTF-8 (byte 0xe9",
+    ),
     "duplicate-id": (
         GOOD + '{"id": "d2", "text": "b"}\n' + GOOD,
         "corpus.jsonl:3: duplicate document id 'd1' (first at",

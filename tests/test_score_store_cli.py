@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 
 import pytest
+from conftest import SCIFACT
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.search.__main__ import main as search_main
@@ -51,3 +56,105 @@ def test_a_cross_encoders_fingerprint_names_its_weights_and_length(cross_encoder
     assert short.fingerprint.startswith(short.label) and "max_length 128" in short.fingerprint
     assert short.fingerprint != full.fingerprint
     assert short.fingerprint.split("weights ")[1] == full.fingerprint.split("weights ")[1]  # the same weights' hash
+
+
+def search_cli(*args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "tour_pyserini.search", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def refused(done: subprocess.CompletedProcess, start: str) -> bool:
+    """Exit status 2 and one line on stderr, beginning with ``start``: no traceback."""
+    return done.returncode == 2 and done.stderr.startswith(f"error: {start}") and done.stderr.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def other_bm25_index(mini_scifact, tmp_path_factory):
+    """A BM25 index of the fixture's documents and 300 more SciFact abstracts: the same docids, other statistics."""
+    from tour_pyserini.index.bm25 import write_bm25_index
+    from tour_pyserini.index.build import build_index
+
+    out = tmp_path_factory.mktemp("other-bm25")
+    docs = mini_scifact["collection"].joinpath("corpus.jsonl").read_text(encoding="utf-8")
+    ids = {json.loads(line)["id"] for line in docs.splitlines()}
+    extra = [line for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8") if json.loads(line)["id"] not in ids]
+    (out / "corpus.jsonl").write_text(docs + "".join(extra[:300]), encoding="utf-8")
+    build_index(out / "bm25", lambda tmp: write_bm25_index(out, tmp))
+    return out / "bm25"
+
+
+def test_a_store_filled_from_one_bm25_index_is_refused_with_another(dense_index, bm25_index, other_bm25_index,
+                                                                    mini_scifact, tmp_path):  # fmt: skip
+    store = tmp_path / "bm25.sqlite"
+    base = ["--index", dense_index, "--topics", mini_scifact["topics"], "--hits", "20", "--rewriter", "rerank",
+            "--k", "10"]  # fmt: skip
+    done = search_cli(*base, "--reranker", "bm25", "--score-store", store, "--output", tmp_path / "first.trec")
+    assert done.returncode == 0, done.stderr
+    before = store.read_bytes()
+    done = search_cli(*base, "--reranker", f"bm25:{other_bm25_index}", "--score-store", store,
+                      "--output", tmp_path / "other.trec")  # fmt: skip
+    assert refused(done, f"score store {store} holds scores of teacher 'bm25 k1 0.9 b 0.4 index "), done.stderr
+    assert store.read_bytes() == before and not (tmp_path / "other.trec").exists()
+    # what the store would have served: the first index's scores, not the ones this index gives
+    done = search_cli(*base, "--reranker", f"bm25:{other_bm25_index}", "--output", tmp_path / "alone.trec")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "alone.trec").read_text() != (tmp_path / "first.trec").read_text()
+    # the index is known by its content, not its path: a copy reads the same scores from the store
+    copy = tmp_path / "copy.bm25"
+    shutil.copytree(bm25_index, copy)
+    done = search_cli(*base, "--reranker", f"bm25:{copy}", "--score-store", store, "--output", tmp_path / "copy.trec")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "copy.trec").read_text() == (tmp_path / "first.trec").read_text()
+
+
+def _not_a_store(tmp_path, dense_index, case):
+    """(the --score-store path, the file whose bytes must not change) for each kind of place a store cannot be."""
+    if case == "docstore":  # an SQLite file of something else: an index's document store
+        path = tmp_path / "docstore.sqlite"
+        shutil.copyfile(dense_index / "docstore.sqlite", path)
+        return path, path
+    garbage = tmp_path / "notes.txt"
+    garbage.write_bytes(b"not a database\n" * 20)
+    if case == "garbage":
+        return garbage, garbage
+    if case == "under-a-file":
+        return garbage / "store.sqlite", garbage
+    if case == "read-only-file":
+        path = tmp_path / "store.sqlite"
+        ScoreStore(path, "bm25").close()
+        path.chmod(0o444)
+        return path, path
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    return locked / "store.sqlite", garbage
+
+
+@pytest.mark.parametrize("case", ["docstore", "garbage", "under-a-file", "read-only-file", "read-only-directory"])
+def test_a_place_that_is_not_a_store_is_refused_in_one_line_and_left_untouched(case, dense_index, mini_scifact,
+                                                                               tmp_path):  # fmt: skip
+    if case.startswith("read-only") and os.geteuid() == 0:
+        pytest.skip("root writes to read-only files and directories")
+    path, kept = _not_a_store(tmp_path, dense_index, case)
+    before = kept.read_bytes()
+    # a teacher that cannot load: the store is checked first, before any model
+    done = search_cli("--index", dense_index, "--topics", mini_scifact["topics"], "--rewriter", "rerank",
+                      "--reranker", "cross-encoder:/no/such/model", "--score-store", path,
+                      "--output", tmp_path / "r.trec")  # fmt: skip
+    assert refused(done, f"score store {path} "), done.stderr
+    assert kept.read_bytes() == before and not (tmp_path / "r.trec").exists()
+    assert not path.exists() or path == kept
+
+
+def test_a_store_written_before_stores_were_stamped_is_still_read(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:  # the tables as every earlier version created them
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("CREATE TABLE scores (query TEXT, docid TEXT, score REAL, PRIMARY KEY (query, docid))")
+        db.execute("INSERT INTO meta VALUES ('teacher', 'cross-encoder:m max_length 256 weights 0123')")
+        db.execute("INSERT INTO scores VALUES ('q', 'd1', 1.5)")
+    store = ScoreStore(path, "cross-encoder:m max_length 256 weights 0123")
+    assert store.get("q", ["d1", "d2"]) == {"d1": 1.5}
+    store.close()
+    assert ScoreStore(path, "cross-encoder:m max_length 256 weights 0123").get("q", ["d1"]) == {"d1": 1.5}

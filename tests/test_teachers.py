@@ -221,3 +221,36 @@ def test_two_logit_models_score_the_log_odds():
     assert logits_to_scores(two).tolist() == [1.5, -2.0]
     assert logits_to_scores(two + 7.0).tolist() == [1.5, -2.0]
     assert logits_to_scores(torch.tensor([[0.25], [-1.0]])).tolist() == [0.25, -1.0]
+
+
+def test_a_fingerprint_names_everything_the_scores_depend_on(dense_index, bm25_index, mini_scifact, tmp_path):
+    """What a score store checks: the index by content (a copy has the same one), the encoder, the qrels."""
+    import json
+    import shutil
+
+    from tour_pyserini.teachers.ensemble import EnsembleTeacher
+    from tour_pyserini.teachers.fusion import FusionTeacher
+
+    bm25 = get_teacher(f"bm25:{bm25_index}")
+    copy = shutil.copytree(bm25_index, tmp_path / "copy.bm25")
+    assert bm25.fingerprint.startswith("bm25 k1 0.9 b 0.4 index ")
+    assert get_teacher(f"bm25:{copy}").fingerprint == bm25.fingerprint
+    meta = json.loads((copy / "tour_pyserini.json").read_text())
+    (copy / "tour_pyserini.json").write_text(json.dumps({**meta, "corpus": {**meta["corpus"], "sha256": "0" * 64}}))
+    assert get_teacher(f"bm25:{copy}").fingerprint != bm25.fingerprint  # the same files of another corpus
+
+    dense = get_teacher(f"dense:{dense_index}")
+    weights = json.loads((dense_index / "tour_pyserini.json").read_text())["encoder"]["weights_sha256"]
+    assert dense.fingerprint.startswith("dense index ") and f"weights {weights[:16]}" in dense.fingerprint
+    assert dense.fingerprint.split()[2] != bm25.fingerprint.split()[-1]  # the two indexes differ
+
+    qrels = read_qrels(mini_scifact["qrels"])
+    oracle, same = OracleTeacher(qrels), OracleTeacher({q: dict(d) for q, d in qrels.items()})
+    fewer = OracleTeacher(dict(list(qrels.items())[1:]))
+    assert oracle.fingerprint == same.fingerprint != fewer.fingerprint
+
+    assert (
+        EnsembleTeacher([bm25, oracle], [1, 2]).fingerprint
+        == f"ensemble(1.0*{bm25.fingerprint}+2.0*{oracle.fingerprint})"
+    )
+    assert FusionTeacher([bm25, dense]).fingerprint == f"fusion({bm25.fingerprint}+{dense.fingerprint})"

@@ -18,12 +18,12 @@ Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file 
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.data.lines import read_text, text_lines
 from tour_pyserini.errors import UserError
 
 _QID_KEYS = ("qid", "_id", "id", "query_id")
@@ -39,12 +39,10 @@ class Topic:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n").rstrip("\r")
-            if line.strip():
-                yield lineno, line
+    for lineno, line in text_lines(path):
+        line = line.rstrip("\n").rstrip("\r")
+        if line.strip():
+            yield lineno, line
 
 
 def _first(obj: dict, keys: tuple[str, ...]):
@@ -76,7 +74,7 @@ def _parse_jsonl(path: Path) -> Iterator[tuple[int, Topic]]:
 
 def _parse_json_list(path: Path) -> Iterator[tuple[int, Topic]]:
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
+        items = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(items, list):
@@ -170,7 +168,7 @@ def _records(source: Path) -> Iterator[tuple[str, int, Topic]]:
     if name.endswith(".jsonl"):
         parse = _parse_jsonl
     elif name.endswith(".json"):
-        parse = _parse_json_list if source.read_text(encoding="utf-8").lstrip().startswith("[") else _parse_jsonl
+        parse = _parse_json_list if read_text(source).lstrip().startswith("[") else _parse_jsonl
     else:  # DPR ships JSON lines as .txt too (CuratedTrec, WebQuestions, SQuAD)
         first = next(_lines(source), (0, ""))[1]
         parse = _parse_jsonl if first.lstrip().startswith("{") else _parse_tsv

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from tour_pyserini.cli_util import run_cli
 from tour_pyserini.devices import check_device
-from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.build import build_index, corpus_file
+from tour_pyserini.index.build import IndexRequest, build_index, corpus_file
 from tour_pyserini.index.corpus import check_corpus
 from tour_pyserini.index.faiss_index import INDEX_TYPES, FaissIndexSpec
 
@@ -24,7 +24,8 @@ def parser() -> argparse.ArgumentParser:
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--collection", help="collection directory with corpus.jsonl, or a .jsonl file")
     source.add_argument("--from-index", metavar="DIR", help="re-index the vectors of this dense index (no encoding)")
-    ap.add_argument("--output", required=True, help="index directory to create (reused when it already exists)")
+    ap.add_argument("--output", required=True, help="index directory to create (reused when it exists and was "
+                    "built as asked, refused when built otherwise)")  # fmt: skip
     ap.add_argument("--bm25", action="store_true", help="build a Lucene BM25 index instead of a dense one")
     ap.add_argument("--encoder", default=DEFAULT_ENCODER, help="local model directory or hub id (dense only)")
     ap.add_argument("--pooling", choices=["mean", "cls"], help="override the encoder's pooling")
@@ -33,7 +34,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--device", default="cpu", help="where the document encoder runs: cpu, cuda or cuda:N")
     ap.add_argument("--threads", type=int, default=1, help="Lucene indexing threads (BM25 only)")
-    ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists")
+    ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists (the old index "
+                    "stays until the new one is complete)")  # fmt: skip
     ap.add_argument("--no-prebuilt", action="store_true", help="encode even if prebuilt/ holds this corpus's vectors")
     fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
     fx.add_argument("--faiss-index", choices=INDEX_TYPES, default="flat", help="exact, HNSW graph, or IVF-PQ")
@@ -65,7 +67,9 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError("--from-index re-indexes dense vectors; it cannot build a BM25 index")
         from tour_pyserini.index.dense import copy_dense_index
 
-        meta = build_index(args.output, partial(copy_dense_index, args.from_index, faiss_spec=spec), args.overwrite)
+        request = IndexRequest("dense", faiss_index=spec, from_index=args.from_index)
+        meta = build_index(args.output, partial(copy_dense_index, args.from_index, faiss_spec=spec), args.overwrite,
+                           request)  # fmt: skip
         print(("reusing " if reused else "") + describe(args.output, meta))
         return
     corpus = corpus_file(args.collection)  # fail on a missing or malformed corpus before loading models or the JVM
@@ -74,15 +78,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.bm25:
         from tour_pyserini.index.bm25 import write_bm25_index
 
+        request = IndexRequest("bm25", collection=args.collection)
         write = partial(write_bm25_index, args.collection, threads=args.threads)
     else:
         from tour_pyserini.index.dense import write_dense_index
 
         encoder = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
+        request = IndexRequest("dense", collection=args.collection, encoder=encoder_identity(encoder),
+                               faiss_index=spec, prebuilt=not args.no_prebuilt)  # fmt: skip
         write = partial(write_dense_index, args.collection, encoder=encoder, batch_size=args.batch_size,
                         faiss_spec=spec, device=check_device(args.device),
                         **({"prebuilt": None} if args.no_prebuilt else {}))  # fmt: skip
-    meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite)
+    meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite, request=request)
     print(("reusing " if reused else "") + describe(args.output, meta))
 
 

@@ -7,10 +7,14 @@ import resource
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.encoders import same_encoder
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import IndexMeta
+from tour_pyserini.index.prebuilt import file_sha256
 
 
 def corpus_file(collection: str | Path) -> Path:
@@ -23,6 +27,81 @@ def corpus_file(collection: str | Path) -> Path:
     return path
 
 
+def corpus_identity(corpus: Path) -> dict:
+    """What an index records of its corpus file: absolute path, size, modification time and SHA-256."""
+    stat = corpus.stat()
+    return {"path": str(corpus.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+            "sha256": file_sha256(corpus)}  # fmt: skip
+
+
+ENCODER_SETTINGS = ("pooling", "l2_norm", "max_length")
+
+
+def _weights(identity: dict) -> str:
+    sha = identity.get("weights_sha256")
+    return f"{identity['name']} (weights {sha[:12] if sha else 'unhashed'})"
+
+
+@dataclass(frozen=True)
+class IndexRequest:
+    """What the index command asks for, checked against what an existing index records before it is reused."""
+
+    kind: str  # "dense" or "bm25"
+    collection: str | None = None  # None when the vectors come from another index
+    encoder: dict | None = None  # encoder_identity(), dense only
+    faiss_index: FaissIndexSpec | None = None  # dense only
+    from_index: str | None = None
+    prebuilt: bool = True  # whether prebuilt vectors may stand in for encoding
+
+    def differences(self, meta: IndexMeta) -> list[str]:
+        """``"WHAT RECORDED, asked ASKED"`` for each thing the existing index was built with otherwise."""
+        if meta.kind != self.kind:
+            return [f"kind {meta.kind}, asked {self.kind}"]
+        found: list[str] = []
+        if self.collection is not None:
+            found += self._corpus_differences(meta)
+        else:
+            source = meta.extra.get("from_index")
+            if source is None or Path(source).resolve() != Path(self.from_index).resolve():
+                found.append(f"vectors from {source or meta.collection}, asked {self.from_index}")
+        if self.encoder is not None and meta.encoder is not None:
+            settings = {key: self.encoder[key] for key in ENCODER_SETTINGS}
+            if not same_encoder({**meta.encoder, **settings}, self.encoder):  # the settings alike: the weights
+                found.append(f"encoder {_weights(meta.encoder)}, asked {_weights(self.encoder)}")
+            found += [f"{key} {meta.encoder[key]}, asked {value}" for key, value in settings.items()
+                      if meta.encoder[key] != value]  # fmt: skip
+        if self.faiss_index is not None:
+            asked = self.faiss_index.to_json()
+            if meta.dimension:  # defaults resolved as a build resolves them for this index's documents
+                asked = self.faiss_index.resolved(meta.num_docs, meta.dimension).to_json()
+            recorded = meta.faiss_index
+            if recorded.get("type") != asked["type"]:
+                found.append(f"--faiss-index {recorded.get('type')}, asked {asked['type']}")
+            else:
+                found += [f"{key} {recorded.get(key)}, asked {value}" for key, value in asked.items()
+                          if value is not None and recorded.get(key) != value]  # fmt: skip
+        if not self.prebuilt and meta.extra.get("prebuilt"):
+            found.append(f"vectors of prebuilt/{meta.extra['prebuilt']}, asked encoding (--no-prebuilt)")
+        return found
+
+    def _corpus_differences(self, meta: IndexMeta) -> list[str]:
+        corpus = corpus_file(self.collection)
+        recorded = meta.corpus
+        if recorded is None:  # indexes built before corpora were recorded: the collection as it was named
+            same = Path(meta.collection).resolve() == Path(self.collection).resolve()
+            return [] if same else [f"collection {meta.collection}, asked {self.collection}"]
+        same_path = recorded["path"] == str(corpus.resolve())
+        stat = corpus.stat()
+        if same_path and (stat.st_size, stat.st_mtime_ns) == (recorded["size"], recorded["mtime_ns"]):
+            return []  # untouched since: not read again
+        now = file_sha256(corpus)
+        if now == recorded["sha256"]:  # the same documents (a moved checkout, a copy): the same index
+            return []
+        if not same_path:
+            return [f"collection {recorded['path']}, asked {corpus.resolve()}"]
+        return [f"{corpus} as it was (SHA-256 {recorded['sha256'][:12]}), asked it as it is now ({now[:12]})"]
+
+
 def check_count(corpus: Path, *, indexer: str, indexed: int, expected: int) -> None:
     """Fail when an index does not hold every document it was given (the indexer's log says why)."""
     if indexed != expected:
@@ -32,19 +111,24 @@ def check_count(corpus: Path, *, indexer: str, indexed: int, expected: int) -> N
         )
 
 
-def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrite: bool = False) -> IndexMeta:
-    """Run ``write(tmp_dir)`` and move the finished index to ``output`` in one rename.
+def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrite: bool = False,
+                request: IndexRequest | None = None) -> IndexMeta:  # fmt: skip
+    """Run ``write(tmp_dir)`` and move the finished index to ``output``.
 
-    An existing index at ``output`` is reused unless ``overwrite``; a failed build leaves nothing
-    behind. Build time and the process's peak resident memory are recorded in the metadata.
+    An existing index at ``output`` is reused unless ``overwrite``, and only if it records what ``request``
+    asks for; a failed build leaves nothing behind, and an overwritten index stays whole until its
+    replacement is. Build time and the process's peak resident memory are recorded in the metadata.
     """
     output = Path(output)
     if output.exists() and not overwrite:
         meta = IndexMeta.read(output)
-        if meta is not None:
-            return meta
-        raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
+        if meta is None:
+            raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
+        if request is not None and (differences := request.differences(meta)):
+            raise UserError(f"{output} was built with {'; '.join(differences)}; pass --overwrite to rebuild it")
+        return meta
     tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
+    old = output.with_name(f"{output.name}.old-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
@@ -56,9 +140,16 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         meta.build_seconds = round(time.perf_counter() - start, 2)
         meta.peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         meta.write(tmp)
-        shutil.rmtree(output, ignore_errors=True)
+        if output.exists():  # moved aside, not deleted, until the new index is in place
+            output.rename(old)
         tmp.rename(output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not output.exists():
+            old.rename(output)
         raise
+    if old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink(missing_ok=True)
     return meta

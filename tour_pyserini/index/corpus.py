@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.data.lines import BOM, text_lines
 from tour_pyserini.errors import UserError
 
 ID_KEYS = ("id", "_id", "docid")
@@ -74,20 +75,15 @@ def _document(obj, where: str) -> Document:
 
 def _records(path: Path) -> Iterator[tuple[str, dict, Document]]:
     """``(file:line, object, document)`` for each non-blank line, each checked."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(f"{where}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:  # e.lineno counts within the line: report the file's line
-                raise UserError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
-            yield where, obj, _document(obj, where)
+    for lineno, line in text_lines(path):
+        where = f"{path}:{lineno}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:  # e.lineno counts within the line: report the file's line
+            raise UserError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+        yield where, obj, _document(obj, where)
 
 
 def _unique_records(path: Path) -> Iterator[tuple[str, dict, Document]]:
@@ -117,8 +113,13 @@ def check_corpus(path: str | Path) -> CorpusCheck:
         pyserini_ready &= obj.get("title") == doc.title and obj.get("text") == doc.text
     if num_docs == 0:
         raise UserError(f"{path}: the corpus holds no documents")
-    with open(path, "rb") as f:  # Pyserini's encoder fails on a blank line
-        pyserini_ready &= not any(not raw.strip() for raw in f)
+    # both indexers read the file itself: a byte-order mark would join the first line's JSON, and
+    # Pyserini's encoder fails on a blank line
+    with open(path, "rb") as f:
+        bom = f.read(len(BOM.encode())) == BOM.encode()
+        f.seek(0)
+        pyserini_ready &= not bom and not any(not raw.strip() for raw in f)
+    lucene_ready &= not bom
     return CorpusCheck(path, num_docs, tuple(empty), lucene_ready, pyserini_ready)
 
 

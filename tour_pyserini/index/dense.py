@@ -11,7 +11,7 @@ from tour_pyserini._java import import_pyserini
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
-from tour_pyserini.index.build import check_count, corpus_file
+from tour_pyserini.index.build import check_count, corpus_file, corpus_identity
 from tour_pyserini.index.corpus import CorpusCheck, check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import FaissIndexSpec
@@ -54,6 +54,7 @@ def write_dense_index(
         kind="dense",
         collection=str(collection),
         num_docs=n_docs,
+        corpus=corpus_identity(corpus),
         encoder=identity,  # with its weights' fingerprint: trained query encoders pair with it
         dimension=dimension,
         faiss_index=rebuild_faiss_index(out_dir, faiss_spec),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ class IndexMeta:
     kind: str  # "dense" or "bm25"
     collection: str
     num_docs: int
+    corpus: dict | None = None  # corpus_identity() of the corpus file: absolute path, size, mtime, SHA-256
     encoder: dict | None = None  # EncoderSpec.to_json() + weights_sha256 for dense indexes
     dimension: int | None = None
     faiss_index: dict = field(default_factory=lambda: {"type": "flat"})  # FaissIndexSpec.to_json(), dense only
@@ -64,3 +66,17 @@ def index_kind(index_dir: str | Path) -> str:
         f"{str(index_dir)!r} is neither a Faiss index (files 'index' and 'docid') nor a Lucene index "
         "(segments_*); build one with `python -m tour_pyserini.index`"
     )
+
+
+def index_fingerprint(index_dir: str | Path) -> str:
+    """An index's identity by content (16 hex digits), for what is computed from it: the names and sizes of
+    its Lucene segment files or of its Faiss index and docids, with the corpus SHA-256 and the encoder its
+    metadata records. Not its path: a moved index keeps it; a rebuilt one of another corpus does not."""
+    index_dir = Path(index_dir)
+    files = sorted(p for p in index_dir.iterdir() if p.is_file() and (p.name.startswith(("_", "segments_"))
+                                                                       or p.name in ("index", "docid")))  # fmt: skip
+    meta = IndexMeta.read(index_dir)
+    encoder = {k: v for k, v in (meta.encoder or {}).items() if k != "name"} if meta else None
+    identity = {"files": [[p.name, p.stat().st_size] for p in files],
+                "corpus": (meta.corpus or {}).get("sha256") if meta else None, "encoder": encoder}  # fmt: skip
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

@@ -16,6 +16,11 @@ from tour_pyserini.index.faiss_index import set_search_params
 from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
 from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter, get_rewriter_class
 
+STORE_NEEDS_PAIRWISE = (
+    "--score-store keeps the scores of a --reranker whose pair scores stand alone "
+    "(cross-encoder, bm25, dense, ensemble, oracle)"
+)
+
 
 def rewriter_options() -> dict[str, list[Option]]:
     """Every rewriter's own flags, grouped under the first rewriter that declares each (shared flags once)."""
@@ -47,6 +52,12 @@ def rewriter_flags(args: argparse.Namespace) -> dict:
 def check_args(args: argparse.Namespace) -> dict:
     """Everything about the arguments that can be checked before a model or the JVM loads; returns the
     rewriter's options."""
+    if args.score_store:
+        from tour_pyserini.teachers.store import check_store_path
+
+        if not args.reranker:
+            raise UserError(STORE_NEEDS_PAIRWISE)
+        check_store_path(args.score_store)
     if index_kind(args.index) == "bm25":
         if args.rewriter != "none" or args.reranker:
             raise UserError("--rewriter and --reranker need a dense index; this one is BM25")
@@ -105,6 +116,5 @@ def open_score_store(path: str, teacher):
     from tour_pyserini.teachers import ScoreStore
 
     if teacher is None or not teacher.pairwise:
-        raise UserError("--score-store keeps the scores of a --reranker whose pair scores stand alone "
-                        "(cross-encoder, bm25, oracle)")  # fmt: skip
+        raise UserError(STORE_NEEDS_PAIRWISE)
     return ScoreStore(path, teacher.fingerprint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,9 @@ import numpy as np
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25_matrix import load_term_matrix
-from tour_pyserini.index.layout import IndexMeta, MissingIndexError, index_kind
+from tour_pyserini.index.layout import IndexMeta, MissingIndexError, index_fingerprint, index_kind
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
-from tour_pyserini.teachers.bm25_math import document_scores, idf, norm_inverse_table, term_scores
+from tour_pyserini.teachers.bm25_math import K1, B, document_scores, idf, norm_inverse_table, term_scores
 
 
 def sibling_bm25_index(index_dir: str | Path) -> Path:
@@ -59,6 +60,11 @@ class _LuceneIndexTeacher(Teacher):
             raise UserError(f"the {cls.kind} teacher needs a Lucene index: {cls.kind}:DIR")
         return cls(sibling_bm25_index(context.index_dir))
 
+    @property
+    def fingerprint(self) -> str:
+        """The kind, BM25's parameters and the index's content: a store filled from one index is refused by another."""
+        return f"{self.kind} k1 {K1} b {B} index {index_fingerprint(self.index_dir)}"
+
 
 @TEACHERS.register
 class Bm25Teacher(_LuceneIndexTeacher):
@@ -83,7 +89,11 @@ class Bm25Teacher(_LuceneIndexTeacher):
         self.tf = tf.data
         self.idf = idf(matrix.df, matrix.doc_count)
         self.norm_inverse = norm_inverse_table(matrix.sum_total_tf, matrix.doc_count)[matrix.norms]
-        self.analyzer = import_pyserini("pyserini.pyclass").autoclass("io.anserini.analysis.AnalyzerUtils")
+
+    @cached_property
+    def analyzer(self):
+        # on first use: the JVM starts only once a query is scored, after the score store is checked
+        return import_pyserini("pyserini.pyclass").autoclass("io.anserini.analysis.AnalyzerUtils")
 
     def analyse(self, queries: Sequence[str]) -> list[list[str]]:
         """Each query's tokens as Anserini's default analyzer makes them, in one call into the JVM for all.

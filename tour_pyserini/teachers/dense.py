@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.encoders import encoder_identity
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.layout import index_fingerprint
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
 
@@ -54,3 +56,11 @@ class DenseTeacher(Teacher):
     @property
     def label(self) -> str:
         return f"dense:{self.index_dir.name}"
+
+    @property
+    def fingerprint(self) -> str:
+        """The index's content (its vectors) and the query encoder's identity, weights hashed."""
+        identity = encoder_identity(self.searcher.encoder)
+        weights = (identity["weights_sha256"] or identity["name"])[:16]
+        return (f"dense index {index_fingerprint(self.index_dir)} query encoder {identity['pooling']} pooling, "
+                f"l2_norm {identity['l2_norm']}, max_length {identity['max_length']}, weights {weights}")  # fmt: skip

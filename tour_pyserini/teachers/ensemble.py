@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, get_teacher
 
@@ -35,10 +36,10 @@ def read_ensemble(path: str | Path) -> dict:
     """The ensemble file, checked: a list of parts, each a teacher spec with a finite weight."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(read_text(path))
     except FileNotFoundError:
         raise UserError(f"ensemble file {path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except json.JSONDecodeError as e:
         raise UserError(f"ensemble file {path}: not JSON ({e})") from None
     parts = record.get("parts") if isinstance(record, dict) else None
     if not parts or not all(isinstance(p, dict) and isinstance(p.get("teacher"), str) for p in parts):

@@ -49,3 +49,7 @@ class FusionTeacher(Teacher):
     @property
     def label(self) -> str:
         return "fusion(" + "+".join(p.label for p in self.parts) + ")"
+
+    @property
+    def fingerprint(self) -> str:
+        return "fusion(" + "+".join(p.fingerprint for p in self.parts) + ")"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,3 +41,9 @@ class OracleTeacher(Teacher):
     @property
     def label(self) -> str:
         return "oracle"
+
+    @property
+    def fingerprint(self) -> str:
+        """The judgments' content and the scale: other qrels (or a corrected file) never reuse scores."""
+        judged = json.dumps(sorted((q, d, g) for q, docs in self.qrels.items() for d, g in docs.items()))
+        return f"oracle scale {self.scale!r} qrels {hashlib.sha256(judged.encode()).hexdigest()[:16]}"

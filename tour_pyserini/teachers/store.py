@@ -2,16 +2,19 @@
 
 An optional persistent layer under the per-search :class:`~tour_pyserini.teachers.cache.ScoreCache`
 (benchmarks run hundreds of configurations over the same pairs). Only teachers whose pair scores do not
-depend on the other candidates (``Teacher.pairwise``) can be stored. The file records the label of the
-teacher that filled it and refuses another one, so a retrained teacher never reuses old scores: name
-the file after the teacher's fingerprint.
+depend on the other candidates (``Teacher.pairwise``) can be stored. The file records the fingerprint of
+the teacher that filled it and refuses another one, so a retrained teacher, or one reading another index,
+never reuses old scores. A store is stamped as such when created (``PRAGMA application_id``): any other
+existing file, SQLite or not, is refused untouched.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 
@@ -19,22 +22,74 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext, with_texts
 
+APPLICATION_ID = 0x544F5552  # "TOUR", in the SQLite header at offset 68
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TABLES = {"meta", "scores"}  # stores written before the stamp are recognised by their tables
+
+
+def _is_store(path: Path) -> bool:
+    """Whether the SQLite file ``path`` is a score store, read without writing to it."""
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if int.from_bytes(header[68:72], "big") == APPLICATION_ID:
+        return True
+    try:
+        db = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return tables == TABLES and db.execute("SELECT 1 FROM meta WHERE key = 'teacher'").fetchone() is not None
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+
+
+def check_store_path(path: str | Path) -> Path:
+    """Refuse, before any model loads, a path where a score store cannot be kept: a file that is not one of
+    ours (left as it is), or a place that cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"score store {path} is a directory; name a file")
+    if path.exists() and path.stat().st_size:  # an empty file is an empty database to SQLite
+        with open(path, "rb") as f:
+            if f.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                raise UserError(f"score store {path} exists and is not an SQLite file; name a new file")
+        if not _is_store(path):
+            raise UserError(f"score store {path} is an SQLite file of something else, not a score store; "
+                            "name a new file")  # fmt: skip
+    parent = path.absolute().parent
+    nearest = next(p for p in (parent, *parent.parents) if p.exists())  # the rest is created on opening
+    try:
+        if not nearest.is_dir():
+            raise NotADirectoryError(20, f"{nearest} is not a directory")
+        if path.exists():
+            open(path, "r+b").close()  # opened for writing, nothing written
+        tempfile.TemporaryFile(dir=nearest).close()  # SQLite keeps its journal beside the file
+    except OSError as e:
+        raise UserError(f"score store {path} cannot be written ({e.strerror})") from None
+    return path
+
 
 class ScoreStore:
     """``(query text, docid) -> score`` in one SQLite file, for one teacher."""
 
     def __init__(self, path: str | Path, teacher_label: str):
-        self.path = Path(path)
+        self.path = check_store_path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path)
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS scores (query TEXT, docid TEXT, score REAL, "
                         "PRIMARY KEY (query, docid))")  # fmt: skip
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('teacher', ?)", (teacher_label,))
+        stored = self.db.execute("SELECT value FROM meta WHERE key = 'teacher'").fetchone()
+        if stored is not None and stored[0] != teacher_label:
+            self.db.close()
+            raise UserError(f"score store {self.path} holds scores of teacher {stored[0]!r}, not {teacher_label!r}; "
+                            "name another file")  # fmt: skip
+        if stored is None:
+            self.db.execute("INSERT INTO meta VALUES ('teacher', ?)", (teacher_label,))
+        if self.db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:  # new, or written before stamps
+            self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         self.db.commit()
-        (stored,) = self.db.execute("SELECT value FROM meta WHERE key = 'teacher'").fetchone()
-        if stored != teacher_label:
-            raise UserError(f"score store {self.path} holds scores of teacher {stored!r}, not {teacher_label!r}")
 
     def get(self, query: str, docids: Sequence[str]) -> dict[str, float]:
         """The stored scores among ``docids`` (missing ones are absent)."""

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tour_pyserini.data.lines import parse_finite
+from tour_pyserini.data.lines import parse_finite, text_lines
 from tour_pyserini.errors import UserError
 
 HEADER = "# ttt-embed rewards: qid<TAB>docid<TAB>reward<TAB>task"
@@ -61,33 +61,32 @@ def read_rewards(paths: list[str | Path]) -> Rewards:
             raise UserError(f"rewards file {str(path)!r} does not exist")
         info = rewards.provenance.setdefault(str(path), {})
         seen: set[tuple[str, str, str]] = set()
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.rstrip("\r\n")
-                where = f"{path}:{lineno}"
-                if line.startswith("#"):
-                    key, sep, value = line[1:].partition(":")
-                    key, value = key.strip(), value.strip()
-                    if key == "task":
-                        declare_task(rewards, value.split("\t"), where)
-                    elif sep and key:
-                        info[key] = value
-                    continue
-                if not line.strip():
-                    continue
-                fields = line.split("\t")
-                if len(fields) != 4:
-                    raise UserError(f"{where}: expected 'qid<TAB>docid<TAB>reward<TAB>task', "
-                                    f"found {len(fields)} fields")  # fmt: skip
-                qid, docid, value, task = fields
-                reward = parse_finite(value, where, "reward")
-                if task not in rewards.tasks:
-                    raise UserError(f"{where}: task {task!r} is not declared by a '# task: {task}<TAB>INDEX"
-                                    "<TAB>TOPICS' line above it")  # fmt: skip
-                if (task, qid, docid) in seen:
-                    raise UserError(f"{where}: a second reward for query {qid!r}, document {docid!r}")
-                seen.add((task, qid, docid))
-                rewards.add(task, qid, docid, reward)
+        for lineno, line in text_lines(path):
+            line = line.rstrip("\r\n")
+            where = f"{path}:{lineno}"
+            if line.startswith("#"):
+                key, sep, value = line[1:].partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "task":
+                    declare_task(rewards, value.split("\t"), where)
+                elif sep and key:
+                    info[key] = value
+                continue
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 4:
+                raise UserError(f"{where}: expected 'qid<TAB>docid<TAB>reward<TAB>task', "
+                                f"found {len(fields)} fields")  # fmt: skip
+            qid, docid, value, task = fields
+            reward = parse_finite(value, where, "reward")
+            if task not in rewards.tasks:
+                raise UserError(f"{where}: task {task!r} is not declared by a '# task: {task}<TAB>INDEX"
+                                "<TAB>TOPICS' line above it")  # fmt: skip
+            if (task, qid, docid) in seen:
+                raise UserError(f"{where}: a second reward for query {qid!r}, document {docid!r}")
+            seen.add((task, qid, docid))
+            rewards.add(task, qid, docid, reward)
     if not rewards.num_pairs:
         raise UserError(f"no rewards in {', '.join(map(str, paths))}")
     return rewards
@@ -125,20 +124,19 @@ def rewards_from_traces(paths: list[str | Path], source: TaskSource) -> tuple[Re
     for path in map(Path, paths):
         if not path.is_file():
             raise UserError(f"trace file {str(path)!r} does not exist")
-        with path.open(encoding="utf-8") as lines:
-            for lineno, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    qid, judged = str(record["qid"]), record.get("judgments") or {}
-                    scores = {str(d): parse_finite(str(v), f"{path}:{lineno}", "judgment") for d, v in judged.items()}
-                except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
-                    raise UserError(f"{path}:{lineno}: not a trace record (a JSON object with a qid)") from None
-                for docid, score in scores.items():
-                    rewards.add(source.name, qid, docid, score)
-                if scores:
-                    teachers.add(str(record.get("teacher")))
+        for lineno, line in text_lines(path):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                qid, judged = str(record["qid"]), record.get("judgments") or {}
+                scores = {str(d): parse_finite(str(v), f"{path}:{lineno}", "judgment") for d, v in judged.items()}
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                raise UserError(f"{path}:{lineno}: not a trace record (a JSON object with a qid)") from None
+            for docid, score in scores.items():
+                rewards.add(source.name, qid, docid, score)
+            if scores:
+                teachers.add(str(record.get("teacher")))
     if not rewards.num_pairs:
         raise UserError(f"no teacher judgments in {', '.join(map(str, paths))}: only searches whose rewriter asks a "
                         "teacher (rerank, tour-*) record them")  # fmt: skip
