@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 # the shipped SciFact teacher: the residual cross-encoder models/scifact-rce summed with BM25 and the
 # retriever's similarity, weighted as fitted on its dev training claims; its scores are kept in one store,
 # so TOUR does not score again the pairs re-ranking scored
-SEARCH_TEACHER := --hits 1000 --remove-query --reranker ensemble:models/scifact-rce/ensemble.json \
+SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
 .PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale orqa lint clean
@@ -41,7 +41,7 @@ demo-steps:
 	    --rewriter tour-hard --preset passage --k 20 --output runs/scifact.tour-hard-20.ensemble.trec \
 	    --run-tag tour-hard-20.ensemble --trace runs/scifact.tour-hard-20.ensemble.trace.jsonl
 	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv --hits 1000 \
-	    --remove-query --reranker bm25 --rewriter tour-soft --preset passage --k 20 \
+	    --remove-query --teacher bm25 --rewriter tour-soft --preset passage --k 20 \
 	    --output runs/scifact.tour-soft-20.bm25.trec --run-tag tour-soft-20.bm25
 	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt --metrics nDCG@10 R@100 RR@10 \
 	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec runs/scifact.rerank-20.ensemble.trec \
@@ -78,7 +78,7 @@ cranfield: install
 # its dev claims (4 minutes). The nq-oracle line has not been run to the end: its first evaluations gained
 # nothing over the retriever's dev Acc@1 (models/README.md), so the shipped nq-oracle teacher is still
 # models/nq-oracle-ce, from the earlier pairwise recipe.
-TRAIN := $(PY) -m tour_pyserini.train_reranker --seed 13 --overwrite
+TRAIN := $(PY) -m tour_pyserini train-reranker --seed 13 --overwrite
 
 teachers: install
 	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
@@ -87,7 +87,7 @@ teachers: install
 	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
 	$(TRAIN) --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv --qrels qrels/scifact.train.txt \
 	    --exclude-texts-from $(SCIFACT)/topics.test.tsv --output models/scifact-rce
-	$(PY) -m tour_pyserini.fit_ensemble --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv \
+	$(PY) -m tour_pyserini fit-ensemble --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv \
 	    --qrels qrels/scifact.train.txt --dev-of models/scifact-rce \
 	    --teachers cross-encoder:models/scifact-rce bm25 dense --output models/scifact-rce/ensemble.json
 	$(TRAIN) --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \

@@ -54,7 +54,7 @@ def main() -> None:
         rewriter = Identity() if cls is Identity else cls(teacher, preset="odqa", smoothing=smoothing)
         results = []
         for i in range(0, len(topics), 64):
-            results += searcher.retrieve_vectors(qids[i : i + 64], texts[i : i + 64], vectors[i : i + 64], 100,
+            results += searcher.retrieve_vectors(texts[i : i + 64], qids[i : i + 64], vectors[i : i + 64], 100,
                                                  rewriter=rewriter)  # fmt: skip
         per_query = judge.per_query({r.qid: {h.docid: h.score for h in r.hits} for r in results})
         metrics = {m: float(np.mean(list(v.values()))) for m, v in per_query.items()}

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.data.runs import read_run
 from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 from tour_pyserini.eval.judge import QrelsJudge
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.runs import read_run
 
 RUNS, MODELS = Path("runs/orqa"), Path("models/orqa")
 PY = [sys.executable, "-m"]
@@ -63,7 +63,8 @@ def train_qa(index: str, output: Path, *extra: str) -> str:
     return run(
         [
             *PY,
-            "tour_pyserini.train_qa",
+            "tour_pyserini",
+            "train-qa",
             "--index",
             index,
             "--topics",
@@ -80,7 +81,7 @@ def train_qa(index: str, output: Path, *extra: str) -> str:
 
 
 def train_ict(collection: str, output: Path, *extra: str) -> str:
-    return run([*PY, "tour_pyserini.train_ict", "--collection", collection, "--output", str(output), *ICT, *extra],
+    return run([*PY, "tour_pyserini", "train-ict", "--collection", collection, "--output", str(output), *ICT, *extra],
                output)  # fmt: skip
 
 
@@ -94,7 +95,7 @@ SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "-
 CRANFIELD_TOPICS, CRANFIELD_HITS = f"{CRANFIELD}/topics.tsv", ("--hits", "1000")
 TOPICS = {"nq-oracle": (NQ_TEST, NQ_HITS), "scifact": (SCIFACT_TEST, SCIFACT_HITS),
           "cranfield": (CRANFIELD_TOPICS, CRANFIELD_HITS)}  # fmt: skip
-TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--reranker", "bm25")
+TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--teacher", "bm25")
 
 
 COLLECTIONS = {"nq-oracle": NQ, "scifact": SCIFACT, "cranfield": CRANFIELD}

@@ -33,7 +33,7 @@ def prf_parity(tmp: Path) -> dict:
         ours, theirs = tmp / f"{ours_name}.trec", tmp / f"{method}.pyserini.trec"
         timed_run([PY, "-m", "tour_pyserini.search", *common, *extra, "--rewriter", ours_name, "--output", str(ours),
                    "--no-resume"])  # fmt: skip
-        timed_run([PY, "-m", "tour_pyserini.run_pyserini", "pyserini.search.faiss", *common, *extra, "--prf-method",
+        timed_run([PY, "-m", "tour_pyserini", "run-pyserini", "pyserini.search.faiss", *common, *extra, "--prf-method",
                    method, "--encoder", str(bundled_model_dir()), "--encoder-class", "auto", "--pooling", "mean",
                    "--l2-norm", "--output", str(theirs)])  # fmt: skip
         out[ours_name] = compare_rankings(ours, theirs)
@@ -42,9 +42,9 @@ def prf_parity(tmp: Path) -> dict:
 
 def answer_parity(tmp: Path) -> dict:
     from tour_pyserini.data import read_topics
+    from tour_pyserini.data.runs import read_run
     from tour_pyserini.eval.answers import AnswerMatcher, answer_accuracy
     from tour_pyserini.index import DocStore
-    from tour_pyserini.runs import read_run
 
     topics = read_topics("collections/nq-oracle/topics.test.jsonl")
     store = DocStore("indexes/nq-oracle.minilm/docstore.sqlite")
@@ -68,7 +68,7 @@ def answer_parity(tmp: Path) -> dict:
         }
         dpr_file = tmp / f"{name}.dpr.json"
         dpr_file.write_text(json.dumps(retrieval))
-        stdout = subprocess.run([PY, "-m", "tour_pyserini.run_pyserini", "pyserini.eval.evaluate_dpr_retrieval",
+        stdout = subprocess.run([PY, "-m", "tour_pyserini", "run-pyserini", "pyserini.eval.evaluate_dpr_retrieval",
                                  "--retrieval", str(dpr_file), "--topk", "1", "5", "20", "100"],
                                 cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
         theirs = {f"Acc@{k}": float(v) for k, v in re.findall(r"Top(\d+)\taccuracy: ([0-9.]+)", stdout)}
@@ -79,8 +79,8 @@ def answer_parity(tmp: Path) -> dict:
 
 def trec_eval_parity(tmp: Path) -> dict:
     from tour_pyserini.data import read_qrels
+    from tour_pyserini.data.runs import read_run
     from tour_pyserini.eval import evaluate
-    from tour_pyserini.runs import read_run
 
     full = tmp / "scifact.minilm.trec"
     timed_run([PY, "-m", "tour_pyserini.search", "--index", "indexes/scifact.minilm", "--topics",
@@ -91,7 +91,7 @@ def trec_eval_parity(tmp: Path) -> dict:
     partial.write_text("".join(line for line in full.read_text().splitlines(keepends=True)
                                if line.split(" ", 1)[0] in set(kept)))  # fmt: skip
     measures = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100", "map": "AP"}
-    stdout = subprocess.run([PY, "-m", "tour_pyserini.run_pyserini", "pyserini.eval.trec_eval", "-c", "-m",
+    stdout = subprocess.run([PY, "-m", "tour_pyserini", "run-pyserini", "pyserini.eval.trec_eval", "-c", "-m",
                              "ndcg_cut.10", "-m", "recall.100", "-m", "map", "qrels/scifact.test.txt", str(partial)],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
     theirs = {measures[m]: float(v) for m, v in re.findall(r"^(\w+)\s+all\s+([0-9.]+)$", stdout, flags=re.MULTILINE)}

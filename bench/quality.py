@@ -168,7 +168,7 @@ class Bench:
         """
         from tqdm import tqdm
 
-        from tour_pyserini.runs import read_run, write_run
+        from tour_pyserini.data.runs import read_run, write_run
 
         if not tuning and system in self.rows:
             return self.rows[system]
@@ -187,7 +187,7 @@ class Bench:
                 if rewriter is None:
                     results += self.bm25.retrieve(texts, qids, HITS)
                 else:
-                    results += self.searcher.retrieve_vectors(qids, texts, vectors[i : i + len(chunk)], HITS,
+                    results += self.searcher.retrieve_vectors(texts, qids, vectors[i : i + len(chunk)], HITS,
                                                               rewriter=rewriter)  # fmt: skip
             wall = time.perf_counter() - start - sum(r.trace.seconds["teacher"] for r in results)
             drop = self.col.remove_query
@@ -250,9 +250,9 @@ class Bench:
         if method == "rocchio":
             cmd += f" --rewriter rocchio --prf-iterations {system.iterations}"
         elif system.teacher != "-":
-            cmd += f" --rewriter {method} --reranker {self.specs[system.teacher]} --k {system.k}"
+            cmd += f" --rewriter {method} --teacher {self.specs[system.teacher]} --k {system.k}"
             if self.specs[system.teacher] != "bm25":
-                cmd += f" --reranker-precision {self.precision}"
+                cmd += f" --teacher-precision {self.precision}"
             if method.startswith("tour"):
                 cmd += f" --preset passage --iterations {system.iterations}"
             if "union" in extras:
@@ -357,7 +357,7 @@ class Stores:
         from tour_pyserini.teachers import ScoreStore
 
         if teacher.fingerprint not in self.open:
-            path = OUT / "cache" / f"{self.collection}.{teacher.kind}.{short_hash(teacher)}.sqlite"
+            path = OUT / "cache" / f"{self.collection}.{teacher.name}.{short_hash(teacher)}.sqlite"
             self.open[teacher.fingerprint] = ScoreStore(path, teacher.fingerprint)
         return self.open[teacher.fingerprint]
 

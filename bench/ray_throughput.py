@@ -21,8 +21,8 @@ import time
 
 from wrapper_overhead import ROOT, ensure_indexes
 
+from tour_pyserini.data.runs import read_run
 from tour_pyserini.data.sameness import diff_runs
-from tour_pyserini.runs import read_run
 
 INDEX, TOPICS = "indexes/scifact.minilm", "collections/scifact/topics.test.tsv"
 
@@ -43,7 +43,7 @@ def main() -> None:
     topics.write_text("".join((ROOT / TOPICS).read_text().splitlines(keepends=True)[: args.queries]))
     base = ["-m", "tour_pyserini.search", "--index", INDEX, "--topics", str(topics.relative_to(ROOT)), "--hits",
             "100", "--batch-size", "2", "--threads", "1", "--no-resume", "--rewriter", "rerank", "--k", "20",
-            "--reranker", "cross-encoder:models/scifact-rce"]  # fmt: skip
+            "--teacher", "cross-encoder:models/scifact-rce"]  # fmt: skip
     rows = []
     for label, extra in (("one process", []), ("ray, 1 worker", ["--ray", "--workers", "1"]),
                          ("ray, 2 workers", ["--ray", "--workers", "2"])):  # fmt: skip

@@ -126,12 +126,12 @@ def real_rows(name: str) -> list[dict]:
     import faiss
 
     from tour_pyserini.data import read_qrels, read_topics
+    from tour_pyserini.data.runs import read_run
     from tour_pyserini.eval import QrelsJudge
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
     from tour_pyserini.index import faiss_index
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.layout import IndexMeta
-    from tour_pyserini.runs import read_run
     from tour_pyserini.search import TourSearcher
 
     spec = REAL[name]
@@ -160,7 +160,7 @@ def real_rows(name: str) -> list[dict]:
                "build_s": meta.build_seconds if kind != "flat" else None, "bytes": (ROOT / index_dir /
                "index").stat().st_size, "search_cpu_s_per_query": search_cost(index, queries),
                "recall@100": recall(found, exact), "faiss_index": meta.faiss_index}  # fmt: skip
-        for system, flags in (("dense", []), ("tour-soft@20.bm25", [*TOUR_FLAGS, "--reranker", f"bm25:{bm25_dir}"])):
+        for system, flags in (("dense", []), ("tour-soft@20.bm25", [*TOUR_FLAGS, "--teacher", f"bm25:{bm25_dir}"])):
             run = f"runs/scale/{name}.{kind}.{system}.trec"
             cmd = ["-m", "tour_pyserini.search", "--index", index_dir, "--topics", spec["topics"], "--output", run,
                    "--hits", "100", "--threads", "1", "--no-resume", *flags,

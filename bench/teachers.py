@@ -56,7 +56,7 @@ def command(teacher_spec: str | None, rewriter: str, out: str, *, k: int | None 
     """The search command that rebuilds a run (scores are the teacher's own; the stores only save time)."""
     cmd = f"python -m tour_pyserini.search --index {INDEX} --topics {topics} --hits {HITS} --remove-query"
     if teacher_spec:
-        cmd += f" --reranker {teacher_spec} --reranker-precision {precision} --rewriter {rewriter} --k {k}"
+        cmd += f" --teacher {teacher_spec} --teacher-precision {precision} --rewriter {rewriter} --k {k}"
         if rewriter.startswith("tour"):
             cmd += f" --preset passage --final {final} --retriever-temperature {temperature:g}"
     return cmd + f" --output {out}"
@@ -89,7 +89,7 @@ class Bench:
 
         def store(t):
             name = hashlib.sha256(t.fingerprint.encode()).hexdigest()[:12]
-            return StoredTeacher(t, ScoreStore(OUT / f"{t.kind}-{name}.sqlite", t.fingerprint))
+            return StoredTeacher(t, ScoreStore(OUT / f"{t.name}-{name}.sqlite", t.fingerprint))
 
         if isinstance(teacher, EnsembleTeacher):  # each part stored: the cross-encoder's scores serve both rows
             teacher.parts = [store(p) if p.pairwise else p for p in teacher.parts]
@@ -98,7 +98,7 @@ class Bench:
 
     def run(self, name: str, split: str, rewriter=None) -> dict:
         """Run the split's topics (BM25 when ``rewriter`` is None), write the run, return metrics and calls."""
-        from tour_pyserini.runs import write_run
+        from tour_pyserini.data.runs import write_run
 
         topics = self.test if split == "test" else self.dev
         qids, texts = [t.qid for t in topics], [t.text for t in topics]

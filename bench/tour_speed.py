@@ -84,7 +84,7 @@ class TourRun:
             if end_to_end:
                 results += self.searcher.retrieve(self.texts[batch], self.qids[batch], 1000, rewriter=self.rewriter)
             else:
-                results += self.searcher.retrieve_vectors(self.qids[batch], self.texts[batch], self.vectors[batch],
+                results += self.searcher.retrieve_vectors(self.texts[batch], self.qids[batch], self.vectors[batch],
                                                           1000, rewriter=self.rewriter)  # fmt: skip
         return results
 
@@ -253,7 +253,7 @@ def rocchio_vs_pyserini(index: str, topics: str, repeats: int) -> dict:
         ours_out, theirs_out = Path(tmp) / "ours.trec", Path(tmp) / "pyserini.trec"
         ours_cmd = [py, "-m", "tour_pyserini.search", *common, "--rewriter", "rocchio", "--output", str(ours_out),
                     "--no-resume"]  # fmt: skip
-        theirs_cmd = [py, "-m", "tour_pyserini.run_pyserini", "pyserini.search.faiss", *common, "--prf-method",
+        theirs_cmd = [py, "-m", "tour_pyserini", "run-pyserini", "pyserini.search.faiss", *common, "--prf-method",
                       "rocchio", "--encoder", str(bundled_model_dir()), "--encoder-class", "auto", "--pooling",
                       "mean", "--l2-norm", "--output", str(theirs_out)]  # fmt: skip
         ours_t, theirs_t = [], []

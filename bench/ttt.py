@@ -393,7 +393,7 @@ def run_tour(task: Task, rewriter, qids: list[str]) -> dict:
     for i in range(0, len(qids), 64):
         chunk = qids[i : i + 64]
         vectors = task.X[[position[q] for q in chunk]]
-        results += task.searcher.retrieve_vectors(chunk, [texts[q] for q in chunk], vectors, HITS, rewriter=rewriter)
+        results += task.searcher.retrieve_vectors([texts[q] for q in chunk], chunk, vectors, HITS, rewriter=rewriter)
     return {r.qid: r for r in results}
 
 
@@ -542,7 +542,7 @@ def cost_experiment(tasks: list[Task], path: Path, repeats: int = 20) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         state.save(Path(tmp) / "state.safetensors")
         rewriter = TttEmbed(Path(tmp) / "state.safetensors")
-        # (qids, texts, vectors) per batch; no teacher reads the texts, so the qids stand in for them
+        # (texts, qids, vectors) per batch; no teacher reads the texts, so the qids stand in for them
         batches = [(nq.qids[i : i + 64], nq.qids[i : i + 64], nq.X[i : i + 64]) for i in range(0, 1000, 64)]
         rewriters = {"plain": Identity(), "ttt-embed": rewriter}
         times: dict[str, list[float]] = {"plain": [], "ttt-embed": []}

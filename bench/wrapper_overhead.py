@@ -1,7 +1,7 @@
 """Does the wrapper add cost? Our search CLI against Pyserini's, side by side in one run.
 
 For the same dense index, topics and encoder settings, runs ``python -m tour_pyserini.search`` and
-``python -m pyserini.search.faiss`` (through ``tour_pyserini.run_pyserini``) alternately, ``--repeats``
+``python -m pyserini.search.faiss`` (through ``python -m tour_pyserini run-pyserini``) alternately, ``--repeats``
 times each, checks that the rankings are the same (up to ties within
 1e-5, by ``tour_pyserini.data.sameness``), and reports the median wall-time ratio. It also
 times the in-process search alone (``TourSearcher.batch_search`` against ``FaissSearcher.batch_search``
@@ -47,8 +47,8 @@ def compare_rankings(ours: Path, theirs: Path) -> dict:
     """How our run differs from Pyserini's by the library's sameness rule (identical, the same up to ties
     within 1e-5, different): Pyserini encodes one text at a time, we encode texts of one length together,
     so vectors differ by about 1e-7 and near-tied documents may swap."""
+    from tour_pyserini.data.runs import read_run
     from tour_pyserini.data.sameness import diff_runs
-    from tour_pyserini.runs import read_run
 
     return diff_runs(read_run(ours), read_run(theirs)).to_json()
 
@@ -64,7 +64,7 @@ def in_process_ratio(index: str, topics: str, hits: int, repeats: int) -> dict:
     import torch
 
     for _ in range(repeats):
-        torch.set_num_threads(searcher.encode_threads)  # undo what our last search did to shared OpenMP
+        torch.set_num_threads(searcher.query_encoder.threads)  # undo what our last search did to shared OpenMP
         start = time.perf_counter()
         searcher.faiss.batch_search(texts, qids, hits, 1)
         theirs.append(time.perf_counter() - start)
@@ -98,7 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ours_out, theirs_out = Path(tmp) / "ours.trec", Path(tmp) / "pyserini.trec"
         ours_cmd = [py, "-m", "tour_pyserini.search", *common, "--output", str(ours_out), "--no-resume"]
-        theirs_cmd = [py, "-m", "tour_pyserini.run_pyserini", "pyserini.search.faiss", *common,
+        theirs_cmd = [py, "-m", "tour_pyserini", "run-pyserini", "pyserini.search.faiss", *common,
                       "--encoder", str(bundled_model_dir()), "--encoder-class", "auto", "--pooling", "mean",
                       "--l2-norm", "--output", str(theirs_out)]  # fmt: skip
         ours_t, theirs_t = [], []

@@ -9,13 +9,13 @@ import pytest
 from conftest import NQ_ORACLE
 from test_cli import run_module
 
+from tour_pyserini.commands.eval import main as eval_main
+from tour_pyserini.commands.search import main as search_main
 from tour_pyserini.data import read_topics
+from tour_pyserini.data.runs import read_run
 from tour_pyserini.eval import evaluate
-from tour_pyserini.eval.__main__ import main as eval_main
 from tour_pyserini.eval.answers import AnswerMatcher, answer_accuracy, answer_qrels
 from tour_pyserini.index import DocStore
-from tour_pyserini.runs import read_run
-from tour_pyserini.search.__main__ import main as search_main
 
 pytestmark = pytest.mark.slow
 TOPK = [1, 5, 20, 100]
@@ -52,7 +52,7 @@ def pyserini_accuracy(run_path, topics, store, tmp_path, regex=False) -> dict[st
     path = tmp_path / "retrieval.json"
     path.write_text(json.dumps(retrieval))
     args = ["--retrieval", str(path), "--topk", *map(str, TOPK)] + (["--regex"] if regex else [])
-    proc = run_module("tour_pyserini.run_pyserini", "pyserini.eval.evaluate_dpr_retrieval", *args)
+    proc = run_module("tour_pyserini", "run-pyserini", "pyserini.eval.evaluate_dpr_retrieval", *args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return {f"Acc@{k}": float(v) for k, v in re.findall(r"Top(\d+)\taccuracy: ([0-9.]+)", proc.stdout)}
 

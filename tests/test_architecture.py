@@ -56,6 +56,50 @@ def test_no_import_cycles(graph):
             visit(module, [module])
 
 
+def room(module: str) -> str:
+    """The room a module belongs to: its subpackage, or a top-level module on its own. A subpackage's
+    ``__main__`` (``python -m tour_pyserini.index``) is a command's entry point, so it is in ``commands``."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "tour_pyserini"  # the package's own __init__: the facade over every room
+    return "commands" if parts[-1] == "__main__" else parts[1]
+
+
+def test_rooms_import_each_other_without_a_cycle(graph):
+    """No arrow runs back up between rooms, function-local imports counted (``imports`` reads every one)."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        for target, _ in targets:
+            if target in graph and room(target) != room(module):
+                edges.setdefault(room(module), set()).add(room(target))
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == 1:
+                pytest.fail("rooms import in a circle: " + " -> ".join(path[path.index(target) :] + [target]))
+            if target not in state:
+                visit(target, path + [target])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_the_top_level_holds_at_most_six_plain_modules_and_no_command():
+    plain = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(plain) <= 6, plain
+    assert not [name for name in plain if "def main(" in (PACKAGE / name).read_text()]
+
+
+def test_only_commands_parse_flags():
+    """Library code takes typed options: argparse appears in commands/ and the ``__main__`` entry points only."""
+    library = [p for p in PACKAGE.rglob("*.py") if room(module_name(p)) != "commands"]
+    assert not sorted(str(p.relative_to(PACKAGE)) for p in library if "argparse" in p.read_text())
+
+
 def test_no_private_names_imported_across_modules(graph):
     private = sorted(f"{m} imports {t}.{name}" for m, targets in graph.items() for t, name in targets
                      if name and name.startswith("_"))  # fmt: skip
@@ -97,7 +141,7 @@ def test_unknown_names_are_user_errors():
 
 def test_an_internal_key_error_keeps_its_traceback():
     """Only user errors become one line and exit 2; a bug (here a KeyError) propagates with its traceback."""
-    from tour_pyserini.cli_util import run_cli
+    from tour_pyserini.commands.runner import run_cli
 
     def buggy(argv):
         return {}["missing"]

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from tour_pyserini.commands.search import main as search_main
+from tour_pyserini.data.runs import read_run
 from tour_pyserini.data.sameness import diff_runs
-from tour_pyserini.runs import read_run
-from tour_pyserini.search.__main__ import main as search_main
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     """Interrupted in the middle of a batch, the rerun redoes that whole batch: byte-identical to a run
     never interrupted (at the same batch size and threads), although the batch's first queries were in
     the file already and a query's vector depends in its last bits on its batch."""
-    from tour_pyserini.runs import RunWriter
+    from tour_pyserini.data.runs import RunWriter
 
     out = tmp_path / "resumed.trec"
     args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
@@ -88,7 +88,7 @@ def test_matches_pyserini_faiss_cli(dense_index, mini_scifact, tmp_path):
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(ours),
                  "--hits", "100"])  # fmt: skip
     proc = run_module(
-        "tour_pyserini.run_pyserini", "pyserini.search.faiss", "--index", str(dense_index),
+        "tour_pyserini", "run-pyserini", "pyserini.search.faiss", "--index", str(dense_index),
         "--topics", str(mini_scifact["topics"]), "--encoder", str(bundled_model_dir()), "--encoder-class", "auto",
         "--pooling", "mean", "--l2-norm", "--output", str(theirs), "--hits", "100", "--batch-size", "64",
     )  # fmt: skip
@@ -126,14 +126,14 @@ def test_eval_errors(tmp_path, mini_scifact):
 
 
 def test_console_script_lists_commands():
-    from tour_pyserini.cli import SUBCOMMANDS
+    from tour_pyserini.commands import SUBCOMMANDS
 
-    proc = run_module("tour_pyserini.cli")
+    proc = run_module("tour_pyserini")
     assert proc.returncode == 2 and all(name in proc.stderr for name in SUBCOMMANDS)
-    listing = run_module("tour_pyserini.cli", "--help")
+    listing = run_module("tour_pyserini", "--help")
     assert listing.returncode == 0
     assert all(f"e.g. tour-pyserini {name} " in listing.stderr for name in SUBCOMMANDS)  # one example each
-    proc = run_module("tour_pyserini.cli", "train-reranker", "--help")
+    proc = run_module("tour_pyserini", "train-reranker", "--help")
     assert proc.returncode == 0 and "--exclude-texts-from" in proc.stdout
 
 
@@ -150,9 +150,25 @@ def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_pat
     for flags, message in [(["--smoothing", "0"], "--smoothing must be positive"),
                            (["--lr", "-5"], "--lr (must be >= 0) out of range: -5.0"),
                            (["--lr", "nan"], "--lr (must be >= 0) out of range: nan")]:  # fmt: skip
-        proc = run_module(*common, "--rewriter", "tour-soft", "--reranker", "cross-encoder:/no/such/model", *flags)
+        proc = run_module(*common, "--rewriter", "tour-soft", "--teacher", "cross-encoder:/no/such/model", *flags)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
-    missing = run_module(*common, "--rewriter", "tour-soft", "--reranker", "cross-encoder:/no/such/model")
+    missing = run_module(*common, "--rewriter", "tour-soft", "--teacher", "cross-encoder:/no/such/model")
     assert missing.returncode == 2
     assert "error: cross-encoder '/no/such/model': no such model directory" in missing.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_the_old_teacher_flags_still_work_for_one_release(capsys):
+    from tour_pyserini.commands.flags import apply_renamed
+    from tour_pyserini.commands.search import parser
+
+    ap = parser()
+    common = ["--index", "i", "--topics", "t", "--output", "o"]
+    args = apply_renamed(ap, ap.parse_args([*common, "--reranker", "bm25", "--reranker-max-length", "64"]))
+    assert (args.teacher, args.teacher_max_length) == ("bm25", 64) and not hasattr(args, "reranker")
+    err = capsys.readouterr().err
+    assert "--reranker is deprecated, use --teacher" in err and "--reranker-max-length is deprecated" in err
+    with pytest.raises(SystemExit):
+        apply_renamed(ap, ap.parse_args([*common, "--reranker", "bm25", "--teacher", "dense"]))
+    assert "--reranker is the old name of --teacher: give one of them" in capsys.readouterr().err
+    assert "--reranker" not in ap.format_help()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_rel
 
-from tour_pyserini.compare import main as compare_main
+from tour_pyserini.commands.compare import main as compare_main
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
 
 

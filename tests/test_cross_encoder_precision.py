@@ -99,17 +99,17 @@ def test_auto_is_fp32_and_bf16_refused_where_torch_runs_no_bfloat16_kernels(kern
     auto means fp32, and an explicit bf16 is one line and exit 2, before any model or the JVM loads."""
     assert precision_in(kernels, AUTO).stdout.strip() == "fp32"
     out = tmp_path / "run.trec"
-    search = ("import sys; from tour_pyserini.cli_util import run_cli; from tour_pyserini.search.__main__ import main; "
-              "run_cli(main, sys.argv[1:])")  # fmt: skip
+    search = ("import sys; from tour_pyserini.commands.runner import run_cli; "
+              "from tour_pyserini.commands.search import main; run_cli(main, sys.argv[1:])")  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", search, "--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"),
-         "--output", str(out), "--reranker", f"cross-encoder:{MODEL}", "--rewriter", "rerank",
-         "--reranker-precision", "bf16"],
+         "--output", str(out), "--teacher", f"cross-encoder:{MODEL}", "--rewriter", "rerank",
+         "--teacher-precision", "bf16"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "ATEN_CPU_CAPABILITY": kernels},
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: --reranker-precision bf16: torch has no native bfloat16 arithmetic on this CPU "
+    assert errors == [f"error: --teacher-precision bf16: torch has no native bfloat16 arithmetic on this CPU "
                       f"(torch runs its {kernels.upper()} kernels here); emulated it is slower than fp32 and some "
                       "kernels fail: use fp32 or auto"]  # fmt: skip
     assert not out.exists() and not out.with_name("run.trec.partial").exists()
@@ -134,15 +134,15 @@ def test_bad_precision_is_a_user_error_before_any_model_loads():
 
 
 def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
-    from tour_pyserini.search.__main__ import main, parser
+    from tour_pyserini.commands.search import main, parser, search_config
     from tour_pyserini.search.configure import teacher_context
 
     common = ["--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
-              "--reranker", f"cross-encoder:{MODEL}"]  # fmt: skip
-    cases = [([], resolve_precision("auto", "cpu")), (["--reranker-precision", "fp32"], "fp32")]
-    for flags, expected in cases + [(["--reranker-precision", "bf16"], "bf16")] * native_bf16("cpu"):
-        args = parser().parse_args([*common, *flags])
-        assert get_teacher(args.reranker, teacher_context(args)).precision == expected
+              "--teacher", f"cross-encoder:{MODEL}"]  # fmt: skip
+    cases = [([], resolve_precision("auto", "cpu")), (["--teacher-precision", "fp32"], "fp32")]
+    for flags, expected in cases + [(["--teacher-precision", "bf16"], "bf16")] * native_bf16("cpu"):
+        config = search_config(parser().parse_args([*common, *flags]))
+        assert get_teacher(config.teacher, teacher_context(config)).precision == expected
     with pytest.raises(SystemExit) as exit_:
-        main([*common, "--reranker-precision", "fp16"])
-    assert exit_.value.code == 2 and "--reranker-precision: invalid choice" in capsys.readouterr().err
+        main([*common, "--teacher-precision", "fp16"])
+    assert exit_.value.code == 2 and "--teacher-precision: invalid choice" in capsys.readouterr().err

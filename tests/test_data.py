@@ -212,8 +212,8 @@ def test_prepare_scripts_reproduce_committed_files(script, source, outputs, tmp_
 
 
 def _readers():
+    from tour_pyserini.data.runs import read_run
     from tour_pyserini.index.corpus import read_jsonl_corpus
-    from tour_pyserini.runs import read_run
     from tour_pyserini.ttt.rewards import read_rewards
 
     return {

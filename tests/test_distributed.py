@@ -42,7 +42,7 @@ def test_ray_runs_are_identical_to_one_process(dense_index, bm25_index, mini_sci
     rewriters = {
         "dense": [],
         "rocchio": ["--rewriter", "rocchio"],
-        "tour-soft": ["--rewriter", "tour-soft", "--reranker", "bm25", "--k", "10"],
+        "tour-soft": ["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "10"],
     }
     for name, flags in rewriters.items():
         alone, distributed = tmp_path / f"{name}.trec", tmp_path / f"{name}.ray.trec"
@@ -57,19 +57,20 @@ def killed_worker_case(argv: list[str]) -> None:
     """In a fresh process: one-process results, then Ray's with one worker's process killed mid-run."""
     import ray
 
+    from tour_pyserini.commands.search import parser, search_config
     from tour_pyserini.data import read_topics
-    from tour_pyserini.search.__main__ import parser
     from tour_pyserini.search.configure import open_searcher
     from tour_pyserini.search.distributed import RayPool
 
     args = parser().parse_args(argv)
+    config = search_config(args)
     topics = read_topics(args.topics)
     batches = [([t.text for t in topics[i : i + 2]], [t.qid for t in topics[i : i + 2]], 50)
                for i in range(0, len(topics), 2)]  # fmt: skip
-    searcher, _ = open_searcher(args)
+    searcher, _ = open_searcher(config)
     expected = [[(h.docid, h.score) for h in r.hits] for b in batches for r in searcher.retrieve(*b)]
     got = []
-    with RayPool(args, workers=2) as pool:
+    with RayPool(config, workers=2) as pool:
         victim = pool.pids[0]
         for i, results in enumerate(pool.map(batches)):
             got += [[(h.docid, h.score) for h in r.hits] for r in results]
@@ -80,7 +81,7 @@ def killed_worker_case(argv: list[str]) -> None:
 
 
 def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(dense_index, bm25_index, mini_scifact, tmp_path):
-    argv = search_args(dense_index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--reranker",
+    argv = search_args(dense_index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher",
                        "bm25", "--k", "10")  # fmt: skip
     code = (
         f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_distributed as t; t.killed_worker_case({argv!r})"

@@ -79,7 +79,7 @@ def test_fit_puts_weight_on_the_informative_teacher():
 
 
 def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, mini_scifact, tmp_path, capsys):
-    from tour_pyserini.fit_ensemble import main
+    from tour_pyserini.commands.fit_ensemble import main
 
     out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
     topics = read_topics(mini_scifact["topics"])[:20]  # the qrels judge more queries than are fitted on
@@ -108,7 +108,7 @@ def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, min
 
 
 def test_fit_ensemble_cli_refuses_bad_input_before_loading(tmp_path):
-    from tour_pyserini.fit_ensemble import main
+    from tour_pyserini.commands.fit_ensemble import main
 
     with pytest.raises(UserError, match="at least two"):
         main(["--index", "x", "--topics", "t", "--teachers", "bm25", "--output", str(tmp_path / "e.json")])

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from tour_pyserini.commands.eval import main as eval_main
 from tour_pyserini.eval import evaluate
-from tour_pyserini.eval.__main__ import main as eval_main
 
 QRELS = {"1": {"a": 1, "b": 2}, "2": {"c": 1}}
 
@@ -60,7 +60,7 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
     from test_cli import run_module
 
     from tour_pyserini.data import read_qrels, read_topics
-    from tour_pyserini.runs import read_run, write_run
+    from tour_pyserini.data.runs import read_run, write_run
 
     topics = read_topics(mini_scifact["topics"])
     kept = topics[: 3 * len(topics) // 4]
@@ -68,7 +68,7 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
     run_path = tmp_path / "partial.trec"
     write_run(run_path, results.items())
     measures = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100", "map": "AP", "recip_rank": "RR"}
-    proc = run_module("tour_pyserini.run_pyserini", "pyserini.eval.trec_eval", "-c", "-q",
+    proc = run_module("tour_pyserini", "run-pyserini", "pyserini.eval.trec_eval", "-c", "-q",
                       *[a for m in measures for a in ("-m", m.replace("_cut_", "_cut.").replace("l_1", "l.1"))],
                       str(mini_scifact["qrels"]), str(run_path))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

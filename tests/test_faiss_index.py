@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
+from tour_pyserini.commands.index import main as index_main
+from tour_pyserini.commands.search import main as search_main
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
-from tour_pyserini.index.__main__ import main as index_main
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.search import TourSearcher
-from tour_pyserini.search.__main__ import main as search_main
 
 DEPTH = 50
 

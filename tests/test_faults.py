@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tour_pyserini.runs import read_run
+from tour_pyserini.data.runs import read_run
 
 pytestmark = pytest.mark.slow
 
@@ -90,16 +90,16 @@ def search_args(case: str, tmp_path: Path, *, mini_topics: Path, cross_encoder: 
         return ["--topics", topics, "--hits", 100, "--batch-size", 1]
     common = ["--topics", first_topics(mini_topics, 8, tmp_path / "topics.tsv"), "--hits", 100, "--batch-size", 1]
     if case == "tour-bm25":
-        return [*common, "--rewriter", "tour-soft", "--reranker", "bm25", "--preset", "passage", "--k", 20]
-    return [*common, "--rewriter", "rerank", "--k", 5, "--reranker", f"cross-encoder:{cross_encoder}",
-            "--reranker-max-length", 128]  # fmt: skip
+        return [*common, "--rewriter", "tour-soft", "--teacher", "bm25", "--preset", "passage", "--k", 20]
+    return [*common, "--rewriter", "rerank", "--k", 5, "--teacher", f"cross-encoder:{cross_encoder}",
+            "--teacher-max-length", 128]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", ["dense", "tour-bm25", "cross-encoder"])
 def test_ctrl_c_stops_at_once_keeps_the_finished_queries_and_the_rerun_resumes_identically(
     case, dense_index, bm25_index, mini_scifact, cross_encoder_dir, tmp_path
 ):
-    from tour_pyserini.search.__main__ import main as search_main
+    from tour_pyserini.commands.search import main as search_main
 
     options = search_args(case, tmp_path, mini_topics=mini_scifact["topics"], cross_encoder=cross_encoder_dir)
     args = ["--index", dense_index, *options]
@@ -144,7 +144,7 @@ def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staged_model(tmp_path):
     args = ["--collection", tmp_path / "corpus", "--output", out, "--steps", 1000, "--batch-size", 4, "--held-out", 8,
             "--eval-every", 1000, "--max-wordpieces", 96]  # fmt: skip
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "tour_pyserini.train_ict", *map(str, args)],
+        proc = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "train-ict", *map(str, args)],
                                 stdout=subprocess.DEVNULL, stderr=f, env=env())  # fmt: skip
     wait_for(lambda: "ict:" in log.read_text(), proc, "a training step")  # the staged model is being trained
     assert list(tmp_path.glob("ict.tmp-*"))
@@ -323,7 +323,7 @@ def test_devices_and_index_knobs_that_do_not_exist_are_refused(flags, message, d
 def test_unknown_index_and_topics_names_are_refused():
     # in-process: looking a name up in Pyserini's catalogues starts the JVM, which prints its own start-up line
     from tour_pyserini.data import read_topics
-    from tour_pyserini.index.pyserini_prebuilt import is_prebuilt_name, resolve_index
+    from tour_pyserini.index.pyserini_catalogue import is_prebuilt_name, resolve_index
 
     assert is_prebuilt_name("wikipedia-dpr-100w.dpr-multi") and not is_prebuilt_name("wikipedia-dpr-100w.typo")
     assert resolve_index("wikipedia-dpr-100w.typo") == "wikipedia-dpr-100w.typo"  # then: no such directory
@@ -370,8 +370,8 @@ def test_runs_with_non_finite_scores_are_refused(command, score, mini_scifact, t
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--rewriter", "rerank", "--reranker", "bm25", "--k", "100000"], "larger than the index"),
-        (["--rewriter", "tour-soft", "--reranker", "bm25", "--k", "10", "--lr", "nan"], ""),
+        (["--rewriter", "rerank", "--teacher", "bm25", "--k", "100000"], "larger than the index"),
+        (["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "10", "--lr", "nan"], ""),
     ],
     ids=["k-beyond-the-index", "lr-nan"],
 )
@@ -412,7 +412,7 @@ def test_bm25_queries_without_hits_are_reported(bm25_index, tmp_path):
 def test_a_missing_cross_encoder_is_one_line(dense_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out,
-               "--rewriter", "rerank", "--k", 5, "--reranker", f"cross-encoder:{tmp_path / 'no-model'}")  # fmt: skip
+               "--rewriter", "rerank", "--k", 5, "--teacher", f"cross-encoder:{tmp_path / 'no-model'}")  # fmt: skip
     assert_one_line_error(proc, str(tmp_path / "no-model"))
     assert_nothing_left(out)
 
@@ -422,7 +422,7 @@ def test_a_cross_encoder_reads_queries_longer_than_its_length(dense_index, mini_
     topics, out = tmp_path / "topics.tsv", tmp_path / "run.trec"
     topics.write_text(f"long1\t{' '.join(words[:700])}\nlong2\t{' '.join(words[700:1400])}\n".replace('"', ""))
     proc = cli("search", "--index", dense_index, "--topics", topics, "--output", out, "--rewriter", "rerank",
-               "--k", 5, "--hits", 10, "--reranker", f"cross-encoder:{cross_encoder_dir}")  # fmt: skip
+               "--k", 5, "--hits", 10, "--teacher", f"cross-encoder:{cross_encoder_dir}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert qids_in(out) == ["long1", "long2"]
 
@@ -431,7 +431,7 @@ def test_a_cross_encoder_reads_queries_longer_than_its_length(dense_index, mini_
 def test_out_of_range_tour_options_are_refused(options, dense_index, bm25_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out,
-               "--rewriter", "tour-soft", "--reranker", "bm25", "--k", 10, *options)  # fmt: skip
+               "--rewriter", "tour-soft", "--teacher", "bm25", "--k", 10, *options)  # fmt: skip
     assert_one_line_error(proc)
     assert_nothing_left(out)
 

@@ -174,20 +174,23 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     return {"root": out, "scifact": out / "scifact", "nq": out / "nq", "nq_topics": out / "nq/topics.jsonl"}
 
 
+TRAIN_ICT, TRAIN_QA = "tour_pyserini.commands.train_ict", "tour_pyserini.commands.train_qa"
+
+
 def cli(module: str, argv: list[str]) -> None:
     import importlib
 
-    from tour_pyserini.cli_util import run_cli
+    from tour_pyserini.commands.runner import run_cli
 
     run_cli(importlib.import_module(module).main, [str(a) for a in argv])
 
 
 def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
+    from tour_pyserini.data.runs import read_run
     from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.runs import read_run
 
     out = tmp_path / "ict"
-    cli("tour_pyserini.train_ict", ["--collection", tiny["scifact"], "--output", out, *TINY_ICT])
+    cli(TRAIN_ICT, ["--collection", tiny["scifact"], "--output", out, *TINY_ICT])
     assert "best held-out accuracy" in capsys.readouterr().out
     report = json.loads((out / "training.json").read_text())
     assert [h["step"] for h in report["history"]] == [0, 1, 2] and report["held_out_examples"] == 8
@@ -197,12 +200,12 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
         assert (out / part / "model.safetensors").is_file()
     topics = tmp_path / "q.tsv"
     topics.write_text("1\tcerebral white matter in newborns\n2\tvitamin D and cancer\n")
-    cli("tour_pyserini.index.__main__", ["--collection", tiny["scifact"], "--encoder", out / "document", "--output",
+    cli("tour_pyserini.commands.index", ["--collection", tiny["scifact"], "--encoder", out / "document", "--output",
                                 tmp_path / "idx.ict"])  # fmt: skip
     meta = json.loads((tmp_path / "idx.ict/tour_pyserini.json").read_text())
     assert len(meta["encoder"]["weights_sha256"]) == 64
     cli(
-        "tour_pyserini.search.__main__",
+        "tour_pyserini.commands.search",
         [
             "--index",
             tmp_path / "idx.ict",
@@ -218,11 +221,11 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
     )
     assert set(read_run(tmp_path / "ict.trec")) == {"1", "2"}
     # the same query encoder against an index its document encoder did not build: refused, one line
-    cli("tour_pyserini.index.__main__", ["--collection", tiny["scifact"], "--output", tmp_path / "idx.minilm"])
+    cli("tour_pyserini.commands.index", ["--collection", tiny["scifact"], "--output", tmp_path / "idx.minilm"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exited:
         cli(
-            "tour_pyserini.search.__main__",
+            "tour_pyserini.commands.search",
             [
                 "--index",
                 tmp_path / "idx.minilm",
@@ -240,12 +243,12 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
 
 
 def test_train_qa_end_to_end(tiny, tmp_path, capsys):
-    from tour_pyserini.pairing import read_pair
+    from tour_pyserini.encoders.pairing import read_pair
 
     idx = tmp_path / "nq.minilm"
-    cli("tour_pyserini.index.__main__", ["--collection", tiny["nq"], "--output", idx])
+    cli("tour_pyserini.commands.index", ["--collection", tiny["nq"], "--output", idx])
     out = tmp_path / "qa"
-    cli("tour_pyserini.train_qa", ["--index", idx, "--topics", tiny["nq_topics"], "--output", out, *TINY_QA])
+    cli(TRAIN_QA, ["--index", idx, "--topics", tiny["nq_topics"], "--output", out, *TINY_QA])
     printed = capsys.readouterr().out
     assert "20 questions; 0 have no answer-bearing block" in printed and "best dev Acc@1" in printed
     report = json.loads((out / "training.json").read_text())
@@ -253,7 +256,7 @@ def test_train_qa_end_to_end(tiny, tmp_path, capsys):
     assert all(0.0 <= h["skipped_fraction"] <= 1.0 for h in report["history"][1:])
     meta = json.loads((idx / "tour_pyserini.json").read_text())
     assert read_pair(out)["document_weights_sha256"] == meta["encoder"]["weights_sha256"]
-    cli("tour_pyserini.search.__main__", ["--index", idx, "--encoder", out, "--topics", tiny["nq_topics"], "--output",
+    cli("tour_pyserini.commands.search", ["--index", idx, "--encoder", out, "--topics", tiny["nq_topics"], "--output",
                                  tmp_path / "qa.trec", "--hits", "5"])  # fmt: skip
     assert (tmp_path / "qa.trec").is_file()
 
@@ -261,20 +264,20 @@ def test_train_qa_end_to_end(tiny, tmp_path, capsys):
 @pytest.mark.parametrize(
     "module, argv, message",
     [
-        ("tour_pyserini.train_ict", ["--collection", "missing", "--output", "o"], "no corpus at missing"),
-        ("tour_pyserini.train_ict", ["--collection", "{scifact}", "--output", "o", "--mask-rate", "1.5"],
+        (TRAIN_ICT, ["--collection", "missing", "--output", "o"], "no corpus at missing"),
+        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--mask-rate", "1.5"],
          "--mask-rate must be in [0, 1]"),
-        ("tour_pyserini.train_ict", ["--collection", "{scifact}", "--output", "o", "--batch-size", "1"],
+        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--batch-size", "1"],
          "--batch-size must be at least 2"),
-        ("tour_pyserini.train_ict", ["--collection", "{scifact}", "--output", "o", "--init", "./nowhere"],
+        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--init", "./nowhere"],
          "no such model directory"),
-        ("tour_pyserini.train_qa", ["--index", "missing", "--topics", "{nq_topics}", "--output", "o"],
+        (TRAIN_QA, ["--index", "missing", "--topics", "{nq_topics}", "--output", "o"],
          "does not exist"),
-        ("tour_pyserini.train_qa", ["--index", str(ROOT / "indexes/nq-oracle.bm25"), "--topics", "{nq_topics}",
+        (TRAIN_QA, ["--index", str(ROOT / "indexes/nq-oracle.bm25"), "--topics", "{nq_topics}",
                                     "--output", "o"], "needs a dense one"),
-        ("tour_pyserini.train_qa", ["--index", "{index}", "--topics", str(ROOT / "collections/scifact/topics.test.tsv"),
+        (TRAIN_QA, ["--index", "{index}", "--topics", str(ROOT / "collections/scifact/topics.test.tsv"),
                                     "--output", "o"], "fewer than two questions with answers"),
-        ("tour_pyserini.train_qa", ["--index", "{index}", "--topics", "{nq_topics}", "--output", "o", "--top-c", "0"],
+        (TRAIN_QA, ["--index", "{index}", "--topics", "{nq_topics}", "--output", "o", "--top-c", "0"],
          "--top-c must be positive"),
     ],
 )  # fmt: skip
@@ -295,14 +298,14 @@ def test_bad_input_is_one_line_and_exit_2(module, argv, message, tiny, tmp_path,
 def test_existing_output_is_refused(tiny, tmp_path, capsys):
     (tmp_path / "o").mkdir()
     with pytest.raises(SystemExit) as exited:
-        cli("tour_pyserini.train_ict", ["--collection", tiny["scifact"], "--output", tmp_path / "o"])
+        cli(TRAIN_ICT, ["--collection", tiny["scifact"], "--output", tmp_path / "o"])
     assert exited.value.code == 2 and "already exists" in capsys.readouterr().err
 
 
 def test_pairing_check(tmp_path):
     from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.encoders.pairing import check_pair, write_pair
     from tour_pyserini.errors import UserError
-    from tour_pyserini.pairing import check_pair, write_pair
 
     query = EncoderSpec(name=str(tmp_path), path=str(tmp_path))
     built = {"name": "models/doc", "weights_sha256": "a" * 64}

@@ -52,16 +52,17 @@ def test_examples_label_as_documented(dense_index):
 def test_a_text_outside_the_index_is_scored_as_the_index_would(dense_index):
     """The residual score of an ICT positive reads the retriever's similarity to the text the model reads."""
     from tour_pyserini.encoders import bundled_model_dir
-    from tour_pyserini.index.layout import IndexMeta
+    from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
     from tour_pyserini.teachers import ScoreRequest
     from tour_pyserini.teachers.dense import DenseTeacher
-    from tour_pyserini.train_reranker import ListwiseTrainer, TrainConfig
+    from tour_pyserini.training.reranker import ListwiseTrainer, TrainConfig
 
     dense = DenseTeacher(dense_index)
-    trainer = ListwiseTrainer(str(bundled_model_dir()), dense.searcher.docstore, dense, TrainConfig(), steps=1,
+    docstore = DocStore(dense_index / DOCSTORE_FILE)
+    trainer = ListwiseTrainer(str(bundled_model_dir()), docstore, dense, TrainConfig(), steps=1,
                               encoder=IndexMeta.read(dense_index).encoder)  # fmt: skip
-    docids = dense.searcher.faiss.docids[:4]
-    docs = dense.searcher.docstore.get(docids)
+    docids = dense.docids[:4]
+    docs = docstore.get(docids)
     stored = dense.score([ScoreRequest("q", "protein folding in cells", docids)])[0]
     encoded = trainer.text_similarities("protein folding in cells", {d.docid: d.contents for d in docs})
     np.testing.assert_allclose([encoded[d] for d in docids], stored, atol=5e-5)

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from test_cli import run_module
 
+from tour_pyserini.commands.search import main as search_main
 from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.data.runs import read_run
 from tour_pyserini.data.sameness import diff_runs
 from tour_pyserini.encoders import bundled_model_dir
 from tour_pyserini.errors import UserError
@@ -17,8 +19,6 @@ from tour_pyserini.rewriters import Identity, get_rewriter
 from tour_pyserini.rewriters.prf import AveragePrf, Rocchio
 from tour_pyserini.rewriters.rerank import Rerank
 from tour_pyserini.rewriters.tour import TourHard, TourSoft
-from tour_pyserini.runs import read_run
-from tour_pyserini.search.__main__ import main as search_main
 from tour_pyserini.teachers import TeacherContext, get_teacher
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def test_prf_runs_equal_pyserini_cli(method, rewriter, dense_index, mini_scifact
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(ours),
                  "--hits", "100", "--rewriter", rewriter, *flags])  # fmt: skip
     proc = run_module(
-        "tour_pyserini.run_pyserini", "pyserini.search.faiss", "--index", str(dense_index),
+        "tour_pyserini", "run-pyserini", "pyserini.search.faiss", "--index", str(dense_index),
         "--topics", str(mini_scifact["topics"]), "--encoder", str(bundled_model_dir()), "--encoder-class", "auto",
         "--pooling", "mean", "--l2-norm", "--output", str(theirs), "--hits", "100", "--prf-method", method, *flags,
     )  # fmt: skip
@@ -94,8 +94,8 @@ def test_batched_tour_equals_one_query_at_a_time(cls, preset, searcher, topics, 
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
     vectors = searcher.encode(texts)
     # the rewriting loop: bit for bit the same in a batch as alone
-    batched = searcher.retrieve_vectors(qids, texts, vectors, 100, rewriter=rewriter)
-    alone = [searcher.retrieve_vectors(qids[i : i + 1], texts[i : i + 1], vectors[i : i + 1], 100,
+    batched = searcher.retrieve_vectors(texts, qids, vectors, 100, rewriter=rewriter)
+    alone = [searcher.retrieve_vectors(texts[i : i + 1], qids[i : i + 1], vectors[i : i + 1], 100,
                                        rewriter=rewriter)[0] for i in range(len(qids))]  # fmt: skip
     # end to end: texts of one length are encoded together, so a batch's vectors may differ from a text
     # encoded alone by rounding (about 1e-7): the same steps, the same run up to ties within 1e-5
@@ -188,7 +188,7 @@ def test_rewriter_errors(searcher, bm25_teacher, mini_scifact):
 def test_cli_tour_with_trace_and_oracle_label(dense_index, mini_scifact, tmp_path, capsys):
     out, trace = tmp_path / "tour.trec", tmp_path / "trace.jsonl"
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
-                 "--hits", "50", "--rewriter", "tour-soft", "--reranker", f"oracle:{mini_scifact['qrels']}",
+                 "--hits", "50", "--rewriter", "tour-soft", "--teacher", f"oracle:{mini_scifact['qrels']}",
                  "--k", "10", "--iterations", "2", "--lr", "0.5", "--trace", str(trace)])  # fmt: skip
     captured = capsys.readouterr()
     assert "ORACLE" in captured.err and "teacher calls/query" in captured.out

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from tour_pyserini.data.runs import RunWriter, read_run, strictly_decreasing, write_run
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import Hit
-from tour_pyserini.runs import RunWriter, read_run, strictly_decreasing, write_run
 
 
 def test_strictly_decreasing_known_values():

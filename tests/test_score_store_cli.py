@@ -12,8 +12,8 @@ import sys
 import pytest
 from conftest import SCIFACT
 
+from tour_pyserini.commands.search import main as search_main
 from tour_pyserini.errors import UserError
-from tour_pyserini.search.__main__ import main as search_main
 from tour_pyserini.teachers import ScoreStore
 from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
 
@@ -26,7 +26,7 @@ def stored_pairs(path) -> int:
 
 def test_tour_reuses_the_pairs_reranking_stored_and_ranks_the_same(dense_index, bm25_index, mini_scifact, tmp_path):
     store = tmp_path / "bm25.sqlite"
-    base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "50", "--reranker", "bm25"]
+    base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "50", "--teacher", "bm25"]
     tour = ["--rewriter", "tour-soft", "--k", "10"]
     search_main([*base, "--rewriter", "rerank", "--k", "10", "--score-store", str(store),
                  "--output", str(tmp_path / "rerank.trec")])  # fmt: skip
@@ -45,8 +45,8 @@ def test_a_store_of_another_teacher_or_without_a_teacher_is_refused(dense_index,
     ScoreStore(store, "cross-encoder:old max_length 128 weights 0123456789abcdef").close()
     base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(tmp_path / "r.trec")]
     with pytest.raises(UserError, match="holds scores of teacher"):
-        search_main([*base, "--reranker", "bm25", "--rewriter", "rerank", "--k", "5", "--score-store", str(store)])
-    with pytest.raises(UserError, match="--score-store keeps the scores of a --reranker"):
+        search_main([*base, "--teacher", "bm25", "--rewriter", "rerank", "--k", "5", "--score-store", str(store)])
+    with pytest.raises(UserError, match="--score-store keeps the scores of a --teacher"):
         search_main([*base, "--rewriter", "rocchio", "--score-store", str(tmp_path / "none.sqlite")])
     assert not (tmp_path / "r.trec").exists()
 
@@ -89,21 +89,21 @@ def test_a_store_filled_from_one_bm25_index_is_refused_with_another(dense_index,
     store = tmp_path / "bm25.sqlite"
     base = ["--index", dense_index, "--topics", mini_scifact["topics"], "--hits", "20", "--rewriter", "rerank",
             "--k", "10"]  # fmt: skip
-    done = search_cli(*base, "--reranker", "bm25", "--score-store", store, "--output", tmp_path / "first.trec")
+    done = search_cli(*base, "--teacher", "bm25", "--score-store", store, "--output", tmp_path / "first.trec")
     assert done.returncode == 0, done.stderr
     before = store.read_bytes()
-    done = search_cli(*base, "--reranker", f"bm25:{other_bm25_index}", "--score-store", store,
+    done = search_cli(*base, "--teacher", f"bm25:{other_bm25_index}", "--score-store", store,
                       "--output", tmp_path / "other.trec")  # fmt: skip
     assert refused(done, f"score store {store} holds scores of teacher 'bm25 k1 0.9 b 0.4 index "), done.stderr
     assert store.read_bytes() == before and not (tmp_path / "other.trec").exists()
     # what the store would have served: the first index's scores, not the ones this index gives
-    done = search_cli(*base, "--reranker", f"bm25:{other_bm25_index}", "--output", tmp_path / "alone.trec")
+    done = search_cli(*base, "--teacher", f"bm25:{other_bm25_index}", "--output", tmp_path / "alone.trec")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "alone.trec").read_text() != (tmp_path / "first.trec").read_text()
     # the index is known by its content, not its path: a copy reads the same scores from the store
     copy = tmp_path / "copy.bm25"
     shutil.copytree(bm25_index, copy)
-    done = search_cli(*base, "--reranker", f"bm25:{copy}", "--score-store", store, "--output", tmp_path / "copy.trec")
+    done = search_cli(*base, "--teacher", f"bm25:{copy}", "--score-store", store, "--output", tmp_path / "copy.trec")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "copy.trec").read_text() == (tmp_path / "first.trec").read_text()
 
@@ -140,7 +140,7 @@ def test_a_place_that_is_not_a_store_is_refused_in_one_line_and_left_untouched(c
     before = kept.read_bytes()
     # a teacher that cannot load: the store is checked first, before any model
     done = search_cli("--index", dense_index, "--topics", mini_scifact["topics"], "--rewriter", "rerank",
-                      "--reranker", "cross-encoder:/no/such/model", "--score-store", path,
+                      "--teacher", "cross-encoder:/no/such/model", "--score-store", path,
                       "--output", tmp_path / "r.trec")  # fmt: skip
     assert refused(done, f"score store {path} "), done.stderr
     assert kept.read_bytes() == before and not (tmp_path / "r.trec").exists()

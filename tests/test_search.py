@@ -55,7 +55,7 @@ def test_search_matches_pyserini_faiss_searcher_exactly(searcher, mini_scifact):
 def test_texts_of_one_length_are_encoded_together_as_pyserini_encodes_each(searcher, mini_scifact):
     import torch
 
-    from tour_pyserini.search.searcher import same_length_groups
+    from tour_pyserini.encoders.query import same_length_groups
 
     texts = [t.text for t in read_topics(mini_scifact["topics"])]
     texts += [texts[0]]  # a repeat: at least one group of two
@@ -156,7 +156,7 @@ def test_retrieve_vectors_runs_any_rewriter_on_precomputed_vectors(searcher, min
     vectors = searcher.encode(texts)
     for rewriter in (None, Rocchio(prf_depth=5)):
         encoded = searcher.retrieve(texts, qids, 20, rewriter=rewriter)
-        precomputed = searcher.retrieve_vectors(qids, texts, vectors, 20, rewriter=rewriter)
+        precomputed = searcher.retrieve_vectors(texts, qids, vectors, 20, rewriter=rewriter)
         assert [[h.docid for h in r.hits] for r in encoded] == [[h.docid for h in r.hits] for r in precomputed]
         assert all(r.trace.seconds["encode"] > 0 for r in encoded)  # one trace per query, encoding included
         assert all(r.trace.seconds["encode"] == 0 for r in precomputed)

@@ -11,8 +11,8 @@ import pytest
 from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
-from tour_pyserini.train_reranker import TrainConfig, build_examples, positives_of, train
 from tour_pyserini.training.examples import draw_lists
+from tour_pyserini.training.reranker import TrainConfig, build_examples, positives_of, train
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_ind
 
 
 def test_bad_training_options_fail_before_anything_loads(tmp_path):
-    from tour_pyserini.train_reranker import main
+    from tour_pyserini.commands.train_reranker import main
 
     with pytest.raises(UserError, match="--negatives must be positive"):
         main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--negatives", "0"])

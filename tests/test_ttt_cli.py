@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tour_pyserini.cli_util import run_cli
+from tour_pyserini.commands.runner import run_cli
+from tour_pyserini.commands.ttt import main
 from tour_pyserini.rewriters import Identity, QueryBatch
 from tour_pyserini.rewriters.ttt_embed import TttEmbed
-from tour_pyserini.ttt.__main__ import main
 from tour_pyserini.ttt.rewards import read_rewards
 from tour_pyserini.ttt.state import State
 
@@ -41,12 +41,12 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
 
     topics = read_topics(mini_scifact["topics"])
     batch = QueryBatch([t.qid for t in topics], [t.text for t in topics], searcher.encode([t.text for t in topics]))
-    moved = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=TttEmbed(state_file))
-    plain = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=Identity())
+    moved = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 10, rewriter=TttEmbed(state_file))
+    plain = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 10, rewriter=Identity())
     assert sum([h.docid for h in a.hits] != [h.docid for h in b.hits] for a, b in zip(moved, plain)) > 0
     # the same state from the search command line
-    from tour_pyserini.runs import read_run
-    from tour_pyserini.search.__main__ import main as search_main
+    from tour_pyserini.commands.search import main as search_main
+    from tour_pyserini.data.runs import read_run
 
     run = tmp_path / "ttt.trec"
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
@@ -79,13 +79,13 @@ def test_recycle_a_searchs_judgments_into_rewards(dense_index, bm25_index, mini_
     """TOUR's trace holds every judgment it paid for (one per teacher call); recycled, they fit a state."""
     import json
 
-    from tour_pyserini.search.__main__ import main as search_main
+    from tour_pyserini.commands.search import main as search_main
     from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
 
     trace, rewards, state = tmp_path / "tour.jsonl", tmp_path / "r.tsv", tmp_path / "s.safetensors"
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "10",
                  "--output", str(tmp_path / "tour.trec"), "--trace", str(trace), "--rewriter", "tour-soft",
-                 "--reranker", "bm25", "--k", "10"])  # fmt: skip
+                 "--teacher", "bm25", "--k", "10"])  # fmt: skip
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert all(len(r["judgments"]) == r["teacher_calls"] > 0 for r in records)
     main(["recycle", "--trace", str(trace), "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),

@@ -60,8 +60,8 @@ def test_normalised_query_ranks_as_the_unnormalised_sum(searcher, batch):
 def test_a_state_that_moves_nothing_gives_the_plain_run(searcher, batch, tmp_path):
     zero = save_state(tmp_path / "zero.safetensors", searcher, "global", [(None, None)],
                       np.zeros((1, searcher.dimension)), [5], ["mini"])  # fmt: skip
-    plain = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 100, rewriter=Identity())
-    moved = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 100, rewriter=TttEmbed(zero))
+    plain = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 100, rewriter=Identity())
+    moved = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 100, rewriter=TttEmbed(zero))
     for rewritten, base in zip(moved, plain):
         assert [(h.docid, h.score) for h in rewritten.hits] == [(h.docid, h.score) for h in base.hits]
 
@@ -71,8 +71,8 @@ def test_a_query_state_moves_only_its_queries(searcher, batch, tmp_path):
     rewarded = batch.qids[0]
     path = save_state(tmp_path / "query.safetensors", searcher, "query", [("mini", rewarded)],
                       rng.standard_normal((1, searcher.dimension)), [1], ["mini"])  # fmt: skip
-    plain = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 20, rewriter=Identity())
-    moved = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 20, rewriter=TttEmbed(path, task="mini"))
+    plain = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 20, rewriter=Identity())
+    moved = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 20, rewriter=TttEmbed(path, task="mini"))
     assert [h.docid for h in moved[0].hits] != [h.docid for h in plain[0].hits]
     for rewritten, base in zip(moved[1:], plain[1:]):
         assert [(h.docid, h.score) for h in rewritten.hits] == [(h.docid, h.score) for h in base.hits]
@@ -87,7 +87,7 @@ def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_pat
     with pytest.raises(UserError, match="no task 'c'"):
         TttEmbed(path, task="c")
     with pytest.raises(UserError, match="was fitted for encoder"):
-        searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 10, rewriter=TttEmbed(path, task="a"))
+        searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 10, rewriter=TttEmbed(path, task="a"))
 
 
 def test_tour_starts_from_the_states_moved_query(searcher, batch, tmp_path, mini_scifact):
@@ -103,13 +103,13 @@ def test_tour_starts_from_the_states_moved_query(searcher, batch, tmp_path, mini
     k = 10
 
     def heads(rewriter):
-        results = searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, 30, rewriter=rewriter)
+        results = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 30, rewriter=rewriter)
         return [sorted(h.docid for h in r.hits[:k]) for r in results]
 
     moved = [sorted(h.docid for h in r.hits[:k]) for r in
-             searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, k, rewriter=TttEmbed(path))]  # fmt: skip
+             searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, k, rewriter=TttEmbed(path))]  # fmt: skip
     plain = [sorted(h.docid for h in r.hits[:k]) for r in
-             searcher.retrieve_vectors(batch.qids, batch.texts, batch.vectors, k, rewriter=Identity())]  # fmt: skip
+             searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, k, rewriter=Identity())]  # fmt: skip
     assert moved != plain
     assert heads(TourHard(oracle, depth=k, lr=0.0, state=str(path))) == moved
     assert heads(TourHard(oracle, depth=k, lr=0.0)) == plain

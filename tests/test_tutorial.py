@@ -89,15 +89,15 @@ def commands(code: str) -> list[str]:
 
 def run_command(command: str) -> str:
     argv = shlex.split(command, comments=True)
-    if argv[:2] == ["python", "-m"] and argv[2].startswith("tour_pyserini"):
+    if argv[0] == "tour-pyserini" or argv[:3] == ["python", "-m", "tour_pyserini"]:
+        from tour_pyserini.commands import main
+
+        args = argv[1:] if argv[0] == "tour-pyserini" else argv[3:]
+    elif argv[:2] == ["python", "-m"] and argv[2].startswith("tour_pyserini."):
         name = argv[2]
         spec = importlib.util.find_spec(name)
         module = importlib.import_module(f"{name}.__main__" if spec.submodule_search_locations else name)
         main, args = module.main, argv[3:]
-    elif argv[0] == "tour-pyserini":
-        from tour_pyserini.cli import main
-
-        args = argv[1:]
     else:
         done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
         assert done.returncode == 0, f"{command!r} failed: {done.stderr}"

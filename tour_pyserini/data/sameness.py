@@ -12,7 +12,7 @@ across batch sizes, thread counts, Ray workers, bf16), two runs are the same whe
   run's last score (it was replaced by a near-tie there).
 
 :func:`diff_runs` applies the rule and says how the runs differ; tests, benchmarks and
-``python -m tour_pyserini.compare --diff`` all use it.
+``python -m tour_pyserini compare --diff`` all use it.
 """
 
 from __future__ import annotations

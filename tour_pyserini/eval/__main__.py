@@ -1,64 +1,7 @@
-"""python -m tour_pyserini.eval: score TREC runs and print a table (or JSON).
+"""python -m tour_pyserini.eval: the ``eval`` command (``tour_pyserini.commands.eval``), where users type it."""
 
-Two modes: ``--qrels FILE`` (ir-measures metrics, trec_eval -c semantics) or ``--answers TOPICS`` with
-``--collection DIR`` or ``--index DIR`` (DPR answer-string top-k accuracy for open-domain QA).
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
-from pathlib import Path
-
-from tour_pyserini.cli_util import run_cli
-from tour_pyserini.eval.scoring import add_judgement_arguments, score_runs
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.eval", description=__doc__)
-    add_judgement_arguments(ap)
-    ap.add_argument("--run", required=True, nargs="+", help="one or more TREC run files")
-    ap.add_argument("--write-answer-qrels", metavar="FILE", help="write qid 0 docid has_answer for the first "
-                    "max(--topk) passages of the (first) run, so ir-measures' Success@k gives Acc@k")  # fmt: skip
-    ap.add_argument("--per-query", action="store_true", help="print per-query values too")
-    ap.add_argument("--json", action="store_true", help="print {metric: value} (one object per run) instead")
-    return ap
-
-
-def format_table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]  # fmt: skip
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    results, qids = score_runs(args, args.run, args.write_answer_qrels)
-    if args.json:
-        for run, ev in results.items():
-            obj = dict(ev.means)
-            if args.per_query:
-                obj["per_query"] = ev.per_query
-            if ev.per_relation:
-                obj["per_relation"] = ev.per_relation
-            print(json.dumps(obj if len(results) == 1 else {"run": run, **obj}))
-        return
-    names = list(next(iter(results.values())).means)
-    if args.per_query:
-        for run, ev in results.items():
-            rows = [["qid", *names]] + [[qid, *(f"{ev.per_query[n][qid]:.4f}" for n in names)] for qid in qids]
-            print(f"{run}\n{format_table(rows)}\n")
-    for run, ev in results.items():
-        if ev.per_relation:  # EntityQuestions: one row per relation
-            rel = ev.per_relation
-            rows = [["relation", *names]] + [[r, *(f"{rel[r][n]:.4f}" for n in names)] for r in rel]
-            print(f"{run} by relation\n{format_table(rows)}\n")
-    rows = [["run", *names]] + [[Path(run).name, *(f"{ev.means[n]:.4f}" for n in names)] for run, ev in results.items()]
-    print(format_table(rows))
-    print(f"({len(qids)} judged queries; queries missing from a run count as 0)")
-
+from tour_pyserini.commands.eval import main
+from tour_pyserini.commands.runner import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

@@ -128,6 +128,20 @@ def read(path: str | Path):
     return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
 
 
+def read_vectors(index_dir: str | Path) -> tuple[np.ndarray, list[str]]:
+    """Every document vector (N, d) float32 of a FaissSearcher directory (``index`` + ``docid``), read back
+    from its Faiss file (exact where the index keeps exact vectors), and the docids in row order."""
+    import faiss
+
+    index = faiss.read_index(str(Path(index_dir) / "index"))
+    return index.reconstruct_n(0, index.ntotal), read_docids(index_dir)[: index.ntotal]
+
+
+def read_docids(index_dir: str | Path) -> list[str]:
+    """The docids of a FaissSearcher directory, one per index row, as Pyserini's ``load_docids`` reads them."""
+    return [line.rstrip() for line in (Path(index_dir) / "docid").read_text(encoding="utf-8").splitlines()]
+
+
 def index_type(index) -> str:
     """``flat``, ``hnsw`` or ``ivfpq`` for the indexes built here; Faiss's class name for any other."""
     import faiss

@@ -95,9 +95,8 @@ def find_prebuilt(corpus: Path, identity: dict, fields: list[str], root: Path = 
 
 def export_prebuilt(index_dir: str | Path, corpus: str | Path, output: str | Path) -> Prebuilt:
     """Write the prebuilt form of a dense index built by ``python -m tour_pyserini.index`` from ``corpus``."""
-    import faiss
-
     from tour_pyserini.encoders import EncoderSpec, encoder_identity
+    from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.index.layout import IndexMeta
 
     index_dir, output = Path(index_dir), Path(output)
@@ -107,8 +106,7 @@ def export_prebuilt(index_dir: str | Path, corpus: str | Path, output: str | Pat
     built_with = meta.encoder
     spec = EncoderSpec.resolve(built_with["name"], built_with["pooling"], built_with["l2_norm"],
                                built_with["max_length"])  # fmt: skip
-    index = faiss.read_index(str(index_dir / "index"))
-    vectors = index.reconstruct_n(0, index.ntotal)
+    vectors, _ = read_vectors(index_dir)
     output.mkdir(parents=True, exist_ok=True)
     np.save(output / "vectors.npy", vectors.astype(np.float16))
     (output / "docid").write_bytes((index_dir / "docid").read_bytes())
@@ -116,8 +114,8 @@ def export_prebuilt(index_dir: str | Path, corpus: str | Path, output: str | Pat
         "format": FORMAT,
         "corpus_sha256": file_sha256(corpus),
         "fields": meta.extra.get("fields", ["title", "text"]),
-        "num_docs": int(index.ntotal),
-        "dimension": int(index.d),
+        "num_docs": int(vectors.shape[0]),
+        "dimension": int(vectors.shape[1]),
         "dtype": "float16",
         "encoder": encoder_identity(spec),
     }

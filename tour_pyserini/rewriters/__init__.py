@@ -38,7 +38,7 @@ def get_rewriter(name: str, **options) -> Rewriter:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     needs_teacher = "teacher" in params and params["teacher"].default is inspect.Parameter.empty
     if needs_teacher and "teacher" not in given:
-        raise UserError(f"rewriter {name!r} needs a teacher (--reranker TEACHER)")
+        raise UserError(f"rewriter {name!r} needs a teacher (--teacher TEACHER)")
     if not takes_any and (extra := sorted(set(given) - set(params))):
         raise UserError(f"option(s) {', '.join(extra)} do not apply to rewriter {name!r}")
     return cls(**given)

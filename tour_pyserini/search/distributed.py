@@ -1,7 +1,7 @@
 """Distributed batch search on Ray: batches of topics go to workers that each open the searcher once.
 
 Each worker is a Ray actor that opens the index (memory-mapped, so workers on one machine share the page
-cache), the rewriter and the teacher from the same command-line arguments as a single-process search.
+cache), the rewriter and the teacher from the same :class:`SearchConfig` as a single-process search.
 Batches are handed to whichever worker is free and their results come back in submission order, so the
 run file is written exactly as a single-process search writes it. A worker whose process dies is
 restarted by Ray (it opens its searcher again) and the batch it was running is retried on it.
@@ -9,30 +9,29 @@ restarted by Ray (it opens its searcher again) and the batch it was running is r
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import SearchResult
+from tour_pyserini.search.configure import SearchConfig, open_searcher
 
 
 class SearchWorker:
-    """One Ray actor: a searcher opened from the search arguments on first use (again after a restart)."""
+    """One Ray actor: a searcher opened from the search's configuration on first use (again after a restart)."""
 
-    def __init__(self, args: argparse.Namespace):
-        self.args = argparse.Namespace(**{**vars(args), "threads": args.threads or 1})
+    def __init__(self, config: SearchConfig):
+        self.config = replace(config, threads=config.threads or 1)
         self.searcher = None
         self.teacher_label = None
 
     def open(self) -> tuple[int, str | None]:
         """Open the searcher now; the worker's process id and the teacher's label."""
         if self.searcher is None:
-            from tour_pyserini.search.configure import open_searcher
-
-            self.searcher, self.teacher_label = open_searcher(self.args)
+            self.searcher, self.teacher_label = open_searcher(self.config)
         return os.getpid(), self.teacher_label
 
     def retrieve(self, texts: Sequence[str], qids: Sequence[str], hits: int) -> list[SearchResult]:
@@ -49,7 +48,7 @@ class RayPool:
     needs: use one pool per process (as the search command does), not Lucene after it.
     """
 
-    def __init__(self, args: argparse.Namespace, *, workers: int, address: str | None = None):
+    def __init__(self, config: SearchConfig, *, workers: int, address: str | None = None):
         try:
             import ray
         except ImportError:
@@ -59,12 +58,12 @@ class RayPool:
         start = time.perf_counter()
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            local = {"num_cpus": workers * (args.threads or 1), "include_dashboard": False} if address is None else {}
+            local = {"num_cpus": workers * (config.threads or 1), "include_dashboard": False} if address is None else {}
             ray_init_beside_jvm(address=address, logging_level="warning", **local)
-        threads = args.threads or 1
-        gpus = 1 if args.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
+        threads = config.threads or 1
+        gpus = 1 if config.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
-        self.actors = [actor.remote(args) for _ in range(workers)]
+        self.actors = [actor.remote(config) for _ in range(workers)]
         opened = ray.get([a.open.remote() for a in self.actors])
         self.pids = [pid for pid, _ in opened]
         self.teacher_label = opened[0][1]

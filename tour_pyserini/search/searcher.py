@@ -13,12 +13,13 @@ import numpy as np
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.data.topics import check_queries
-from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.encoders import EncoderSpec
+from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, check_faiss_file, index_kind
-from tour_pyserini.pairing import check_pair
+from tour_pyserini.index.layout import DOCSTORE_FILE
+from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Identity, QueryBatch, Rewriter
 
@@ -46,15 +47,6 @@ def mapped_faiss_searcher() -> type:
             return faiss_index.read(Path(index_dir) / "index"), self.load_docids(str(Path(index_dir) / "docid"))
 
     return MappedFaissSearcher
-
-
-def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Indices of ``texts`` grouped by their length in tokens as Pyserini's query encoder tokenises them
-    (special tokens added, truncated to the model's limit); groups in order of first appearance."""
-    groups: dict[int, list[int]] = {}
-    for i, ids in enumerate(tokenizer(list(texts), add_special_tokens=True, truncation=True)["input_ids"]):
-        groups.setdefault(len(ids), []).append(i)
-    return list(groups.values())
 
 
 class DimensionMismatchError(UserError):
@@ -89,14 +81,17 @@ class TourSearcher:
     def __init__(self, faiss_searcher, *, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
                  encoder: EncoderSpec | None = None,
                  threads: int = 1, encode_threads: int | None = None):  # fmt: skip
-        import torch
 
         self.faiss = faiss_searcher
         self.rewriter = rewriter or Identity()
         self.docstore = docstore
-        self.encoder = encoder  # what encodes the queries (TTT-Embed states check it); None when unknown
+        self.query_encoder = QueryEncoder(faiss_searcher.query_encoder, encoder, encode_threads)
         self.threads = threads
-        self.encode_threads = encode_threads or torch.get_num_threads()
+
+    @property
+    def encoder(self) -> EncoderSpec | None:
+        """What encodes the queries (TTT-Embed states check it); None when unknown."""
+        return self.query_encoder.spec
 
     @classmethod
     def from_index(
@@ -117,28 +112,14 @@ class TourSearcher:
         ``device``. ``ef_search`` (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
         """
         index_dir = Path(index_dir)
-        if index_kind(index_dir) != "dense":
-            raise MissingIndexError(f"{index_dir} is a BM25 index, not a dense one")
-        check_faiss_file(index_dir / "index")
-        meta = IndexMeta.read(index_dir)
-        if not isinstance(encoder, EncoderSpec):
-            built_with = (meta.encoder or {}) if meta else {}
-            same = encoder is None or encoder == built_with.get("name")
-            encoder = EncoderSpec.resolve(
-                encoder or built_with.get("name", DEFAULT_ENCODER),
-                pooling=built_with.get("pooling") if same else None,
-                l2_norm=built_with.get("l2_norm") if same else None,
-            )
-        check_pair(encoder, meta.encoder if meta else None, index_dir)
-        query_encoder = import_pyserini("pyserini.encode").AutoQueryEncoder(
-            encoder_dir=encoder.path, pooling=encoder.pooling, l2_norm=encoder.l2_norm, device=device
-        )
-        faiss_searcher = mapped_faiss_searcher()(str(index_dir), query_encoder)
+        encoder = query_encoder_spec(index_dir, encoder)
+        query_encoder = QueryEncoder.build(encoder, device)
+        faiss_searcher = mapped_faiss_searcher()(str(index_dir), query_encoder.pyserini)
         faiss_index.set_search_params(faiss_searcher.index, ef_search=ef_search, nprobe=nprobe, where=str(index_dir))
         if not faiss_index.exact_vectors(faiss_searcher.index):
             print(f"warning: {index_dir} keeps no exact vectors ({faiss_index.index_type(faiss_searcher.index)}): "
                   "rewriters update queries with vectors decoded from its codes", file=sys.stderr)  # fmt: skip
-        hidden = query_encoder.model.config.hidden_size
+        hidden = query_encoder.dimension
         if hidden != faiss_searcher.dimension:
             raise DimensionMismatchError(
                 f"encoder {encoder.name!r} makes {hidden}-d vectors but index {index_dir} holds "
@@ -163,22 +144,9 @@ class TourSearcher:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors (n, d), float32, by Pyserini's query encoder as ``FaissSearcher.batch_search`` computes
-        them, but texts of one token length in one call: a text alone gets Pyserini's vector bit for bit, a
-        text in a batch one within about 1e-7 (matrix products of another shape round differently)."""
-        import torch
-
-        # torch and faiss may share one OpenMP runtime, in which case a search with `threads`
-        # would silently set the encoder's threads too
-        torch.set_num_threads(self.encode_threads)
-        encoder = self.faiss.query_encoder
-        vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
-        with torch.inference_mode():
-            # Pyserini's encoder averages every token position, so a padded batch would change the vectors;
-            # texts of one length need no padding and make one batch (3x faster than one at a time)
-            for rows in same_length_groups(encoder.tokenizer, texts):
-                group = np.asarray(encoder.encode([texts[i] for i in rows]))
-                vectors[rows] = group.reshape(len(rows), -1)
-        return self._check_vectors(vectors)
+        them, but texts of one token length in one call (:class:`QueryEncoder`): a text alone gets Pyserini's
+        vector bit for bit, a text in a batch one within about 1e-7."""
+        return self._check_vectors(self.query_encoder.encode(texts))
 
     def _check_vectors(self, vectors: np.ndarray) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -244,9 +212,9 @@ class TourSearcher:
         traces = [Trace() for _ in qids]
         with timed(traces, "encode"):
             vectors = self.encode(queries)
-        return self.retrieve_vectors(qids, queries, vectors, hits, rewriter=rewriter, traces=traces)
+        return self.retrieve_vectors(queries, qids, vectors, hits, rewriter=rewriter, traces=traces)
 
-    def retrieve_vectors(self, qids: Sequence[str], texts: Sequence[str], vectors: np.ndarray, hits: int = 10, *,
+    def retrieve_vectors(self, texts: Sequence[str], qids: Sequence[str], vectors: np.ndarray, hits: int = 10, *,
                          rewriter: Rewriter | None = None, traces: Sequence[Trace] | None = None,
                          ) -> list[SearchResult]:  # fmt: skip
         """Rewrite and search queries already encoded (n, d): e.g. encoded once and searched many ways.

@@ -1,7 +1,7 @@
 """Teachers: scorers of (query, candidate) pairs whose scores guide the rewriters.
 
 One module each behind the :class:`Teacher` interface; a new teacher is one new module defining a
-``Teacher`` subclass with a ``kind``, decorated with ``@TEACHERS.register``. :func:`get_teacher` builds
+``Teacher`` subclass with a ``name``, decorated with ``@TEACHERS.register``. :func:`get_teacher` builds
 one from a spec string such as ``cross-encoder:models/scifact-rce``, ``bm25``,
 ``oracle:qrels/scifact.test.txt`` or ``ensemble:models/scifact-rce/ensemble.json``.
 """
@@ -22,4 +22,4 @@ def available_teachers() -> dict[str, type[Teacher]]:
 
 def teacher_usages() -> str:
     """How each registered teacher's spec is written, for help texts: "bm25[:DIR], cross-encoder:PATH, ..."."""
-    return ", ".join(cls.usage or kind for kind, cls in sorted(available_teachers().items()))
+    return ", ".join(cls.usage or name for name, cls in sorted(available_teachers().items()))

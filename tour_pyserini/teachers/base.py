@@ -44,11 +44,11 @@ class Teacher(ABC):
 
     A teacher spec on the command line is ``KIND`` or ``KIND:ARGUMENT`` (``cross-encoder:PATH``,
     ``bm25``, ``oracle:QRELS``, ``fusion:A+B``); each subclass is registered with
-    ``@TEACHERS.register`` under its ``kind`` and builds itself from the argument with :meth:`from_spec`.
+    ``@TEACHERS.register`` under its ``name`` and builds itself from the argument with :meth:`from_spec`.
     """
 
-    kind: ClassVar[str]
-    usage: ClassVar[str] = ""  # how the spec is written, e.g. "cross-encoder:PATH" (default: the kind alone)
+    name: ClassVar[str]
+    usage: ClassVar[str] = ""  # how the spec is written, e.g. "cross-encoder:PATH" (default: the name alone)
     needs_text: ClassVar[bool] = True  # whether requests must carry document texts
     oracle: ClassVar[bool] = False  # reads relevance judgements: for tests and upper bounds only
     # a pair's score does not depend on the other candidates of its query, so scores may be stored and
@@ -66,7 +66,7 @@ class Teacher(ABC):
     @property
     def label(self) -> str:
         """How results produced with this teacher are labelled (contains 'oracle' for oracle teachers)."""
-        return self.kind
+        return self.name
 
     @property
     def fingerprint(self) -> str:
@@ -84,13 +84,13 @@ class TeacherContext:
     precision: str | None = None  # a cross-encoder's arithmetic (fp32, bf16); None: the teacher's default
 
 
-TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers", attribute="kind")
+TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers")
 
 
 def get_teacher(spec: str, context: TeacherContext | None = None) -> Teacher:
-    """Build the teacher a spec names; an unknown kind gets an error listing the known ones."""
-    kind, _, argument = spec.partition(":")
+    """Build the teacher a spec names; an unknown name gets an error listing the known ones."""
+    name, _, argument = spec.partition(":")
     teachers = TEACHERS.all()
-    if kind not in teachers:
-        raise UserError(f"unknown teacher {spec!r}; kinds: {', '.join(teachers)} (e.g. bm25, cross-encoder:PATH)")
-    return teachers[kind].from_spec(argument or None, context or TeacherContext())
+    if name not in teachers:
+        raise UserError(f"unknown teacher {spec!r}; choose one of: {', '.join(teachers)} (e.g. cross-encoder:PATH)")
+    return teachers[name].from_spec(argument or None, context or TeacherContext())

@@ -49,7 +49,7 @@ class _LuceneIndexTeacher(Teacher):
 
     def __init__(self, index_dir: str | Path):
         if index_kind(index_dir) != "bm25":
-            raise MissingIndexError(f"the {self.kind} teacher needs a Lucene index, and {index_dir} is a dense one")
+            raise MissingIndexError(f"the {self.name} teacher needs a Lucene index, and {index_dir} is a dense one")
         self.index_dir = Path(index_dir)
 
     @classmethod
@@ -57,13 +57,13 @@ class _LuceneIndexTeacher(Teacher):
         if argument:
             return cls(argument)
         if context.index_dir is None:
-            raise UserError(f"the {cls.kind} teacher needs a Lucene index: {cls.kind}:DIR")
+            raise UserError(f"the {cls.name} teacher needs a Lucene index: {cls.name}:DIR")
         return cls(sibling_bm25_index(context.index_dir))
 
     @property
     def fingerprint(self) -> str:
         """The kind, BM25's parameters and the index's content: a store filled from one index is refused by another."""
-        return f"{self.kind} k1 {K1} b {B} index {index_fingerprint(self.index_dir)}"
+        return f"{self.name} k1 {K1} b {B} index {index_fingerprint(self.index_dir)}"
 
 
 @TEACHERS.register
@@ -74,7 +74,7 @@ class Bm25Teacher(_LuceneIndexTeacher):
     the index's term matrix, which (with arrays derived from it) is the teacher's only state.
     """
 
-    kind = "bm25"
+    name = "bm25"
     usage = "bm25[:DIR]"
 
     def __init__(self, index_dir: str | Path):
@@ -152,7 +152,7 @@ class AnseriniBm25Teacher(_LuceneIndexTeacher):
     Tens of times slower per pair than ``bm25``; kept as the reference ``bm25`` is checked against.
     """
 
-    kind = "bm25-anserini"
+    name = "bm25-anserini"
     usage = "bm25-anserini[:DIR]"
 
     def __init__(self, index_dir: str | Path):

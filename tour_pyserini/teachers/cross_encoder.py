@@ -93,8 +93,8 @@ def read_residual(model_dir: str | Path) -> dict | None:
 def residual_dense(model_dir: str, residual: dict, index_dir: str | None) -> DenseTeacher:
     """The dense scorer a residual cross-encoder adds to its logits: the index's, if built by the encoder
     the cross-encoder was trained on top of."""
+    from tour_pyserini.encoders.pairing import index_document_sha
     from tour_pyserini.index.layout import IndexMeta
-    from tour_pyserini.pairing import index_document_sha
 
     if index_dir is None:
         raise UserError(f"cross-encoder {model_dir} is residual (it adds the retriever's similarity): "
@@ -122,7 +122,7 @@ class CrossEncoderTeacher(Teacher):
     ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32.
     """
 
-    kind = "cross-encoder"
+    name = "cross-encoder"
     usage = "cross-encoder:PATH"
 
     def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",

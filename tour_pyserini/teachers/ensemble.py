@@ -1,6 +1,6 @@
 """The ensemble teacher: a weighted sum of other teachers' raw scores, with weights fitted on dev queries.
 
-``ensemble:FILE`` names a small JSON file (what ``python -m tour_pyserini.fit_ensemble`` writes)::
+``ensemble:FILE`` names a small JSON file (what ``python -m tour_pyserini fit-ensemble`` writes)::
 
     {"parts": [{"teacher": "cross-encoder:.", "weight": 0.8}, {"teacher": "bm25", "weight": 0.05}, ...],
      "fitted_on": {...}}
@@ -59,15 +59,14 @@ def write_ensemble(path: str | Path, parts: Sequence[tuple[str, float]], fitted_
 class EnsembleTeacher(Teacher):
     """``ensemble:FILE``: sum over parts of weight x the part's score."""
 
-    kind = "ensemble"
+    name = "ensemble"
     usage = "ensemble:FILE"
 
-    def __init__(self, parts: Sequence[Teacher], weights: Sequence[float], name: str = "ensemble"):
+    def __init__(self, parts: Sequence[Teacher], weights: Sequence[float]):
         if len(parts) != len(weights) or not parts:
             raise UserError("an ensemble needs one weight per part and at least one part")
         self.parts = list(parts)
         self.weights = [float(w) for w in weights]
-        self.name = name
         self.needs_text = any(p.needs_text for p in parts)  # type: ignore[misc]
         self.oracle = any(p.oracle for p in parts)  # type: ignore[misc]
         self.pairwise = all(p.pairwise for p in parts)  # type: ignore[misc]
@@ -79,7 +78,7 @@ class EnsembleTeacher(Teacher):
         record = read_ensemble(argument)
         base = Path(argument).parent
         parts = [get_teacher(resolve_part(p["teacher"], base), context) for p in record["parts"]]
-        return cls(parts, [p["weight"] for p in record["parts"]], name=str(argument))
+        return cls(parts, [p["weight"] for p in record["parts"]])
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         total = [np.zeros(len(r.docids)) for r in requests]

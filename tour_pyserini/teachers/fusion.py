@@ -20,7 +20,7 @@ class FusionTeacher(Teacher):
     another query or search. A pair's score depends on the first candidates: not ``pairwise``.
     """
 
-    kind = "fusion"
+    name = "fusion"
     usage = "fusion:A+B"
     pairwise = False
 

@@ -17,7 +17,7 @@ from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, Teacher
 class OracleTeacher(Teacher):
     """Scores a candidate by its qrels grade (unjudged: 0). Results made with it are labelled 'oracle'."""
 
-    kind = "oracle"
+    name = "oracle"
     usage = "oracle:QRELS"
     needs_text = False
     oracle = True

@@ -118,7 +118,7 @@ class StoredTeacher(Teacher):
     With a ``docstore``, requests may come without texts: only the pairs the teacher must score are read.
     """
 
-    kind = "stored"
+    name = "stored"
 
     def __init__(self, teacher: Teacher, store: ScoreStore, docstore: DocStore | None = None):
         if not teacher.pairwise:

@@ -12,7 +12,9 @@ a relevant candidate carry no signal and are left out.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -51,3 +53,64 @@ def fit_weights(
 
     opt.step(closure)
     return weights.detach().numpy().copy()
+
+
+def relative_spec(spec: str, base: Path) -> str:
+    """``spec`` with a path argument under ``base`` written relative to it (the file moves with its directory)."""
+    kind, sep, argument = spec.partition(":")
+    if argument and Path(argument).exists():
+        relative = os.path.relpath(Path(argument).resolve(), base.resolve())
+        if not relative.startswith(".."):
+            return f"{kind}{sep}{relative}"
+    return spec
+
+
+def fit_ensemble(
+    index: str | Path,
+    topics,
+    qrels,
+    teacher_specs: Sequence[str],
+    output: Path,
+    *,
+    depth: int = 30,
+    l2: float = 1e-4,
+    topics_name: str = "",
+) -> dict:
+    """Fit the weights of ``teacher_specs`` on ``topics`` (qrels, or None: candidates holding an answer string
+    are relevant) re-ranking the dense top ``depth`` of ``index``; write the ensemble file ``output`` and return
+    what it records of the fit (``alone``: each teacher's metric by itself; ``ensemble``; ``parts``)."""
+    from tqdm import tqdm
+
+    from tour_pyserini.eval import evaluate
+    from tour_pyserini.eval.answers import AnswerMatcher, answer_qrels
+    from tour_pyserini.search import TourSearcher
+    from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
+    from tour_pyserini.teachers.ensemble import write_ensemble
+
+    metric = "nDCG@10" if qrels is not None else "Success@1"
+    context = TeacherContext(index_dir=str(index))
+    teachers = [get_teacher(spec, context) for spec in teacher_specs]
+    searcher = TourSearcher.from_index(index)
+    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=depth)
+    if qrels is None:
+        run = {q: {h.docid: -i for i, h in enumerate(hits)} for q, hits in rankings.items()}
+        qrels = answer_qrels(run, topics, AnswerMatcher(searcher.docstore), depth)
+    qrels = {t.qid: qrels.get(t.qid, {}) for t in topics}  # means over the fit queries only
+    features, relevant = [], []
+    for t in tqdm(topics, desc="score", unit="q"):
+        docids = [h.docid for h in rankings[t.qid]]
+        request = ScoreRequest(t.qid, t.text, docids, searcher.docstore.get(docids))
+        features.append(np.stack([teacher.score([request])[0] for teacher in teachers], axis=1))
+        relevant.append(np.array([qrels.get(t.qid, {}).get(d, 0) > 0 for d in docids]))
+    weights = fit_weights(features, relevant, l2=l2, init=[1.0] + [0.0] * (len(teachers) - 1))
+
+    def quality(w) -> float:
+        run = {t.qid: dict(zip((h.docid for h in rankings[t.qid]), f @ w)) for t, f in zip(topics, features)}
+        return evaluate(qrels, run, [metric]).means[metric]
+
+    alone = {spec: quality(np.eye(len(teachers))[i]) for i, spec in enumerate(teacher_specs)}
+    fitted_on = {"topics": topics_name, "queries": len(topics), "depth": depth, "l2": l2,
+                 "metric": metric, "alone": alone, "ensemble": quality(weights)}  # fmt: skip
+    parts = [(relative_spec(spec, output.parent), float(w)) for spec, w in zip(teacher_specs, weights)]
+    write_ensemble(output, parts, fitted_on)
+    return {**fitted_on, "parts": parts}

@@ -44,7 +44,7 @@ class Block:
 
 
 @dataclass(frozen=True)
-class Example:
+class IctExample:
     query: str
     evidence: str
     block: int  # index of the block in the list the example was drawn from
@@ -104,9 +104,9 @@ def usable(blocks: Sequence[Block]) -> list[int]:
     return [i for i, b in enumerate(blocks) if len(b.sentences) >= 2]
 
 
-def draw_example(blocks: Sequence[Block], index: int, rng: random.Random, mask_rate: float) -> Example:
+def draw_example(blocks: Sequence[Block], index: int, rng: random.Random, mask_rate: float) -> IctExample:
     """A random sentence of block ``index`` as the query; removed from the evidence with probability ``mask_rate``."""
     block = blocks[index]
     s = rng.randrange(len(block.sentences))
     masked = rng.random() < mask_rate
-    return Example(block.sentences[s], block.text(without=s if masked else None), index, masked)
+    return IctExample(block.sentences[s], block.text(without=s if masked else None), index, masked)

@@ -7,18 +7,15 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.faiss_index import read_vectors
 
 
 class DocVectors:
     """The stored vector of every document of a FaissSearcher directory (``index`` + ``docid``)."""
 
     def __init__(self, index_dir: str | Path):
-        import faiss
-
         self.index_dir = Path(index_dir)
-        index = faiss.read_index(str(self.index_dir / "index"))
-        self.matrix = index.reconstruct_n(0, index.ntotal)
-        docids = (self.index_dir / "docid").read_text(encoding="utf-8").split("\n")[: index.ntotal]
+        self.matrix, docids = read_vectors(self.index_dir)
         self.row = {docid: i for i, docid in enumerate(docids)}
 
     def get(self, docids: list[str]) -> np.ndarray:

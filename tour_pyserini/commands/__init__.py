@@ -1,7 +1,7 @@
-"""The ``tour-pyserini`` console script: ``tour-pyserini {index,search,eval,compare,train-reranker,...} ...``.
+"""The command-line programs, one thin module each: parse flags, call the library.
 
-Each subcommand is the same program as ``python -m tour_pyserini.<subcommand>`` (``train_reranker``
-for ``train-reranker``, ``fit_ensemble`` for ``fit-ensemble``).
+``tour-pyserini <command>`` (the console script) and ``python -m tour_pyserini <command>`` run them;
+``python -m tour_pyserini.index|search|eval|ttt`` stay as the entry points Pyserini users type.
 """
 
 from __future__ import annotations
@@ -9,34 +9,37 @@ from __future__ import annotations
 import importlib
 import sys
 
-from tour_pyserini.cli_util import run_cli
+from tour_pyserini.commands.runner import run_cli
 
-SUBCOMMANDS = {  # name: (module with main(), what it does, an example)
-    "index": ("tour_pyserini.index.__main__", "build a dense or BM25 index of a JSONL collection",
+# name: (module commands.MODULE with main(argv), what it does, an example)
+SUBCOMMANDS = {
+    "index": ("index", "build a dense or BM25 index of a JSONL collection",
               "tour-pyserini index --collection collections/scifact --output indexes/scifact.minilm"),
-    "search": ("tour_pyserini.search.__main__", "search an index for every topic and write a TREC run",
+    "search": ("search", "search an index for every topic and write a TREC run",
                "tour-pyserini search --index indexes/scifact.minilm --topics collections/scifact/topics.test.tsv "
-               "--output runs/tour.trec --rewriter tour-soft --reranker bm25 --k 20"),
-    "eval": ("tour_pyserini.eval.__main__", "score TREC runs against qrels or answers",
+               "--output runs/tour.trec --rewriter tour-soft --teacher bm25 --k 20"),
+    "eval": ("eval", "score TREC runs against qrels or answers",
              "tour-pyserini eval --qrels qrels/scifact.test.txt --run runs/tour.trec"),
-    "compare": ("tour_pyserini.compare", "compare runs with a baseline: deltas, significance tests, win/tie/loss",
+    "compare": ("compare", "compare runs with a baseline: deltas, significance tests, win/tie/loss; or --diff",
                 "tour-pyserini compare --qrels qrels/scifact.test.txt --baseline runs/dense.trec --run runs/tour.trec"),
-    "train-reranker": ("tour_pyserini.train_reranker", "train a cross-encoder teacher on training queries",
+    "train-reranker": ("train_reranker", "train a cross-encoder teacher on training queries",
                        "tour-pyserini train-reranker --index indexes/scifact.minilm "
                        "--topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
                        "--output models/ce"),
-    "fit-ensemble": ("tour_pyserini.fit_ensemble", "fit an ensemble teacher's weights on dev training queries",
+    "fit-ensemble": ("fit_ensemble", "fit an ensemble teacher's weights on dev training queries",
                      "tour-pyserini fit-ensemble --index indexes/scifact.minilm --topics "
                      "collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
                      "--dev-of models/scifact-rce --teachers cross-encoder:models/scifact-rce bm25 dense "
                      "--output models/scifact-rce/ensemble.json"),
-    "train-ict": ("tour_pyserini.train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders",
+    "train-ict": ("train_ict", "ORQA's Inverse Cloze Task: pre-train query and document encoders",
                   "tour-pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict"),
-    "train-qa": ("tour_pyserini.train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",
+    "train-qa": ("train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",
                  "tour-pyserini train-qa --index indexes/nq-oracle.minilm "
                  "--topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa"),
-    "ttt": ("tour_pyserini.ttt.__main__", "TTT-Embed: teacher rewards under a budget, fit reusable query states",
+    "ttt": ("ttt", "TTT-Embed: teacher rewards under a budget, fit reusable query states",
             "tour-pyserini ttt fit --rewards rewards.tsv --scope task --output state.safetensors"),
+    "run-pyserini": ("run_pyserini", "run one of Pyserini's own command-line tools with this project's Java",
+                     "tour-pyserini run-pyserini pyserini.search.faiss --index ... --topics ..."),
 }  # fmt: skip
 
 
@@ -48,9 +51,5 @@ def main(argv: list[str] | None = None) -> None:
         print(f"usage: tour-pyserini <command> [options]   (tour-pyserini <command> --help for its options)\n\n"
               f"commands:\n{usage}", file=sys.stderr)  # fmt: skip
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
-    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    module = importlib.import_module(f"tour_pyserini.commands.{SUBCOMMANDS[argv[0]][0]}")
     run_cli(module.main, argv[1:])
-
-
-if __name__ == "__main__":
-    main()

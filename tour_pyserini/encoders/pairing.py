@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tour_pyserini.encoders import EncoderSpec, encoder_identity
+from tour_pyserini.encoders.spec import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
 
 PAIR_FILE = "tour_pyserini_pair.json"

@@ -1,4 +1,4 @@
-"""python -m tour_pyserini.train_reranker: train a cross-encoder teacher on training queries.
+"""Train a cross-encoder teacher on training queries.
 
 From a local encoder (default: the bundled MiniLM, given a one-logit classification head), on
 *training* queries only. Positives come from qrels (or, without ``--qrels``, are the retrieved candidates
@@ -12,14 +12,13 @@ Checkpoints are chosen by the metric users read, re-ranking the dense top ``--de
 split of the training queries (nDCG@10 with qrels, else Acc@1), grouped so that no dev query shares a
 relevant document with a training query. The best is saved where ``cross-encoder:PATH`` loads it.
 
-    python -m tour_pyserini.train_reranker --index indexes/scifact.minilm \\
+    python -m tour_pyserini train-reranker --index indexes/scifact.minilm \\
         --topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt \\
         --exclude-texts-from collections/scifact/topics.test.tsv --output models/scifact-rce
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -29,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.cli_util import run_cli
-from tour_pyserini.devices import PRECISIONS, resolve_precision
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 
@@ -186,7 +184,7 @@ class ListwiseTrainer:
         with torch.inference_mode():
             vectors = encode(model, tokenizer, list(texts.values()), max_length=spec.max_length, pooling=spec.pooling,
                              l2_norm=spec.l2_norm).numpy()  # fmt: skip
-        return dict(zip(texts, (vectors @ self.dense.searcher.encode([query])[0]).tolist()))
+        return dict(zip(texts, (vectors @ self.dense.query_encoder.encode([query])[0]).tolist()))
 
     def step(self, lists: list[tuple[str, list[str]]]) -> float:
         import torch
@@ -220,7 +218,7 @@ class ListwiseTrainer:
 
     def save(self, output: Path, encoder: dict | None) -> None:
         """The model in float16 and, if residual, which bi-encoder (the index's) it was trained on top of."""
-        from tour_pyserini.pairing import index_document_sha
+        from tour_pyserini.encoders.pairing import index_document_sha
         from tour_pyserini.teachers.cross_encoder import write_residual
 
         save_compact(self.model, self.tokenizer, output, self.config.max_length)
@@ -382,76 +380,3 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
         }
         (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.train_reranker", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--index", required=True, help="dense index: candidates and document texts")
-    ap.add_argument("--topics", required=True, help="training topics")
-    ap.add_argument(
-        "--qrels",
-        help="qrels of the training topics (default: positives are the candidates "
-        "containing one of the topic's answers)",
-    )
-    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training topics whose text is in these")
-    ap.add_argument("--output", required=True, help="model directory to write")
-    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    ap.add_argument("--base-model", help="local HuggingFace encoder directory (default: the bundled MiniLM)")
-    ap.add_argument("--extra-topics", metavar="TOPICS", help="another collection's training questions, mixed into "
-                    "every step (--extra-per-step at a time); never in the dev split")  # fmt: skip
-    ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
-    ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
-    defaults = TrainConfig()
-    for name, value in asdict(defaults).items():
-        if name == "precision":
-            ap.add_argument("--precision", choices=PRECISIONS, default=value, help="bf16: bfloat16 autocast "
-                            "(about twice as fast on CPUs with bf16 units); auto: bf16 where torch multiplies in "
-                            "bfloat16 natively, else fp32")  # fmt: skip
-        elif name == "pseudo":
-            ap.add_argument("--pseudo", choices=PSEUDO, default=value,
-                            help="corpus-only pseudo-queries (sentences of documents) mixed into every step: "
-                            "ict (the sentence's own document, read without it) or ensemble (the document "
-                            "BM25 and the retriever rank first, the sentence's own left out)")  # fmt: skip
-        else:
-            ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    return ap
-
-
-def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data import read_qrels, read_topics
-    from tour_pyserini.encoders import bundled_model_dir
-    from tour_pyserini.training.schedule import check_output
-
-    args = parser().parse_args(argv)
-    config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
-    config.check()
-    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
-    if bool(args.extra_topics) != bool(args.extra_index):
-        raise UserError("--extra-topics and --extra-index go together")
-    if args.extra_topics and config.pseudo != "none":
-        raise UserError("--pseudo and --extra-topics are measured one at a time: give one of them")
-    check_output(args.output, args.overwrite)
-    topics = read_topics(args.topics)
-    if args.exclude_texts_from:
-        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
-        topics = [t for t in topics if t.text not in held_out]
-    if args.qrels is None and not any(t.answers for t in topics):
-        raise UserError(f"{args.topics} has no answers; give --qrels")
-    questions = None
-    if args.extra_topics:
-        extra_qrels = read_qrels(args.extra_qrels) if args.extra_qrels else None
-        extra_topics = read_topics(args.extra_topics)
-        if extra_qrels is None and not any(t.answers for t in extra_topics):
-            raise UserError(f"{args.extra_topics} has no answers; give --extra-qrels")
-        questions = (args.extra_index, extra_topics, extra_qrels)
-    report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
-                   args.base_model or str(bundled_model_dir()), config, questions=questions)  # fmt: skip
-    metric = report["dev_metric"]
-    first = report["history"][0][f"dev_{metric}"]
-    print(f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {first:.4f}); "
-          f"model in {args.output} (load it as cross-encoder:{args.output})")  # fmt: skip
-
-
-if __name__ == "__main__":
-    run_cli(main)

@@ -1,4 +1,4 @@
-"""python -m tour_pyserini.train_ict: Inverse Cloze Task pre-training of a dense retriever on any corpus.
+"""Inverse Cloze Task pre-training of a dense retriever on any corpus.
 
 ORQA's unsupervised pre-training (Lee et al., ACL 2019; equations in docs/algorithms.md): each document
 is split on sentence boundaries into blocks of at most ``--max-wordpieces`` wordpieces (title included);
@@ -8,7 +8,7 @@ examples; the other blocks of the batch are its negatives. Trains from the bundl
 accuracy on a held-out slice of ICT examples (blocks never trained on) is saved: ``OUTPUT/query`` and
 ``OUTPUT/document`` (``OUTPUT`` itself with ``--tied``), ready for ``index --encoder`` and ``search --encoder``.
 
-    python -m tour_pyserini.train_ict --collection collections/scifact --output models/orqa/scifact-ict
+    python -m tour_pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict
     python -m tour_pyserini.index --collection collections/scifact --encoder models/orqa/scifact-ict/document \\
         --output indexes/scifact.ict
     python -m tour_pyserini.search --index indexes/scifact.ict --encoder models/orqa/scifact-ict/query ...
@@ -16,16 +16,13 @@ accuracy on a held-out slice of ICT examples (blocks never trained on) is saved:
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tour_pyserini.cli_util import run_cli
-from tour_pyserini.devices import resolve_precision
-from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.encoders import EncoderSpec
 from tour_pyserini.errors import UserError
 
 
@@ -80,9 +77,9 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     from tqdm import tqdm
 
     from tour_pyserini.encoders import encoder_identity
+    from tour_pyserini.encoders.pairing import write_pair
     from tour_pyserini.index.build import corpus_file
     from tour_pyserini.index.corpus import read_jsonl_corpus
-    from tour_pyserini.pairing import write_pair
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.ict import corpus_blocks, draw_example, usable
     from tour_pyserini.training.losses import in_batch_nll
@@ -171,42 +168,3 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
         }  # fmt: skip
         (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.train_ict", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--collection", required=True, help="collection directory with corpus.jsonl, or a .jsonl file")
-    ap.add_argument("--output", required=True, help="directory to write (OUTPUT/query and OUTPUT/document)")
-    ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
-                    "HuggingFace directory")  # fmt: skip
-    ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
-                    "where torch has no native bfloat16 kernels)")  # fmt: skip
-    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    for name, value in asdict(IctConfig()).items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    return ap
-
-
-def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.index.build import corpus_file
-    from tour_pyserini.index.corpus import check_corpus
-    from tour_pyserini.training.schedule import check_output
-
-    args = parser().parse_args(argv)
-    config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})
-    config.check()
-    if args.bf16:
-        resolve_precision("bf16", "cpu", "--bf16")
-    check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
-    output = check_output(args.output, args.overwrite)
-    EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise
-    report = train(args.collection, output, args.init, config, tied=args.tied, bf16=args.bf16)
-    where = output if args.tied else f"{output}/query and {output}/document"
-    print(f"best held-out accuracy {report['best_held_out_accuracy']:.4f} at step {report['best_step']} "
-          f"({report['seconds']:.0f} s); encoders in {where}")  # fmt: skip
-
-
-if __name__ == "__main__":
-    run_cli(main)

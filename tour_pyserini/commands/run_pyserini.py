@@ -1,7 +1,7 @@
-"""python -m tour_pyserini.run_pyserini MODULE [ARGS...]: run one of Pyserini's own command-line tools
+"""python -m tour_pyserini run-pyserini MODULE [ARGS...]: run one of Pyserini's own command-line tools
 with this project's Java bootstrap, e.g.::
 
-    python -m tour_pyserini.run_pyserini pyserini.search.faiss --index indexes/scifact.minilm ...
+    python -m tour_pyserini run-pyserini pyserini.search.faiss --index indexes/scifact.minilm ...
 
 Pyserini's CLIs cannot start on a machine whose default Java is older than 21 or without an OpenAI
 key; this runs them unchanged, which is how our results are checked against Pyserini's.
@@ -18,13 +18,9 @@ from tour_pyserini._java import openai_placeholder, start_jvm
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or not argv[0].startswith("pyserini"):
-        sys.exit(f"usage: python -m tour_pyserini.run_pyserini pyserini.MODULE [ARGS...]\n{__doc__}")
+        sys.exit(f"usage: python -m tour_pyserini run-pyserini pyserini.MODULE [ARGS...]\n{__doc__}")
     module, args = argv[0], argv[1:]
     start_jvm()
     sys.argv = [module, *args]
     with openai_placeholder():
         runpy.run_module(module, run_name="__main__", alter_sys=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""python -m tour_pyserini.train_qa: weakly supervised question-encoder fine-tuning from answer strings.
+"""Weakly supervised question-encoder fine-tuning from answer strings.
 
 ORQA's "early update" (Lee et al., ACL 2019; equations in docs/algorithms.md): the block encoder is
 frozen and its vectors are read from the dense index; for each training question the current question
@@ -8,22 +8,19 @@ and the loss is -log of the mass on the blocks that contain an answer string (DP
 fraction skipped is logged. Only the question encoder learns. A seeded dev split of the *training*
 questions selects the checkpoint by Acc@1; the saved encoder is paired with the index's document encoder.
 
-    python -m tour_pyserini.train_qa --index indexes/nq-oracle.minilm \\
+    python -m tour_pyserini train-qa --index indexes/nq-oracle.minilm \\
         --topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa
     python -m tour_pyserini.search --index indexes/nq-oracle.minilm --encoder models/orqa/nq-oracle-qa ...
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tour_pyserini.cli_util import run_cli
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 
 
@@ -48,15 +45,6 @@ class QaConfig:
             raise UserError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
         if not 0.0 <= self.warmup <= 1.0:
             raise UserError(f"--warmup must be in [0, 1], got {self.warmup}")
-
-
-def index_vectors(index_dir: Path):
-    """The index's block vectors (N, d) float32 and docids, read back from its Faiss file."""
-    import faiss
-
-    index = faiss.read_index(str(index_dir / "index"))
-    docids = (index_dir / "docid").read_text(encoding="utf-8").split("\n")[: index.ntotal]
-    return index.reconstruct_n(0, index.ntotal), docids
 
 
 def dev_accuracy(model, tokenizer, spec, questions, answer_rows, blocks, config: QaConfig) -> dict:
@@ -92,10 +80,11 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     from tqdm import tqdm
 
     from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.encoders.pairing import check_pair, index_document_sha, write_pair
     from tour_pyserini.eval.answers import AnswerMatcher
     from tour_pyserini.index.docstore import DocStore
+    from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
-    from tour_pyserini.pairing import check_pair, index_document_sha, write_pair
     from tour_pyserini.training.answers import answer_bearing
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.losses import early_update_loss
@@ -103,7 +92,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
 
     meta = IndexMeta.read(index_dir)
     check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
-    vectors, docids = index_vectors(index_dir)
+    vectors, docids = read_vectors(index_dir)
     blocks = torch.from_numpy(vectors)
     top_c = min(config.top_c, len(docids))
     start = time.perf_counter()
@@ -178,57 +167,3 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
         }  # fmt: skip
         (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.train_qa", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--index", required=True, help="dense index: the frozen block vectors and their texts")
-    ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
-    ap.add_argument("--output", required=True, help="question-encoder directory to write")
-    ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
-                    "after ICT, its OUTPUT/query)")  # fmt: skip
-    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
-                    "where torch has no native bfloat16 kernels)")  # fmt: skip
-    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    for name, value in asdict(QaConfig()).items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    return ap
-
-
-def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data import read_topics
-    from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
-    from tour_pyserini.training.schedule import check_output
-
-    args = parser().parse_args(argv)
-    config = QaConfig(**{k: getattr(args, k) for k in asdict(QaConfig())})
-    config.check()
-    if args.bf16:
-        resolve_precision("bf16", "cpu", "--bf16")
-    index_dir = Path(args.index)
-    if index_kind(index_dir) != "dense":
-        raise MissingIndexError(f"{index_dir} is a BM25 index; the early update needs a dense one")
-    check_faiss_file(index_dir / "index")
-    meta = IndexMeta.read(index_dir)
-    if meta is None or not meta.encoder:
-        raise UserError(f"{index_dir} was not built by python -m tour_pyserini.index (no encoder recorded)")
-    topics = read_topics(args.topics)
-    if args.exclude_texts_from:
-        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
-        topics = [t for t in topics if t.text not in held_out]
-    topics = [t for t in topics if t.answers]
-    if len(topics) < 2:
-        raise UserError(f"{args.topics}: fewer than two questions with answers (the early update needs answer strings)")
-    output = check_output(args.output, args.overwrite)
-    init = args.init or meta.encoder["name"]
-    EncoderSpec.resolve(init)  # an unknown encoder directory fails before any model loads
-    report = train(index_dir, topics, output, init, config, bf16=args.bf16)
-    print(f"best dev Acc@1 {report['best_dev_acc@1']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
-          f"question encoder in {output} (search --index {index_dir} --encoder {output})")  # fmt: skip
-
-
-if __name__ == "__main__":
-    run_cli(main)

@@ -1,0 +1,203 @@
+"""python -m tour_pyserini.search: search a dense or BM25 index for every topic and write a TREC run.
+
+Dense indexes take a query rewriter (``--rewriter``) and, for rewriters that ask a teacher, a teacher
+spec (``--teacher``), such as ``cross-encoder:PATH``, ``bm25`` or ``ensemble:FILE`` (``--help`` lists
+them all). Each rewriter declares its own flags (``--help`` lists them by rewriter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+
+from tour_pyserini.commands.flags import add_renamed, apply_renamed
+from tour_pyserini.data.runs import RunWriter
+from tour_pyserini.data.topics import read_topics
+from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
+from tour_pyserini.errors import UserError
+from tour_pyserini.index.pyserini_catalogue import resolve_index
+from tour_pyserini.results import SearchResult
+from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter_class
+from tour_pyserini.search.configure import SearchConfig, check_config, open_searcher
+from tour_pyserini.teachers import teacher_usages
+
+# flags that do not change the run, so an interrupted run may resume under different values
+_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.search", description=__doc__)
+    ap.add_argument("--index", required=True, help="index directory (dense or BM25, detected), or the name of "
+                    "one of Pyserini's prebuilt Faiss indexes")  # fmt: skip
+    ap.add_argument("--topics", required=True, help="topics file: qid<TAB>text (.tsv) or JSON lines; or a "
+                    "Pyserini topics name such as dpr-nq-test")  # fmt: skip
+    ap.add_argument("--output", required=True, help="TREC run file to write (atomically)")
+    ap.add_argument("--encoder", help="query encoder (dense only); default: the one the index was built with")
+    ap.add_argument("--hits", type=int, default=1000, help="hits per query")
+    ap.add_argument("--batch-size", type=int, default=64, help="queries searched together")
+    ap.add_argument("--threads", type=int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
+                    "Faiss); default: torch's own (all cores) for models, 1 for Faiss; 1 per Ray worker. Model "
+                    "outputs differ in the last bits between thread counts, so runs are identical only for equal "
+                    "--threads")  # fmt: skip
+    ap.add_argument("--output-format", choices=["trec"], default="trec")
+    ap.add_argument("--run-tag", default="tour_pyserini", help="last column of the run file")
+    ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")
+    ap.add_argument("--no-resume", action="store_true", help="start over even if an interrupted run can resume")
+    ap.add_argument("--trace", help="write per-query traces (JSON lines) to this file")
+    ap.add_argument("--bm25-k1", type=float, default=0.9)
+    ap.add_argument("--bm25-b", type=float, default=0.4)
+    ap.add_argument("--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: "
+                    "cpu, cuda or cuda:N")  # fmt: skip
+    ap.add_argument("--ef-search", type=int, help="HNSW indexes: candidate list size (default: stored in the index)")
+    ap.add_argument("--nprobe", type=int, help="IVF-PQ indexes: lists visited per query (default: stored in the index)")
+
+    dist = ap.add_argument_group("distributed search on Ray")
+    dist.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="search with Ray workers: alone, "
+        "a local Ray instance started for this search; 'auto' or ray://HOST:PORT, a running cluster",
+    )
+    dist.add_argument("--workers", type=int, default=2, help="Ray workers, each with its own searcher (one CPU each)")
+
+    rw = ap.add_argument_group("query rewriting (dense indexes)")
+    rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
+    rw.add_argument("--teacher", metavar="TEACHER", help=f"the scorer rewriters ask: {teacher_usages()}")
+    rw.add_argument(
+        "--teacher-max-length",
+        type=int,
+        help="tokens a cross-encoder teacher reads "
+        "(default: the model's own limit, which the trainer sets to its training length; at most 512)",
+    )
+    rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's "
+                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
+                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, or auto (bf16 where torch "
+                    f"multiplies in bfloat16 natively, else fp32; default {DEFAULT_PRECISION})")  # fmt: skip
+    add_renamed(rw, "--reranker")
+    add_renamed(rw, "--reranker-max-length", type=int)
+    add_renamed(rw, "--reranker-precision", choices=PRECISIONS)
+    rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
+                    "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
+    for name, options in rewriter_options().items():
+        group = ap.add_argument_group(f"{name} options")
+        for option in options:
+            option.add_to(group)
+    return ap
+
+
+def summarize(results: list[SearchResult]) -> str:
+    """One line of per-query averages from the traces: the numbers the TOUR paper reports."""
+    if not results:
+        return "no queries"
+    traces = [r.trace for r in results]
+    n = len(traces)
+    stopped = sum(t.stop_reason not in (None, "max iterations") for t in traces)
+    seconds = ", ".join(f"{phase} {sum(t.seconds[phase] for t in traces) / n:.4f}" for phase in traces[0].seconds)
+    return (
+        f"mean iterations {sum(t.iterations for t in traces) / n:.2f}, "
+        f"teacher calls/query {sum(t.teacher_calls for t in traces) / n:.1f}, "
+        f"cache hits/query {sum(t.cache_hits for t in traces) / n:.1f}, early stops {stopped}/{n}, "
+        f"{seconds} s/query"
+    )
+
+
+def rewriter_options() -> dict[str, list[Option]]:
+    """Every rewriter's own flags, grouped under the first rewriter that declares each (shared flags once)."""
+    seen: dict[str, Option] = {}
+    groups: dict[str, list[Option]] = {}
+    for name, cls in available_rewriters().items():
+        for option in cls.options:
+            if option.flag in seen:
+                if seen[option.flag] != option:
+                    raise TypeError(f"rewriters declare {option.flag} differently: {seen[option.flag]} and {option}")
+                continue
+            seen[option.flag] = option
+            groups.setdefault(name, []).append(option)
+    return groups
+
+
+def rewriter_flags(args: argparse.Namespace) -> dict:
+    """The options given for ``--rewriter``; a flag of another rewriter is an error."""
+    own = {option.flag for option in get_rewriter_class(args.rewriter).options}
+    given = [o for group in rewriter_options().values() for o in group if getattr(args, o.dest) is not None]
+    if stray := [o.flag for o in given if o.flag not in own]:
+        raise UserError(f"{', '.join(stray)}: not an option of --rewriter {args.rewriter}")
+    return {o.param: getattr(args, o.dest) for o in given}
+
+
+def search_config(args: argparse.Namespace) -> SearchConfig:
+    return SearchConfig(
+        index=args.index, encoder=args.encoder, rewriter=args.rewriter, rewriter_options=rewriter_flags(args),
+        teacher=args.teacher, teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
+        score_store=args.score_store, threads=args.threads, device=args.device, ef_search=args.ef_search,
+        nprobe=args.nprobe, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
+    )  # fmt: skip
+
+
+def batch_searcher(args: argparse.Namespace, config: SearchConfig, options: dict,
+                   stack: ExitStack) -> tuple[Callable[[list], Iterator], str | None]:  # fmt: skip
+    """A function from (texts, qids, hits) batches to their results in order, run here or on Ray workers;
+    and the teacher's label."""
+    if args.ray is None:
+        searcher, teacher_label = open_searcher(config, options)
+        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher_label
+    from tour_pyserini.search.distributed import RayPool
+
+    pool = stack.enter_context(RayPool(config, workers=args.workers, address=None if args.ray == "local" else args.ray))
+    print(f"ray: {args.workers} workers ready in {pool.startup_seconds:.1f} s")
+    return pool.map, pool.teacher_label
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tqdm import tqdm
+
+    ap = parser()
+    args = apply_renamed(ap, ap.parse_args(argv))
+    for flag in ("hits", "batch_size", "threads", "workers"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
+    # the output is checked (writable, not locked by another search) before any model or JVM loads
+    writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)
+    done: list[SearchResult] = []
+    try:
+        with writer, ExitStack() as stack:
+            topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
+            args.index = resolve_index(args.index)
+            config = search_config(args)
+            options = check_config(config)  # in the driver, before any model, the JVM or Ray starts
+            search, teacher_label = batch_searcher(args, config, options, stack)
+            start = time.perf_counter()
+            if teacher_label and "oracle" in teacher_label and "oracle" not in writer.tag:
+                writer.tag = f"{writer.tag}.oracle"
+            todo = [t for t in topics if t.qid not in writer.done]
+            if len(todo) < len(topics):
+                print(f"resuming {args.output}: {len(topics) - len(todo)} of {len(topics)} queries already done")
+            batches = [todo[i : i + args.batch_size] for i in range(0, len(todo), args.batch_size)]
+            with tqdm(total=len(todo), unit="q", desc="search") as bar:
+                for results in search(([t.text for t in b], [t.qid for t in b], args.hits) for b in batches):
+                    writer.write_batch([
+                        (r.qid, [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
+                         {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()})
+                        for r in results
+                    ])  # fmt: skip
+                    done.extend(results)
+                    bar.update(len(results))
+    except KeyboardInterrupt:
+        if not writer.done:
+            raise KeyboardInterrupt("search stopped before any query finished; nothing was written") from None
+        raise KeyboardInterrupt(f"search stopped: {writer.partial} keeps {len(writer.done)} finished queries; "
+                                "run the same command again to resume") from None  # fmt: skip
+    elapsed = time.perf_counter() - start
+    print(f"wrote {args.output}: {len(topics)} queries, {elapsed / max(len(todo), 1):.4f} s/query")
+    if writer.no_hits:
+        print(f"warning: {len(writer.no_hits)} of {len(topics)} queries got no hits (first: "
+              f"{', '.join(writer.no_hits[:5])}) and are absent from the run; trec_eval -c and ir-measures "
+              "count them as 0", file=sys.stderr)  # fmt: skip
+    if args.rewriter != "none":
+        print(f"{args.rewriter}{f' ({teacher_label})' if teacher_label else ''}: {summarize(done)}")

@@ -1,0 +1,49 @@
+"""python -m tour_pyserini train-ict: Inverse Cloze Task pre-training of a dense retriever on any corpus.
+
+The method and its options: ``tour_pyserini.training.ict_training`` (whose docstring is ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from tour_pyserini.devices import resolve_precision
+from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.training import ict_training
+from tour_pyserini.training.ict_training import IctConfig, train
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tour_pyserini train-ict", description=ict_training.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--collection", required=True, help="collection directory with corpus.jsonl, or a .jsonl file")
+    ap.add_argument("--output", required=True, help="directory to write (OUTPUT/query and OUTPUT/document)")
+    ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
+                    "HuggingFace directory")  # fmt: skip
+    ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
+                    "where torch has no native bfloat16 kernels)")  # fmt: skip
+    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    for name, value in asdict(IctConfig()).items():
+        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.index.build import corpus_file
+    from tour_pyserini.index.corpus import check_corpus
+    from tour_pyserini.training.schedule import check_output
+
+    args = parser().parse_args(argv)
+    config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})
+    config.check()
+    if args.bf16:
+        resolve_precision("bf16", "cpu", "--bf16")
+    check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
+    output = check_output(args.output, args.overwrite)
+    EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise
+    report = train(args.collection, output, args.init, config, tied=args.tied, bf16=args.bf16)
+    where = output if args.tied else f"{output}/query and {output}/document"
+    print(f"best held-out accuracy {report['best_held_out_accuracy']:.4f} at step {report['best_step']} "
+          f"({report['seconds']:.0f} s); encoders in {where}")  # fmt: skip

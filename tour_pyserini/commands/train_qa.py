@@ -1,0 +1,65 @@
+"""python -m tour_pyserini train-qa: ORQA's early update, a question encoder fine-tuned from answer strings.
+
+The method and its options: ``tour_pyserini.training.early_update`` (whose docstring is ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+from tour_pyserini.devices import resolve_precision
+from tour_pyserini.errors import UserError
+from tour_pyserini.training import early_update
+from tour_pyserini.training.early_update import QaConfig, train
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tour_pyserini train-qa", description=early_update.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--index", required=True, help="dense index: the frozen block vectors and their texts")
+    ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
+    ap.add_argument("--output", required=True, help="question-encoder directory to write")
+    ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
+                    "after ICT, its OUTPUT/query)")  # fmt: skip
+    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
+                    "where torch has no native bfloat16 kernels)")  # fmt: skip
+    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    for name, value in asdict(QaConfig()).items():
+        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
+    from tour_pyserini.training.schedule import check_output
+
+    args = parser().parse_args(argv)
+    config = QaConfig(**{k: getattr(args, k) for k in asdict(QaConfig())})
+    config.check()
+    if args.bf16:
+        resolve_precision("bf16", "cpu", "--bf16")
+    index_dir = Path(args.index)
+    if index_kind(index_dir) != "dense":
+        raise MissingIndexError(f"{index_dir} is a BM25 index; the early update needs a dense one")
+    check_faiss_file(index_dir / "index")
+    meta = IndexMeta.read(index_dir)
+    if meta is None or not meta.encoder:
+        raise UserError(f"{index_dir} was not built by python -m tour_pyserini.index (no encoder recorded)")
+    topics = read_topics(args.topics)
+    if args.exclude_texts_from:
+        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
+        topics = [t for t in topics if t.text not in held_out]
+    topics = [t for t in topics if t.answers]
+    if len(topics) < 2:
+        raise UserError(f"{args.topics}: fewer than two questions with answers (the early update needs answer strings)")
+    output = check_output(args.output, args.overwrite)
+    init = args.init or meta.encoder["name"]
+    EncoderSpec.resolve(init)  # an unknown encoder directory fails before any model loads
+    report = train(index_dir, topics, output, init, config, bf16=args.bf16)
+    print(f"best dev Acc@1 {report['best_dev_acc@1']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
+          f"question encoder in {output} (search --index {index_dir} --encoder {output})")  # fmt: skip

@@ -1,0 +1,181 @@
+"""python -m tour_pyserini.ttt: TTT-Embed's rewards and states.
+
+``rewards``: a teacher judges the base top candidates of a topics file, as many judgments as a budget
+allows (task-balanced water-filling), written as a rewards file. ``recycle``: the judgments a search
+already paid for (TOUR's or re-ranking's, from its ``--trace`` file), written as a rewards file at no
+teacher cost. ``fit``: rewards files -> a state file for one scope (global, task or query), which
+``--rewriter ttt-embed --state FILE`` searches with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
+from tour_pyserini.errors import UserError
+from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
+from tour_pyserini.ttt.state import SCOPES
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.ttt", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    commands = ap.add_subparsers(dest="command", required=True)
+    rw = commands.add_parser("rewards", help="teacher judgments of the base top candidates under a budget")
+    rw.add_argument("--index", required=True, help="dense index the topics are searched in")
+    rw.add_argument("--topics", required=True, help="topics file (its queries get rewards)")
+    rw.add_argument("--teacher", required=True, metavar="TEACHER", help="bm25, cross-encoder:PATH, oracle:QRELS, ...")
+    rw.add_argument("--budget", type=float, required=True, help="judgments per query (b; b x queries in all)")
+    rw.add_argument("--output", required=True, help="rewards file to write")
+    rw.add_argument("--task", help="task name (default: the index directory's name)")
+    rw.add_argument("--task-index", type=int, default=0, help="seeds the query order: 1000 + this (default 0)")
+    rw.add_argument("--depth", type=int, default=10, help="judgments per rewarded query in the first pass (10)")
+    rw.add_argument("--max-depth", type=int, default=100, help="base candidates a query can be judged on (100)")
+    rw.add_argument("--teacher-max-length", type=int, help="tokens a cross-encoder teacher reads")
+    rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
+                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
+    rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")
+    rc.add_argument("--trace", required=True, nargs="+", help="trace files of searches (search --trace)")
+    rc.add_argument("--index", required=True, help="the dense index those searches ran on")
+    rc.add_argument("--topics", required=True, help="the topics file they searched")
+    rc.add_argument("--task", help="task name (default: the index directory's name)")
+    rc.add_argument("--output", required=True, help="rewards file to write")
+    ft = commands.add_parser("fit", help="fit a state (v per scope key) from rewards files")
+    ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
+    ft.add_argument("--output", required=True, help="state file to write (safetensors)")
+    ft.add_argument("--scope", required=True, choices=SCOPES)
+    defaults = FitConfig()
+    ft.add_argument("--objective", choices=OBJECTIVES, default=defaults.objective)
+    ft.add_argument("--tau-teacher", type=float, default=defaults.tau_teacher)
+    ft.add_argument("--tau-student", type=float, default=defaults.tau_student)
+    ft.add_argument("--ridge", type=float, default=defaults.ridge, help="lambda of lambda ||v||^2")
+    ft.add_argument("--steps", type=int, default=defaults.steps, help="full-batch Adam steps")
+    ft.add_argument("--lr", type=float, default=defaults.lr)
+    ft.add_argument("--init", metavar="STATE", help="warm start: each residual begins at its value in this "
+                    "state file (same scope and encoder), e.g. the state fitted before the latest rewards")  # fmt: skip
+    return ap
+
+
+def check_output(path: str) -> None:
+    if not Path(path).resolve().parent.is_dir():
+        raise UserError(f"cannot write {path}: its directory does not exist")
+
+
+def command_line() -> str:
+    """This command as typed, for the provenance of what it writes."""
+    return shlex.join(["python", "-m", "tour_pyserini.ttt", *sys.argv[1:]])
+
+
+def task_name(args: argparse.Namespace) -> str:
+    return args.task or Path(args.index).name
+
+
+def make_rewards(args: argparse.Namespace) -> None:
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.ttt.allocation import allocate
+
+    if args.budget <= 0:
+        raise UserError(f"--budget must be positive, got {args.budget}")
+    if index_kind(args.index) != "dense":
+        raise UserError(f"--index {args.index} is a BM25 index; rewards are for the candidates of a dense one")
+    check_output(args.output)
+    topics = read_topics(args.topics)
+    task_qids = [[]] * args.task_index + [[t.qid for t in topics]]  # task i's order is seeded 1000 + i
+    pairs = allocate(task_qids, args.budget, depth=args.depth, max_depth=args.max_depth)
+    judge_rewards(args, topics, pairs)
+
+
+def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
+    from tour_pyserini.search.searcher import TourSearcher
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+    from tour_pyserini.ttt.pipeline import judge_rewards
+    from tour_pyserini.ttt.rewards import TaskSource, write_rewards
+
+    context = TeacherContext(index_dir=args.index, max_length=args.teacher_max_length, precision=args.teacher_precision)
+    teacher = get_teacher(args.teacher, context)
+    if teacher.oracle:
+        print("warning: ORACLE teacher — these rewards read the relevance judgements (an upper bound, not a "
+              "system)", file=sys.stderr)  # fmt: skip
+    source = TaskSource(task_name(args), args.index, args.topics)
+    rewards = judge_rewards(TourSearcher.from_index(args.index), teacher, topics, pairs, source,
+                            max_depth=args.max_depth)  # fmt: skip
+    provenance = {"teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
+                  "budget": str(args.budget), "depth": str(args.depth), "command": command_line()}  # fmt: skip
+    write_rewards(args.output, rewards, provenance)
+    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[source.task])} of "
+          f"{len(topics)} queries ({args.teacher})")  # fmt: skip
+
+
+def recycle(args: argparse.Namespace) -> None:
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.ttt.rewards import TaskSource, rewards_from_traces, write_rewards
+
+    if index_kind(args.index) != "dense":
+        raise UserError(f"--index {args.index} is not a dense index")
+    check_output(args.output)
+    task = task_name(args)
+    rewards, teachers = rewards_from_traces(args.trace, TaskSource(task, args.index, args.topics))
+    known = {t.qid for t in read_topics(args.topics)}
+    if missing := [q for q in rewards.judgments[task] if q not in known]:
+        raise UserError(f"query {missing[0]!r} of the traces is not in {args.topics}")
+    command = command_line()
+    provenance = {"teacher": " + ".join(sorted(teachers)), "recycled from": " ".join(args.trace), "command": command}
+    write_rewards(args.output, rewards, provenance)
+    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[task])} queries, "
+          f"recycled from {len(args.trace)} trace file(s)")  # fmt: skip
+
+
+def fit_command(args: argparse.Namespace) -> None:
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.ttt.rewards import read_rewards
+
+    config = FitConfig(args.objective, args.tau_teacher, args.tau_student, args.ridge, args.steps, args.lr)
+    check_output(args.output)
+    init = read_init(args.init, args.scope) if args.init else None
+    rewards = read_rewards(args.rewards)
+    texts: dict[str, dict[str, str]] = {}
+    for task in rewards.judgments:
+        source = rewards.tasks[task]
+        if index_kind(source.index) != "dense":
+            raise UserError(f"task {task!r}: {source.index} is not a dense index")
+        known = {t.qid: t.text for t in read_topics(source.topics)}
+        if missing := [q for q in rewards.judgments[task] if q not in known]:
+            raise UserError(f"task {task!r}: query {missing[0]!r} of the rewards is not in {source.topics}")
+        texts[task] = known
+    run_fit(args, config, rewards, texts, init)
+
+
+def read_init(path: str, scope: str):
+    """The state a warm start begins from, checked against the scope being fitted."""
+    from tour_pyserini.ttt.state import State
+
+    state = State.load(path)
+    if state.scope != scope:
+        raise UserError(f"--init {path} holds a {state.scope} state; this fit is of the {scope} scope")
+    return state
+
+
+def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts, init=None) -> None:
+    from tour_pyserini.ttt.pipeline import fit_state
+
+    state, seconds = fit_state(rewards, texts, args.scope, config, init=init, init_path=args.init)
+    state.save(args.output)
+    queries = sum(len(judged) for judged in rewards.judgments.values())
+    print(f"wrote {args.output}: {args.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
+          f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command == "rewards":
+        make_rewards(args)
+    elif args.command == "recycle":
+        recycle(args)
+    else:
+        fit_command(args)

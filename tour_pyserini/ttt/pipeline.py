@@ -1,0 +1,81 @@
+"""TTT-Embed's pipeline: teacher judgments of base candidates become rewards; rewards become a state.
+
+``judge_rewards`` takes the searcher whose base candidates are judged (a ``TourSearcher``: anything with
+``encode``, ``search_vectors`` and ``docstore``), so this room never imports the searcher, which reads
+the states it writes. ``fit_state`` encodes the rewarded queries with each task's index encoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.encoders import describe, encoder_identity, same_encoder
+from tour_pyserini.encoders.query import QueryEncoder
+from tour_pyserini.errors import UserError
+from tour_pyserini.index.query_side import query_encoder_spec
+from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+from tour_pyserini.ttt.objectives import FitConfig
+from tour_pyserini.ttt.rewards import Rewards, TaskSource
+from tour_pyserini.ttt.state import State
+from tour_pyserini.ttt.vectors import DocVectors
+
+
+def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: TaskSource, *,
+                  max_depth: int) -> Rewards:  # fmt: skip
+    """The teacher's score of each allocated (query, rank) pair of ``searcher``'s top ``max_depth``."""
+    from tour_pyserini.results import Trace
+    from tour_pyserini.teachers import ScoreCache
+
+    wanted: dict[str, list[int]] = {}
+    for pair in pairs:
+        wanted.setdefault(pair.qid, []).append(pair.rank)
+    chosen = [t for t in topics if t.qid in wanted]
+    rankings = searcher.search_vectors(searcher.encode([t.text for t in chosen]), max_depth)
+    docids = [[ranking[r].docid for r in wanted[t.qid]] for t, ranking in zip(chosen, rankings)]
+    cache = ScoreCache(teacher, searcher.docstore)
+    scores = cache.score([t.qid for t in chosen], [t.text for t in chosen], docids, [Trace() for _ in chosen])
+    rewards = Rewards(tasks={source.task: source})
+    for topic, ids, values in zip(chosen, docids, scores):
+        for docid, value in zip(ids, values):
+            rewards.add(source.task, topic.qid, docid, float(value))
+    return rewards
+
+
+def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: str, config: FitConfig, *,
+              init: State | None = None, init_path: str | None = None) -> tuple[State, float]:  # fmt: skip
+    """The ``scope`` state fitted on ``rewards`` (query texts per task in ``texts``), warm-started from
+    ``init``; and the seconds the fit took. Every task must be encoded by one encoder."""
+    queries, encoder = [], None
+    for task, judged in rewards.judgments.items():
+        source = rewards.tasks[task]
+        spec = query_encoder_spec(source.index)
+        identity = encoder_identity(spec)
+        if encoder is not None and not same_encoder(encoder, identity):
+            raise UserError(f"task {task!r} is encoded with {describe(identity)}, the tasks before it with "
+                            f"{describe(encoder)}: one state serves one encoder")  # fmt: skip
+        encoder = identity
+        docs = DocVectors(source.index)
+        qids = list(judged)
+        X = QueryEncoder.build(spec).encode([texts[task][q] for q in qids])
+        for qid, x in zip(qids, X):
+            ids = list(judged[qid])
+            queries.append(RewardedQuery(task, qid, x, docs.get(ids), np.array([judged[qid][d] for d in ids])))
+    if init is not None:
+        init.check_encoder(encoder, f"--init {init_path}")
+    start = time.perf_counter()
+    keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
+    seconds = time.perf_counter() - start
+    provenance = {path: {**info, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+                  for path, info in rewards.provenance.items()}  # fmt: skip
+    if init is not None:
+        provenance["warm start"] = {
+            "state": init_path,
+            "sha256": hashlib.sha256(Path(init_path).read_bytes()).hexdigest(),
+        }
+    state = State(scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance)
+    return state, seconds
