@@ -147,11 +147,12 @@ def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_pat
     assert "ensemble:FILE" in help_text and "dense[:DIR]" in help_text  # teachers listed from their registry
     stray = run_module(*common, "--rewriter", "rocchio", "--lr", "0.2")
     assert stray.returncode == 2 and "error: --lr: not an option of --rewriter rocchio" in stray.stderr
-    for flags, message in [(["--smoothing", "0"], "--smoothing must be positive"),
-                           (["--lr", "-5"], "--lr (must be >= 0) out of range: -5.0"),
-                           (["--lr", "nan"], "--lr (must be >= 0) out of range: nan")]:  # fmt: skip
+    for flags, fragments in [(["--smoothing", "0"], ["--smoothing must be positive"]),
+                             (["--lr", "-5"], ["--lr (must be >= 0) out of range: -5.0"]),
+                             (["--lr", "nan"], ["--lr", "nan"])]:  # fmt: skip
         proc = run_module(*common, "--rewriter", "tour-soft", "--teacher", "cross-encoder:/no/such/model", *flags)
-        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+        [line] = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and line.startswith("error: ") and all(f in line for f in fragments)
     missing = run_module(*common, "--rewriter", "tour-soft", "--teacher", "cross-encoder:/no/such/model")
     assert missing.returncode == 2
     assert "error: cross-encoder '/no/such/model': no such model directory" in missing.stderr

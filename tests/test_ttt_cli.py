@@ -23,6 +23,7 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     assert judged.provenance[str(rewards)]["teacher"] == "bm25"
     main(["fit", "--rewards", str(rewards), "--output", str(state_file), "--scope", "task"])
     assert "1 residual(s) from 8 rewarded queries" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.partial"))  # the staging files are the outputs now, their locks released
     state = State.load(state_file)
     assert state.keys == [("mini", None)] and state.counts == [8] and state.alphas == [8 / 9]
     assert state.fit["objective"] == "kd" and state.encoder["weights_sha256"]

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from tour_pyserini.commands.flags import ArgumentParser, non_negative_int, positive_int
 from tour_pyserini.commands.judging import add_judgement_arguments, judgements
+from tour_pyserini.commands.outputs import check_output, staged_output
 from tour_pyserini.data.runs import read_run
 from tour_pyserini.data.sameness import diff_runs
+from tour_pyserini.errors import UserError
 from tour_pyserini.eval.compare import compare, plot, render
 from tour_pyserini.eval.scoring import score_runs
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="python -m tour_pyserini compare",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,8 +38,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--baseline", required=True, help="the run the others are compared to")
     ap.add_argument("--run", required=True, nargs="+", help="runs to compare with the baseline")
     ap.add_argument("--format", choices=["markdown", "csv"], default="markdown")
-    ap.add_argument("--trials", type=int, default=10_000, help="randomisation-test permutations")
-    ap.add_argument("--seed", type=int, default=0, help="randomisation-test seed (same seed, same p-values)")
+    ap.add_argument("--trials", type=positive_int, default=10_000, help="randomisation-test permutations")
+    ap.add_argument("--seed", type=non_negative_int, default=0,
+                    help="randomisation-test seed (same seed, same p-values)")  # fmt: skip
     ap.add_argument("--plot", metavar="FILE.png", help="per-query difference plot (first metric)")
     ap.add_argument("--diff", action="store_true", help="no metrics: is each run the baseline's run (bit for bit, "
                     "or the same up to ties within 1e-5)? Exit status 1 if one is not")  # fmt: skip
@@ -51,15 +56,31 @@ def print_diffs(baseline: str, runs: list[str]) -> bool:
     return all(diff.same for diff in diffs.values())
 
 
+def check_plot(path: str) -> None:
+    """A plot file that can be written, in a format its name gives (matplotlib goes by the suffix)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix[1:].lower() not in kinds:
+        raise UserError(f"--plot {path}: name a file with the suffix of an image format ({', '.join(sorted(kinds))})")
+    check_output(path, "--plot")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
     if args.diff:
+        if args.plot:
+            raise UserError("--plot draws metric differences; --diff computes none")
         if not print_diffs(args.baseline, args.run):
             sys.exit(1)
         return
     if not (args.qrels or args.answers):
         ap.error("one of the arguments --qrels --answers is required (or --diff)")
+    if args.plot:
+        if all(run == args.baseline for run in args.run):
+            raise UserError("--plot draws each run's differences to the baseline: give a --run that is not it")
+        check_plot(args.plot)  # before the runs are scored
     paths = [args.baseline, *[r for r in args.run if r != args.baseline]]
     results, qids = score_runs(judgements(args), paths)
     per_query = {run: ev.per_query for run, ev in results.items()}
@@ -68,4 +89,5 @@ def main(argv: list[str] | None = None) -> None:
     print(f"({len(qids)} queries; missing queries count as 0; randomisation: {args.trials} trials, seed {args.seed})",
           file=sys.stderr)  # fmt: skip
     if args.plot:
-        plot(per_query, args.baseline, qids, next(iter(per_query[args.baseline])), args.plot)
+        with staged_output(args.plot, "--plot") as staged:
+            plot(per_query, args.baseline, qids, next(iter(per_query[args.baseline])), str(staged))

@@ -10,12 +10,15 @@ import argparse
 import json
 from pathlib import Path
 
+from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.judging import add_judgement_arguments, judgements
+from tour_pyserini.commands.outputs import staged_output
+from tour_pyserini.errors import UserError
 from tour_pyserini.eval.scoring import score_runs
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.eval", description=__doc__)
+    ap = ArgumentParser(prog="python -m tour_pyserini.eval", description=__doc__)
     add_judgement_arguments(ap)
     ap.add_argument("--run", required=True, nargs="+", help="one or more TREC run files")
     ap.add_argument("--write-answer-qrels", metavar="FILE", help="write qid 0 docid has_answer for the first "
@@ -35,7 +38,13 @@ def format_table(rows: list[list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    results, qids = score_runs(judgements(args), args.run, args.write_answer_qrels)
+    if args.write_answer_qrels is None:
+        results, qids = score_runs(judgements(args), args.run)
+    elif not args.answers:
+        raise UserError("--write-answer-qrels needs --answers")  # said before any run is scored
+    else:
+        with staged_output(args.write_answer_qrels, "--write-answer-qrels") as staged:
+            results, qids = score_runs(judgements(args), args.run, str(staged))
     if args.json:
         for run, ev in results.items():
             obj = dict(ev.means)

@@ -18,20 +18,22 @@ import argparse
 import json
 from pathlib import Path
 
+from tour_pyserini.commands.flags import ArgumentParser, at_least, non_negative_float
+from tour_pyserini.commands.outputs import check_output, staged_output
 from tour_pyserini.errors import UserError
 from tour_pyserini.training.ensemble_fit import fit_ensemble
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini fit-ensemble", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(prog="python -m tour_pyserini fit-ensemble", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--index", required=True, help="dense index: candidates, texts, and the teachers' index")
     ap.add_argument("--topics", required=True, help="topics to fit on (training topics)")
     ap.add_argument("--qrels", help="their qrels (default: candidates containing an answer string are relevant)")
     ap.add_argument("--dev-of", metavar="MODEL", help="fit only on the dev queries MODEL/training.json lists")
     ap.add_argument("--teachers", nargs="+", required=True, help="teacher specs, the first one starts at weight 1")
-    ap.add_argument("--depth", type=int, default=30, help="candidates per query (dense top DEPTH)")
-    ap.add_argument("--l2", type=float, default=1e-4, help="L2 penalty on the weights")
+    ap.add_argument("--depth", type=at_least(2), default=30, help="candidates per query (dense top DEPTH)")
+    ap.add_argument("--l2", type=non_negative_float, default=1e-4, help="L2 penalty on the weights")
     ap.add_argument("--output", required=True, help="ensemble file to write (JSON)")
     return ap
 
@@ -42,11 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if len(args.teachers) < 2:
         raise UserError("--teachers needs at least two teacher specs")
-    if args.depth < 2:
-        raise UserError(f"--depth must be at least 2, got {args.depth}")
-    output = Path(args.output)
-    if not output.parent.is_dir():
-        raise UserError(f"cannot write {output}: its directory does not exist")
+    output = check_output(args.output)
     topics = read_topics(args.topics)
     if args.dev_of:
         report = Path(args.dev_of) / "training.json"
@@ -60,8 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     qrels = read_qrels(args.qrels) if args.qrels else None
     if qrels is None and not any(t.answers for t in topics):
         raise UserError(f"{args.topics} has no answers; give --qrels")
-    fitted = fit_ensemble(args.index, topics, qrels, args.teachers, output, depth=args.depth, l2=args.l2,
-                          topics_name=args.topics)  # fmt: skip
+    if qrels is not None and not any(grade > 0 for t in topics for grade in qrels.get(t.qid, {}).values()):
+        raise UserError(f"no query of {args.topics}{' (its --dev-of queries)' if args.dev_of else ''} has a relevant "
+                        f"document in {args.qrels}: nothing to fit on")  # fmt: skip
+    with staged_output(output) as staged:  # beside the output: the specs are written relative to its directory
+        fitted = fit_ensemble(args.index, topics, qrels, args.teachers, staged, depth=args.depth, l2=args.l2,
+                              topics_name=args.topics)  # fmt: skip
     for spec, value in fitted["alone"].items():
         print(f"{spec}: {fitted['metric']} {value:.4f} re-ranking the dense top {args.depth} of the {len(topics)} "
               "fit queries")  # fmt: skip

@@ -1,9 +1,80 @@
-"""Flag helpers every command shares: old names kept for one release, printed as deprecated."""
+"""Flag helpers every command shares: the parser, numeric flag types, and old names kept for one release.
+
+Every command builds its parser with :class:`ArgumentParser`. Its errors are one line (``error: ...``,
+exit status 2), and a numeric flag typed with a :class:`Number` (``positive_int``, ``fraction``, ...) is
+checked as it is parsed: nan, inf or a value out of range is a :class:`UserError` naming the flag, raised
+before the command does any work.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Callable
+from dataclasses import asdict
+
+from tour_pyserini.errors import UserError
+
+
+class Number:
+    """A numeric flag's ``type=``: ``kind`` (int or float) parses the text, and :meth:`check` refuses, naming the
+    flag, a value that is not finite or not ``rule`` (e.g. "positive", "in [0, 1]")."""
+
+    def __init__(self, kind: type, rule: str, ok: Callable[[float], bool]):
+        self.kind, self.rule, self.ok = kind, rule, ok
+        self.__name__ = kind.__name__  # argparse's message for text that is no number: "invalid int value: 'x'"
+
+    def __call__(self, text: str) -> int | float:
+        return self.kind(text)
+
+    def check(self, flag: str, value: int | float) -> None:
+        if not ((self.kind is int or math.isfinite(value)) and self.ok(value)):
+            raise UserError(f"{flag} must be {self.rule}, got {value if self.kind is int else format(value, 'g')}")
+
+
+def at_least(low: int) -> Number:
+    return Number(int, f"at least {low}", lambda v: v >= low)
+
+
+positive_int = Number(int, "positive", lambda v: v > 0)
+non_negative_int = at_least(0)
+positive_float = Number(float, "positive and finite", lambda v: v > 0)
+non_negative_float = Number(float, "at least 0 and finite", lambda v: v >= 0)
+finite_float = Number(float, "finite", lambda v: True)
+fraction = Number(float, "in (0, 1)", lambda v: 0 < v < 1)
+probability = Number(float, "in [0, 1]", lambda v: 0 <= v <= 1)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors and :class:`Number` flags checked at parse time (subcommands' too:
+    they are parsers of this class)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            if isinstance(action.type, Number):
+                values = getattr(namespace, action.dest, None)
+                for value in values if isinstance(values, list) else [values]:
+                    if value is not None:
+                        action.type.check(action.option_strings[0], value)
+        return namespace, extras
+
+    def error(self, message: str):
+        # the usage of a command with many flags runs to twenty lines and buries the one that matters
+        self.exit(2, f"error: {message} ({self.prog} --help lists the flags)\n")
+
+
+def add_config_flags(ap: argparse.ArgumentParser, config, numbers: dict[str, Number],
+                     helps: dict[str, str] | None = None, skip: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """A ``--field-name`` flag for each field of the dataclass ``config`` (its value the default); a numeric
+    field takes its type from ``numbers``, so one added without a range fails here, when the parser is built."""
+    for name, value in asdict(config).items():
+        if name in skip:
+            continue
+        kind = numbers[name] if isinstance(value, (int, float)) else type(value)
+        ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=value, help=(helps or {}).get(name))
+
 
 # old flag -> the flag that replaced it (same meaning)
 RENAMED = {

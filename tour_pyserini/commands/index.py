@@ -10,6 +10,7 @@ import argparse
 from functools import partial
 from pathlib import Path
 
+from tour_pyserini.commands.flags import ArgumentParser, positive_int
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
@@ -19,7 +20,7 @@ from tour_pyserini.index.faiss_index import INDEX_TYPES, FaissIndexSpec
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.index", description=__doc__)
+    ap = ArgumentParser(prog="python -m tour_pyserini.index", description=__doc__)
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--collection", help="collection directory with corpus.jsonl, or a .jsonl file")
     source.add_argument("--from-index", metavar="DIR", help="re-index the vectors of this dense index (no encoding)")
@@ -29,22 +30,25 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--encoder", default=DEFAULT_ENCODER, help="local model directory or hub id (dense only)")
     ap.add_argument("--pooling", choices=["mean", "cls"], help="override the encoder's pooling")
     ap.add_argument("--l2-norm", action=argparse.BooleanOptionalAction, default=None, help="override normalisation")
-    ap.add_argument("--max-length", type=int, help="override the encoder's maximum document length in tokens")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--max-length", type=positive_int, help="override the encoder's maximum document length in tokens")
+    ap.add_argument("--batch-size", type=positive_int, default=64, help="documents encoded together (dense)")
     ap.add_argument("--device", default="cpu", help="where the document encoder runs: cpu, cuda or cuda:N")
-    ap.add_argument("--threads", type=int, default=1, help="Lucene indexing threads (BM25 only)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="Lucene indexing threads (BM25 only)")
     ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists (the old index "
                     "stays until the new one is complete)")  # fmt: skip
     ap.add_argument("--no-prebuilt", action="store_true", help="encode even if prebuilt/ holds this corpus's vectors")
     fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
     fx.add_argument("--faiss-index", choices=INDEX_TYPES, default="flat", help="exact, HNSW graph, or IVF-PQ")
-    fx.add_argument("--M", type=int, default=32, help="HNSW: neighbours per node")
-    fx.add_argument("--efC", type=int, default=100, help="HNSW: candidate list size while building")
-    fx.add_argument("--ef-search", type=int, default=128, help="HNSW: default candidate list size when searching")
-    fx.add_argument("--nlist", type=int, help="IVF-PQ: inverted lists (default 4*sqrt(n), at most n/39)")
-    fx.add_argument("--nprobe", type=int, help="IVF-PQ: lists visited per query (default nlist/16, at least 32)")
-    fx.add_argument("--pq-m", type=int, help="IVF-PQ: sub-quantisers, must divide the dimension (default dim/8)")
-    fx.add_argument("--pq-nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantiser code")
+    fx.add_argument("--M", type=positive_int, default=32, help="HNSW: neighbours per node")
+    fx.add_argument("--efC", type=positive_int, default=100, help="HNSW: candidate list size while building")
+    fx.add_argument("--ef-search", type=positive_int, default=128,
+                    help="HNSW: default candidate list size when searching")  # fmt: skip
+    fx.add_argument("--nlist", type=positive_int, help="IVF-PQ: inverted lists (default 4*sqrt(n), at most n/39)")
+    fx.add_argument("--nprobe", type=positive_int,
+                    help="IVF-PQ: lists visited per query (default nlist/16, at least 32)")  # fmt: skip
+    fx.add_argument("--pq-m", type=positive_int,
+                    help="IVF-PQ: sub-quantisers, must divide the dimension (default dim/8)")  # fmt: skip
+    fx.add_argument("--pq-nbits", type=positive_int, default=8, help="IVF-PQ: bits per sub-quantiser code")
     return ap
 
 
@@ -56,9 +60,6 @@ def faiss_spec(args: argparse.Namespace) -> FaissIndexSpec:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    for flag in ("batch_size", "threads"):
-        if getattr(args, flag) < 1:
-            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     reused = Path(args.output).exists() and not args.overwrite
     spec = faiss_spec(args)
     if args.from_index:

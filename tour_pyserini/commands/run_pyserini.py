@@ -13,12 +13,16 @@ import runpy
 import sys
 
 from tour_pyserini._java import openai_placeholder, start_jvm
+from tour_pyserini.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     if not argv or not argv[0].startswith("pyserini"):
-        sys.exit(f"usage: python -m tour_pyserini run-pyserini pyserini.MODULE [ARGS...]\n{__doc__}")
+        raise UserError("run-pyserini needs one of Pyserini's modules first: run-pyserini pyserini.MODULE [ARGS...]")
     module, args = argv[0], argv[1:]
     start_jvm()
     sys.argv = [module, *args]

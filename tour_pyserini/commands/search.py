@@ -13,7 +13,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
-from tour_pyserini.commands.flags import add_renamed, apply_renamed
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_renamed,
+    apply_renamed,
+    non_negative_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.data.runs import RunWriter
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
@@ -26,19 +33,20 @@ from tour_pyserini.teachers import teacher_usages
 
 # flags that do not change the run, so an interrupted run may resume under different values
 _NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store")
+DEFAULT_WORKERS = 2
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.search", description=__doc__)
+    ap = ArgumentParser(prog="python -m tour_pyserini.search", description=__doc__)
     ap.add_argument("--index", required=True, help="index directory (dense or BM25, detected), or the name of "
                     "one of Pyserini's prebuilt Faiss indexes")  # fmt: skip
     ap.add_argument("--topics", required=True, help="topics file: qid<TAB>text (.tsv) or JSON lines; or a "
                     "Pyserini topics name such as dpr-nq-test")  # fmt: skip
     ap.add_argument("--output", required=True, help="TREC run file to write (atomically)")
     ap.add_argument("--encoder", help="query encoder (dense only); default: the one the index was built with")
-    ap.add_argument("--hits", type=int, default=1000, help="hits per query")
-    ap.add_argument("--batch-size", type=int, default=64, help="queries searched together")
-    ap.add_argument("--threads", type=int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
+    ap.add_argument("--hits", type=positive_int, default=1000, help="hits per query")
+    ap.add_argument("--batch-size", type=positive_int, default=64, help="queries searched together")
+    ap.add_argument("--threads", type=positive_int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
                     "Faiss); default: torch's own (all cores) for models, 1 for Faiss; 1 per Ray worker. Model "
                     "outputs differ in the last bits between thread counts, so runs are identical only for equal "
                     "--threads")  # fmt: skip
@@ -47,12 +55,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")
     ap.add_argument("--no-resume", action="store_true", help="start over even if an interrupted run can resume")
     ap.add_argument("--trace", help="write per-query traces (JSON lines) to this file")
-    ap.add_argument("--bm25-k1", type=float, default=0.9)
-    ap.add_argument("--bm25-b", type=float, default=0.4)
+    ap.add_argument("--bm25-k1", type=non_negative_float, default=0.9, help="BM25 indexes: k1")
+    ap.add_argument("--bm25-b", type=probability, default=0.4, help="BM25 indexes: b")
     ap.add_argument("--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: "
                     "cpu, cuda or cuda:N")  # fmt: skip
-    ap.add_argument("--ef-search", type=int, help="HNSW indexes: candidate list size (default: stored in the index)")
-    ap.add_argument("--nprobe", type=int, help="IVF-PQ indexes: lists visited per query (default: stored in the index)")
+    ap.add_argument("--ef-search", type=positive_int,
+                    help="HNSW indexes: candidate list size (default: stored in the index)")  # fmt: skip
+    ap.add_argument("--nprobe", type=positive_int,
+                    help="IVF-PQ indexes: lists visited per query (default: stored in the index)")  # fmt: skip
 
     dist = ap.add_argument_group("distributed search on Ray")
     dist.add_argument(
@@ -63,14 +73,15 @@ def parser() -> argparse.ArgumentParser:
         help="search with Ray workers: alone, "
         "a local Ray instance started for this search; 'auto' or ray://HOST:PORT, a running cluster",
     )
-    dist.add_argument("--workers", type=int, default=2, help="Ray workers, each with its own searcher (one CPU each)")
+    dist.add_argument("--workers", type=positive_int, help=f"Ray workers, each with its own searcher (one CPU each; "
+                      f"default {DEFAULT_WORKERS}); needs --ray")  # fmt: skip
 
     rw = ap.add_argument_group("query rewriting (dense indexes)")
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
     rw.add_argument("--teacher", metavar="TEACHER", help=f"the scorer rewriters ask: {teacher_usages()}")
     rw.add_argument(
         "--teacher-max-length",
-        type=int,
+        type=positive_int,
         help="tokens a cross-encoder teacher reads "
         "(default: the model's own limit, which the trainer sets to its training length; at most 512)",
     )
@@ -79,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
                     "or AMX; refused where torch has no native bfloat16 kernels), fp32, or auto (bf16 where torch "
                     f"multiplies in bfloat16 natively, else fp32; default {DEFAULT_PRECISION})")  # fmt: skip
     add_renamed(rw, "--reranker")
-    add_renamed(rw, "--reranker-max-length", type=int)
+    add_renamed(rw, "--reranker-max-length", type=positive_int)
     add_renamed(rw, "--reranker-precision", choices=PRECISIONS)
     rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
                     "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
@@ -148,8 +159,9 @@ def batch_searcher(args: argparse.Namespace, config: SearchConfig, options: dict
         return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher_label
     from tour_pyserini.search.distributed import RayPool
 
-    pool = stack.enter_context(RayPool(config, workers=args.workers, address=None if args.ray == "local" else args.ray))
-    print(f"ray: {args.workers} workers ready in {pool.startup_seconds:.1f} s")
+    workers = args.workers or DEFAULT_WORKERS
+    pool = stack.enter_context(RayPool(config, workers=workers, address=None if args.ray == "local" else args.ray))
+    print(f"ray: {workers} workers ready in {pool.startup_seconds:.1f} s")
     return pool.map, pool.teacher_label
 
 
@@ -158,9 +170,8 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = parser()
     args = apply_renamed(ap, ap.parse_args(argv))
-    for flag in ("hits", "batch_size", "threads", "workers"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.workers is not None and args.ray is None:
+        raise UserError("--workers needs --ray (without it the search runs in this process)")
     signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
     # the output is checked (writable, not locked by another search) before any model or JVM loads
     writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)

@@ -8,15 +8,30 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    at_least,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.training import ict_training
 from tour_pyserini.training.ict_training import IctConfig, train
 
+NUMBERS = {
+    "steps": positive_int, "batch_size": at_least(2), "lr": positive_float, "warmup": probability,
+    "mask_rate": probability, "max_wordpieces": positive_int, "query_max_length": positive_int,
+    "temperature": positive_float, "held_out": positive_int, "eval_every": positive_int, "seed": non_negative_int,
+}  # fmt: skip
+
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini train-ict", description=ict_training.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(prog="python -m tour_pyserini train-ict", description=ict_training.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--collection", required=True, help="collection directory with corpus.jsonl, or a .jsonl file")
     ap.add_argument("--output", required=True, help="directory to write (OUTPUT/query and OUTPUT/document)")
     ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
@@ -25,8 +40,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
                     "where torch has no native bfloat16 kernels)")  # fmt: skip
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    for name, value in asdict(IctConfig()).items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    add_config_flags(ap, IctConfig(), NUMBERS)
     return ap
 
 
@@ -37,7 +51,6 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})
-    config.check()
     if args.bf16:
         resolve_precision("bf16", "cpu", "--bf16")
     check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads

@@ -9,15 +9,30 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    fraction,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.training import early_update
 from tour_pyserini.training.early_update import QaConfig, train
 
+NUMBERS = {
+    "steps": positive_int, "batch_size": positive_int, "lr": positive_float, "warmup": probability,
+    "top_c": positive_int, "temperature": positive_float, "query_max_length": positive_int,
+    "dev_fraction": fraction, "eval_every": positive_int, "seed": non_negative_int,
+}  # fmt: skip
+
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini train-qa", description=early_update.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(prog="python -m tour_pyserini train-qa", description=early_update.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--index", required=True, help="dense index: the frozen block vectors and their texts")
     ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
     ap.add_argument("--output", required=True, help="question-encoder directory to write")
@@ -27,8 +42,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
                     "where torch has no native bfloat16 kernels)")  # fmt: skip
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    for name, value in asdict(QaConfig()).items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    add_config_flags(ap, QaConfig(), NUMBERS)
     return ap
 
 
@@ -40,7 +54,6 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     config = QaConfig(**{k: getattr(args, k) for k in asdict(QaConfig())})
-    config.check()
     if args.bf16:
         resolve_precision("bf16", "cpu", "--bf16")
     index_dir = Path(args.index)

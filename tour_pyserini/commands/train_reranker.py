@@ -8,15 +8,39 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.training import reranker
 from tour_pyserini.training.reranker import PSEUDO, TrainConfig, train
 
+NUMBERS = {
+    "epochs": positive_int, "queries_per_step": positive_int, "negatives": positive_int, "lr": positive_float,
+    "head_lr": positive_float, "warmup": probability, "max_length": positive_int, "hard_depth": positive_int,
+    "residual_scale": non_negative_float, "dev_fraction": fraction, "dev_depth": positive_int,
+    "evals_per_epoch": positive_int, "extra_per_step": non_negative_int, "max_steps": non_negative_int,
+    "seed": non_negative_int,
+}  # fmt: skip
+HELPS = {
+    "max_steps": "stop after this many steps, on the schedule of the full run (default 0: no limit, every epoch)",
+    "residual_scale": "times the retriever's similarity, added to the model's logit (0: a plain cross-encoder)",
+    "warmup": "fraction of the steps the learning rate warms up over",
+    "dev_fraction": "fraction of the training queries held out as the dev split",
+}
+
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini train-reranker", description=reranker.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(prog="python -m tour_pyserini train-reranker", description=reranker.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--index", required=True, help="dense index: candidates and document texts")
     ap.add_argument("--topics", required=True, help="training topics")
     ap.add_argument(
@@ -32,19 +56,14 @@ def parser() -> argparse.ArgumentParser:
                     "every step (--extra-per-step at a time); never in the dev split")  # fmt: skip
     ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
     ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
-    defaults = TrainConfig()
-    for name, value in asdict(defaults).items():
-        if name == "precision":
-            ap.add_argument("--precision", choices=PRECISIONS, default=value, help="bf16: bfloat16 autocast "
-                            "(about twice as fast on CPUs with bf16 units); auto: bf16 where torch multiplies in "
-                            "bfloat16 natively, else fp32")  # fmt: skip
-        elif name == "pseudo":
-            ap.add_argument("--pseudo", choices=PSEUDO, default=value,
-                            help="corpus-only pseudo-queries (sentences of documents) mixed into every step: "
-                            "ict (the sentence's own document, read without it) or ensemble (the document "
-                            "BM25 and the retriever rank first, the sentence's own left out)")  # fmt: skip
-        else:
-            ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    ap.add_argument("--precision", choices=PRECISIONS, default=TrainConfig.precision, help="bf16: bfloat16 "
+                    "autocast (about twice as fast on CPUs with bf16 units); auto: bf16 where torch multiplies in "
+                    "bfloat16 natively, else fp32")  # fmt: skip
+    ap.add_argument("--pseudo", choices=PSEUDO, default=TrainConfig.pseudo, help="corpus-only pseudo-queries "
+                    "(sentences of documents) mixed into every step: ict (the sentence's own document, read "
+                    "without it) or ensemble (the document BM25 and the retriever rank first, the sentence's own "
+                    "left out)")  # fmt: skip
+    add_config_flags(ap, TrainConfig(), NUMBERS, HELPS, skip=("precision", "pseudo"))
     return ap
 
 
@@ -55,7 +74,6 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
-    config.check()
     resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     if bool(args.extra_topics) != bool(args.extra_index):
         raise UserError("--extra-topics and --extra-index go together")

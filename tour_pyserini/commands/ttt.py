@@ -14,6 +14,14 @@ import shlex
 import sys
 from pathlib import Path
 
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
 from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
@@ -21,20 +29,23 @@ from tour_pyserini.ttt.state import SCOPES
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tour_pyserini.ttt", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(prog="python -m tour_pyserini.ttt", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     commands = ap.add_subparsers(dest="command", required=True)
     rw = commands.add_parser("rewards", help="teacher judgments of the base top candidates under a budget")
     rw.add_argument("--index", required=True, help="dense index the topics are searched in")
     rw.add_argument("--topics", required=True, help="topics file (its queries get rewards)")
     rw.add_argument("--teacher", required=True, metavar="TEACHER", help="bm25, cross-encoder:PATH, oracle:QRELS, ...")
-    rw.add_argument("--budget", type=float, required=True, help="judgments per query (b; b x queries in all)")
+    rw.add_argument("--budget", type=positive_float, required=True, help="judgments per query (b; b x queries in all)")
     rw.add_argument("--output", required=True, help="rewards file to write")
     rw.add_argument("--task", help="task name (default: the index directory's name)")
-    rw.add_argument("--task-index", type=int, default=0, help="seeds the query order: 1000 + this (default 0)")
-    rw.add_argument("--depth", type=int, default=10, help="judgments per rewarded query in the first pass (10)")
-    rw.add_argument("--max-depth", type=int, default=100, help="base candidates a query can be judged on (100)")
-    rw.add_argument("--teacher-max-length", type=int, help="tokens a cross-encoder teacher reads")
+    rw.add_argument("--task-index", type=non_negative_int, default=0,
+                    help="seeds the query order: 1000 + this (default 0)")  # fmt: skip
+    rw.add_argument("--depth", type=positive_int, default=10,
+                    help="judgments per rewarded query in the first pass (10)")  # fmt: skip
+    rw.add_argument("--max-depth", type=positive_int, default=100,
+                    help="base candidates a query can be judged on (100)")  # fmt: skip
+    rw.add_argument("--teacher-max-length", type=positive_int, help="tokens a cross-encoder teacher reads")
     rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
                     f"(default {DEFAULT_PRECISION})")  # fmt: skip
     rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")
@@ -49,19 +60,14 @@ def parser() -> argparse.ArgumentParser:
     ft.add_argument("--scope", required=True, choices=SCOPES)
     defaults = FitConfig()
     ft.add_argument("--objective", choices=OBJECTIVES, default=defaults.objective)
-    ft.add_argument("--tau-teacher", type=float, default=defaults.tau_teacher)
-    ft.add_argument("--tau-student", type=float, default=defaults.tau_student)
-    ft.add_argument("--ridge", type=float, default=defaults.ridge, help="lambda of lambda ||v||^2")
-    ft.add_argument("--steps", type=int, default=defaults.steps, help="full-batch Adam steps")
-    ft.add_argument("--lr", type=float, default=defaults.lr)
+    ft.add_argument("--tau-teacher", type=positive_float, default=defaults.tau_teacher)
+    ft.add_argument("--tau-student", type=positive_float, default=defaults.tau_student)
+    ft.add_argument("--ridge", type=non_negative_float, default=defaults.ridge, help="lambda of lambda ||v||^2")
+    ft.add_argument("--steps", type=non_negative_int, default=defaults.steps, help="full-batch Adam steps")
+    ft.add_argument("--lr", type=positive_float, default=defaults.lr)
     ft.add_argument("--init", metavar="STATE", help="warm start: each residual begins at its value in this "
                     "state file (same scope and encoder), e.g. the state fitted before the latest rewards")  # fmt: skip
     return ap
-
-
-def check_output(path: str) -> None:
-    if not Path(path).resolve().parent.is_dir():
-        raise UserError(f"cannot write {path}: its directory does not exist")
 
 
 def command_line() -> str:
@@ -78,15 +84,13 @@ def make_rewards(args: argparse.Namespace) -> None:
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.ttt.allocation import allocate
 
-    if args.budget <= 0:
-        raise UserError(f"--budget must be positive, got {args.budget}")
     if index_kind(args.index) != "dense":
         raise UserError(f"--index {args.index} is a BM25 index; rewards are for the candidates of a dense one")
-    check_output(args.output)
-    topics = read_topics(args.topics)
-    task_qids = [[]] * args.task_index + [[t.qid for t in topics]]  # task i's order is seeded 1000 + i
-    pairs = allocate(task_qids, args.budget, depth=args.depth, max_depth=args.max_depth)
-    judge_rewards(args, topics, pairs)
+    with locked_output(args.output):
+        topics = read_topics(args.topics)
+        task_qids = [[]] * args.task_index + [[t.qid for t in topics]]  # task i's order is seeded 1000 + i
+        pairs = allocate(task_qids, args.budget, depth=args.depth, max_depth=args.max_depth)
+        judge_rewards(args, topics, pairs)
 
 
 def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
@@ -106,7 +110,7 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     provenance = {"teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
                   "budget": str(args.budget), "depth": str(args.depth), "command": command_line()}  # fmt: skip
     write_rewards(args.output, rewards, provenance)
-    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[source.task])} of "
+    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[source.name])} of "
           f"{len(topics)} queries ({args.teacher})")  # fmt: skip
 
 
@@ -117,15 +121,15 @@ def recycle(args: argparse.Namespace) -> None:
 
     if index_kind(args.index) != "dense":
         raise UserError(f"--index {args.index} is not a dense index")
-    check_output(args.output)
-    task = task_name(args)
-    rewards, teachers = rewards_from_traces(args.trace, TaskSource(task, args.index, args.topics))
-    known = {t.qid for t in read_topics(args.topics)}
-    if missing := [q for q in rewards.judgments[task] if q not in known]:
-        raise UserError(f"query {missing[0]!r} of the traces is not in {args.topics}")
-    command = command_line()
-    provenance = {"teacher": " + ".join(sorted(teachers)), "recycled from": " ".join(args.trace), "command": command}
-    write_rewards(args.output, rewards, provenance)
+    with locked_output(args.output):
+        task = task_name(args)
+        rewards, teachers = rewards_from_traces(args.trace, TaskSource(task, args.index, args.topics))
+        known = {t.qid for t in read_topics(args.topics)}
+        if missing := [q for q in rewards.judgments[task] if q not in known]:
+            raise UserError(f"query {missing[0]!r} of the traces is not in {args.topics}")
+        provenance = {"teacher": " + ".join(sorted(teachers)), "recycled from": " ".join(args.trace),
+                      "command": command_line()}  # fmt: skip
+        write_rewards(args.output, rewards, provenance)
     print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[task])} queries, "
           f"recycled from {len(args.trace)} trace file(s)")  # fmt: skip
 
@@ -136,19 +140,19 @@ def fit_command(args: argparse.Namespace) -> None:
     from tour_pyserini.ttt.rewards import read_rewards
 
     config = FitConfig(args.objective, args.tau_teacher, args.tau_student, args.ridge, args.steps, args.lr)
-    check_output(args.output)
-    init = read_init(args.init, args.scope) if args.init else None
-    rewards = read_rewards(args.rewards)
-    texts: dict[str, dict[str, str]] = {}
-    for task in rewards.judgments:
-        source = rewards.tasks[task]
-        if index_kind(source.index) != "dense":
-            raise UserError(f"task {task!r}: {source.index} is not a dense index")
-        known = {t.qid: t.text for t in read_topics(source.topics)}
-        if missing := [q for q in rewards.judgments[task] if q not in known]:
-            raise UserError(f"task {task!r}: query {missing[0]!r} of the rewards is not in {source.topics}")
-        texts[task] = known
-    run_fit(args, config, rewards, texts, init)
+    with locked_output(args.output):
+        init = read_init(args.init, args.scope) if args.init else None
+        rewards = read_rewards(args.rewards)
+        texts: dict[str, dict[str, str]] = {}
+        for task in rewards.judgments:
+            source = rewards.tasks[task]
+            if index_kind(source.index) != "dense":
+                raise UserError(f"task {task!r}: {source.index} is not a dense index")
+            known = {t.qid: t.text for t in read_topics(source.topics)}
+            if missing := [q for q in rewards.judgments[task] if q not in known]:
+                raise UserError(f"task {task!r}: query {missing[0]!r} of the rewards is not in {source.topics}")
+            texts[task] = known
+        run_fit(args, config, rewards, texts, init)
 
 
 def read_init(path: str, scope: str):

@@ -42,6 +42,8 @@ def query_order(task_qids: Sequence[Sequence[str]]) -> list[tuple[int, str]]:
 def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = 10,
              max_depth: int = 100) -> list[Pair]:  # fmt: skip
     """The round(b × N) pairs of budget ``budget`` (judgments per query), in allocation order."""
+    if not (math.isfinite(budget) and budget >= 0):
+        raise UserError(f"budget must be a finite number of judgments per query, at least 0; got {budget}")
     if not 0 < depth <= max_depth:
         raise UserError(f"depth must be in [1, max_depth = {max_depth}], got {depth}")
     order = query_order(task_qids)

@@ -13,6 +13,7 @@ of its own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -38,8 +39,12 @@ class FitConfig:
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of: {', '.join(OBJECTIVES)}")
-        if min(self.tau_teacher, self.tau_student, self.lr) <= 0 or self.ridge < 0 or self.steps < 0:
-            raise UserError("temperatures and lr must be positive, ridge and steps non-negative")
+        for name, rule, ok in (("tau_teacher", "positive", self.tau_teacher > 0),
+                               ("tau_student", "positive", self.tau_student > 0), ("lr", "positive", self.lr > 0),
+                               ("ridge", "at least 0", self.ridge >= 0),
+                               ("steps", "at least 0", self.steps >= 0)):  # fmt: skip
+            if not (ok and math.isfinite(getattr(self, name))):
+                raise UserError(f"FitConfig {name} must be {rule} and finite, got {getattr(self, name)}")
 
     def to_json(self) -> dict:
         return asdict(self)

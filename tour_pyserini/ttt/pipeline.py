@@ -39,10 +39,10 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
     docids = [[ranking[r].docid for r in wanted[t.qid]] for t, ranking in zip(chosen, rankings)]
     cache = ScoreCache(teacher, searcher.docstore)
     scores = cache.score([t.qid for t in chosen], [t.text for t in chosen], docids, [Trace() for _ in chosen])
-    rewards = Rewards(tasks={source.task: source})
+    rewards = Rewards(tasks={source.name: source})
     for topic, ids, values in zip(chosen, docids, scores):
         for docid, value in zip(ids, values):
-            rewards.add(source.task, topic.qid, docid, float(value))
+            rewards.add(source.name, topic.qid, docid, float(value))
     return rewards
 
 

@@ -98,8 +98,12 @@ class State:
                    meta["encoder"], meta["provenance"])  # fmt: skip
 
     def select_task(self, task: str | None) -> str | None:
-        """The task whose residuals apply: ``task``, or the state's only task; any for a global state."""
+        """The task whose residuals apply: ``task``, or the state's only task; None for a global state, which
+        moves every query alike (a task given with it would be ignored, so it is refused)."""
         if self.scope == "global":
+            if task is not None:
+                raise UserError(f"--task {task}: this state is global (one residual for every query); "
+                                "--task picks the task of a task or query state")  # fmt: skip
             return None
         if task is None:
             if len(self.tasks) > 1:
