@@ -194,3 +194,25 @@ def test_matrix_is_exported_on_first_use_and_after_a_rebuild(bm25_index, tmp_pat
     stale = TermMatrix.load(index / MATRIX_FILE)
     TermMatrix(**{**stale.__dict__, "commit": "segments_0", "doc_count": 1}).save(index / MATRIX_FILE)
     assert Bm25Teacher(index).score(request)[0].tolist() == expected.tolist()  # another commit: exported again
+
+
+@pytest.mark.slow
+def test_a_query_longer_than_lucenes_clause_limit_searches_as_the_teacher_scores_it(teachers, bm25_index):
+    """5,000 words of SciFact abstracts (over 1,024 distinct terms, Lucene's default clause limit): the BM25
+    search ranks, with the scores the vectorised teacher gives the same documents."""
+    import json
+    import random
+
+    from conftest import SCIFACT
+
+    from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.teachers import ScoreRequest
+
+    with open(SCIFACT / "corpus.jsonl", encoding="utf-8") as f:
+        words = [w for line in list(f)[:300] for w in json.loads(line)["text"].split()]
+    query = " ".join(random.Random(0).choices(words, k=5000))
+    assert len(set(teachers[0].query_terms([query])[0])) > 1024
+    [result] = Bm25Searcher.from_index(bm25_index).retrieve([query], ["long"], hits=5)
+    assert len(result.hits) == 5
+    request = ScoreRequest("long", query, [h.docid for h in result.hits])
+    assert np.allclose(teachers[0].score([request])[0], [h.score for h in result.hits], atol=1e-3)

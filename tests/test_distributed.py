@@ -7,6 +7,7 @@ running in the test process) depends on, so Ray is never started inside pytest's
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+# not importorskip: importing Ray here would fix how a local instance listens before the pool sets it
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")]
 
 TESTS = Path(__file__).resolve().parent
 
@@ -55,8 +56,6 @@ def test_ray_runs_are_identical_to_one_process(dense_index, bm25_index, mini_sci
 
 def killed_worker_case(argv: list[str]) -> None:
     """In a fresh process: one-process results, then Ray's with one worker's process killed mid-run."""
-    import ray
-
     from tour_pyserini.commands.search import parser, search_config
     from tour_pyserini.data import read_topics
     from tour_pyserini.search.configure import open_searcher
@@ -71,13 +70,17 @@ def killed_worker_case(argv: list[str]) -> None:
     expected = [[(h.docid, h.score) for h in r.hits] for b in batches for r in searcher.retrieve(*b)]
     got = []
     with RayPool(config, workers=2) as pool:
+        import ray  # after the pool: it sets how a local instance listens before Ray is first imported
+
         victim = pool.pids[0]
         for i, results in enumerate(pool.map(batches)):
             got += [[(h.docid, h.score) for h in r.hits] for r in results]
             if i == 0:  # both workers are busy with later batches now: one of them dies mid-batch
                 os.kill(victim, signal.SIGKILL)
         pids = [pid for pid, _ in ray.get([a.open.remote() for a in pool.actors])]
-    print(json.dumps({"victim": victim, "pids": pids, "same": got == expected, "batches": len(got)}))
+        addresses = sorted({node["NodeManagerAddress"] for node in ray.nodes()})
+    print(json.dumps({"victim": victim, "pids": pids, "same": got == expected, "batches": len(got),
+                      "addresses": addresses}))  # fmt: skip
 
 
 def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(dense_index, bm25_index, mini_scifact, tmp_path):
@@ -91,3 +94,18 @@ def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(dense_index, bm25_
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["victim"] not in report["pids"] and len(set(report["pids"])) == 2  # Ray restarted the worker
     assert report["same"] and report["batches"] == 40
+    assert report["addresses"] == ["127.0.0.1"]  # a local instance listens on the loopback address only
+
+
+def test_a_user_error_inside_a_worker_is_one_line(dense_index, mini_scifact, tmp_path):
+    """The teacher opens in the workers (the driver checks only what needs no model): its user error comes
+    back to the driver as one line, without the actor's traceback."""
+    out = tmp_path / "run.trec"
+    argv = search_args(dense_index, mini_scifact, out, "--rewriter", "rerank", "--teacher",
+                       f"bm25:{tmp_path / 'no-index'}", "--ray", "--workers", "1")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "tour_pyserini.search", *argv], capture_output=True, text=True,
+                          env=env(), timeout=600)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower() and "WARNING" not in line]
+    assert len(errors) == 1 and errors[0].startswith("error: ") and "no-index" in errors[0], proc.stderr[-3000:]
+    assert not out.exists() and not out.with_name("run.trec.partial").exists()

@@ -131,3 +131,16 @@ def test_a_stored_part_is_scored_once_across_searches(dense_index, bm25_index, m
     assert got[0] == 246.0 and np.allclose(got[1:], 2.0 * expected[1:])
     kept = store.get(request.query, request.docids)
     assert np.allclose([kept[d] for d in request.docids[1:]], expected[1:])  # the new ones were kept
+
+
+def test_relevant_documents_outside_the_candidates_are_one_line_before_any_teacher_loads(dense_index, mini_scifact,
+                                                                                          tmp_path):  # fmt: skip
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.training.ensemble_fit import fit_ensemble
+
+    topics = read_topics(mini_scifact["topics"])[:3]
+    qrels = {t.qid: {"not-in-the-index": 1} for t in topics}  # judged, but never among the candidates
+    with pytest.raises(UserError, match=r"no query of t.tsv has a relevant document \(qrels\) in its dense top 5"):
+        fit_ensemble(dense_index, topics, qrels, ["cross-encoder:/no/such/model", "bm25"], tmp_path / "e.json",
+                     depth=5, topics_name="t.tsv")  # fmt: skip
+    assert not list(tmp_path.iterdir())

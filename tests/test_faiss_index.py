@@ -99,3 +99,19 @@ def test_indexes_built_by_pyserini_open_too(flags, exact, dense_index, searcher,
     else:
         with pytest.raises(UserError, match="does not keep exact vectors"):
             index_main(["--from-index", str(tmp_path), "--output", str(tmp_path / "flat")])
+
+
+def test_ivfpq_on_too_small_a_collection_is_refused_before_anything_is_encoded(mini_scifact, tmp_path):
+    from test_cli import run_module
+
+    (tmp_path / "small").mkdir()
+    lines = (mini_scifact["collection"] / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "small" / "corpus.jsonl").write_text("".join(lines[:50]), encoding="utf-8")
+    out = tmp_path / "small.ivfpq"
+    proc = run_module("tour_pyserini.index", "--collection", str(tmp_path / "small"), "--output", str(out),
+                      "--faiss-index", "ivfpq")  # fmt: skip
+    assert proc.returncode == 2 and "Loading weights" not in proc.stderr  # no encoder was loaded
+    assert proc.stderr.strip().splitlines() == [
+        "error: IVF-PQ with 1 lists and 8-bit codes needs at least 256 documents to train; the collection has 50"
+    ]
+    assert not out.exists() and not list(tmp_path.glob("small.ivfpq*"))

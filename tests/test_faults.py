@@ -30,8 +30,8 @@ def env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def cli(module: str, *args, timeout: int = 600) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", f"tour_pyserini.{module}", *map(str, args)]
+def cli(command_name: str, *args, timeout: int = 600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "tour_pyserini", command_name, *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env(), timeout=timeout)
 
 

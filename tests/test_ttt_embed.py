@@ -78,7 +78,7 @@ def test_a_query_state_moves_only_its_queries(searcher, batch, tmp_path):
         assert [(h.docid, h.score) for h in rewritten.hits] == [(h.docid, h.score) for h in base.hits]
 
 
-def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_path):
+def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_path, dense_index, mini_scifact):
     other = {**encoder_identity(searcher.encoder), "weights_sha256": "0" * 64}
     path = save_state(tmp_path / "other.safetensors", searcher, "task", [("a", None), ("b", None)],
                       np.ones((2, searcher.dimension)), [3, 4], ["a", "b"], encoder=other)  # fmt: skip
@@ -88,6 +88,15 @@ def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_pat
         TttEmbed(path, task="c")
     with pytest.raises(UserError, match="was fitted for encoder"):
         searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 10, rewriter=TttEmbed(path, task="a"))
+    # on the command line, before the query encoder loads
+    from test_cli import run_module
+
+    out = tmp_path / "run.trec"
+    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
+                      "--output", str(out), "--rewriter", "ttt-embed", "--state", str(path), "--task", "a")  # fmt: skip
+    assert proc.returncode == 2 and "Loading weights" not in proc.stderr, proc.stderr[-2000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --state {path} was fitted for encoder") and not out.exists()
 
 
 def test_tour_starts_from_the_states_moved_query(searcher, batch, tmp_path, mini_scifact):

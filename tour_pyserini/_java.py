@@ -189,3 +189,14 @@ def import_pyserini(module: str) -> ModuleType:
     start_jvm()
     with openai_placeholder():
         return importlib.import_module(module)
+
+
+def allow_long_queries(max_terms: int = 1 << 16) -> None:
+    """Lucene refuses a query of more than 1,024 distinct terms (its clause limit), and Anserini's batch
+    search reports that only as a failed task count; long information needs (a whole abstract as a query)
+    are BM25 queries like any other, so the limit is raised for the JVM."""
+    start_jvm()
+    from jnius import autoclass
+
+    searcher = autoclass("org.apache.lucene.search.IndexSearcher")
+    searcher.setMaxClauseCount(max(max_terms, searcher.getMaxClauseCount()))

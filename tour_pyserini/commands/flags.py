@@ -9,41 +9,20 @@ before the command does any work.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 
-from tour_pyserini.errors import UserError
-
-
-class Number:
-    """A numeric flag's ``type=``: ``kind`` (int or float) parses the text, and :meth:`check` refuses, naming the
-    flag, a value that is not finite or not ``rule`` (e.g. "positive", "in [0, 1]")."""
-
-    def __init__(self, kind: type, rule: str, ok: Callable[[float], bool]):
-        self.kind, self.rule, self.ok = kind, rule, ok
-        self.__name__ = kind.__name__  # argparse's message for text that is no number: "invalid int value: 'x'"
-
-    def __call__(self, text: str) -> int | float:
-        return self.kind(text)
-
-    def check(self, flag: str, value: int | float) -> None:
-        if not ((self.kind is int or math.isfinite(value)) and self.ok(value)):
-            raise UserError(f"{flag} must be {self.rule}, got {value if self.kind is int else format(value, 'g')}")
-
-
-def at_least(low: int) -> Number:
-    return Number(int, f"at least {low}", lambda v: v >= low)
-
-
-positive_int = Number(int, "positive", lambda v: v > 0)
-non_negative_int = at_least(0)
-positive_float = Number(float, "positive and finite", lambda v: v > 0)
-non_negative_float = Number(float, "at least 0 and finite", lambda v: v >= 0)
-finite_float = Number(float, "finite", lambda v: True)
-fraction = Number(float, "in (0, 1)", lambda v: 0 < v < 1)
-probability = Number(float, "in [0, 1]", lambda v: 0 <= v <= 1)
+from tour_pyserini.numbers import (  # noqa: F401 (the commands' flag types, imported from here)
+    Number,
+    at_least,
+    finite_float,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 
 
 class ArgumentParser(argparse.ArgumentParser):

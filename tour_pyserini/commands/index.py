@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     corpus = corpus_file(args.collection)  # fail on a missing or malformed corpus before loading models or the JVM
     if not reused:
-        check_corpus(corpus)
+        checked = check_corpus(corpus)
+        if not args.bm25:
+            spec.check_size(checked.num_docs)  # IVF-PQ's training needs: refused before anything is encoded
     if args.bm25:
         from tour_pyserini.index.bm25 import write_bm25_index
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from tour_pyserini.errors import UserError
+
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_ENCODER, "all-MiniLM-L6-v2"}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
@@ -41,12 +43,10 @@ class EncoderSpec:
     ) -> EncoderSpec:
         if name in _BUNDLED:
             path = bundled_model_dir()
-        elif Path(name).expanduser().is_dir():
-            path = Path(name).expanduser()
-        elif name.startswith((".", "/", "~")) or name.count("/") > 1:
-            raise FileNotFoundError(f"encoder {name!r}: no such model directory")
         else:
-            path = name  # a hub id: transformers resolves it (from its cache, or online)
+            check_model("encoder", name)
+            local = Path(name).expanduser()
+            path = local if local.is_dir() else name  # a hub id: transformers resolves it (cache, or online)
         defaults = sentence_transformers_settings(Path(path)) if Path(path).is_dir() else {}
         return cls(
             name=name,
@@ -58,6 +58,23 @@ class EncoderSpec:
 
     def to_json(self) -> dict:
         return {"name": self.name, "pooling": self.pooling, "l2_norm": self.l2_norm, "max_length": self.max_length}
+
+
+def check_model(what: str, name: str) -> None:
+    """A model named by a user must be a HuggingFace model directory, or a hub id that transformers can load
+    here; anything else is one line, before any model loads (``what``: "encoder", "cross-encoder", ...)."""
+    local = Path(name).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise UserError(f"{what} {name!r} is not a HuggingFace model directory (no config.json)")
+        return
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise UserError(f"{what} {name!r}: no such model directory")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        raise UserError(f"{what} {name!r} is neither a local directory nor in the Hugging Face cache, and the hub "
+                        "is offline (HF_HUB_OFFLINE=1)")  # fmt: skip
 
 
 def bundled_model_dir() -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
@@ -57,6 +58,12 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
     with ExitStack() as stack:
         judge = open_judge(judgements, stack)
         results = {path: judge.evaluate(run) for path, run in runs.items()}
+        if isinstance(judge, QrelsJudge):
+            judged = {d for docs in judge.qrels.values() for d in docs}
+            for path, run in runs.items():
+                if not any(d in judged for docs in run.values() for d in docs):
+                    print(f"warning: {path} shares no document with {judgements.qrels}, so every query scores 0 "
+                          "(a run of another collection?)", file=sys.stderr)  # fmt: skip
         if answer_qrels_out:
             if not judgements.answers:
                 raise UserError("--write-answer-qrels needs --answers")

@@ -14,7 +14,7 @@ from tour_pyserini.rewriters.base import REWRITERS, Option, QueryBatch, Rewriter
 from tour_pyserini.rewriters.identity import Identity
 
 __all__ = ["REWRITERS", "Identity", "Option", "QueryBatch", "Rewriter", "VectorIndex", "available_rewriters",
-           "get_rewriter", "get_rewriter_class"]  # fmt: skip
+           "check_rewriter", "get_rewriter", "get_rewriter_class"]  # fmt: skip
 
 
 def available_rewriters() -> dict[str, type[Rewriter]]:
@@ -26,19 +26,37 @@ def get_rewriter_class(name: str) -> type[Rewriter]:
     return REWRITERS.get(name)
 
 
+def check_rewriter(name: str, options: dict, *, teacher: bool) -> type[Rewriter]:
+    """The rewriter class ``name``, once its options are known to fit it, before anything expensive loads:
+    a teacher exactly when it takes one, every option it requires, its own value checks."""
+    cls = REWRITERS.get(name)
+    params = inspect.signature(cls.__init__).parameters
+    if "teacher" in params and params["teacher"].default is inspect.Parameter.empty and not teacher:
+        raise UserError(f"rewriter {name!r} needs a teacher (--teacher TEACHER)")
+    if teacher and "teacher" not in params:
+        askers = [n for n, c in available_rewriters().items() if "teacher" in inspect.signature(c.__init__).parameters]
+        raise UserError(
+            f"--teacher is for the rewriters that ask one ({', '.join(askers)}); --rewriter {name} asks none"
+        )
+    flags = {option.param: option.flag for option in cls.options}
+    required = [p for p, v in params.items() if p not in ("self", "teacher") and v.default is inspect.Parameter.empty
+                and v.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]  # fmt: skip
+    if missing := [flags.get(p, p) for p in required if options.get(p) is None]:
+        raise UserError(f"--rewriter {name} needs {', '.join(missing)}")
+    cls.check_options(**{k: v for k, v in options.items() if k in flags and v is not None})
+    return cls
+
+
 def get_rewriter(name: str, **options) -> Rewriter:
     """Construct the rewriter registered as ``name`` from the options it accepts.
 
     Options that are None are left to the rewriter's defaults; one it does not accept is an error, so
     a flag that would be silently ignored (e.g. ``--lr`` with ``rocchio``) is reported instead.
     """
-    cls = REWRITERS.get(name)
-    params = inspect.signature(cls.__init__).parameters
     given = {k: v for k, v in options.items() if v is not None}
+    cls = check_rewriter(name, {k: v for k, v in given.items() if k != "teacher"}, teacher="teacher" in given)
+    params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    needs_teacher = "teacher" in params and params["teacher"].default is inspect.Parameter.empty
-    if needs_teacher and "teacher" not in given:
-        raise UserError(f"rewriter {name!r} needs a teacher (--teacher TEACHER)")
     if not takes_any and (extra := sorted(set(given) - set(params))):
         raise UserError(f"option(s) {', '.join(extra)} do not apply to rewriter {name!r}")
     return cls(**given)

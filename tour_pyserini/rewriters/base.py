@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import finite_float, positive_int
 from tour_pyserini.registry import Registry
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters.updates import aggregate
@@ -79,7 +80,7 @@ class Option:
 
     flag: str
     param: str
-    type: Any = float
+    type: Any = finite_float  # a Number is range-checked as the command line is parsed
     help: str = ""
     choices: tuple | None = None
     const: Any = None
@@ -93,14 +94,18 @@ class Option:
         if self.const is not None:
             parser.add_argument(self.flag, dest=self.dest, action="store_const", const=self.const, help=self.help)
         else:
-            parser.add_argument(self.flag, dest=self.dest, type=self.type, choices=self.choices, help=self.help,
-                                metavar=self.metavar)  # fmt: skip
+            parser.add_argument(self.flag, dest=self.dest, type=self.type, choices=self.choices,
+                                help=self.help, metavar=self.metavar)  # fmt: skip
 
 
 # options shared by every rewriter that ranks with a teacher
-DEPTH = Option("--k", "depth", int, "candidates the teacher scores per query (and per TOUR iteration)", metavar="DEPTH")
-LAMBDA = Option("--lambda", "lam", float, "final weight of the teacher (1 - lambda: the retriever)")
-SMOOTHING = Option("--smoothing", "smoothing", float, "retriever logits are sim / smoothing in the final ranking")
+DEPTH = Option(
+    "--k", "depth", positive_int, "candidates the teacher scores per query (and per TOUR iteration)", metavar="DEPTH"
+)
+LAMBDA = Option("--lambda", "lam", finite_float, "final weight of the teacher (1 - lambda: the retriever)")
+SMOOTHING = Option(
+    "--smoothing", "smoothing", finite_float, "retriever logits are sim / smoothing in the final ranking"
+)
 
 
 class Rewriter(ABC):

@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import finite_float, non_negative_int, positive_int
 from tour_pyserini.results import SearchResult, timed
 from tour_pyserini.rewriters.base import REWRITERS, Option, QueryBatch, Rewriter, VectorIndex, check_depth
 from tour_pyserini.rewriters.updates import average_prf, rocchio
 
 PRF_OPTIONS = (
-    Option("--prf-depth", "prf_depth", int, "feedback documents (3)"),
-    Option("--prf-iterations", "iterations", int, "feedback rounds (1)"),
+    Option("--prf-depth", "prf_depth", positive_int, "feedback documents (3)"),
+    Option("--prf-iterations", "iterations", positive_int, "feedback rounds (1)"),
 )
 
 
@@ -61,11 +62,11 @@ class Rocchio(_Prf):
 
     name = "rocchio"
     options = PRF_OPTIONS + (
-        Option("--rocchio-alpha", "alpha", float, "weight of the query (0.9)"),
-        Option("--rocchio-beta", "beta", float, "weight of the top documents (0.1)"),
-        Option("--rocchio-gamma", "gamma", float, "weight of the bottom documents (0.1)"),
-        Option("--rocchio-topk", "topk", int, "positive feedback documents (3)"),
-        Option("--rocchio-bottomk", "bottomk", int, "negative feedback documents (0)"),
+        Option("--rocchio-alpha", "alpha", finite_float, "weight of the query (0.9)"),
+        Option("--rocchio-beta", "beta", finite_float, "weight of the top documents (0.1)"),
+        Option("--rocchio-gamma", "gamma", finite_float, "weight of the bottom documents (0.1)"),
+        Option("--rocchio-topk", "topk", positive_int, "positive feedback documents (3)"),
+        Option("--rocchio-bottomk", "bottomk", non_negative_int, "negative feedback documents (0)"),
     )
 
     def __init__(self, prf_depth: int = 3, iterations: int = 1, *, alpha: float = 0.9, beta: float = 0.1,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import finite_float, positive_int
 from tour_pyserini.results import SearchResult, timed
 from tour_pyserini.rewriters.base import (
     DEPTH,
@@ -51,20 +52,20 @@ TOUR_OPTIONS = (
     Option("--preset", "preset", str, "passage: lr 0.2, T 1, k 100, lambda 1; odqa: lr 1.2, T 3, k 10, lambda 0.1",
            choices=tuple(PRESETS)),  # fmt: skip
     DEPTH,
-    Option("--iterations", "iterations", int, "maximum iterations T"),
-    Option("--lr", "lr", float, "learning rate (decays linearly to 0 over T)"),
-    Option("--momentum", "momentum", float, "SGD momentum (0.99)"),
-    Option("--weight-decay", "weight_decay", float, "SGD weight decay (0.01; official code 0.1)"),
-    Option("--clip", "clip", float, "gradient-norm clipping (1.0)"),
-    Option("--tau", "tau", float, "teacher temperature (0.5)"),
-    Option("--retriever-temperature", "retriever_temperature", float, "temperature of the retriever's "
+    Option("--iterations", "iterations", positive_int, "maximum iterations T"),
+    Option("--lr", "lr", finite_float, "learning rate (decays linearly to 0 over T)"),
+    Option("--momentum", "momentum", finite_float, "SGD momentum (0.99)"),
+    Option("--weight-decay", "weight_decay", finite_float, "SGD weight decay (0.01; official code 0.1)"),
+    Option("--clip", "clip", finite_float, "gradient-norm clipping (1.0)"),
+    Option("--tau", "tau", finite_float, "teacher temperature (0.5)"),
+    Option("--retriever-temperature", "retriever_temperature", finite_float, "temperature of the retriever's "
            "distribution P_k in the loss (1, the paper's; 0.05 suits unit-length encoders trained at scale 20)"),
-    Option("--p", "p", float, "nucleus mass of the hard pseudo positives (0.5)"),
+    Option("--p", "p", finite_float, "nucleus mass of the hard pseudo positives (0.5)"),
     LAMBDA,
     SMOOTHING,
-    Option("--fixed-positives", "fixed_positives", int, "ablation: the retriever's top-k' are the pseudo positives "
-           "(TOUR-hard then equals Rocchio; no early stop)", metavar="K'"),  # fmt: skip
-    Option("--teacher-positives", "teacher_positives", int, "ablation: the teacher's top-k' are the pseudo "
+    Option("--fixed-positives", "fixed_positives", positive_int, "ablation: the retriever's top-k' are the pseudo "
+           "positives (TOUR-hard then equals Rocchio; no early stop)", metavar="K'"),  # fmt: skip
+    Option("--teacher-positives", "teacher_positives", positive_int, "ablation: the teacher's top-k' are the pseudo "
            "positives (TOUR-hard)", metavar="K'"),  # fmt: skip
     Option("--soft-stop", "soft_stop", str, "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
            "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)", choices=("argmax", "nucleus")),

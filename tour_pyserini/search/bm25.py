@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tour_pyserini._java import import_pyserini
+from tour_pyserini._java import allow_long_queries, import_pyserini
 from tour_pyserini.data.topics import check_queries
 from tour_pyserini.index.layout import MissingIndexError, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
@@ -23,6 +23,7 @@ class Bm25Searcher:
         if index_kind(index_dir) != "bm25":
             raise MissingIndexError(f"{index_dir} is a dense index, not a Lucene one")
         searcher = import_pyserini("pyserini.search.lucene").LuceneSearcher(str(index_dir))
+        allow_long_queries()
         searcher.set_bm25(k1, b)
         return cls(searcher, threads)
 

@@ -15,7 +15,7 @@ from tour_pyserini.devices import check_device, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import set_search_params
 from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
-from tour_pyserini.rewriters import get_rewriter, get_rewriter_class
+from tour_pyserini.rewriters import check_rewriter, get_rewriter
 
 STORE_NEEDS_PAIRWISE = (
     "--score-store keeps the scores of a --teacher whose pair scores stand alone "
@@ -60,13 +60,20 @@ def check_config(config: SearchConfig) -> dict:
             raise UserError("--ef-search and --nprobe apply to dense indexes; this one is BM25")
         return {}
     options = dict(config.rewriter_options)
-    get_rewriter_class(config.rewriter).check_options(**options)
+    check_rewriter(config.rewriter, options, teacher=bool(config.teacher))
     index = check_faiss_file(Path(config.index) / "index")
     set_search_params(index, ef_search=config.ef_search, nprobe=config.nprobe, where=config.index)
     meta = IndexMeta.read(config.index)
     for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
         if meta is not None and options.get(param, 0) > meta.num_docs:
             raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
+    if options.get("state"):  # a TTT-Embed state of another encoder is refused before the encoder loads
+        from tour_pyserini.encoders import encoder_identity
+        from tour_pyserini.index.query_side import query_encoder_spec
+        from tour_pyserini.ttt.state import State
+
+        identity = encoder_identity(query_encoder_spec(config.index, config.encoder))
+        State.load(options["state"]).check_encoder(identity, f"--state {options['state']}")
     check_device(config.device)
     if config.teacher_precision:
         resolve_precision(config.teacher_precision, config.device, "--teacher-precision")

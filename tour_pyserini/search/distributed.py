@@ -9,6 +9,7 @@ restarted by Ray (it opens its searcher again) and the batch it was running is r
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,6 +20,29 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.results import SearchResult
 from tour_pyserini.search.configure import SearchConfig, open_searcher
 
+# errors a user's input causes (a missing file included), as the command line reports them
+_USER_ERRORS = (UserError, FileNotFoundError)
+
+
+def returns_user_errors(method):
+    """A user error inside a worker comes back as a value, which the driver raises (:func:`raise_user_error`):
+    raised in the actor, Ray would print the actor's traceback before the driver's one line."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except _USER_ERRORS as e:
+            return e
+
+    return wrapper
+
+
+def raise_user_error(value):
+    if isinstance(value, _USER_ERRORS):
+        raise value
+    return value
+
 
 class SearchWorker:
     """One Ray actor: a searcher opened from the search's configuration on first use (again after a restart)."""
@@ -28,14 +52,16 @@ class SearchWorker:
         self.searcher = None
         self.teacher_label = None
 
+    @returns_user_errors
     def open(self) -> tuple[int, str | None]:
         """Open the searcher now; the worker's process id and the teacher's label."""
         if self.searcher is None:
             self.searcher, self.teacher_label = open_searcher(self.config)
         return os.getpid(), self.teacher_label
 
+    @returns_user_errors
     def retrieve(self, texts: Sequence[str], qids: Sequence[str], hits: int) -> list[SearchResult]:
-        self.open()
+        raise_user_error(self.open())
         return self.searcher.retrieve(texts, qids, hits)
 
 
@@ -49,6 +75,9 @@ class RayPool:
     """
 
     def __init__(self, config: SearchConfig, *, workers: int, address: str | None = None):
+        if address is None:  # a local instance listens on 127.0.0.1 only: Ray's non-cluster mode, read when Ray
+            # is first imported (a program that imported it before keeps Ray's default, the machine's address)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         try:
             import ray
         except ImportError:
@@ -64,7 +93,7 @@ class RayPool:
         gpus = 1 if config.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
         self.actors = [actor.remote(config) for _ in range(workers)]
-        opened = ray.get([a.open.remote() for a in self.actors])
+        opened = [raise_user_error(value) for value in ray.get([a.open.remote() for a in self.actors])]
         self.pids = [pid for pid, _ in opened]
         self.teacher_label = opened[0][1]
         self.startup_seconds = time.perf_counter() - start
@@ -73,7 +102,8 @@ class RayPool:
         """The results of each (texts, qids, hits) batch, in the order the batches were given."""
         from ray.util import ActorPool
 
-        yield from ActorPool(self.actors).map(lambda actor, batch: actor.retrieve.remote(*batch), batches)
+        for results in ActorPool(self.actors).map(lambda actor, batch: actor.retrieve.remote(*batch), batches):
+            yield raise_user_error(results)
 
     def close(self) -> None:
         import ray

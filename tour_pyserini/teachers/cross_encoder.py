@@ -16,6 +16,7 @@ import numpy as np
 
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
+from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
@@ -43,17 +44,6 @@ def pair_inputs(tokenizer, queries: Sequence[str], texts: Sequence[str], max_len
 def logits_to_scores(logits):
     """One relevance score per row: the logit of a one-output model; l1 - l0 (log-odds) of a two-output one."""
     return logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
-
-
-def check_model_dir(path: str) -> None:
-    """A local cross-encoder must be a HuggingFace model directory; anything else that looks like a path is
-    a user error (a hub id is left to transformers)."""
-    local = Path(path).expanduser()
-    if local.exists():
-        if not (local / "config.json").is_file():
-            raise UserError(f"cross-encoder {path!r} is not a HuggingFace model directory (no config.json)")
-    elif path.startswith((".", "/", "~")) or path.count("/") != 1:
-        raise UserError(f"cross-encoder {path!r}: no such model directory")
 
 
 def head_modules(model) -> list:
@@ -133,7 +123,7 @@ class CrossEncoderTeacher(Teacher):
 
         path = str(path)
         self.precision = resolve_precision(precision, device, "cross-encoder precision")
-        check_model_dir(path)
+        check_model("cross-encoder", path)
         try:
             config = AutoConfig.from_pretrained(path)
         except OSError as e:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
+
 
 def ensemble_loss(weights, features: Sequence[np.ndarray], relevant: Sequence[np.ndarray], l2: float):
     """L(w) as a torch scalar (differentiable in ``weights``, a (p,) tensor)."""
@@ -88,20 +90,24 @@ def fit_ensemble(
     from tour_pyserini.teachers.ensemble import write_ensemble
 
     metric = "nDCG@10" if qrels is not None else "Success@1"
-    context = TeacherContext(index_dir=str(index))
-    teachers = [get_teacher(spec, context) for spec in teacher_specs]
+    judged_by = "qrels" if qrels is not None else "answer strings"
     searcher = TourSearcher.from_index(index)
     rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=depth)
     if qrels is None:
         run = {q: {h.docid: -i for i, h in enumerate(hits)} for q, hits in rankings.items()}
         qrels = answer_qrels(run, topics, AnswerMatcher(searcher.docstore), depth)
     qrels = {t.qid: qrels.get(t.qid, {}) for t in topics}  # means over the fit queries only
-    features, relevant = [], []
-    for t in tqdm(topics, desc="score", unit="q"):
-        docids = [h.docid for h in rankings[t.qid]]
+    candidates = [[h.docid for h in rankings[t.qid]] for t in topics]
+    relevant = [np.array([qrels[t.qid].get(d, 0) > 0 for d in docids]) for t, docids in zip(topics, candidates)]
+    if not any(r.any() for r in relevant):  # known from the dense search alone: no teacher has loaded yet
+        raise UserError(f"no query of {topics_name or 'the topics'} has a relevant document ({judged_by}) in its "
+                        f"dense top {depth}: nothing to fit on")  # fmt: skip
+    context = TeacherContext(index_dir=str(index))
+    teachers = [get_teacher(spec, context) for spec in teacher_specs]
+    features = []
+    for t, docids in tqdm(list(zip(topics, candidates)), desc="score", unit="q"):
         request = ScoreRequest(t.qid, t.text, docids, searcher.docstore.get(docids))
         features.append(np.stack([teacher.score([request])[0] for teacher in teachers], axis=1))
-        relevant.append(np.array([qrels.get(t.qid, {}).get(d, 0) > 0 for d in docids]))
     weights = fit_weights(features, relevant, l2=l2, init=[1.0] + [0.0] * (len(teachers) - 1))
 
     def quality(w) -> float:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.devices import resolve_precision
+from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 
@@ -302,6 +303,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     from tour_pyserini.training.schedule import staged
     from tour_pyserini.training.splits import grouped_split
 
+    check_model("base model", base_model)  # before the index is read and candidates are mined
     output = Path(output)
     searcher = TourSearcher.from_index(index)
     if searcher.docstore is None:
