@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tour_pyserini.commands.flags import Number, fraction, non_negative_float, positive_int, probability
 from tour_pyserini.commands.outputs import locked_output, staged_output
 from tour_pyserini.commands.runner import run_cli
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Number, fraction, non_negative_float, positive_int, probability
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "none"}
 

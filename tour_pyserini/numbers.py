@@ -1,6 +1,6 @@
 """Numbers a user types: a flag's type that parses its text and knows the range the value must lie in.
 
-A :class:`Number` is an argparse ``type=`` (the commands' parser checks its range as it parses, naming the
+A :class:`Number` is a flag parser's ``type=`` (the commands' parser checks its range as it parses, naming the
 flag) that the library can declare too (a rewriter's own options), so one rule serves both.
 """
 
@@ -18,7 +18,7 @@ class Number:
 
     def __init__(self, kind: type, rule: str, ok: Callable[[float], bool]):
         self.kind, self.rule, self.ok = kind, rule, ok
-        self.__name__ = kind.__name__  # argparse's message for text that is no number: "invalid int value: 'x'"
+        self.__name__ = kind.__name__  # the parser's message for text that is no number: "invalid int value: 'x'"
 
     def __call__(self, text: str) -> int | float:
         return self.kind(text)

@@ -18,9 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser, at_least, non_negative_float
+from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.outputs import check_output, staged_output
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import at_least, non_negative_float
 from tour_pyserini.training.ensemble_fit import fit_ensemble
 
 

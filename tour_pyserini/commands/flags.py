@@ -12,17 +12,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from tour_pyserini.numbers import (  # noqa: F401 (the commands' flag types, imported from here)
-    Number,
-    at_least,
-    finite_float,
-    fraction,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    probability,
-)
+from tour_pyserini.numbers import Number
 
 
 class ArgumentParser(argparse.ArgumentParser):

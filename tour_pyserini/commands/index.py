@@ -10,13 +10,14 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser, positive_int
+from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.build import IndexRequest, build_index, corpus_file
 from tour_pyserini.index.corpus import check_corpus
 from tour_pyserini.index.faiss_index import INDEX_TYPES, FaissIndexSpec
+from tour_pyserini.numbers import positive_int
 
 
 def parser() -> argparse.ArgumentParser:

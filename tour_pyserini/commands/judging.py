@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from tour_pyserini.commands.flags import positive_int
 from tour_pyserini.eval.judge import DEFAULT_METRICS
 from tour_pyserini.eval.scoring import Judgements
+from tour_pyserini.numbers import positive_int
 
 
 def add_judgement_arguments(ap: argparse.ArgumentParser, required: bool = True) -> None:

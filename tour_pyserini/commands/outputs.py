@@ -9,12 +9,12 @@ command on the same output is refused while the first runs (the kernel drops a k
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tour_pyserini.data.runs import open_locked
 from tour_pyserini.errors import UserError
 
 
@@ -50,7 +50,7 @@ def locked_output(path: str | Path, flag: str = "--output") -> Iterator[Path]:
     leaves no partial file behind."""
     target = check_output(path, flag)
     partial = target.with_name(target.name + ".partial")
-    lock = _open_locked(partial, flag)
+    lock = open_locked(partial, flag, holder=f"another command is writing this {flag}")
     try:
         yield target
     finally:
@@ -60,24 +60,3 @@ def locked_output(path: str | Path, flag: str = "--output") -> Iterator[Path]:
         except FileNotFoundError:
             pass
         lock.close()
-
-
-def _open_locked(partial: Path, flag: str):
-    while True:
-        try:
-            f = open(partial, "a", encoding="utf-8")
-        except OSError as e:  # e.g. a read-only partial file left by another user
-            raise UserError(f"cannot write {partial}: {e.strerror} (choose another {flag})") from None
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            raise UserError(f"{partial} is locked: another command is writing this {flag}; wait for it or "
-                            f"choose another {flag}") from None  # fmt: skip
-        try:
-            # the holder may have renamed or removed the file just before releasing it: lock the current one
-            if os.stat(partial).st_ino == os.fstat(f.fileno()).st_ino:
-                return f
-        except FileNotFoundError:
-            pass
-        f.close()

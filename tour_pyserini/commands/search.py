@@ -13,19 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
-from tour_pyserini.commands.flags import (
-    ArgumentParser,
-    add_renamed,
-    apply_renamed,
-    non_negative_float,
-    positive_int,
-    probability,
-)
+from tour_pyserini.commands.flags import ArgumentParser, add_renamed, apply_renamed
 from tour_pyserini.data.runs import RunWriter
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.pyserini_catalogue import resolve_index
+from tour_pyserini.numbers import non_negative_float, positive_int, probability
 from tour_pyserini.results import SearchResult
 from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter_class
 from tour_pyserini.search.configure import SearchConfig, check_config, open_searcher

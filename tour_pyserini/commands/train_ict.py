@@ -8,17 +8,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from tour_pyserini.commands.flags import (
-    ArgumentParser,
-    add_config_flags,
-    at_least,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    probability,
-)
+from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
+from tour_pyserini.numbers import at_least, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import ict_training
 from tour_pyserini.training.ict_training import IctConfig, train
 

@@ -9,17 +9,10 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
-from tour_pyserini.commands.flags import (
-    ArgumentParser,
-    add_config_flags,
-    fraction,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    probability,
-)
+from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import early_update
 from tour_pyserini.training.early_update import QaConfig, train
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from tour_pyserini.commands.flags import (
-    ArgumentParser,
-    add_config_flags,
+from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.devices import PRECISIONS, resolve_precision
+from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import (
     fraction,
     non_negative_float,
     non_negative_int,
@@ -18,8 +19,6 @@ from tour_pyserini.commands.flags import (
     positive_int,
     probability,
 )
-from tour_pyserini.devices import PRECISIONS, resolve_precision
-from tour_pyserini.errors import UserError
 from tour_pyserini.training import reranker
 from tour_pyserini.training.reranker import PSEUDO, TrainConfig, train
 

@@ -14,16 +14,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from tour_pyserini.commands.flags import (
-    ArgumentParser,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-)
+from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import non_negative_float, non_negative_int, positive_float, positive_int
 from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
 from tour_pyserini.ttt.state import SCOPES
 

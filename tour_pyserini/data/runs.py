@@ -79,11 +79,11 @@ class RunWriter:
         self.no_hits: list[str] = []  # queries written with no hits, in order
         if self.path.is_dir():
             raise UserError(f"cannot write the run {self.path}: it is a directory")
-        self._file = _open_locked(self.partial)
+        self._file = open_locked(self.partial)
         self._signature = json.dumps(signature or {}, sort_keys=True)
         self._complete = 0  # bytes of the partial file that hold whole batches
         try:
-            self._trace_file = _open_writable(self.trace_partial) if self.trace else None
+            self._trace_file = _open_writable(self.trace_partial, "--trace") if self.trace else None
             if resume and (end := _batches_end(self.sidecar, self._signature)) is not None:
                 self.done = _truncate_to_whole_batches(self.partial, end)
                 if self.trace and not _truncate_trace(self.trace_partial, self.done):
@@ -155,26 +155,25 @@ def _partial_name(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
-def _open_writable(path: Path) -> TextIO:
+def _open_writable(path: Path, flag: str) -> TextIO:
     """``path`` opened for appending, its directory created; a permission problem is the user's."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open(path, "a", encoding="utf-8")
     except OSError as e:  # a read-only or missing directory, a file where a directory should be
-        raise UserError(f"cannot write {path}: {e.strerror} (choose another --output)") from None
+        raise UserError(f"cannot write {path}: {e.strerror} (choose another {flag})") from None
 
 
-def _open_locked(partial: Path) -> TextIO:
-    """``partial`` opened for appending under an exclusive lock, or a one-line error if another run holds it."""
+def open_locked(partial: Path, flag: str = "--output", holder: str = "another search is writing this run") -> TextIO:
+    """``partial`` opened for appending under an exclusive lock, or one line naming ``flag`` if ``holder``
+    (another process) has it. The kernel releases the lock of a killed process, so it never blocks a rerun."""
     while True:
-        f = _open_writable(partial)
+        f = _open_writable(partial, flag)
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            raise UserError(
-                f"{partial} is locked: another search is writing this run; wait for it or choose another --output"
-            ) from None
+            raise UserError(f"{partial} is locked: {holder}; wait for it or choose another {flag}") from None
         try:
             # the holder may have renamed or removed the file just before releasing it: lock the current one
             if os.stat(partial).st_ino == os.fstat(f.fileno()).st_ino:
