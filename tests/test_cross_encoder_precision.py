@@ -146,3 +146,11 @@ def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
     with pytest.raises(SystemExit) as exit_:
         main([*common, "--teacher-precision", "fp16"])
     assert exit_.value.code == 2 and "--teacher-precision: invalid choice" in capsys.readouterr().err
+
+
+def test_a_residual_teachers_fingerprint_names_its_dense_index_by_content(teachers, dense_index):
+    """Its scores add the index's similarities: a store filled on one index must not serve another index,
+    even one in a folder of the same name."""
+    teacher = teachers["fp32"]
+    assert teacher.fingerprint.endswith(f" + 20.0 x {teacher.dense.fingerprint}")
+    assert "dense index" in teacher.dense.fingerprint and dense_index.name not in teacher.dense.fingerprint

@@ -192,9 +192,11 @@ class CrossEncoderTeacher(Teacher):
     def fingerprint(self) -> str:
         """The label, the length read, the precision and the weights' hash: a retrained, re-cut or
         differently rounded teacher never reuses scores. float32 is the precision left unnamed, so stores
-        written before precisions existed (float32 scores) stay usable."""
+        written before precisions existed (float32 scores) stay usable. A residual teacher adds the dense
+        scorer's own fingerprint (its index's content and encoder), so its scores on one index are never
+        served on another, even one of the same name."""
         sha = weights_sha256(self.path)
         precision = "" if self.precision == "fp32" else f" precision {self.precision}"
-        residual = f" + {self.dense_scale} x {self.dense.label}" if self.dense is not None else ""
+        residual = f" + {self.dense_scale} x {self.dense.fingerprint}" if self.dense is not None else ""
         weights = sha[:16] if sha else self.path
         return f"{self.label} max_length {self.max_length}{precision} weights {weights}{residual}"
