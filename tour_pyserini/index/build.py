@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import resource
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.data.staging import staged_directory
 from tour_pyserini.encoders import same_encoder
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import FaissIndexSpec
@@ -127,29 +126,10 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         if request is not None and (differences := request.differences(meta)):
             raise UserError(f"{output} was built with {'; '.join(differences)}; pass --overwrite to rebuild it")
         return meta
-    tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
-    old = output.with_name(f"{output.name}.old-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as e:  # a read-only directory, a file where a directory should be
-        raise UserError(f"cannot create the index {output}: {e.strerror}") from None
     start = time.perf_counter()
-    try:
+    with staged_directory(output, "the index") as tmp:
         meta = write(tmp)
         meta.build_seconds = round(time.perf_counter() - start, 2)
         meta.peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         meta.write(tmp)
-        if output.exists():  # moved aside, not deleted, until the new index is in place
-            output.rename(old)
-        tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not output.exists():
-            old.rename(output)
-        raise
-    if old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        old.unlink(missing_ok=True)
     return meta

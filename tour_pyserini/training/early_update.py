@@ -79,6 +79,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     import torch
     from tqdm import tqdm
 
+    from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.encoders.pairing import check_pair, index_document_sha, write_pair
     from tour_pyserini.eval.answers import AnswerMatcher
@@ -88,7 +89,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     from tour_pyserini.training.answers import answer_bearing
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.losses import early_update_loss
-    from tour_pyserini.training.schedule import autocast, optimizer, staged
+    from tour_pyserini.training.schedule import autocast, optimizer
 
     meta = IndexMeta.read(index_dir)
     check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
@@ -123,7 +124,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     history = [{"step": 0, **dev_accuracy(model, tokenizer, spec, dev_q, dev_rows, blocks, config)}]
     best, best_step, queue, losses, skipped, seen = history[0]["acc@1"], 0, [], [], 0, 0
     print(f"dev ({n_dev} training questions held out) Acc@1 before training {best:.4f}", flush=True)
-    with staged(output) as tmp:
+    with staged_directory(output, "the model") as tmp:
         save(tmp)
         bar = tqdm(range(1, config.steps + 1), desc="early update", unit="step")
         for step in bar:

@@ -76,6 +76,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     import torch
     from tqdm import tqdm
 
+    from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.encoders import encoder_identity
     from tour_pyserini.encoders.pairing import write_pair
     from tour_pyserini.index.build import corpus_file
@@ -83,7 +84,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.ict import corpus_blocks, draw_example, usable
     from tour_pyserini.training.losses import in_batch_nll
-    from tour_pyserini.training.schedule import autocast, optimizer, staged
+    from tour_pyserini.training.schedule import autocast, optimizer
 
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
@@ -117,7 +118,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     print(f"{len(blocks)} blocks ({len(train_pool)} for training, {n_held} held out); "
           f"held-out accuracy before training {best:.4f}", flush=True)  # fmt: skip
     start = time.perf_counter()
-    with staged(output) as tmp:
+    with staged_directory(output, "the model") as tmp:
         save(tmp)  # step 0 (the initial encoder) stays the choice unless training beats it on held-out examples
         bar = tqdm(range(1, config.steps + 1), desc="ict", unit="step")
         for step in bar:

@@ -295,12 +295,12 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     """
     from tqdm import tqdm
 
+    from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.index.layout import IndexMeta
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.search.bm25 import Bm25Searcher
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
     from tour_pyserini.teachers.dense import DenseTeacher
-    from tour_pyserini.training.schedule import staged
     from tour_pyserini.training.splits import grouped_split
 
     check_model("base model", base_model)  # before the index is read and candidates are mined
@@ -343,7 +343,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     print(f"step 0: dev {metric} {history[0][f'dev_{metric}']:.4f} (re-ranking the dense top {config.dev_depth} of "
           f"{len(dev)} dev queries: {time.perf_counter() - tick:.0f} s)", flush=True)  # fmt: skip
     best, losses, start = -1.0, [], time.perf_counter()
-    with staged(output) as tmp, tqdm(total=last, desc="train", unit="step") as bar:
+    with staged_directory(output, "the model") as tmp, tqdm(total=last, desc="train", unit="step") as bar:
         step = 0
         for _ in range(config.epochs):
             order = train_set[:]

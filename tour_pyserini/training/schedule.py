@@ -1,11 +1,8 @@
-"""What both trainers share: AdamW with linear warm-up and decay, optional bf16 autocast, staged output."""
+"""What the trainers share: AdamW with linear warm-up and decay, optional bf16 autocast, the output check."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
@@ -42,18 +39,3 @@ def check_output(output: str | Path, overwrite: bool) -> Path:
     if not output.parent.exists():
         raise UserError(f"cannot create {output}: its parent directory does not exist")
     return output
-
-
-@contextlib.contextmanager
-def staged(output: Path) -> Iterator[Path]:
-    """A temporary directory next to ``output`` that replaces it in one rename on success; removed on failure."""
-    tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        shutil.rmtree(output, ignore_errors=True)
-        tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
