@@ -173,3 +173,19 @@ def test_the_old_teacher_flags_still_work_for_one_release(capsys):
         apply_renamed(ap, ap.parse_args([*common, "--reranker", "bm25", "--teacher", "dense"]))
     assert "--reranker is the old name of --teacher: give one of them" in capsys.readouterr().err
     assert "--reranker" not in ap.format_help()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--rewriter", "ttt-embed"], "--rewriter ttt-embed needs --state"),
+    (["--teacher", "bm25"], "--teacher is for the rewriters that ask one (rerank, tour-hard, tour-soft); "
+                            "--rewriter none asks none"),
+    (["--rewriter", "rerank"], "rewriter 'rerank' needs a teacher (--teacher TEACHER)"),
+    (["--rewriter", "rocchio", "--rocchio-topk", "-1"], "--rocchio-topk must be positive, got -1"),
+])  # fmt: skip
+def test_what_a_rewriter_needs_is_checked_before_any_model_loads(flags, message, dense_index, mini_scifact, tmp_path):
+    out = tmp_path / "run.trec"
+    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
+                      "--output", str(out), *flags)  # fmt: skip
+    assert proc.returncode == 2 and "Loading weights" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not list(tmp_path.iterdir())
