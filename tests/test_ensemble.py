@@ -112,7 +112,7 @@ def test_fit_ensemble_cli_refuses_bad_input_before_loading(tmp_path):
 
     with pytest.raises(UserError, match="at least two"):
         main(["--index", "x", "--topics", "t", "--teachers", "bm25", "--output", str(tmp_path / "e.json")])
-    with pytest.raises(UserError, match="directory does not exist"):
+    with pytest.raises(UserError, match="its directory .* does not exist"):
         main(["--index", "x", "--topics", "t", "--teachers", "bm25", "dense", "--output", str(tmp_path / "no/e.json")])
 
 

@@ -36,7 +36,7 @@ def index_document_sha(index_encoder: dict | None) -> str | None:
         return index_encoder["weights_sha256"]
     try:  # indexes built before fingerprints were recorded: the named encoder, if it is still on disk
         return encoder_identity(EncoderSpec.resolve(index_encoder["name"]))["weights_sha256"]
-    except (FileNotFoundError, ImportError):
+    except (UserError, FileNotFoundError, ImportError):  # gone, or not a model any more: cannot tell
         return None
 
 
