@@ -316,3 +316,18 @@ def test_pairing_check(tmp_path):
     with pytest.raises(UserError, match=r"paired with document encoder models/doc \(weights aaaaaaaaaaaa\), but "
                        r"index idx was built by other \(weights bbbbbbbbbbbb\)"):  # fmt: skip
         check_pair(query, {"name": "other", "weights_sha256": "b" * 64}, "idx")
+
+
+def test_the_trainers_check_their_config_for_library_callers_too(tmp_path):
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.training import early_update, ict_training, reranker
+
+    with pytest.raises(UserError, match="--batch-size must be at least 2"):
+        ict_training.train("no-collection", tmp_path / "o", "no-model", ict_training.IctConfig(batch_size=1),
+                           tied=True, bf16=False)  # fmt: skip
+    with pytest.raises(UserError, match="--top-c must be positive"):
+        early_update.train(tmp_path / "no-index", [], tmp_path / "o", "no-model", early_update.QaConfig(top_c=0),
+                           bf16=False)  # fmt: skip
+    with pytest.raises(UserError, match="--negatives must be positive"):
+        reranker.train("no-index", [], None, tmp_path / "o", "no-model", reranker.TrainConfig(negatives=0))
+    assert not list(tmp_path.iterdir())

@@ -91,6 +91,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     from tour_pyserini.training.losses import early_update_loss
     from tour_pyserini.training.schedule import autocast, optimizer
 
+    config.check()  # the command line checked its flags already; a library caller gets the same rules
     meta = IndexMeta.read(index_dir)
     check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
     vectors, docids = read_vectors(index_dir)

@@ -86,6 +86,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     from tour_pyserini.training.losses import in_batch_nll
     from tour_pyserini.training.schedule import autocast, optimizer
 
+    config.check()  # the command line checked its flags already; a library caller gets the same rules
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     spec, tokenizer, query_model = load_encoder(init)

@@ -303,6 +303,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     from tour_pyserini.teachers.dense import DenseTeacher
     from tour_pyserini.training.splits import grouped_split
 
+    config.check()  # the command line checked its flags already; a library caller gets the same rules
     check_model("base model", base_model)  # before the index is read and candidates are mined
     output = Path(output)
     searcher = TourSearcher.from_index(index)
