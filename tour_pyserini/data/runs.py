@@ -219,10 +219,9 @@ def _truncate_trace(trace_partial: Path, done: set[str]) -> bool:
 
 
 def write_run(path: str | Path, rankings: Iterable[tuple[str, Sequence[Hit]]], tag: str = "tour_pyserini") -> None:
-    """Write a whole run atomically."""
+    """Write a whole run atomically (as one batch: nothing to resume in a write that never waits)."""
     with RunWriter(path, tag) as writer:
-        for qid, hits in rankings:
-            writer.write(qid, hits)
+        writer.write_batch([(qid, hits, None) for qid, hits in rankings])
 
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:

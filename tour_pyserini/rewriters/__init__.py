@@ -29,6 +29,15 @@ def get_rewriter_class(name: str) -> type[Rewriter]:
 def check_rewriter(name: str, options: dict, *, teacher: bool) -> type[Rewriter]:
     """The rewriter class ``name``, once its options are known to fit it, before anything expensive loads:
     a teacher exactly when it takes one, every option it requires, its own value checks."""
+    cls = _fitting_class(name, options, teacher=teacher)
+    flags = {option.param for option in cls.options}
+    cls.check_options(**{k: v for k, v in options.items() if k in flags and v is not None})
+    return cls
+
+
+def _fitting_class(name: str, options: dict, *, teacher: bool) -> type[Rewriter]:
+    """The rewriter class ``name``, refused without a teacher it needs, with one it takes not, or without an
+    option it requires (values are the rewriter's own to check)."""
     cls = REWRITERS.get(name)
     params = inspect.signature(cls.__init__).parameters
     if "teacher" in params and params["teacher"].default is inspect.Parameter.empty and not teacher:
@@ -43,7 +52,6 @@ def check_rewriter(name: str, options: dict, *, teacher: bool) -> type[Rewriter]
                 and v.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]  # fmt: skip
     if missing := [flags.get(p, p) for p in required if options.get(p) is None]:
         raise UserError(f"--rewriter {name} needs {', '.join(missing)}")
-    cls.check_options(**{k: v for k, v in options.items() if k in flags and v is not None})
     return cls
 
 
@@ -54,7 +62,8 @@ def get_rewriter(name: str, **options) -> Rewriter:
     a flag that would be silently ignored (e.g. ``--lr`` with ``rocchio``) is reported instead.
     """
     given = {k: v for k, v in options.items() if v is not None}
-    cls = check_rewriter(name, {k: v for k, v in given.items() if k != "teacher"}, teacher="teacher" in given)
+    # the constructor checks the values (check_rewriter did so already on the command line's way here)
+    cls = _fitting_class(name, given, teacher="teacher" in given)
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if not takes_any and (extra := sorted(set(given) - set(params))):
