@@ -8,9 +8,9 @@ per-search :class:`~tour_pyserini.teachers.cache.ScoreCache` owns and drops with
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,6 +39,32 @@ def with_texts(request: ScoreRequest, docstore) -> ScoreRequest:
     return ScoreRequest(request.qid, request.query, request.docids, docstore.get(request.docids), memo=request.memo)
 
 
+@dataclass(frozen=True)
+class TeacherOption:
+    """A command-line flag a teacher declares: ``--flag`` sets ``TeacherContext.options[param]``.
+
+    Several teachers may declare the same flag only as the same option (the openai and llm teachers share
+    ``--teacher-instruction``).
+    """
+
+    flag: str
+    param: str
+    type: Callable[[str], Any] = str
+    help: str = ""
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def add_to(self, parser) -> None:
+        parser.add_argument(self.flag, dest=self.dest, type=self.type, help=self.help, metavar=self.metavar)
+
+
+# called with (index of the request, {docid: score}) for scores as soon as the teacher has them
+ScoreSink = Callable[[int, dict[str, float]], None]
+
+
 class Teacher(ABC):
     """Scores candidates of queries; higher is more relevant.
 
@@ -54,6 +80,7 @@ class Teacher(ABC):
     # a pair's score does not depend on the other candidates of its query, so scores may be stored and
     # reused across searches (see ScoreStore)
     pairwise: ClassVar[bool] = True
+    options: ClassVar[tuple[TeacherOption, ...]] = ()  # the flags this teacher reads from TeacherContext.options
 
     @classmethod
     @abstractmethod
@@ -62,6 +89,16 @@ class Teacher(ABC):
     @abstractmethod
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         """One score array per request, aligned with ``request.docids``."""
+
+    def score_streaming(self, requests: Sequence[ScoreRequest], sink: ScoreSink) -> list[np.ndarray]:
+        """:meth:`score`, also handing each score worth keeping to ``sink`` as soon as it is known, so a caller
+        can keep it before the call ends (an API teacher pays per pair: an interrupted call keeps what it got).
+        A pair the teacher could not score is not handed over (a later call tries it again) but still gets a
+        score in the result. Teachers that score a call at once hand their scores over at its end."""
+        out = self.score(requests)
+        for i, (request, scores) in enumerate(zip(requests, out)):
+            sink(i, dict(zip(request.docids, np.asarray(scores, dtype=np.float64).tolist())))
+        return out
 
     @property
     def label(self) -> str:
@@ -82,6 +119,7 @@ class TeacherContext:
     max_length: int | None = None  # tokens of query + document a model-based teacher reads
     device: str = "cpu"  # where a model-based teacher runs
     precision: str | None = None  # a cross-encoder's arithmetic (fp32, bf16); None: the teacher's default
+    options: Mapping[str, Any] = field(default_factory=dict)  # values of the flags teachers declare, by param
 
 
 TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers")

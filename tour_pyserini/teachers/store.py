@@ -142,10 +142,12 @@ class StoredTeacher(Teacher):
         reads = self.teacher.needs_text and self.docstore is not None
         todo = [(i, with_texts(r, self.docstore) if reads and r.docs is None else r) for i, r in todo if r.docids]
         if todo:
-            for (i, request), scores in zip(todo, self.teacher.score([r for _, r in todo])):
-                fresh = dict(zip(request.docids, np.asarray(scores, dtype=np.float64).tolist()))
-                self.store.put(request.query, fresh)
-                stored[i].update(fresh)
+            def keep(j: int, fresh: dict[str, float]) -> None:  # stored as they arrive: an interrupted call keeps them
+                self.store.put(todo[j][1].query, fresh)
+
+            scored = self.teacher.score_streaming([r for _, r in todo], keep)
+            for (i, request), scores in zip(todo, scored):
+                stored[i].update(zip(request.docids, np.asarray(scores, dtype=np.float64).tolist()))
         return [np.array([s[d] for d in r.docids], dtype=np.float64) for r, s in zip(requests, stored)]
 
     @property

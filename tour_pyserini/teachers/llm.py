@@ -1,0 +1,205 @@
+"""The causal-LM teacher: a local language model asked whether a document answers a query, read off its
+next-token distribution (Qwen3-Reranker's recipe, which TTT-Embed uses as its reward).
+
+No text is generated. The prompt ends where the answer begins; the score is the log-odds of the yes and
+no tokens at that position, ``log P(yes) - log P(no)``. Its sigmoid is the normalised probability of yes,
+``P(yes) / (P(yes) + P(no))``, the reward the paper defines; the log-odds keeps the same order without
+saturating at 0 and 1, so it is what is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
+from tour_pyserini.encoders import weights_sha256
+from tour_pyserini.encoders.spec import check_model
+from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, TeacherOption
+from tour_pyserini.teachers.cross_encoder import pair_text, run_in_float32
+from tour_pyserini.teachers.prompts import PRESETS, Template, chat_template, instruction_option, read_template
+
+LLM_EXTRA = "pip install -e '.[llm]'"
+DEFAULT_MAX_LENGTH = 1024  # prompt tokens; a SciFact abstract with the prompt fits in about 500
+
+INSTRUCTION_OPTION = TeacherOption(
+    "--teacher-instruction", "instruction", help="the task an LLM teacher is told, before the query (default: "
+    "'Given a web search query, retrieve relevant passages that answer the query')", metavar="TEXT")  # fmt: skip
+TEMPLATE_OPTION = TeacherOption(
+    "--teacher-template", "template", help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
+    "with {query}, {document} and {instruction} (default: the model's chat template, else plain)",
+    metavar="PRESET|FILE")  # fmt: skip
+
+
+def answer_ids(tokenizer, template: Template) -> tuple[list[int], list[int]]:
+    """The token ids read as yes and as no (see :class:`Template`); a word without a single token is refused."""
+    out = []
+    for word in template.answers:
+        forms = [word] if template.exact else sorted({f for w in (word, word.capitalize(), word.upper())
+                                                      for f in (w, " " + w)})  # fmt: skip
+        ids = [ids[0] for ids in (tokenizer.encode(f, add_special_tokens=False) for f in forms) if len(ids) == 1]
+        if not ids:
+            raise UserError(f"llm teacher: {word!r} is not one token of this model's vocabulary; the template "
+                            f"{template.name!r} cannot be read as yes/no")  # fmt: skip
+        out.append(sorted(set(ids)))
+    return out[0], out[1]
+
+
+@functools.cache
+def file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_llm_path(path: str) -> tuple[str, str | None]:
+    """The model directory (or hub id) and, for a GGUF file, its name; refused in one line before loading."""
+    local = Path(path).expanduser()
+    if local.suffix == ".gguf":
+        if not local.is_file():
+            raise UserError(f"llm teacher {path!r}: no such GGUF file")
+        if importlib.util.find_spec("gguf") is None:
+            raise UserError(f"llm teacher {path!r} is a GGUF file, which transformers reads with the gguf package: "
+                            f"{LLM_EXTRA}")  # fmt: skip
+        return str(local.parent), local.name
+    check_model("llm teacher", path)
+    return path, None
+
+
+@TEACHERS.register
+class LlmTeacher(Teacher):
+    """Scores (query, "title text") pairs by a causal LM's yes/no next-token log-odds.
+
+    The prompt is ``template`` (a :class:`Template`), else the model's chat template with the system message
+    and a user turn holding instruction, query and document, else the ``plain`` preset. Pairs are sorted by
+    length and run in left-padded batches (the next position is the last column of every row); a prompt
+    longer than ``max_length`` tokens loses the end of its document only, so the instruction and the query
+    stay whole. ``precision`` as for the cross-encoder: bf16 runs the model under bfloat16 autocast and the
+    output layer in float32.
+    """
+
+    name = "llm"
+    usage = "llm:PATH"
+    options = (INSTRUCTION_OPTION, TEMPLATE_OPTION)
+
+    def __init__(self, path: str, *, instruction: str | None = None, template: Template | None = None,
+                 max_length: int = DEFAULT_MAX_LENGTH, batch_size: int = 8, device: str = "cpu",
+                 precision: str = DEFAULT_PRECISION):  # fmt: skip
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.instruction = instruction_option(instruction)
+        self.precision = resolve_precision(precision, device, "--teacher-precision")
+        model_dir, gguf_file = check_llm_path(path)
+        self.path = path
+        files = {"gguf_file": gguf_file} if gguf_file else {}
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_dir, **files)
+        except (OSError, ValueError) as e:
+            raise UserError(f"llm teacher {path!r}: its tokenizer cannot be loaded: {str(e).splitlines()[0]}") from None
+        if not self.tokenizer.is_fast:
+            raise UserError(f"llm teacher {path!r}: needs a fast tokenizer (it cuts documents by character offsets)")
+        if template is None:
+            template = chat_template(self.tokenizer) if self.tokenizer.chat_template else PRESETS["plain"]
+        self.template = template
+        self.yes_ids, self.no_ids = answer_ids(self.tokenizer, template)
+        # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **files).eval().to(device)
+        limit = getattr(self.model.config, "max_position_embeddings", None) or max_length
+        self.max_length = min(max_length, limit)
+        self.batch_size = batch_size
+        self.device = device
+        if self.precision == "bf16":
+            run_in_float32(self.model.get_output_embeddings(), torch.device(device).type)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    @classmethod
+    def from_spec(cls, argument: str | None, context: TeacherContext) -> LlmTeacher:
+        if not argument:
+            raise UserError("the llm teacher needs a model: llm:PATH_OR_HUB_ID (a directory, a hub id or a .gguf file)")
+        options = {"device": context.device}
+        if context.max_length is not None:
+            options["max_length"] = context.max_length
+        if context.precision is not None:
+            options["precision"] = check_precision(context.precision, "--teacher-precision")
+        instruction = instruction_option(context.options.get("instruction"))
+        template = context.options.get("template")
+        return cls(argument, instruction=instruction, template=read_template(template) if template else None,
+                   **options)  # fmt: skip
+
+    def prompt_ids(self, query: str, document: str) -> list[int]:
+        """The prompt's token ids: the text tokenized whole, then the document's last tokens dropped while
+        the prompt is longer than ``max_length`` (a query alone longer than that is kept whole)."""
+        before, after = self.template.render(query, self.instruction)
+        document = document.strip()
+        text = before + document + after
+        bos = self.tokenizer.bos_token
+        if bos and not text.startswith(bos):
+            before, text = bos + before, bos + text
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+        excess = len(ids) - self.max_length
+        if excess <= 0:
+            return ids
+        start, end = len(before), len(before) + len(document)
+        in_document = [i for i, (a, _) in enumerate(offsets) if start <= a < end]
+        cut = set(in_document[max(0, len(in_document) - excess) :])
+        return [t for i, t in enumerate(ids) if i not in cut]
+
+    def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        prompts = [self.prompt_ids(q, t) for q, t in zip(queries, texts)]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        scores = np.empty(len(prompts))
+        kind = torch.device(self.device).type
+        bf16 = torch.autocast(kind, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        with torch.inference_mode(), bf16:
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                width = max(len(prompts[i]) for i in idx)
+                ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros((len(idx), width), dtype=torch.long)
+                for row, i in enumerate(idx):  # left padding: every prompt ends in the last column
+                    ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i])
+                    mask[row, width - len(prompts[i]) :] = 1
+                positions = (mask.cumsum(1) - 1).clamp(min=0)  # each prompt counts from 0, as unpadded
+                out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                 position_ids=positions.to(self.device), logits_to_keep=1)  # fmt: skip
+                logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+                odds = torch.logsumexp(logp[:, self.yes_ids], -1) - torch.logsumexp(logp[:, self.no_ids], -1)
+                scores[idx] = odds.cpu().numpy()
+        return scores
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
+        queries = [r.query for r in requests for _ in r.docids]
+        texts = [pair_text(doc) for r in requests for doc in r.docs]
+        flat = self.score_pairs(queries, texts)
+        bounds = np.cumsum([0] + [len(r.docids) for r in requests])
+        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    @property
+    def label(self) -> str:
+        return f"llm:{Path(self.path).name}"
+
+    @property
+    def fingerprint(self) -> str:
+        """Label, prompt (template text and instruction), length read, precision and weights: a store filled
+        under another prompt or by other weights is refused."""
+        local = Path(self.path).expanduser()
+        if local.is_file():
+            stat = local.stat()
+            sha = file_sha256(str(local.resolve()), stat.st_size, stat.st_mtime_ns)
+        else:
+            sha = weights_sha256(self.path)
+        prompt = hashlib.sha256(f"{self.template.text}\0{self.instruction}".encode()).hexdigest()[:16]
+        return (f"{self.label} prompt {prompt} max_length {self.max_length} precision {self.precision} "
+                f"weights {sha[:16] if sha else self.path}")  # fmt: skip
