@@ -2,7 +2,8 @@
 
 For every metric: each run's mean, its difference to the baseline, the paired t-test and paired
 randomisation-test p-values, and per-query wins/ties/losses. Judgements come from ``--qrels`` (ir-measures)
-or ``--answers`` (DPR answer-string accuracy), exactly as in ``python -m tour_pyserini.eval``.
+or ``--answers`` (DPR answer-string accuracy), exactly as in ``python -m tour_pyserini.eval``; with
+``--predictions``, the files are answer predictions and the metrics exact match and token F1.
 
 ``--diff`` needs no judgements: it says whether each run is the baseline's run, bit for bit or up to ties
 within 1e-5 (scores within 1e-5, swaps only between documents within 1e-5 of each other, a near-tie at the
@@ -43,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=non_negative_int, default=0,
                     help="randomisation-test seed (same seed, same p-values)")  # fmt: skip
     ap.add_argument("--plot", metavar="FILE.png", help="per-query difference plot (first metric)")
+    ap.add_argument("--predictions", action="store_true", help="--baseline and --run are answer predictions "
+                    "(the answer command's JSON lines): EM and token F1 against --answers, paired per question")
     ap.add_argument("--diff", action="store_true", help="no metrics: is each run the baseline's run (bit for bit, "
                     "or the same up to ties within 1e-5)? Exit status 1 if one is not")  # fmt: skip
     return ap
@@ -70,6 +73,8 @@ def check_plot(path: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
+    if args.diff and args.predictions:
+        raise UserError("--diff compares TREC runs; --predictions files are compared by their EM and F1")
     if args.diff:
         if args.plot:
             raise UserError("--plot draws metric differences; --diff computes none")
@@ -83,7 +88,12 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError("--plot draws each run's differences to the baseline: give a --run that is not it")
         check_plot(args.plot)  # before the runs are scored
     paths = [args.baseline, *[r for r in args.run if r != args.baseline]]
-    results, qids = score_runs(judgements(args), paths)
+    if args.predictions:
+        from tour_pyserini.commands.eval import score_predictions
+
+        results, qids = score_predictions(paths, args.answers, args.regex)
+    else:
+        results, qids = score_runs(judgements(args), paths)
     per_query = {run: ev.per_query for run, ev in results.items()}
     rows = compare(per_query, args.baseline, qids, args.trials, args.seed)
     print(render(rows, args.format, args.baseline))

@@ -2,6 +2,7 @@
 
 Two modes: ``--qrels FILE`` (ir-measures metrics, trec_eval -c semantics) or ``--answers TOPICS`` with
 ``--collection DIR`` or ``--index DIR`` (DPR answer-string top-k accuracy for open-domain QA).
+``--predictions FILE --answers TOPICS`` scores answer predictions instead: exact match and token F1.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from tour_pyserini.eval.scoring import score_runs
 def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tour_pyserini.eval", description=__doc__)
     add_judgement_arguments(ap)
-    ap.add_argument("--run", required=True, nargs="+", help="one or more TREC run files")
+    ap.add_argument("--run", nargs="+", help="one or more TREC run files")
+    ap.add_argument("--predictions", nargs="+", metavar="FILE", help="answer predictions (JSON lines from the "
+                    "answer command) instead of runs: EM and token F1 against --answers")  # fmt: skip
     ap.add_argument("--write-answer-qrels", metavar="FILE", help="write qid 0 docid has_answer for the first "
                     "max(--topk) passages of the (first) run, so ir-measures' Success@k gives Acc@k")  # fmt: skip
     ap.add_argument("--per-query", action="store_true", help="print per-query values too")
@@ -36,9 +39,30 @@ def format_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def score_predictions(paths: list[str], answers: str | None, regex: bool) -> tuple[dict, list[str]]:
+    """EM and F1 of each predictions file against the answers of the topics file ``answers``."""
+    from tour_pyserini.data.predictions import read_predictions
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.eval.exact_match import answer_topics, evaluate_predictions
+
+    if not answers:
+        raise UserError("--predictions needs --answers TOPICS (the gold answers)")
+    topics = answer_topics(read_topics(answers), answers)
+    predictions = {path: read_predictions(path) for path in paths}  # every file is read before any scoring
+    results = {path: evaluate_predictions(preds, topics, regex, path) for path, preds in predictions.items()}
+    return results, [t.qid for t in topics]
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    if args.write_answer_qrels is None:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if bool(args.run) == bool(args.predictions):
+        ap.error("give --run or --predictions (one of them)")
+    if args.predictions and args.write_answer_qrels:
+        raise UserError("--write-answer-qrels judges the passages of a run; predictions hold answers")
+    if args.predictions:
+        results, qids = score_predictions(args.predictions, args.answers, args.regex)
+    elif args.write_answer_qrels is None:
         results, qids = score_runs(judgements(args), args.run)
     elif not args.answers:
         raise UserError("--write-answer-qrels needs --answers")  # said before any run is scored
