@@ -3,58 +3,17 @@ checked against a direct forward pass of each prompt; and on the real Gemma 3 27
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import corpus_lines, tiny_causal_lm
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
 from tour_pyserini.teachers.llm import LlmTeacher
 from tour_pyserini.teachers.prompts import INSTRUCTION, PRESETS, SYSTEM, read_template
-
-ROOT = Path(__file__).resolve().parents[1]
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")  # fmt: skip
-
-
-def corpus_lines(n: int = 300) -> list[str]:
-    lines = []
-    with open(ROOT / "collections" / "scifact" / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            lines.append(f"{doc.get('title', '')} {doc['text']}")
-            if len(lines) == n:
-                break
-    return lines
-
-
-def tiny_causal_lm(out: Path, *, chat: bool, bos: bool = False) -> Path:
-    """A 2-layer Qwen2 with seeded random weights and a byte-level BPE tokenizer trained on SciFact text."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    specials = ["<pad>", "<|im_start|>", "<|im_end|>", "<bos>", "<|endoftext|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
-    tok.train_from_iterator(corpus_lines() + ["yes no Yes No"] * 2000, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>",
-                                   bos_token="<bos>" if bos else None, model_max_length=256)  # fmt: skip
-    if chat:
-        fast.chat_template = CHATML
-    fast.save_pretrained(out)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=False)  # fmt: skip
-    Qwen2ForCausalLM(config).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +110,13 @@ def test_template_file_and_presets(tiny_base_lm, tmp_path):
     # no chat template: the plain preset; a different prompt is a different fingerprint
     plain = LlmTeacher(str(tiny_base_lm), precision="fp32")
     assert plain.template == PRESETS["plain"] and plain.fingerprint != teacher.fingerprint
-    qwen = read_template("qwen3-reranker")
-    assert qwen.exact and qwen.text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    # Qwen3-Reranker's format reads the exact tokens "yes" and "no", after the empty thinking block
+    qwen = LlmTeacher(str(tiny_base_lm), template=read_template("qwen3-reranker"), precision="fp32")
+    prompt = (f"<bos><|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: {INSTRUCTION}\n"
+              f"<Query>: {QUERIES[0]}\n<Document>: {TEXTS[0]}<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    np.testing.assert_allclose(qwen.score_pairs(QUERIES[:1], TEXTS[:1]),
+                               direct_scores(tiny_base_lm, [prompt], ["yes"], ["no"]), atol=1e-5)  # fmt: skip
 
 
 @pytest.mark.parametrize("spec, options, message", [
@@ -162,8 +126,6 @@ def test_template_file_and_presets(tiny_base_lm, tmp_path):
     ("llm:{model}", {"template": "/no/such/template"}, "neither a preset (qwen3-reranker, plain) nor a file"),
     ("llm:{model}", {"template": "{nodoc}"}, "the template lacks {document}"),
     ("llm:{model}", {"instruction": "  "}, "--teacher-instruction is empty"),
-    # the preset reads the exact tokens "yes" and "no"; this vocabulary splits "no"
-    ("llm:{model}", {"template": "qwen3-reranker"}, "'no' is not one token of this model's vocabulary"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
     nodoc = tmp_path / "nodoc.txt"

@@ -23,7 +23,14 @@ from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, TeacherOption
 from tour_pyserini.teachers.cross_encoder import pair_text, run_in_float32
-from tour_pyserini.teachers.prompts import PRESETS, Template, chat_template, instruction_option, read_template
+from tour_pyserini.teachers.prompts import (
+    PRESETS,
+    Template,
+    chat_template,
+    instruction_option,
+    prompt_ids,
+    read_template,
+)
 
 LLM_EXTRA = "pip install -e '.[llm]'"
 DEFAULT_MAX_LENGTH = 1024  # prompt tokens; a SciFact abstract with the prompt fits in about 500
@@ -136,23 +143,13 @@ class LlmTeacher(Teacher):
                    **options)  # fmt: skip
 
     def prompt_ids(self, query: str, document: str) -> list[int]:
-        """The prompt's token ids: the text tokenized whole, then the document's last tokens dropped while
-        the prompt is longer than ``max_length`` (a query alone longer than that is kept whole)."""
+        """The prompt's token ids, its document cut to fit ``max_length`` (:func:`prompt_ids`); the tokenizer's
+        BOS first when it has one and the template does not write it."""
         before, after = self.template.render(query, self.instruction)
-        document = document.strip()
-        text = before + document + after
         bos = self.tokenizer.bos_token
-        if bos and not text.startswith(bos):
-            before, text = bos + before, bos + text
-        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-        excess = len(ids) - self.max_length
-        if excess <= 0:
-            return ids
-        start, end = len(before), len(before) + len(document)
-        in_document = [i for i, (a, _) in enumerate(offsets) if start <= a < end]
-        cut = set(in_document[max(0, len(in_document) - excess) :])
-        return [t for i, t in enumerate(ids) if i not in cut]
+        if bos and not before.startswith(bos):
+            before = bos + before
+        return prompt_ids(self.tokenizer, before, document.strip(), after, self.max_length)
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         import torch

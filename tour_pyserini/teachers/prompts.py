@@ -85,6 +85,22 @@ def chat_template(tokenizer) -> Template:
     return Template("chat", text)
 
 
+def prompt_ids(tokenizer, before: str, document: str, after: str, max_length: int) -> list[int]:
+    """Token ids of ``before + document + after`` (special tokens only as the text spells them), tokenized
+    whole; while longer than ``max_length``, the document's last tokens are dropped, so the text around it
+    (instruction, query, the answer cue) stays whole, even when it alone is longer than the limit."""
+    encoded = tokenizer(before + document + after, add_special_tokens=False, return_offsets_mapping=True,
+                        verbose=False)  # fmt: skip
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    excess = len(ids) - max_length
+    if excess <= 0:
+        return ids
+    start, end = len(before), len(before) + len(document)
+    in_document = [i for i, (a, _) in enumerate(offsets) if start <= a < end]
+    cut = set(in_document[max(0, len(in_document) - excess) :])
+    return [t for i, t in enumerate(ids) if i not in cut]
+
+
 def instruction_option(value: str | None) -> str:
     if value is not None and not value.strip():
         raise UserError("--teacher-instruction is empty")
