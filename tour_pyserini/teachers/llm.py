@@ -21,10 +21,12 @@ from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_pr
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, TeacherOption
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.cross_encoder import pair_text, run_in_float32
 from tour_pyserini.teachers.prompts import (
+    INSTRUCTION_OPTION,
     PRESETS,
+    TEMPLATE_OPTION,
     Template,
     chat_template,
     instruction_option,
@@ -34,15 +36,6 @@ from tour_pyserini.teachers.prompts import (
 
 LLM_EXTRA = "pip install -e '.[llm]'"
 DEFAULT_MAX_LENGTH = 1024  # prompt tokens; a SciFact abstract with the prompt fits in about 500
-
-INSTRUCTION_OPTION = TeacherOption(
-    "--teacher-instruction", "instruction", help="the task an LLM teacher is told, before the query (default: "
-    "'Given a web search query, retrieve relevant passages that answer the query')", metavar="TEXT")  # fmt: skip
-TEMPLATE_OPTION = TeacherOption(
-    "--teacher-template", "template", help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
-    "with {query}, {document} and {instruction} (default: the model's chat template, else plain)",
-    metavar="PRESET|FILE")  # fmt: skip
-
 
 def answer_ids(tokenizer, template: Template) -> tuple[list[int], list[int]]:
     """The token ids read as yes and as no (see :class:`Template`); a word without a single token is refused."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TeacherOption
 
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
@@ -54,6 +55,14 @@ PRESETS = {
     # for a model without a chat template (a base model) and for raw completions behind an API
     "plain": Template("plain", f"{SYSTEM}\n\n{USER}\n\nAnswer (yes or no):"),
 }
+
+INSTRUCTION_OPTION = TeacherOption(
+    "--teacher-instruction", "instruction", help="the task an LLM teacher is told, before the query (default: "
+    "'Given a web search query, retrieve relevant passages that answer the query')", metavar="TEXT")  # fmt: skip
+TEMPLATE_OPTION = TeacherOption(
+    "--teacher-template", "template", help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
+    "with {query}, {document} and {instruction} (default: the model's chat template, else plain)",
+    metavar="PRESET|FILE")  # fmt: skip
 
 
 def read_template(value: str) -> Template:

@@ -1,0 +1,268 @@
+"""The openai teacher against real HTTP servers on 127.0.0.1: a small deterministic one written here (the
+OpenAI completions and chat endpoints, with the failures real servers have), and llama.cpp's server on the
+real Gemma 3 270M where the [llm] extra is installed (tests/test_teacher_llm.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.index.docstore import Document
+from tour_pyserini.teachers import ScoreRequest, ScoreStore, StoredTeacher, TeacherContext, get_teacher
+from tour_pyserini.teachers.openai_api import OpenAITeacher, yes_no_log_odds
+from tour_pyserini.teachers.prompts import parse_score
+
+
+def unit(text: str, salt: str) -> float:
+    """A deterministic number in [0, 1) from a text."""
+    return int(hashlib.sha256(f"{salt}{text}".encode()).hexdigest()[:8], 16) / 2**32
+
+
+def doc_of(prompt: str) -> str:
+    return re.search(r"Document>?: (.*)", prompt).group(1)
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """/v1/completions gives " Yes"/" No" log-probabilities that depend on the prompt; /v1/chat/completions
+    gives a digit, or "maybe" for a document saying GARBLE (always) or FLAKY (the first time)."""
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_POST(self):
+        server = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with server.lock:
+            server.requests.append((self.path, body))
+            server.in_flight += 1
+            server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            failing = server.fail_next > 0
+            server.fail_next -= failing
+        try:
+            time.sleep(server.delay)
+            if server.key and self.headers.get("Authorization") != f"Bearer {server.key}":
+                return self.answer(401, {"error": "bad key"})
+            if body.get("model") != "judge-1":
+                return self.answer(404, {"error": "no such model"})
+            if failing:
+                return self.answer(server.fail_status, {"error": "busy"}, {"Retry-After": "0"})
+            if self.path == "/v1/completions":
+                prompt = body["prompt"]
+                top = {" Yes": -3 * unit(prompt, "y"), " No": -3 * unit(prompt, "n"), " Maybe": -5.0}
+                logprobs = {"top_logprobs": [top]} if server.logprobs else None
+                choice = {"text": " Yes", "logprobs": logprobs}
+                return self.answer(200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
+                                                                        "completion_tokens": 1}})  # fmt: skip
+            if self.path == "/v1/chat/completions":
+                user = body["messages"][-1]["content"]
+                document = doc_of(user)
+                with server.lock:
+                    flaky = "FLAKY" in document and document not in server.seen
+                    server.seen.add(document)
+                reply = "maybe" if "GARBLE" in document or flaky else str(int(6 * unit(document, "s")))
+                return self.answer(200, {"choices": [{"message": {"role": "assistant", "content": reply}}],
+                                         "usage": {"prompt_tokens": len(user.split()), "completion_tokens": 1}})
+            return self.answer(404, {"error": "no such endpoint"})
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def answer(self, status: int, body: dict, headers: dict | None = None):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def start_server(port: int = 0, **settings) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", port), FakeOpenAI)
+    server.daemon_threads = True
+    server.lock, server.requests, server.seen = threading.Lock(), [], set()
+    server.in_flight = server.max_in_flight = 0
+    settings = {"delay": 0.0, "key": None, "logprobs": True, "fail_next": 0, "fail_status": 503, **settings}
+    for name, value in settings.items():
+        setattr(server, name, value)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def server():
+    server = start_server()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url(server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+TEXTS = [f"Abstract number {i} about topic {i % 3}." for i in range(12)]
+
+
+def request(texts=TEXTS, query="what causes cancer") -> ScoreRequest:
+    return ScoreRequest("q1", query, [f"d{i}" for i in range(len(texts))], [Document(f"d{i}", "", t) for i, t in
+                                                                          enumerate(texts)])  # fmt: skip
+
+
+def teacher(server, **options) -> OpenAITeacher:
+    options = {"model": "judge-1", **options}
+    return get_teacher(f"openai:{url(server)}", TeacherContext(options=options))
+
+
+def test_logprobs_scores_are_the_servers_yes_no_log_odds(server, capsys):
+    judge = teacher(server, concurrency=3)
+    assert judge.judge == "logprobs"  # auto: the probe found log-probabilities
+    got = judge.score([request()])[0]
+    prompts = [body["prompt"] for path, body in server.requests[1:]]
+    want = {doc_of(p): -3 * unit(p, "y") + 3 * unit(p, "n") for p in prompts}
+    np.testing.assert_allclose(got, [want[t] for t in TEXTS], atol=1e-12)
+    assert all(body["logprobs"] == 20 and body["max_tokens"] == 1 for _, body in server.requests)
+    assert len(server.requests) == 1 + len(TEXTS)
+    err = capsys.readouterr().err
+    tokens = sum(len(body["prompt"].split()) for _, body in server.requests)
+    assert f"openai:judge-1: {len(TEXTS)} pairs scored in {len(TEXTS) + 1} requests, tokens sent {tokens}, " \
+           f"received {len(TEXTS) + 1}" in err  # fmt: skip
+
+
+def test_yes_no_log_odds_reads_every_spelling_and_bounds_a_missing_answer():
+    assert yes_no_log_odds({" Yes": math.log(0.3), "yes": math.log(0.1), " No": math.log(0.2)}, ("yes", "no")) == \
+        pytest.approx(math.log(0.4 / 0.2))  # fmt: skip
+    # "no" is not listed: its log-probability is at most the smallest listed one
+    assert yes_no_log_odds({" Yes": -0.5, " The": -4.0}, ("yes", "no")) == pytest.approx(3.5)
+
+
+def test_verbalised_scores_when_the_server_gives_no_logprobs(tmp_path, capsys):
+    server = start_server(logprobs=False)
+    try:
+        texts = TEXTS[:4] + ["GARBLE this", "FLAKY this"]
+        judge = teacher(server)
+        assert judge.judge == "score"
+        store = ScoreStore(tmp_path / "s.sqlite", judge.fingerprint)
+        got = StoredTeacher(judge, store).score([request(texts)])[0]
+        want = [float(int(6 * unit(t, "s"))) for t in texts]
+        assert got[:4].tolist() == want[:4] and got[5] == want[5]  # FLAKY: the second ask gave a score
+        assert got[4] == min(got[:4].tolist() + [got[5]]) - 1  # GARBLE: no score, ranked below the others
+        chats = [b for p, b in server.requests if p == "/v1/chat/completions"]
+        assert len(chats) == 4 + 2 + 2  # GARBLE and FLAKY were asked twice
+        assert set(store.get("what causes cancer", [f"d{i}" for i in range(6)])) == {"d0", "d1", "d2", "d3", "d5"}
+        assert "1 got no score: not stored, asked again next run" in capsys.readouterr().err
+        # the next run asks only the pair that has no score
+        before = len(server.requests)
+        StoredTeacher(judge, store).score([request(texts)])
+        assert len(server.requests) - before == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("reply, score", [("4", 4.0), (" 4 \n", 4.0), ("4.0", 4.0), ("0", 0.0), ("4/5", None),
+                                          ("about 4", None), ("45", None), ("6", None), ("", None)])  # fmt: skip
+def test_score_parsing_is_strict(reply, score):
+    assert parse_score(reply) == score
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_busy_servers_are_retried_with_backoff(status):
+    server = start_server(fail_next=3, fail_status=status)
+    try:
+        judge = OpenAITeacher(url(server), "judge-1", judge="logprobs", backoff=0.01)
+        scores = judge.score([request(TEXTS[:2])])[0]
+        assert np.isfinite(scores).all() and len(server.requests) == 2 + 3
+        server.fail_next = 10
+        with pytest.raises(UserError, match=f"answered {status} .* \\(3 tries\\)"):
+            OpenAITeacher(url(server), "judge-1", judge="logprobs", backoff=0.01, retries=2).score([request()])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_requests_in_flight_stay_within_the_concurrency():
+    server = start_server(delay=0.05)
+    try:
+        OpenAITeacher(url(server), "judge-1", judge="logprobs", concurrency=3).score([request()])
+        assert server.max_in_flight == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_run_stopped_by_a_dead_server_resumes_without_paying_twice(tmp_path):
+    port = free_port()
+    server = start_server(port, delay=0.02)
+    judge = OpenAITeacher(url(server), "judge-1", judge="logprobs", concurrency=2, retries=1, backoff=0.01)
+    store = ScoreStore(tmp_path / "s.sqlite", judge.fingerprint)
+
+    def kill_after(n: int) -> None:
+        while len(server.requests) < n:
+            time.sleep(0.005)
+        server.shutdown()
+        server.server_close()
+
+    killer = threading.Thread(target=kill_after, args=(5,))
+    killer.start()
+    with pytest.raises(UserError, match="cannot reach .* run again to resume"):
+        StoredTeacher(judge, store).score([request()])
+    killer.join()
+    kept = store.get("what causes cancer", request().docids)
+    assert 3 <= len(kept) < len(TEXTS)  # what was paid for before the server died is kept
+    again = start_server(port)
+    try:
+        got = StoredTeacher(judge, store).score([request()])[0]
+        assert len(again.requests) == len(TEXTS) - len(kept)  # no pair paid twice
+        assert not {doc_of(b["prompt"]) for _, b in again.requests} & {TEXTS[int(d[1:])] for d in kept}
+        fresh = OpenAITeacher(url(again), "judge-1", judge="logprobs").score([request()])[0]
+        np.testing.assert_allclose(got, fresh, atol=1e-12)
+    finally:
+        again.shutdown()
+        again.server_close()
+
+
+def test_bad_input_is_one_line(server):
+    closed = free_port()
+    rows = [
+        ("openai", {"model": "judge-1"}, "the openai teacher needs the server's URL: openai:BASE_URL"),
+        ("openai:localhost:8000", {"model": "judge-1"}, "is not an http(s) URL"),
+        (f"openai:{url(server)}", {}, "the openai teacher needs --teacher-model NAME"),
+        (f"openai:{url(server)}", {"model": "judge-1", "judge": "vibes"}, "--teacher-judge 'vibes': choose one of"),
+        (f"openai:{url(server)}", {"model": "other"}, "answered 404: no such endpoint, or no model 'other' there"),
+        (f"openai:http://127.0.0.1:{closed}/v1", {"model": "judge-1"}, "cannot reach http://127.0.0.1"),
+    ]
+    for spec, options, message in rows:
+        with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            get_teacher(spec, TeacherContext(options=options))
+
+
+def test_a_refused_key_is_one_line(monkeypatch):
+    server = start_server(key="sk-right")
+    try:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
+        with pytest.raises(UserError, match="refused the key \\(401\\); set OPENAI_API_KEY"):
+            teacher(server)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-right")
+        assert teacher(server).judge == "logprobs"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,314 @@
+"""The API teacher: any OpenAI-compatible server (vLLM, llama.cpp's server, Ollama, OpenAI) judging pairs.
+
+Two ways of judging, as servers differ. ``logprobs``: ``/completions`` on the yes/no prompt, one token,
+the score the log-odds of yes and no among ``top_logprobs`` (the llm teacher's score, from the server's
+arithmetic). ``score``: ``/chat/completions`` asking for the TTT-Embed paper's 0-5 relevance score, parsed
+strictly; a reply that is not a score is asked once more, then the pair has no score (never 0: it is not
+stored, so a later run asks again, and it ranks below the candidates that got one). ``auto`` tries the
+first and falls back to the second when the server gives no log-probabilities (llama.cpp's chat endpoint
+returns none).
+
+Each pair is one request; up to ``concurrency`` are in flight. 429 and 5xx answers, timeouts and dropped
+connections are retried with exponential backoff (``Retry-After`` honoured); a refused key, a missing
+model or endpoint, or a server that cannot be reached is one line. Scores are handed over as they arrive
+(:meth:`score_streaming`), so a score store keeps every paid pair even when the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import numpy as np
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import positive_int
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext, TeacherOption
+from tour_pyserini.teachers.cross_encoder import pair_text
+from tour_pyserini.teachers.prompts import (
+    INSTRUCTION_OPTION,
+    PRESETS,
+    SCORE_SYSTEM,
+    SCORE_USER,
+    TEMPLATE_OPTION,
+    Template,
+    instruction_option,
+    parse_score,
+    read_template,
+)
+
+JUDGES = ("auto", "logprobs", "score")
+TOP_LOGPROBS = 20
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+MODEL_OPTION = TeacherOption("--teacher-model", "model", help="the model an openai: teacher asks (its name on the "
+                             "server)", metavar="NAME")  # fmt: skip
+CONCURRENCY_OPTION = TeacherOption("--teacher-concurrency", "concurrency", positive_int,
+                                   "requests an openai: teacher keeps in flight (default 4)")  # fmt: skip
+JUDGE_OPTION = TeacherOption("--teacher-judge", "judge", help="how an openai: teacher judges: logprobs (yes/no "
+                             "log-odds), score (verbalised 0-5) or auto (logprobs where the server returns them; "
+                             "default)", metavar="|".join(JUDGES))  # fmt: skip
+
+
+class Unscored(Exception):
+    """A pair the server answered but gave no usable score for."""
+
+
+@dataclass
+class Usage:
+    """What the teacher has paid for in this process."""
+
+    pairs: int = 0
+    missing: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@TEACHERS.register
+class OpenAITeacher(Teacher):
+    """Scores pairs through an OpenAI-compatible HTTP API; ``base_url`` ends where ``/completions`` begins
+    (e.g. ``http://127.0.0.1:8000/v1``). The key is ``OPENAI_API_KEY`` (none sent when it is unset)."""
+
+    name = "openai"
+    usage = "openai:BASE_URL"
+    options = (MODEL_OPTION, CONCURRENCY_OPTION, JUDGE_OPTION, INSTRUCTION_OPTION, TEMPLATE_OPTION)
+
+    def __init__(self, base_url: str, model: str, *, judge: str = "auto", concurrency: int = 4,
+                 instruction: str | None = None, template: Template | None = None, max_chars: int | None = None,
+                 timeout: float = 60.0, retries: int = 5, backoff: float = 0.5):  # fmt: skip
+        parsed = urlparse(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise UserError(f"openai teacher: {base_url!r} is not an http(s) URL (e.g. openai:http://127.0.0.1:8000/v1)")
+        if not model:
+            raise UserError("the openai teacher needs --teacher-model NAME (the model's name on the server)")
+        if judge not in JUDGES:
+            raise UserError(f"--teacher-judge {judge!r}: choose one of {', '.join(JUDGES)}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.instruction = instruction_option(instruction)
+        self.template = template or PRESETS["plain"]
+        self.max_chars = max_chars
+        self.concurrency = concurrency
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.key = os.environ.get("OPENAI_API_KEY")
+        self.paid = Usage()
+        self.lock = threading.Lock()
+        self.reached = False  # whether the server has answered once (a refused connection then is worth retrying)
+        self.judge = self.probe() if judge == "auto" else judge
+
+    @classmethod
+    def from_spec(cls, argument: str | None, context: TeacherContext) -> OpenAITeacher:
+        if not argument:
+            raise UserError("the openai teacher needs the server's URL: openai:BASE_URL (e.g. http://127.0.0.1:8000/v1)")
+        options = context.options
+        template = options.get("template")
+        return cls(argument, options.get("model"), judge=options.get("judge") or "auto",
+                   concurrency=options.get("concurrency") or 4, instruction=options.get("instruction"),
+                   template=read_template(template) if template else None,
+                   max_chars=4 * context.max_length if context.max_length else None)  # fmt: skip
+
+    # -- HTTP
+
+    def post(self, endpoint: str, body: dict) -> dict | None:
+        """The server's JSON answer; None for a request it refused as malformed (400, 422: that pair only)."""
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        url = f"{self.base_url}/{endpoint}"
+        data = json.dumps({"model": self.model, **body}).encode()
+        attempt = 0
+        while True:
+            try:
+                with self.lock:
+                    self.paid.requests += 1
+                request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    answer = json.loads(response.read())
+                usage = answer.get("usage") or {}
+                self.reached = True
+                with self.lock:
+                    self.paid.prompt_tokens += usage.get("prompt_tokens") or 0
+                    self.paid.completion_tokens += usage.get("completion_tokens") or 0
+                return answer
+            except urllib.error.HTTPError as e:
+                if e.code in (401, 403):
+                    raise UserError(f"openai teacher: {self.base_url} refused the key ({e.code}); "
+                                    "set OPENAI_API_KEY") from None  # fmt: skip
+                if e.code == 404:
+                    raise UserError(f"openai teacher: {url} answered 404: no such endpoint, or no model "
+                                    f"{self.model!r} there") from None  # fmt: skip
+                if e.code in (400, 422):
+                    return None
+                if e.code not in RETRY_STATUS or attempt == self.retries:
+                    raise UserError(f"openai teacher: {url} answered {e.code} {e.reason} "
+                                    f"({attempt + 1} tries)") from None  # fmt: skip
+                wait = max(self.backoff * 2**attempt, float(e.headers.get("Retry-After") or 0))
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                refused = isinstance(getattr(e, "reason", e), ConnectionRefusedError)
+                if refused and not self.reached:  # nothing listens there: no server to wait for
+                    raise UserError(f"openai teacher: cannot reach {self.base_url} (connection refused)") from None
+                if attempt == self.retries:
+                    raise UserError(f"openai teacher: cannot reach {self.base_url} ({getattr(e, 'reason', e)}; "
+                                    f"{attempt + 1} tries); scores already received are in the score store "
+                                    "(--score-store): run again to resume") from None  # fmt: skip
+                wait = self.backoff * 2**attempt
+            time.sleep(wait)
+            attempt += 1
+
+    # -- judging one pair
+
+    def completion_prompt(self, query: str, document: str) -> str:
+        before, after = self.template.render(query, self.instruction)
+        return before + document.strip()[: self.max_chars] + after
+
+    def judge_logprobs(self, query: str, document: str) -> float:
+        answer = self.post("completions", {"prompt": self.completion_prompt(query, document), "max_tokens": 1,
+                                           "temperature": 0, "logprobs": TOP_LOGPROBS})  # fmt: skip
+        top = top_logprobs(answer)
+        if top is None:
+            raise Unscored("no log-probabilities")
+        return yes_no_log_odds(top, self.template.answers)
+
+    def judge_score(self, query: str, document: str) -> float:
+        user = SCORE_USER.format(instruction=self.instruction, query=query,
+                                 document=document.strip()[: self.max_chars])  # fmt: skip
+        body = {"messages": [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": user}],
+                "max_tokens": 4, "temperature": 0}  # fmt: skip
+        for _ in range(2):  # a reply that is not a score is asked once more
+            answer = self.post("chat/completions", body)
+            try:
+                score = parse_score(answer["choices"][0]["message"]["content"]) if answer else None
+            except (KeyError, IndexError, TypeError):
+                score = None
+            if score is not None:
+                return score
+        raise Unscored("the reply was not a 0-5 score")
+
+    def judge_pair(self, query: str, document: str) -> float:
+        return (self.judge_logprobs if self.judge == "logprobs" else self.judge_score)(query, document)
+
+    def probe(self) -> str:
+        """``logprobs`` when the server returns yes/no log-probabilities for completions, else ``score``."""
+        try:
+            answer = self.post("completions", {"prompt": self.completion_prompt("probe", "probe"), "max_tokens": 1,
+                                               "temperature": 0, "logprobs": TOP_LOGPROBS})  # fmt: skip
+        except UserError as e:
+            if "404" not in str(e):
+                raise
+            # no completions endpoint; the chat endpoint must be there (and know the model)
+            self.post("chat/completions", {"messages": [{"role": "user", "content": "Reply 0."}], "max_tokens": 1})
+            return "score"
+        top = top_logprobs(answer)
+        try:
+            if top is not None:
+                yes_no_log_odds(top, self.template.answers)
+                return "logprobs"
+        except Unscored:
+            pass
+        return "score"
+
+    # -- the Teacher interface
+
+    def score_streaming(self, requests: Sequence[ScoreRequest], sink: ScoreSink) -> list[np.ndarray]:
+        pairs = [(i, j, r.query, pair_text(doc)) for i, r in enumerate(requests) for j, doc in enumerate(r.docs)]
+        got: dict[tuple[int, int], float] = {}
+        pool = ThreadPoolExecutor(max_workers=self.concurrency)
+        futures = {pool.submit(self.judge_pair, q, d): (i, j) for i, j, q, d in pairs}
+        stop: BaseException | None = None  # a fatal answer or Ctrl-C: nothing more is sent, what is in flight is kept
+        try:
+            pending = as_completed(futures)
+            while True:
+                try:
+                    future = next(pending)
+                except StopIteration:
+                    break
+                except KeyboardInterrupt as e:
+                    if isinstance(stop, KeyboardInterrupt):  # the second Ctrl-C does not wait
+                        raise
+                    stop = e
+                    for f in futures:
+                        f.cancel()
+                    continue
+                if future.cancelled():
+                    continue
+                i, j = futures[future]
+                try:
+                    got[i, j] = future.result()
+                except Unscored:
+                    self.paid.missing += 1
+                    continue
+                except UserError as e:
+                    stop = stop or e
+                    for f in futures:
+                        f.cancel()
+                    continue
+                self.paid.pairs += 1
+                sink(i, {requests[i].docids[j]: got[i, j]})  # kept the moment it is paid for
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            self.report()
+        if stop is not None:
+            raise stop
+        out = []
+        for i, request in enumerate(requests):
+            scores = [got.get((i, j)) for j in range(len(request.docids))]
+            known = [s for s in scores if s is not None]
+            floor = (min(known) if known else 0.0) - 1.0  # an unscored pair ranks below its query's scored ones
+            out.append(np.array([floor if s is None else s for s in scores], dtype=np.float64))
+        return out
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
+        return self.score_streaming(requests, lambda i, scores: None)
+
+    def report(self) -> None:
+        u = self.paid
+        missing = f" ({u.missing} got no score: not stored, asked again next run)" if u.missing else ""
+        print(f"{self.label}: {u.pairs} pairs scored{missing} in {u.requests} requests, tokens sent "
+              f"{u.prompt_tokens}, received {u.completion_tokens}", file=sys.stderr)  # fmt: skip
+
+    @property
+    def label(self) -> str:
+        return f"openai:{self.model}"
+
+    @property
+    def fingerprint(self) -> str:
+        """Model name, way of judging and prompt; not the URL, so a store survives a server that restarts
+        on another port (the name is trusted to stand for the same weights)."""
+        prompt = self.template.text if self.judge == "logprobs" else f"{SCORE_SYSTEM}\0{SCORE_USER}"
+        digest = hashlib.sha256(f"{prompt}\0{self.instruction}\0{self.max_chars}".encode()).hexdigest()[:16]
+        return f"{self.label} judge {self.judge} prompt {digest}"
+
+
+def top_logprobs(answer: dict | None) -> dict[str, float] | None:
+    """The first generated token's alternatives, {token: log-probability}, from a completions answer."""
+    try:
+        top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return top if isinstance(top, dict) and top else None
+
+
+def yes_no_log_odds(top: dict[str, float], answers: tuple[str, str]) -> float:
+    """log P(yes) - log P(no), each summed over the listed tokens that read as the answer (any case, any
+    spaces). An answer missing from the list has at most the smallest listed probability, which stands for
+    it; a list with neither answer gives no score."""
+    sides = []
+    for word in answers:
+        logps = [lp for token, lp in top.items() if token.strip().lower() == word]
+        sides.append(math.log(sum(math.exp(lp) for lp in logps)) if logps else None)
+    if sides[0] is None and sides[1] is None:
+        raise Unscored("neither answer among the top log-probabilities")
+    bound = min(top.values())
+    return (bound if sides[0] is None else sides[0]) - (bound if sides[1] is None else sides[1])
