@@ -1,7 +1,7 @@
 """The command-line programs, one thin module each: parse flags, call the library.
 
 ``tour-pyserini <command>`` (the console script) and ``python -m tour_pyserini <command>`` run them;
-``python -m tour_pyserini.index|search|eval|ttt`` stay as the entry points Pyserini users type.
+``python -m tour_pyserini.index|search|eval|answer|ttt`` stay as the entry points Pyserini users type.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ SUBCOMMANDS = {
     "train-qa": ("train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",
                  "tour-pyserini train-qa --index indexes/nq-oracle.minilm "
                  "--topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa"),
+    "answer": ("answer", "read each question's top-k passages of a run with an extractive QA model; write answers",
+               "tour-pyserini answer --run runs/nq.trec --topics collections/nq-oracle/topics.test.jsonl "
+               "--collection collections/nq-oracle --reader models/nq-oracle-reader --output runs/nq.answers.jsonl"),
     "ttt": ("ttt", "TTT-Embed: teacher rewards under a budget, fit reusable query states",
             "tour-pyserini ttt fit --rewards rewards.tsv --scope task --output state.safetensors"),
     "run-pyserini": ("run_pyserini", "run one of Pyserini's own command-line tools with this project's Java",

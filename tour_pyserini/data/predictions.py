@@ -64,14 +64,14 @@ def prediction_line(pred: Prediction) -> str:
 class PredictionWriter:
     """Write predictions so that ``path`` only ever appears complete, resumably (see the module's docstring)."""
 
-    def __init__(self, path: str | Path, signature: dict | None = None):
+    def __init__(self, path: str | Path, signature: dict | None = None, *, resume: bool = True):
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.sidecar = self.path.with_name(self.path.name + ".partial.json")
         self._signature = json.dumps(signature or {}, sort_keys=True)
         self._file = open_locked(self.partial, holder="another command is writing these predictions")
         self.done: set[str] = set()
-        end = self._recorded_end()
+        end = self._recorded_end() if resume else None
         data = self.partial.read_bytes()
         if end is not None and len(data) >= end:
             self._file.truncate(end)  # a batch cut off by a kill is dropped

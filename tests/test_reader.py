@@ -1,0 +1,159 @@
+"""The reader on tiny random-weight QA models: windows and their stride, span limits, and both selection rules
+against a direct computation over every span of every window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tour_pyserini.encoders import bundled_model_dir
+from tour_pyserini.reader import Passage, Question, Reader, ReaderOptions
+from tour_pyserini.reader.spans import Candidate, Span, best_span, choose
+from tour_pyserini.reader.windows import length_sorted_batches, make_windows
+
+LONG = " ".join(f"word{i} is followed by number {i * 7} and then" for i in range(60))  # about 600 tokens
+
+
+def tiny_qa_model(path, kind: str = "bert", seed: int = 0):
+    """A random-weight extractive QA model with the bundled MiniLM's tokenizer, saved as any checkpoint is."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        BertConfig,
+        BertForQuestionAnswering,
+        DistilBertConfig,
+        DistilBertForQuestionAnswering,
+    )
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    torch.manual_seed(seed)
+    if kind == "bert":
+        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=2, intermediate_size=64)  # fmt: skip
+        model = BertForQuestionAnswering(config)
+    else:  # no token type ids: the windows must not send them
+        config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64)
+        model = DistilBertForQuestionAnswering(config)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_qa_model(tmp_path_factory.mktemp("tiny-qa"))
+
+
+QUESTIONS = [
+    Question(
+        "q1", "what number follows word3?", (Passage("long", LONG, 0.9), Passage("b", "Paris is in France.", 0.5))
+    ),
+    Question("q2", "where is paris", (Passage("b", "Paris is in France.", 0.2), Passage("c", "Rome, Italy", 0.7))),
+]
+
+
+def test_best_span_equals_a_search_over_every_span():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        start, end = rng.normal(size=n), rng.normal(size=n)
+        context = rng.random(n) < 0.7
+        limit = int(rng.integers(1, 8))
+        found = best_span(start, end, context, limit)
+        spans = [(start[s] + end[e], s, e) for s in range(n) for e in range(s, min(n, s + limit))
+                 if context[s] and context[e]]  # fmt: skip
+        if not spans:
+            assert found is None
+            continue
+        score, s, e = max(spans, key=lambda t: (t[0], -t[1], -t[2]))
+        assert (found.score, found.start, found.end) == (pytest.approx(score), s, e)
+        assert found.end - found.start < limit and found.selection == start[0]
+
+
+def test_a_span_is_never_longer_than_the_limit_nor_outside_the_passage():
+    start = np.array([9.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0])
+    end = np.array([9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0])
+    context = np.array([False, False, True, True, True, True, True])  # [CLS] and a question token are not context
+    assert (best_span(start, end, context, 10).start, best_span(start, end, context, 10).end) == (3, 6)
+    short = best_span(start, end, context, 3)  # (3, 6) is 4 tokens long: the best 3-token span instead
+    assert short.end - short.start < 3 and short.start == 3
+
+
+def test_the_rules_by_hand():
+    a = Candidate(0, retrieval=10.0, span=Span(1.0, 0, 0, 0.0), window=0, selection=3.0)
+    b = Candidate(1, retrieval=8.0, span=Span(2.5, 0, 0, 0.0), window=0, selection=-1.0)
+    assert choose([a, b], "orqa", 1.0) == (a, 11.0)  # 10 + 1 > 8 + 2.5
+    assert choose([a, b], "orqa", 0.0) == (b, 2.5)  # spans alone
+    assert choose([a, b], "dpr") == (a, 1.0)  # a's selection logit is higher; its span's score is reported
+    assert choose([], "orqa") is None
+
+
+def test_long_passages_are_read_in_windows_that_overlap_by_the_stride(tiny):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    windows = make_windows(tokenizer, ["what follows?"], [LONG], max_length=64, stride=16)
+    assert len(windows) > 10 and all(len(w.input_ids) <= 64 for w in windows) and {w.pair for w in windows} == {0}
+    pieces = [[w.offsets[i] for i in np.flatnonzero(w.context)] for w in windows]
+    for before, after in zip(pieces, pieces[1:]):
+        assert before[-16:] == after[:16]  # the last 16 passage tokens of a window open the next
+    every = sorted({o for piece in pieces for o in piece})
+    whole = [tuple(o) for o in tokenizer(LONG, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+    assert every == whole  # together the windows hold every token of the passage
+    batches = length_sorted_batches(windows, 4)
+    lengths = [len(windows[i].input_ids) for b in batches for i in b]
+    assert lengths == sorted(lengths, reverse=True) and sorted(i for b in batches for i in b) == list(
+        range(len(windows))
+    )
+
+
+def direct_answer(reader: Reader, question: Question, rule: str, weight: float = 1.0):
+    """The answer by brute force: every span of every window of every passage, scored as the rule says."""
+    o = reader.options
+    best = None
+    per_passage = []
+    for passage in question.passages:
+        windows = make_windows(reader.tokenizer, [question.text], [passage.text], max_length=o.max_length,
+                               stride=o.stride)  # fmt: skip
+        spans, selection = [], -np.inf
+        for window, (start, end) in zip(windows, reader.logits(windows)):
+            selection = max(selection, float(start[0]))
+            n = len(start)
+            for s in range(n):
+                for e in range(s, min(n, s + o.max_answer_length)):
+                    if window.context[s] and window.context[e]:
+                        text = passage.text[window.offsets[s][0] : window.offsets[e][1]]
+                        spans.append((float(start[s] + end[e]), text))
+        per_passage.append((passage, selection, max(spans)))
+    if rule == "orqa":
+        best = max(per_passage, key=lambda p: weight * p[0].score + p[2][0])
+        return best[2][1], best[0].docid, weight * best[0].score + best[2][0]
+    best = max(per_passage, key=lambda p: p[1])
+    return best[2][1], best[0].docid, best[2][0]
+
+
+@pytest.mark.parametrize("rule, weight", [("orqa", 1.0), ("orqa", 0.0), ("orqa", 50.0), ("dpr", 1.0)])
+def test_each_rule_equals_the_direct_computation(tiny, rule, weight):
+    options = ReaderOptions(max_length=48, stride=12, max_answer_length=4, batch_size=3, rule=rule,
+                            retrieval_weight=weight)  # fmt: skip
+    reader = Reader(str(tiny), options)
+    for question, pred in zip(QUESTIONS, reader.read(QUESTIONS)):
+        text, docid, score = direct_answer(reader, question, rule, weight)
+        assert (pred.qid, pred.answer, pred.docid) == (question.qid, text, docid)
+        assert pred.score == pytest.approx(score, abs=1e-5)
+        assert len(reader.tokenizer(pred.answer, add_special_tokens=False)["input_ids"]) <= 4
+
+
+def test_batch_size_and_model_family_do_not_change_the_answers(tmp_path, tiny):
+    one = Reader(str(tiny), ReaderOptions(max_length=48, stride=12, batch_size=1)).read(QUESTIONS)
+    many = Reader(str(tiny), ReaderOptions(max_length=48, stride=12, batch_size=64)).read(QUESTIONS)
+    assert [(p.answer, p.docid) for p in one] == [(p.answer, p.docid) for p in many]
+    assert [p.score for p in one] == pytest.approx([p.score for p in many], abs=1e-5)
+    distil = Reader(str(tiny_qa_model(tmp_path / "distil", "distilbert")), ReaderOptions(max_length=48, stride=12))
+    for question, pred in zip(QUESTIONS, distil.read(QUESTIONS)):
+        assert pred.answer and pred.answer in {p.text for p in question.passages if p.docid == pred.docid}.pop()
+
+
+def test_k_limits_the_passages_read(tiny):
+    preds = Reader(str(tiny), ReaderOptions(k=1, max_length=48, stride=12)).read(QUESTIONS)
+    assert [p.docid for p in preds] == ["long", "b"]
