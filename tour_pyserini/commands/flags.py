@@ -12,7 +12,8 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from tour_pyserini.numbers import Number
+from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Number, positive_int
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -77,3 +78,53 @@ def apply_renamed(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argp
 
 def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
+
+
+def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
+    """The encoder flags of ``python -m pyserini.search.faiss`` (``side`` "query") or ``python -m
+    pyserini.encode`` (``side`` "document"), with Pyserini's meanings; each stays None when not given, so
+    the index's record or the model's own config fills it."""
+    from tour_pyserini.encoders.classes import DOCUMENT_CHOICES, QUERY_CHOICES, get_class
+
+    def encoder_class(name: str) -> str:
+        try:
+            return get_class(name).name
+        except UserError as e:  # unknown or multimodal: argparse's one line, before anything loads
+            raise argparse.ArgumentTypeError(str(e).removeprefix("--encoder-class ")) from None
+
+    query = side == "query"
+    choices = QUERY_CHOICES if query else DOCUMENT_CHOICES
+    group = ap.add_argument_group(f"{side} encoder (dense only; flags as in "
+                                  f"{'pyserini.search.faiss' if query else 'pyserini.encode'})")  # fmt: skip
+    group.add_argument("--encoder-class", type=encoder_class, metavar="CLASS",
+                       help=f"Pyserini's encoder class: {', '.join(choices)}; default: inferred as Pyserini infers "
+                       "it (a class name in the encoder's name, else auto)" + (", or the index's own" if query
+                       else ""))  # fmt: skip
+    group.add_argument("--pooling", choices=["cls", "mean", "last", "eos"],
+                       help="auto class: pooling (default: the model's sentence-transformers config, else cls)")
+    group.add_argument("--l2-norm", action=argparse.BooleanOptionalAction, default=None,
+                       help="auto and qwen3 classes: normalise the vectors (default: the model's config, else no)")
+    group.add_argument("--query-prefix", metavar="TEXT", help="text put before each query (auto: with a space, "
+                       "qwen3 and st-pipeline: as is), e.g. E5's 'query:' or BGE's instruction" +
+                       ("" if query else "; recorded in the index for its searches"))  # fmt: skip
+    if query:
+        group.add_argument("--tokenizer", metavar="NAME_OR_DIR", help="tokenizer, if not the encoder's own")
+        group.add_argument("--max-length", type=positive_int,
+                           help="qwen3 and openai-api: query tokens (Pyserini's default 256)")  # fmt: skip
+        group.add_argument("--encoded-queries", metavar="DIR", help="pre-encoded queries in Pyserini's format "
+                           "(embedding.pkl) instead of an encoder")  # fmt: skip
+    else:
+        group.add_argument("--doc-prefix", "--prefix", dest="doc_prefix", metavar="TEXT",
+                           help="text put before each document (auto, qwen3, st-pipeline), e.g. E5's 'passage:'")
+        group.add_argument("--max-length", type=positive_int, help="document tokens (default: the model's "
+                           "sentence-transformers config, else 512)")  # fmt: skip
+
+
+def encoder_settings(args: argparse.Namespace):
+    """The encoder flags :func:`add_encoder_flags` added, as the library takes them."""
+    from tour_pyserini.encoders import EncoderSettings
+
+    return EncoderSettings(encoder_class=args.encoder_class, pooling=args.pooling, l2_norm=args.l2_norm,
+                           max_length=args.max_length, query_prefix=args.query_prefix,
+                           doc_prefix=getattr(args, "doc_prefix", None),
+                           tokenizer=getattr(args, "tokenizer", None))  # fmt: skip

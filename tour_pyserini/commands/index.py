@@ -10,7 +10,7 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser
+from tour_pyserini.commands.flags import ArgumentParser, add_encoder_flags, encoder_settings
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
@@ -29,15 +29,13 @@ def parser() -> argparse.ArgumentParser:
                     "built as asked, refused when built otherwise)")  # fmt: skip
     ap.add_argument("--bm25", action="store_true", help="build a Lucene BM25 index instead of a dense one")
     ap.add_argument("--encoder", default=DEFAULT_ENCODER, help="local model directory or hub id (dense only)")
-    ap.add_argument("--pooling", choices=["mean", "cls"], help="override the encoder's pooling")
-    ap.add_argument("--l2-norm", action=argparse.BooleanOptionalAction, default=None, help="override normalisation")
-    ap.add_argument("--max-length", type=positive_int, help="override the encoder's maximum document length in tokens")
     ap.add_argument("--batch-size", type=positive_int, default=64, help="documents encoded together (dense)")
     ap.add_argument("--device", default="cpu", help="where the document encoder runs: cpu, cuda or cuda:N")
     ap.add_argument("--threads", type=positive_int, default=1, help="Lucene indexing threads (BM25 only)")
     ap.add_argument("--overwrite", action="store_true", help="rebuild even if --output exists (the old index "
                     "stays until the new one is complete)")  # fmt: skip
     ap.add_argument("--no-prebuilt", action="store_true", help="encode even if prebuilt/ holds this corpus's vectors")
+    add_encoder_flags(ap, "document")
     fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
     fx.add_argument("--faiss-index", choices=INDEX_TYPES, default="flat", help="exact, HNSW graph, or IVF-PQ")
     fx.add_argument("--M", type=positive_int, default=32, help="HNSW: neighbours per node")
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from tour_pyserini.index.dense import write_dense_index
 
-        encoder = EncoderSpec.resolve(args.encoder, args.pooling, args.l2_norm, args.max_length)
+        encoder = EncoderSpec.resolve(args.encoder, settings=encoder_settings(args), side="document")
         request = IndexRequest("dense", collection=args.collection, encoder=encoder_identity(encoder),
                                faiss_index=spec, prebuilt=not args.no_prebuilt)  # fmt: skip
         write = partial(write_dense_index, args.collection, encoder=encoder, batch_size=args.batch_size,

@@ -13,10 +13,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
-from tour_pyserini.commands.flags import ArgumentParser, add_renamed, apply_renamed
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_encoder_flags,
+    add_renamed,
+    apply_renamed,
+    encoder_settings,
+)
 from tour_pyserini.data.runs import RunWriter
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
+from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import non_negative_float, positive_int, probability
@@ -37,7 +44,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--topics", required=True, help="topics file: qid<TAB>text (.tsv) or JSON lines; or a "
                     "Pyserini topics name such as dpr-nq-test")  # fmt: skip
     ap.add_argument("--output", required=True, help="TREC run file to write (atomically)")
-    ap.add_argument("--encoder", help="query encoder (dense only); default: the one the index was built with")
+    ap.add_argument("--encoder", help="query encoder: a model directory or hub id (dense only); default: the one "
+                    "the index was built with")  # fmt: skip
     ap.add_argument("--hits", type=positive_int, default=1000, help="hits per query")
     ap.add_argument("--batch-size", type=positive_int, default=64, help="queries searched together")
     ap.add_argument("--threads", type=positive_int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
@@ -58,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--nprobe", type=positive_int,
                     help="IVF-PQ indexes: lists visited per query (default: stored in the index)")  # fmt: skip
 
+    add_encoder_flags(ap, "query")
     dist = ap.add_argument_group("distributed search on Ray")
     dist.add_argument(
         "--ray",
@@ -137,7 +146,8 @@ def rewriter_flags(args: argparse.Namespace) -> dict:
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     return SearchConfig(
-        index=args.index, encoder=args.encoder, rewriter=args.rewriter, rewriter_options=rewriter_flags(args),
+        index=args.index, encoder=args.encoder, encoder_settings=encoder_settings(args),
+        encoded_queries=args.encoded_queries, rewriter=args.rewriter, rewriter_options=rewriter_flags(args),
         teacher=args.teacher, teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
         score_store=args.score_store, threads=args.threads, device=args.device, ef_search=args.ef_search,
         nprobe=args.nprobe, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
@@ -176,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
             args.index = resolve_index(args.index)
             config = search_config(args)
             options = check_config(config)  # in the driver, before any model, the JVM or Ray starts
+            if config.encoded_queries:
+                check_encoded_texts(config.encoded_queries, {t.qid: t.text for t in topics})
             search, teacher_label = batch_searcher(args, config, options, stack)
             start = time.perf_counter()
             if teacher_label and "oracle" in teacher_label and "oracle" not in writer.tag:

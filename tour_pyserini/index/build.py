@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.data.staging import staged_directory
-from tour_pyserini.encoders import same_encoder
+from tour_pyserini.encoders import same_encoder, setting_differences
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import IndexMeta
@@ -31,9 +31,6 @@ def corpus_identity(corpus: Path) -> dict:
     stat = corpus.stat()
     return {"path": str(corpus.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
             "sha256": file_sha256(corpus)}  # fmt: skip
-
-
-ENCODER_SETTINGS = ("pooling", "l2_norm", "max_length")
 
 
 def _weights(identity: dict) -> str:
@@ -64,11 +61,10 @@ class IndexRequest:
             if source is None or Path(source).resolve() != Path(self.from_index).resolve():
                 found.append(f"vectors from {source or meta.collection}, asked {self.from_index}")
         if self.encoder is not None and meta.encoder is not None:
-            settings = {key: self.encoder[key] for key in ENCODER_SETTINGS}
-            if not same_encoder({**meta.encoder, **settings}, self.encoder):  # the settings alike: the weights
+            if not same_encoder({**self.encoder, "name": meta.encoder["name"],  # the settings alike: the weights
+                                 "weights_sha256": meta.encoder.get("weights_sha256")}, self.encoder):  # fmt: skip
                 found.append(f"encoder {_weights(meta.encoder)}, asked {_weights(self.encoder)}")
-            found += [f"{key} {meta.encoder[key]}, asked {value}" for key, value in settings.items()
-                      if meta.encoder[key] != value]  # fmt: skip
+            found += setting_differences(meta.encoder, self.encoder)
         if self.faiss_index is not None:
             asked = self.faiss_index.to_json()
             if meta.dimension:  # defaults resolved as a build resolves them for this index's documents

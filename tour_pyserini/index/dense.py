@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
+from tour_pyserini.encoders.document import DocumentEncoder
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.build import check_count, corpus_file, corpus_identity
@@ -67,8 +68,9 @@ def encode_corpus(corpus: Path, out_dir: Path, encoder: EncoderSpec, batch_size:
     """Encode the corpus into ``index`` + ``docid``; (documents indexed, dimension).
 
     The same code path as ``python -m pyserini.encode ... --to-faiss``: Pyserini's
-    ``JsonlCollectionIterator`` reads the fields (with a progress bar), ``AutoDocumentEncoder`` encodes
-    "title text" with the encoder's pooling and normalisation, and ``FaissRepresentationWriter`` writes
+    ``JsonlCollectionIterator`` reads the fields (with a progress bar), the encoder's class encodes them
+    (the auto classes "title text" with the encoder's pooling and normalisation; DPR title and text as a
+    pair), and ``FaissRepresentationWriter`` writes
     ``index`` (an exact inner-product ``IndexFlatIP``) and ``docid``. A corpus without ``title`` and
     ``text`` on every line is encoded from a normalised copy; the index must then hold exactly the
     corpus's documents.
@@ -77,20 +79,19 @@ def encode_corpus(corpus: Path, out_dir: Path, encoder: EncoderSpec, batch_size:
 
     encode = import_pyserini("pyserini.encode")
     optional = import_pyserini("pyserini.encode.optional")
-    document_encoder = encode.AutoDocumentEncoder(
-        encoder.path, device=device, pooling=encoder.pooling, l2_norm=encoder.l2_norm
-    )
-    dimension = document_encoder.model.config.hidden_size
-    writer = optional.FaissRepresentationWriter(str(out_dir), dimension=dimension)
+    document_encoder = DocumentEncoder(encoder, device=device)
     with tempfile.TemporaryDirectory() as tmp:
         source = corpus if check.pyserini_ready else write_normalised(corpus, Path(tmp) / "corpus.jsonl", "title")
         batches = encode.JsonlCollectionIterator(str(source), fields=list(fields))
+        with torch.inference_mode():
+            dimension = document_encoder.dimension(with_titles="title" in fields)
+        writer = optional.FaissRepresentationWriter(str(out_dir), dimension=dimension)
         with writer, torch.inference_mode():
             for batch in batches(batch_size):
                 # Pyserini reads an empty field as None and would encode the string "None"
                 texts = [t or "" for t in batch["text"]]
                 titles = [t or "" for t in batch["title"]] if "title" in batch else None
-                batch["vector"] = document_encoder.encode(texts=texts, titles=titles, max_length=encoder.max_length)
+                batch["vector"] = document_encoder.encode(texts, titles)
                 writer.write(batch, list(fields))
     return writer.index.ntotal, dimension
 

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tour_pyserini.devices import check_device, resolve_precision
+from tour_pyserini.encoders import EncoderSettings, encoder_identity
+from tour_pyserini.encoders.query import QueryEncoder, check_encoded_queries
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import set_search_params
 from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
+from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.rewriters import check_rewriter, get_rewriter
 
 STORE_NEEDS_PAIRWISE = (
@@ -30,6 +33,8 @@ class SearchConfig:
 
     index: str
     encoder: str | None = None  # default: the one the index was built with
+    encoder_settings: EncoderSettings = EncoderSettings()  # class, pooling, prefix, ... as the flags give them
+    encoded_queries: str | None = None  # Pyserini's pre-encoded queries instead of an encoder
     rewriter: str = "none"
     rewriter_options: Mapping[str, object] = field(default_factory=dict)  # parameters the rewriter declares
     teacher: str | None = None
@@ -67,13 +72,19 @@ def check_config(config: SearchConfig) -> dict:
     for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
         if meta is not None and options.get(param, 0) > meta.num_docs:
             raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
-    if options.get("state"):  # a TTT-Embed state of another encoder is refused before the encoder loads
-        from tour_pyserini.encoders import encoder_identity
-        from tour_pyserini.index.query_side import query_encoder_spec
-        from tour_pyserini.ttt.state import State
+    if config.encoded_queries:
+        if config.encoder or config.encoder_settings != EncoderSettings():
+            raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
+        check_encoded_queries(config.encoded_queries)
+        if options.get("state"):
+            raise UserError("--state: a TTT-Embed state needs the encoder its queries were encoded with, and "
+                            "--encoded-queries names none")  # fmt: skip
+    else:  # the encoder's flags, its class and its pairing with the index: before the encoder loads
+        spec = query_encoder_spec(config.index, config.encoder, config.encoder_settings)
+        if options.get("state"):  # a TTT-Embed state of another encoder
+            from tour_pyserini.ttt.state import State
 
-        identity = encoder_identity(query_encoder_spec(config.index, config.encoder))
-        State.load(options["state"]).check_encoder(identity, f"--state {options['state']}")
+            State.load(options["state"]).check_encoder(encoder_identity(spec), f"--state {options['state']}")
     check_device(config.device)
     if config.teacher_precision:
         resolve_precision(config.teacher_precision, config.device, "--teacher-precision")
@@ -100,7 +111,9 @@ def open_searcher(config: SearchConfig, options: dict | None = None):
     if config.score_store:
         options["store"] = open_score_store(config.score_store, teacher)
     rewriter = get_rewriter(config.rewriter, teacher=teacher, **options)
-    searcher = TourSearcher.from_index(config.index, encoder=config.encoder, rewriter=rewriter, threads=threads,
+    encoder = QueryEncoder.from_encoded(config.encoded_queries) if config.encoded_queries else \
+        query_encoder_spec(config.index, config.encoder, config.encoder_settings)  # fmt: skip
+    searcher = TourSearcher.from_index(config.index, encoder=encoder, rewriter=rewriter, threads=threads,
                                        ef_search=config.ef_search, nprobe=config.nprobe,
                                        device=config.device)  # fmt: skip
     if teacher is not None and teacher.oracle:

@@ -98,7 +98,7 @@ class TourSearcher:
         cls,
         index_dir: str | Path,
         *,
-        encoder: str | EncoderSpec | None = None,
+        encoder: str | EncoderSpec | QueryEncoder | None = None,
         rewriter: Rewriter | None = None,
         threads: int = 1,
         ef_search: int | None = None,
@@ -108,12 +108,16 @@ class TourSearcher:
         """Open a dense index built by ``python -m tour_pyserini.index`` (or any FaissSearcher directory, such as
         one ``pyserini.index.faiss`` wrote), memory-mapped.
 
-        ``encoder`` defaults to the one the index was built with, else the bundled MiniLM; it runs on
-        ``device``. ``ef_search`` (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
+        ``encoder`` (a name, a spec, or a ready :class:`QueryEncoder` such as pre-encoded queries) defaults
+        to the one the index was built with, else the bundled MiniLM; it runs on ``device``. ``ef_search``
+        (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
         """
         index_dir = Path(index_dir)
-        encoder = query_encoder_spec(index_dir, encoder)
-        query_encoder = QueryEncoder.build(encoder, device)
+        if isinstance(encoder, QueryEncoder):
+            query_encoder = encoder
+        else:
+            query_encoder = QueryEncoder.build(query_encoder_spec(index_dir, encoder), device)
+        encoder = query_encoder.spec
         faiss_searcher = mapped_faiss_searcher()(str(index_dir), query_encoder.pyserini)
         faiss_index.set_search_params(faiss_searcher.index, ef_search=ef_search, nprobe=nprobe, where=str(index_dir))
         if not faiss_index.exact_vectors(faiss_searcher.index):
@@ -121,10 +125,9 @@ class TourSearcher:
                   "rewriters update queries with vectors decoded from its codes", file=sys.stderr)  # fmt: skip
         hidden = query_encoder.dimension
         if hidden != faiss_searcher.dimension:
-            raise DimensionMismatchError(
-                f"encoder {encoder.name!r} makes {hidden}-d vectors but index {index_dir} holds "
-                f"{faiss_searcher.dimension}-d vectors"
-            )
+            made_by = f"encoder {encoder.name!r}" if encoder else "the pre-encoded queries"
+            raise DimensionMismatchError(f"{made_by} makes {hidden}-d vectors but index {index_dir} holds "
+                                         f"{faiss_searcher.dimension}-d vectors")  # fmt: skip
         store = index_dir / DOCSTORE_FILE
         return cls(
             faiss_searcher,
