@@ -14,7 +14,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale orqa lint clean
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale orqa reader bench-qa lint clean
 
 install: $(VENV)/.installed
 
@@ -126,6 +126,16 @@ bench-ttt: install
 bench-scale: install
 	$(PY) bench/scale.py
 	$(PY) bench/ray_throughput.py
+
+# The extractive reader models/nq-oracle-reader (float16, 43 MiB): the bundled MiniLM trained by distant
+# supervision on nq-oracle's training questions (their dense top-20), bf16 autocast (docs/tutorial-answers.md)
+reader: install
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
+	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
+	    --output runs/nq-oracle.minilm.train.trec --hits 100 --run-tag minilm
+	$(PY) -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec --topics $(NQ)/topics.train.jsonl \
+	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --bf16 --seed 13 --overwrite \
+	    --output models/nq-oracle-reader
 
 # ORQA's retriever learning (docs/orqa.md): ICT and early-update encoders under models/orqa/, their
 # indexes, runs/bench-orqa.{json,md}; about 10-15 minutes per training run on 2 CPU cores

@@ -3,6 +3,8 @@ against a direct computation over every span of every window."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -157,3 +159,90 @@ def test_batch_size_and_model_family_do_not_change_the_answers(tmp_path, tiny):
 def test_k_limits_the_passages_read(tiny):
     preds = Reader(str(tiny), ReaderOptions(k=1, max_length=48, stride=12)).read(QUESTIONS)
     assert [p.docid for p in preds] == ["long", "b"]
+
+
+# ---- training: the losses, distant supervision, a whole (tiny) run ----
+
+
+def test_span_loss_is_the_marginal_likelihood_over_the_target_spans():
+    import torch
+
+    from tour_pyserini.training.reader import selection_nll, span_marginal_nll
+
+    torch.manual_seed(0)
+    start = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    end = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    context = torch.tensor([False, False, True, True, True, True, False])
+    starts, ends = torch.tensor([2, 4]), torch.tensor([3, 4])
+    p_start = torch.softmax(start[2:6], 0)  # positions 2..5 are the passage's
+    p_end = torch.softmax(end[2:6], 0)
+    by_hand = -torch.log(p_start[0] * p_end[1] + p_start[2] * p_end[2])
+    loss = span_marginal_nll(start, end, context, starts, ends)
+    assert float(loss.detach()) == pytest.approx(float(by_hand.detach()), abs=1e-12)
+    loss.backward()
+    assert start.grad[[0, 1, 6]].abs().max() == 0 and end.grad[[0, 1, 6]].abs().max() == 0  # not context: no pull
+    assert torch.autograd.gradcheck(lambda s, e: span_marginal_nll(s, e, context, starts, ends), (start, end))
+    selection = torch.tensor([2.0, 0.5, -1.0], dtype=torch.float64)
+    assert float(selection_nll(selection)) == pytest.approx(-float(torch.log_softmax(selection, 0)[0]))
+
+
+def test_every_occurrence_of_every_answer_is_a_target_and_only_in_the_passage():
+    from tour_pyserini.training.reader import occurrences
+
+    ids = [101, 7, 8, 102, 7, 8, 9, 7, 8, 102]
+    context = np.array([False, False, False, False, True, True, True, True, True, False])
+    assert occurrences(ids, context, [[7, 8], [9]]) == [(4, 5), (6, 6), (7, 8)]  # not the question's 7 8
+    assert occurrences(ids, context, [[8, 9, 7, 8, 102]]) == []  # runs into [SEP]
+
+
+def write_collection(root):
+    """Eight short passages, four questions whose answers occur in them (one of them twice)."""
+    docs = [("0", "Paris", "Paris is the capital of France. Paris has the Louvre."),
+            ("1", "Rome", "Rome is the capital of Italy, on the Tiber."),
+            ("2", "Berlin", "Berlin is the capital of Germany."),
+            ("3", "Madrid", "Madrid is the capital of Spain."),
+            ("4", "Oslo", "Oslo is in Norway."), ("5", "Lima", "Lima is in Peru."),
+            ("6", "Bern", "Bern is in Switzerland."), ("7", "Rabat", "Rabat is in Morocco.")]  # fmt: skip
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": d, "title": t, "text": x}) + "\n" for d, t, x in docs))
+    questions = [("a", "capital of france", ["Paris"]), ("b", "capital of italy", ["Rome"]),
+                 ("c", "capital of germany", ["Berlin"]), ("d", "capital of spain", ["Madrid"])]  # fmt: skip
+    (root / "topics.jsonl").write_text("".join(json.dumps({"qid": q, "question": t, "answers": a}) + "\n"
+                                               for q, t, a in questions))  # fmt: skip
+    lines = [f"{q} Q0 {d} {r} {1 - r / 10:.3f} t\n" for i, (q, _, _) in enumerate(questions)
+             for r, d in enumerate([str(i), str(i + 4), str((i + 1) % 4)], 1)]  # fmt: skip
+    (root / "run.trec").write_text("".join(lines))
+    return root
+
+
+def test_train_reader_writes_a_float16_reader_that_answer_reads(tmp_path, tiny):
+    from safetensors import safe_open
+
+    from tour_pyserini.commands.train_reader import main as train_main
+
+    root = write_collection(tmp_path)
+    out = tmp_path / "reader"
+    train_main(["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"), "--collection", str(root),
+                "--init", str(tiny), "--output", str(out), "--steps", "3", "--batch-size", "2", "--eval-every", "2",
+                "--dev-fraction", "0.25", "--max-length", "48", "--stride", "8", "--k", "3"])  # fmt: skip
+    report = json.loads((out / "training.json").read_text())
+    assert [h["step"] for h in report["history"]] == [2, 3] and report["dev_questions"] == 1
+    assert report["trained_questions"] == 3 and report["skipped_fraction"] == 0.0
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.float16"}
+    preds = Reader(str(out), ReaderOptions(k=3, max_length=48, stride=8)).read(
+        [Question("a", "capital of france", (Passage("0", "Paris is the capital of France.", 1.0),))]
+    )
+    assert preds[0].answer and preds[0].docid == "0"
+
+
+def test_train_reader_refuses_topics_without_answers(tmp_path, capsys):
+    from tour_pyserini.commands.runner import run_cli
+    from tour_pyserini.commands.train_reader import main as train_main
+
+    root = write_collection(tmp_path)
+    (root / "topics.jsonl").write_text('{"qid": "a", "question": "capital of france"}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(train_main, ["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"),
+                             "--collection", str(root), "--output", str(tmp_path / "reader")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "fewer than two questions with answers" in err and len(err.splitlines()) == 1

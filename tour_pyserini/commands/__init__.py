@@ -36,6 +36,10 @@ SUBCOMMANDS = {
     "train-qa": ("train_qa", "ORQA's early update: fine-tune a question encoder from answer strings",
                  "tour-pyserini train-qa --index indexes/nq-oracle.minilm "
                  "--topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa"),
+    "train-reader": ("train_reader", "train an extractive reader from answer strings (distant supervision)",
+                     "tour-pyserini train-reader --run runs/nq-oracle.minilm.train.trec "
+                     "--topics collections/nq-oracle/topics.train.jsonl --collection collections/nq-oracle "
+                     "--output models/nq-oracle-reader"),
     "answer": ("answer", "read each question's top-k passages of a run with an extractive QA model; write answers",
                "tour-pyserini answer --run runs/nq.trec --topics collections/nq-oracle/topics.test.jsonl "
                "--collection collections/nq-oracle --reader models/nq-oracle-reader --output runs/nq.answers.jsonl"),

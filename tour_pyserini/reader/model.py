@@ -80,12 +80,15 @@ class Reader:
     """A loaded QA model and tokenizer; :meth:`read` answers a batch of questions."""
 
     def __init__(self, name: str, options: ReaderOptions, model=None, tokenizer=None):
+        import torch
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
         options.check()
         self.options = options
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
-        self.model = (model or AutoModelForQuestionAnswering.from_pretrained(name)).to(options.device)
+        # float32 whatever the checkpoint stores (a float16 one is half the size on disk)
+        model = model or AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
+        self.model = model.to(options.device)
 
     def _autocast(self):
         import torch

@@ -1,0 +1,77 @@
+"""python -m tour_pyserini train-reader: an extractive reader trained from answer strings (distant supervision).
+
+The method and its options: ``tour_pyserini.training.reader`` (whose docstring is ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import ExitStack
+from dataclasses import asdict
+
+from tour_pyserini.commands.answer import open_passages, questions_to_read
+from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.devices import resolve_precision
+from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
+from tour_pyserini.reader import RULES
+from tour_pyserini.training import reader as reader_training
+from tour_pyserini.training.reader import ReaderTrainConfig, train
+
+NUMBERS = {
+    "steps": positive_int, "batch_size": positive_int, "passages": positive_int, "lr": positive_float,
+    "warmup": probability, "k": positive_int, "max_length": positive_int, "stride": positive_int,
+    "max_answer_length": positive_int, "dev_fraction": fraction, "dev_k": positive_int, "eval_every": positive_int,
+    "seed": non_negative_int,
+}  # fmt: skip
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="python -m tour_pyserini train-reader", description=reader_training.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--run", required=True, help="a retriever's TREC run of the training questions")
+    ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--collection", help="collection directory (corpus.jsonl) holding the run's passages")
+    where.add_argument("--index", help="index directory whose document store holds the run's passages")
+    ap.add_argument("--output", required=True, help="reader directory to write")
+    ap.add_argument("--init", help="encoder to start from (default: the bundled MiniLM; any BERT-like directory)")
+    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (refused where torch has no native "
+                    "bfloat16 kernels)")  # fmt: skip
+    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    add_config_flags(ap, ReaderTrainConfig(), NUMBERS, skip=("rule",))
+    ap.add_argument("--rule", choices=RULES, default=ReaderTrainConfig.rule, help="selection rule of the dev answers")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.data.runs import read_run
+    from tour_pyserini.encoders import bundled_model_dir
+    from tour_pyserini.encoders.spec import check_model
+    from tour_pyserini.eval.answers import AnswerMatcher
+    from tour_pyserini.training.schedule import check_output
+
+    args = parser().parse_args(argv)
+    config = ReaderTrainConfig(**{k: getattr(args, k) for k in asdict(ReaderTrainConfig())})
+    config.check()
+    if args.bf16:
+        resolve_precision("bf16", "cpu", "--bf16")
+    output = check_output(args.output, args.overwrite)
+    topics = read_topics(args.topics)
+    if args.exclude_texts_from:
+        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
+        topics = [t for t in topics if t.text not in held_out]
+    topics = [t for t in topics if t.answers]
+    if len(topics) < 2:
+        raise UserError(f"{args.topics}: fewer than two questions with answers (distant supervision needs them)")
+    init = args.init or str(bundled_model_dir())
+    check_model("encoder", init)
+    run = read_run(args.run)
+    with ExitStack() as stack:
+        docstore = open_passages(args, stack)
+        questions = questions_to_read(run, topics, docstore, config.k, args.run, args.index or args.collection)
+        report = train(questions, topics, AnswerMatcher(docstore), output, init, config, bf16=args.bf16)
+    print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
+          f"reader in {output} (answer --reader {output})")  # fmt: skip

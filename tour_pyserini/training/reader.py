@@ -1,0 +1,250 @@
+"""Training an extractive reader from question–answer strings alone: distant supervision, as DPR and ORQA do it.
+
+A question's passages are the first ``--k`` of a retriever's run over the training questions. A passage
+that contains an answer string (DPR's has-answer rule, the one ``eval --answers`` uses) is a positive,
+and every occurrence of every answer in its windows is a target span; the others are negatives. Each
+step takes, per question, one positive window and ``--passages - 1`` negative windows, and minimises
+(equations: docs/algorithms.md)
+
+- the span loss: -log sum over the target spans (s, e) of P_start(s) P_end(e), the softmaxes over the
+  positive window's passage tokens (the marginal likelihood over spans: which occurrence is the answer
+  is latent), and
+- DPR's passage-selection loss: -log softmax of the windows' [CLS] start logits at the positive, which
+  trains the selection logit of the ``dpr`` rule.
+
+A question without an answer-bearing passage in its top-k is skipped (the fraction is reported). A seeded
+dev split of the training questions, grouped so that no dev question shares an answer-bearing passage
+with a training question, chooses the checkpoint by exact match of the whole reader (``--rule``'s
+answers over the dev questions' top ``--dev-k`` passages). The model is saved in float16.
+
+    python -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec \\
+        --topics collections/nq-oracle/topics.train.jsonl --collection collections/nq-oracle \\
+        --output models/nq-oracle-reader
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.reader.spans import DEFAULT_RULE, RULES
+
+
+@dataclass
+class ReaderTrainConfig:
+    # defaults sized for 2 CPU cores: 240 steps of 16 questions are about 2.5 passes over nq-oracle's training set
+    steps: int = 240
+    batch_size: int = 16  # questions per step
+    passages: int = 2  # windows per question: one positive and the rest negatives (DPR: 24)
+    lr: float = 5e-5
+    warmup: float = 0.1
+    k: int = 20  # the run's passages searched for positives and negatives
+    max_length: int = 192  # nq-oracle's passages: 118 tokens median, 149 at the 90th percentile
+    stride: int = 48
+    max_answer_length: int = 10
+    dev_fraction: float = 0.1
+    dev_k: int = 5  # passages read per dev question
+    rule: str = DEFAULT_RULE  # how dev answers are chosen
+    eval_every: int = 60
+    seed: int = 13
+
+    def check(self) -> None:
+        for name in ("steps", "batch_size", "passages", "lr", "k", "max_length", "stride", "max_answer_length",
+                     "dev_k", "eval_every"):  # fmt: skip
+            if not getattr(self, name) > 0:
+                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise UserError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
+        if not 0.0 <= self.warmup <= 1.0:
+            raise UserError(f"--warmup must be in [0, 1], got {self.warmup}")
+        if self.stride >= self.max_length // 2:
+            raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
+        if self.rule not in RULES:
+            raise UserError(f"--rule {self.rule!r}: choose one of {', '.join(RULES)}")
+
+
+# ---- the losses: pure functions on logits ----
+
+
+def span_marginal_nll(start, end, context, starts, ends):
+    """-log sum_j P_start(starts[j]) P_end(ends[j]) for one window: ``start``, ``end`` logits (L,), ``context``
+    a boolean mask (L,) of the tokens a span may use, ``starts``/``ends`` the target positions (m,)."""
+    import torch
+
+    log_start = torch.log_softmax(start.masked_fill(~context, float("-inf")), dim=0)
+    log_end = torch.log_softmax(end.masked_fill(~context, float("-inf")), dim=0)
+    return -torch.logsumexp(log_start[starts] + log_end[ends], dim=0)
+
+
+def selection_nll(selection):
+    """DPR's passage-selection loss for one question: -log softmax(selection)[0], the positive first."""
+    import torch
+
+    return -torch.log_softmax(selection, dim=0)[0]
+
+
+# ---- distant supervision ----
+
+
+def occurrences(ids: Sequence[int], context, answer_ids: Sequence[list[int]]) -> list[tuple[int, int]]:
+    """Every (start, end) token span of the window's passage tokens that spells one of the answers."""
+    spans = set()
+    for target in answer_ids:
+        n = len(target)
+        for s in range(len(ids) - n + 1):
+            if context[s] and context[s + n - 1] and list(ids[s : s + n]) == target:
+                spans.add((s, s + n - 1))
+    return sorted(spans)
+
+
+@dataclass
+class Example:
+    """One training question's windows: positives with their target spans, and negatives."""
+
+    qid: str
+    positives: list  # (Window, [(start, end), ...])
+    negatives: list  # Window
+
+
+def build_examples(tokenizer, questions, answers: dict[str, tuple[str, ...]], bearing: dict[str, set[str]],
+                   config: ReaderTrainConfig) -> list[Example]:  # fmt: skip
+    """``questions`` (``reader.Question``s with their top-k passages) as :class:`Example`s; ``bearing`` holds
+    each question's answer-bearing docids. A question without a positive window is left out."""
+    from tour_pyserini.reader.windows import make_windows
+
+    examples = []
+    for q in questions:
+        passages = q.passages[: config.k]
+        windows = make_windows(tokenizer, [q.text] * len(passages), [p.text for p in passages],
+                               max_length=config.max_length, stride=config.stride)  # fmt: skip
+        answer_ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers[q.qid]]
+        answer_ids = [a for a in answer_ids if a]
+        positive = [p.docid in bearing[q.qid] for p in passages]
+        example = Example(q.qid, [], [])
+        for w in windows:
+            if positive[w.pair]:
+                spans = occurrences(w.input_ids, w.context, answer_ids)
+                if spans:
+                    example.positives.append((w, spans))
+            else:
+                example.negatives.append(w)
+        if example.positives:
+            examples.append(example)
+    return examples
+
+
+def step_loss(model, examples: Sequence[Example], config: ReaderTrainConfig, rng: random.Random, pad_id: int):
+    """The mean over ``examples`` of span loss + selection loss, on one sampled positive window and up to
+    ``passages - 1`` sampled negatives per question (one forward pass for the whole batch)."""
+    import torch
+
+    from tour_pyserini.reader.windows import collate
+
+    windows, plan = [], []
+    for ex in examples:
+        window, spans = rng.choice(ex.positives)
+        negatives = rng.sample(ex.negatives, min(len(ex.negatives), config.passages - 1))
+        plan.append((len(windows), 1 + len(negatives), spans))
+        windows += [window, *negatives]
+    inputs = {k: torch.from_numpy(v) for k, v in collate(windows, pad_id).items()}
+    out = model(**inputs)
+    losses = []
+    for first, count, spans in plan:
+        window = windows[first]
+        n = len(window.input_ids)
+        context = torch.from_numpy(window.context)
+        starts, ends = torch.tensor([s for s, _ in spans]), torch.tensor([e for _, e in spans])
+        span = span_marginal_nll(out.start_logits[first, :n].float(), out.end_logits[first, :n].float(), context,
+                                 starts, ends)  # fmt: skip
+        losses.append(span + selection_nll(out.start_logits[first : first + count, 0].float()))
+    return torch.stack(losses).mean()
+
+
+def dev_exact_match(model, tokenizer, questions, topics, config: ReaderTrainConfig) -> float:
+    from tour_pyserini.eval.exact_match import evaluate_predictions
+    from tour_pyserini.reader import Reader, ReaderOptions
+
+    options = ReaderOptions(k=config.dev_k, max_length=config.max_length, stride=config.stride,
+                            max_answer_length=config.max_answer_length, rule=config.rule)  # fmt: skip
+    reader = Reader("", options, model=model, tokenizer=tokenizer)
+    predictions = {p.qid: p for i in range(0, len(questions), 16) for p in reader.read(questions[i : i + 16])}
+    return evaluate_predictions(predictions, topics).means["EM"]
+
+
+def train(questions, topics, matcher, output: Path, init: str, config: ReaderTrainConfig, *, bf16: bool) -> dict:
+    """Train from ``init`` on ``questions`` (``reader.Question``s over the training topics' top-k; ``topics``
+    hold their answers); ``matcher`` is an ``eval.answers.AnswerMatcher``. Writes ``output`` (float16 model,
+    tokenizer, ``training.json``) and returns the report."""
+    import torch
+    from tqdm import tqdm
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from tour_pyserini.data.staging import staged_directory
+    from tour_pyserini.training.schedule import autocast, optimizer
+    from tour_pyserini.training.splits import grouped_split
+
+    config.check()
+    start_time = time.perf_counter()
+    answers = {t.qid: t.answers for t in topics}
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    bearing = {q.qid: {p.docid for p in q.passages[: config.k] if matcher.has_answer(p.docid, p.text, answers[q.qid])}
+               for q in questions}  # fmt: skip
+    qids = [q.qid for q in questions]
+    train_ids, dev_ids = grouped_split(qids, bearing, dev_fraction=config.dev_fraction, seed=config.seed)
+    by_qid = {q.qid: q for q in questions}
+    dev_questions = [by_qid[q] for q in dev_ids]
+    dev_topics = [t for t in topics if t.qid in set(dev_ids)]
+    examples = build_examples(tokenizer, [by_qid[q] for q in train_ids], answers, bearing, config)
+    skipped = 1 - len(examples) / max(1, len(train_ids))
+    if not examples:
+        raise UserError(f"no training question has an answer-bearing passage in its top {config.k}")
+    print(f"{len(train_ids)} training questions ({len(examples)} with an answer-bearing window, {skipped:.1%} "
+          f"skipped), {len(dev_ids)} dev questions", flush=True)  # fmt: skip
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    model = AutoModelForQuestionAnswering.from_pretrained(init, dtype=torch.float32)
+    opt, scheduler = optimizer(model.parameters(), lr=config.lr, steps=config.steps, warmup_fraction=config.warmup)
+    history, best, best_step, best_state, losses, queue = [], -1.0, 0, None, [], []
+    with staged_directory(output, "the reader") as tmp:
+        model.train()
+        bar = tqdm(range(1, config.steps + 1), desc="train reader", unit="step")
+        for step in bar:
+            if len(queue) < config.batch_size:
+                queue = queue + rng.sample(examples, len(examples))
+            batch, queue = queue[: config.batch_size], queue[config.batch_size :]
+            with autocast(bf16):
+                loss = step_loss(model, batch, config, rng, tokenizer.pad_token_id or 0)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+            if step % config.eval_every == 0 or step == config.steps:
+                em = dev_exact_match(model, tokenizer, dev_questions, dev_topics, config)
+                history.append({"step": step, "train_loss": sum(losses) / len(losses), "dev_em": em,
+                                "seconds": round(time.perf_counter() - start_time, 1)})  # fmt: skip
+                bar.write(f"step {step}: dev EM {em:.4f} (train loss {history[-1]['train_loss']:.3f})")
+                losses = []
+                if em > best:
+                    best, best_step = em, step
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        bar.close()
+        model.load_state_dict(best_state)
+        copy.deepcopy(model).half().save_pretrained(tmp)  # float16: half the size; the reader loads it as float32
+        tokenizer.save_pretrained(tmp)
+        report = {
+            "config": asdict(config), "init": init, "bf16": bf16, "train_questions": len(train_ids),
+            "trained_questions": len(examples), "skipped_fraction": skipped, "dev_questions": len(dev_ids),
+            "dev_qids": sorted(dev_ids), "history": history, "best_step": best_step, "best_dev_em": best,
+            "seconds": round(time.perf_counter() - start_time, 1),
+        }  # fmt: skip
+        (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
