@@ -246,3 +246,92 @@ def test_train_reader_refuses_topics_without_answers(tmp_path, capsys):
                              "--collection", str(root), "--output", str(tmp_path / "reader")])  # fmt: skip
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "fewer than two questions with answers" in err and len(err.splitlines()) == 1
+
+
+# ---- ORQA's joint training: the gradients of its two losses ----
+
+
+def test_the_full_update_pulls_retrieval_and_spans_toward_the_matching_derivations():
+    """d loss / d S_retr(b) = P(b) - P(b | match), d loss / d start_s = P(s) - P(s | match): the closed form of
+    a marginal likelihood's gradient, against torch autograd."""
+    import torch
+
+    from tour_pyserini.training.orqa_joint import full_update_loss, span_scores
+
+    torch.manual_seed(1)
+    w, n, limit = 3, 6, 3
+    retrieval = torch.randn(w, dtype=torch.float64, requires_grad=True)
+    start = torch.randn(w, n, dtype=torch.float64, requires_grad=True)
+    end = torch.randn(w, n, dtype=torch.float64, requires_grad=True)
+    context = torch.ones(w, n, dtype=torch.bool)
+    context[:, 0] = False  # [CLS]
+    targets = torch.zeros(w, n, n, dtype=torch.bool)
+    targets[0, 2, 3] = targets[2, 1, 1] = targets[2, 4, 5] = True
+    loss, matched = full_update_loss(retrieval, start, end, context, targets, limit)
+    assert matched
+    loss.backward()
+    with torch.no_grad():
+        derivations = retrieval[:, None, None] + span_scores(start, end, context, limit)
+        p = torch.softmax(derivations.flatten(), 0).view(w, n, n)
+        q = torch.softmax(derivations.masked_fill(~targets, float("-inf")).flatten(), 0).view(w, n, n)
+        assert torch.allclose(retrieval.grad, p.sum((1, 2)) - q.sum((1, 2)))
+        assert torch.allclose(start.grad, p.sum(2) - q.sum(2)) and torch.allclose(end.grad, p.sum(1) - q.sum(1))
+        # by hand: loss = -log of the matching derivations' share of exp(S)
+        assert float(loss) == pytest.approx(-float(torch.log(p[targets].sum())))
+    no_match, matched = full_update_loss(retrieval, start, end, context, torch.zeros_like(targets), limit)
+    assert not matched and float(no_match) == 0.0
+    too_long = torch.zeros_like(targets)
+    too_long[0, 1, 5] = True  # 5 tokens > limit 3: not a derivation at all
+    assert not full_update_loss(retrieval, start, end, context, too_long, limit)[1]
+
+
+def test_joint_gradients_reach_the_question_encoder_and_the_reader_but_not_the_blocks(tiny):
+    """A tiny question encoder and reader: the question vector's gradient is sum_b (dL/dS_b) b / tau, with
+    dL/dS_b = [P_c(b) - P_c(b | answer-bearing)] + [P(b) - P(b | match)], early update plus full update."""
+    import torch
+    from transformers import AutoModel, AutoModelForQuestionAnswering, AutoTokenizer
+
+    from tour_pyserini.reader.windows import collate
+    from tour_pyserini.training.losses import early_update_loss
+    from tour_pyserini.training.orqa_joint import collate_context, full_update_loss
+    from tour_pyserini.training.reader import occurrences
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    encoder = AutoModel.from_pretrained(tiny, dtype=torch.float64)
+    reader = AutoModelForQuestionAnswering.from_pretrained(tiny, dtype=torch.float64)
+    texts = ["Paris is the capital of France.", "Rome is in Italy.", "Paris, Texas is a town.", "Oslo is cold."]
+    bearing = torch.tensor([[True, False, True, False]])
+    blocks = torch.nn.functional.normalize(torch.randn(4, 32, dtype=torch.float64), dim=1)  # the frozen index
+    tau, k = 0.1, 3
+    inputs = tokenizer(["capital of france"], return_tensors="pt")
+    q = torch.nn.functional.normalize(encoder(**inputs)[0].mean(1), dim=1)
+    q.retain_grad()
+    cosines = q @ blocks.T
+    early, _ = early_update_loss(cosines, bearing, tau)
+    beam = cosines.detach().topk(k, dim=1).indices[0].tolist()
+    windows = make_windows(tokenizer, ["capital of france"] * k, [texts[b] for b in beam], max_length=32, stride=4)
+    batch = {key: torch.from_numpy(v) for key, v in collate(windows, 0).items()}
+    out = reader(**batch)
+    width = out.start_logits.shape[1]
+    targets = torch.zeros(len(windows), width, width, dtype=torch.bool)
+    paris = [tokenizer("Paris", add_special_tokens=False)["input_ids"]]
+    for row, window in enumerate(windows):
+        for s, e in occurrences(window.input_ids, window.context, paris):
+            targets[row, s, e] = True
+    retrieval = torch.stack([cosines[0, beam[w.pair]] / tau for w in windows])
+    retrieval.retain_grad()
+    full, matched = full_update_loss(retrieval, out.start_logits, out.end_logits,
+                                     torch.from_numpy(collate_context(windows, width)), targets, 10)  # fmt: skip
+    assert matched
+    (early + full).backward()
+    with torch.no_grad():
+        p_c = torch.softmax(cosines[0] / tau, 0)
+        early_grad = p_c - torch.where(bearing[0], p_c, 0) / p_c[bearing[0]].sum()
+        full_grad = torch.zeros(4, dtype=torch.float64)
+        for w, window in enumerate(windows):
+            full_grad[beam[window.pair]] += retrieval.grad[w]
+        expected = ((early_grad + full_grad) @ blocks) / tau
+    assert torch.allclose(q.grad[0], expected, atol=1e-10)
+    assert encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    assert reader.qa_outputs.weight.grad.abs().sum() > 0 and not blocks.requires_grad

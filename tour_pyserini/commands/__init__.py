@@ -40,6 +40,10 @@ SUBCOMMANDS = {
                      "tour-pyserini train-reader --run runs/nq-oracle.minilm.train.trec "
                      "--topics collections/nq-oracle/topics.train.jsonl --collection collections/nq-oracle "
                      "--output models/nq-oracle-reader"),
+    "train-orqa": ("train_orqa", "ORQA's joint training: question encoder and reader from answer strings",
+                   "tour-pyserini train-orqa --index indexes/nq-oracle.minilm --topics "
+                   "collections/nq-oracle/topics.train.jsonl --reader models/nq-oracle-reader "
+                   "--output models/orqa/joint"),
     "answer": ("answer", "read each question's top-k passages of a run with an extractive QA model; write answers",
                "tour-pyserini answer --run runs/nq.trec --topics collections/nq-oracle/topics.test.jsonl "
                "--collection collections/nq-oracle --reader models/nq-oracle-reader --output runs/nq.answers.jsonl"),

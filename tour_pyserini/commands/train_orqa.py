@@ -1,0 +1,77 @@
+"""python -m tour_pyserini train-orqa: ORQA's joint training of the question encoder and the reader.
+
+The method and its options: ``tour_pyserini.training.orqa_joint`` (whose docstring is ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.devices import resolve_precision
+from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
+from tour_pyserini.training import orqa_joint
+from tour_pyserini.training.orqa_joint import OrqaConfig, train
+
+NUMBERS = {
+    "steps": positive_int, "batch_size": positive_int, "k": positive_int, "top_c": positive_int,
+    "lr": positive_float, "warmup": probability, "temperature": positive_float, "query_max_length": positive_int,
+    "max_length": positive_int, "stride": positive_int, "max_answer_length": positive_int, "dev_fraction": fraction,
+    "eval_every": positive_int, "seed": non_negative_int,
+}  # fmt: skip
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="python -m tour_pyserini train-orqa", description=orqa_joint.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--index", required=True, help="dense index: the frozen block vectors and their texts")
+    ap.add_argument("--topics", required=True, help="training questions with answers")
+    ap.add_argument("--reader", required=True, help="extractive QA model to start the reader from (train-reader's)")
+    ap.add_argument("--output", required=True, help="directory to write: OUTPUT/query and OUTPUT/reader")
+    ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
+                    "after ICT, its OUTPUT/query)")  # fmt: skip
+    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (refused where torch has no native "
+                    "bfloat16 kernels)")  # fmt: skip
+    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    add_config_flags(ap, OrqaConfig(), NUMBERS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
+    from tour_pyserini.reader import check_reader
+    from tour_pyserini.training.schedule import check_output
+
+    args = parser().parse_args(argv)
+    config = OrqaConfig(**{k: getattr(args, k) for k in asdict(OrqaConfig())})
+    config.check()
+    if args.bf16:
+        resolve_precision("bf16", "cpu", "--bf16")
+    index_dir = Path(args.index)
+    if index_kind(index_dir) != "dense":
+        raise MissingIndexError(f"{index_dir} is a BM25 index; joint training retrieves from a dense one")
+    check_faiss_file(index_dir / "index")
+    meta = IndexMeta.read(index_dir)
+    if meta is None or not meta.encoder:
+        raise UserError(f"{index_dir} was not built by python -m tour_pyserini.index (no encoder recorded)")
+    topics = read_topics(args.topics)
+    if args.exclude_texts_from:
+        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
+        topics = [t for t in topics if t.text not in held_out]
+    topics = [t for t in topics if t.answers]
+    if len(topics) < 2:
+        raise UserError(f"{args.topics}: fewer than two questions with answers (joint training needs them)")
+    output = check_output(args.output, args.overwrite)
+    init = args.init or meta.encoder["name"]
+    EncoderSpec.resolve(init)
+    check_reader(args.reader)
+    report = train(index_dir, topics, output, init, args.reader, config, bf16=args.bf16)
+    print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
+          f"search --encoder {output}/query, then answer --reader {output}/reader "
+          f"--retrieval-weight {report['retrieval_weight']:g}")  # fmt: skip
