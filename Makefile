@@ -128,7 +128,7 @@ bench-scale: install
 	$(PY) bench/ray_throughput.py
 
 # The extractive reader models/nq-oracle-reader (float16, 43 MiB): the bundled MiniLM trained by distant
-# supervision on nq-oracle's training questions (their dense top-20), bf16 autocast (docs/tutorial-answers.md)
+# supervision on nq-oracle's training questions (their dense top-20), bf16 autocast (docs/orqa.md)
 reader: install
 	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
 	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
@@ -136,6 +136,12 @@ reader: install
 	$(PY) -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec --topics $(NQ)/topics.train.jsonl \
 	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --bf16 --seed 13 --overwrite \
 	    --output models/nq-oracle-reader
+
+# Retrieve, then read (docs/orqa.md): nq-oracle test EM / F1 of BM25, dense, re-ranking, TOUR, the
+# oracle passage and ORQA's joint training, each + models/nq-oracle-reader; runs/bench-qa.{json,md}
+bench-qa: install
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
+	$(PY) bench/qa.py
 
 # ORQA's retriever learning (docs/orqa.md): ICT and early-update encoders under models/orqa/, their
 # indexes, runs/bench-orqa.{json,md}; about 10-15 minutes per training run on 2 CPU cores

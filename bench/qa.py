@@ -1,0 +1,207 @@
+"""make bench-qa: retrieve, then read — nq-oracle test exact match and token F1 for every retriever + the reader.
+
+Rows: BM25, dense (MiniLM), re-ranking and TOUR-hard with the BM25 teacher (20 teacher scores per question
+each), the oracle passage (the first answer-bearing passage of the dense top-100, read alone: the reader's
+ceiling), and ORQA's joint training started from dense + the reader. Every row reads its run's first k
+passages with models/nq-oracle-reader (``make reader``) and the answer command's default rule; k = 5 is
+ORQA's, fixed before any test number was seen. Each row is compared with dense + reader on the same
+questions (paired t-test and randomisation test on EM, Holm-corrected over the rows), and carries the
+seconds per question of its search and its reading, each measured when its command ran (the interleaving
+and repeats that a latency claim needs are not done here). EM against k for dense + reader is plotted.
+
+Every run and prediction file is made by the project's own command lines (each row's ``command``); what
+exists is reused, so an interrupted bench resumes. Writes runs/qa/*, runs/bench-qa.json, runs/bench-qa.md and
+runs/bench-qa-k.png; rows of the JSON file not asked for this time are kept.
+Usage: python bench/qa.py [--rows dense+reader oracle+reader ...] [--plot-k 1 3 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tour_pyserini.data import read_topics
+from tour_pyserini.data.predictions import read_predictions
+from tour_pyserini.data.runs import read_run, write_run
+from tour_pyserini.eval.answers import AnswerMatcher
+from tour_pyserini.eval.exact_match import evaluate_predictions
+from tour_pyserini.eval.significance import holm, paired_t_test, randomization_test, win_tie_loss
+from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.results import Hit
+
+RUNS = Path("runs/qa")
+PY = [sys.executable, "-m"]
+NQ = "collections/nq-oracle"
+TEST, TRAIN = f"{NQ}/topics.test.jsonl", f"{NQ}/topics.train.jsonl"
+DENSE, BM25 = "indexes/nq-oracle.minilm", "indexes/nq-oracle.bm25"
+READER = "models/nq-oracle-reader"
+JOINT = Path("models/orqa/nq-oracle-joint")
+K = 5
+
+
+def run(args: list[str], output: Path) -> tuple[str, float | None]:
+    """Run one project command unless its output exists: its command line and its seconds (None if reused;
+    the seconds of an earlier run are kept beside the output)."""
+    command = " ".join(shlex.quote(a) for a in ["python", *args[1:]])
+    timing = output.with_name(output.name + ".seconds")
+    if not output.exists():
+        print(f"$ {command}", flush=True)
+        start = time.perf_counter()
+        subprocess.run(args, check=True)
+        timing.write_text(f"{time.perf_counter() - start:.1f}\n")
+    return command, float(timing.read_text()) if timing.exists() else None
+
+
+def search(index: str, name: str, *extra: str) -> tuple[Path, str, float | None]:
+    out = RUNS / f"{name}.trec"
+    args = [*PY, "tour_pyserini.search", "--index", index, "--topics", TEST, "--output", str(out), "--hits", "100",
+            "--run-tag", name, *extra]  # fmt: skip
+    return (out, *run(args, out))
+
+
+def answer(run_path: Path, name: str, k: int, reader: str = READER, *extra: str) -> tuple[Path, str, float | None]:
+    out = RUNS / f"{name}.k{k}.jsonl"
+    args = [*PY, "tour_pyserini.answer", "--run", str(run_path), "--topics", TEST, "--collection", NQ, "--reader",
+            reader, "--k", str(k), "--precision", "auto", "--output", str(out), *extra]  # fmt: skip
+    return (out, *run(args, out))
+
+
+def oracle_run(dense: Path) -> Path:
+    """The dense top-100 with its answer-bearing passages moved first (in their dense order)."""
+    out = RUNS / "oracle.trec"
+    if not out.exists():
+        matcher = AnswerMatcher(DocStore(f"{DENSE}/docstore.sqlite"))
+        rankings, base = [], read_run(dense)
+        for topic in read_topics(TEST):
+            ranked = sorted(base.get(topic.qid, {}).items(), key=lambda item: -item[1])
+            docs = matcher.docstore.get([d for d, _ in ranked])
+            first = sorted(range(len(docs)), key=lambda i: not matcher.has_answer(docs[i].docid, docs[i].text,
+                                                                                  topic.answers))  # fmt: skip
+            rankings.append((topic.qid, [Hit(docs[i].docid, float(len(docs) - r)) for r, i in enumerate(first)]))
+        write_run(out, rankings, "oracle")
+    return out
+
+
+def retrieval(name: str):
+    """(run, its commands, search seconds per question) of one row's retriever."""
+    n = len(read_topics(TEST))
+    if name == "bm25":
+        index_cmd = run([*PY, "tour_pyserini.index", "--bm25", "--collection", NQ, "--output", BM25], Path(BM25))[0]
+        path, cmd, secs = search(BM25, "bm25")
+        return path, [index_cmd, cmd], secs / n if secs else None
+    dense, cmd, secs = search(DENSE, "dense")
+    if name == "dense":
+        return dense, [cmd], secs / n if secs else None
+    if name == "oracle":
+        return oracle_run(dense), [cmd, "python bench/qa.py --rows oracle+reader  # answer-bearing first"], None
+    if name in ("rerank(bm25)", "tour-hard(bm25)"):
+        rewriter = ["--rewriter", "rerank"] if name.startswith("rerank") else ["--rewriter", "tour-hard", "--preset",
+                                                                               "passage"]  # fmt: skip
+        path, cmd, secs = search(DENSE, name.replace("(", "-").rstrip(")"), "--teacher", "bm25", "--k", "20", *rewriter)
+        return path, [cmd], secs / n if secs else None
+    if name == "orqa-joint":
+        train = [*PY, "tour_pyserini", "train-orqa", "--index", DENSE, "--topics", TRAIN, "--exclude-texts-from", TEST,
+                 "--reader", READER, "--output", str(JOINT), "--bf16", "--seed", "13"]  # fmt: skip
+        train_cmd = run(train, JOINT)[0]
+        path, cmd, secs = search(DENSE, "orqa-joint", "--encoder", str(JOINT / "query"))
+        return path, [train_cmd, cmd], secs / n if secs else None
+    raise ValueError(name)
+
+
+ROWS = ["bm25+reader", "dense+reader", "rerank(bm25)+reader", "tour-hard(bm25)+reader", "oracle+reader",
+        "orqa-joint"]  # fmt: skip
+
+
+def make_row(system: str) -> dict:
+    name = system.removesuffix("+reader")
+    path, commands, search_secs = retrieval(name)
+    k = 1 if name == "oracle" else K
+    reader = (str(JOINT / "reader"), "--retrieval-weight", "20") if name == "orqa-joint" else (READER,)
+    preds, cmd, read_secs = answer(path, name.replace("(", "-").rstrip(")"), k, *reader)
+    n = len(read_topics(TEST))
+    return {"collection": "nq-oracle", "system": system, "k": k, "predictions": str(preds), "command": cmd,
+            "commands_before": commands, "seconds_per_question": {"search": search_secs,
+            "read": read_secs / n if read_secs else None}}  # fmt: skip
+
+
+def score(rows: list[dict]) -> list[dict]:
+    topics = read_topics(TEST)
+    evals = {r["system"]: evaluate_predictions(read_predictions(r["predictions"]), topics) for r in rows}
+    base = evals.get("dense+reader")
+    others = [r for r in rows if r["system"] != "dense+reader"]
+    pvalues = []
+    for r in rows:
+        r["metrics"] = evals[r["system"]].means
+        if base is not None and r in others:
+            qids = list(base.per_query["EM"])
+            a, b = [evals[r["system"]].per_query["EM"][q] for q in qids], [base.per_query["EM"][q] for q in qids]
+            r["vs_dense_reader"] = {"delta_EM": r["metrics"]["EM"] - base.means["EM"],
+                                    "p_t_test": paired_t_test(a, b), "p_randomization": randomization_test(a, b),
+                                    "win_tie_loss": win_tie_loss(a, b)}  # fmt: skip
+            pvalues.append(r["vs_dense_reader"]["p_t_test"])
+    for r, p in zip([r for r in rows if "vs_dense_reader" in r], holm(pvalues) if pvalues else []):
+        r["vs_dense_reader"]["p_holm"] = p
+    for r in rows:
+        print(f"{r['system']:26s} k {r['k']:2d}  EM {r['metrics']['EM']:.4f}  F1 {r['metrics']['F1']:.4f}")
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| system | k | EM | F1 | Δ EM vs dense + reader (p t-test, Holm) | s/question (search + read) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        sig = r.get("vs_dense_reader")
+        delta = f"{sig['delta_EM']:+.4f} (p {sig['p_t_test']:.3g}, {sig['p_holm']:.3g})" if sig else ""
+        secs = r["seconds_per_question"]
+        timing = " + ".join(f"{secs[s]:.3f}" if secs[s] is not None else "?" for s in ("search", "read"))
+        lines.append(f"| {r['system']} | {r['k']} | {r['metrics']['EM']:.4f} | {r['metrics']['F1']:.4f} | {delta} | "
+                     f"{timing} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot_k(ks: list[int], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dense = retrieval("dense")[0]
+    topics = read_topics(TEST)
+    ems = [evaluate_predictions(read_predictions(answer(dense, "dense", k)[0]), topics).means["EM"] for k in ks]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(ks, ems, marker="o")
+    ax.set_xlabel("passages read (k)")
+    ax.set_ylabel("EM, nq-oracle test")
+    ax.set_title("dense + reader", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", nargs="+", default=ROWS, choices=ROWS, help="rows to make (default: all)")
+    ap.add_argument("--plot-k", nargs="*", type=int, default=[1, 3, 5], help="k of the EM-against-k plot")
+    args = ap.parse_args()
+    if not Path(READER).is_dir():
+        sys.exit(f"{READER} is missing: make reader first")
+    RUNS.mkdir(parents=True, exist_ok=True)
+    rows = score([make_row(s) for s in ROWS if s in args.rows or s == "dense+reader"])
+    path = Path("runs/bench-qa.json")
+    kept = json.loads(path.read_text()) if path.exists() else []
+    fresh = {r["system"] for r in rows}
+    merged = sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"]))
+    path.write_text(json.dumps(merged, indent=2) + "\n")
+    Path("runs/bench-qa.md").write_text(markdown(merged))
+    print(f"wrote {path} and runs/bench-qa.md")
+    if args.plot_k:
+        plot_k(args.plot_k, Path("runs/bench-qa-k.png"))
+        print("wrote runs/bench-qa-k.png")
+
+
+if __name__ == "__main__":
+    main()
