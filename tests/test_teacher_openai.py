@@ -69,8 +69,13 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                     flaky = "FLAKY" in document and document not in server.seen
                     server.seen.add(document)
                 reply = "maybe" if "GARBLE" in document or flaky else str(int(6 * unit(document, "s")))
-                return self.answer(200, {"choices": [{"message": {"role": "assistant", "content": reply}}],
-                                         "usage": {"prompt_tokens": len(user.split()), "completion_tokens": 1}})
+                return self.answer(
+                    200,
+                    {
+                        "choices": [{"message": {"role": "assistant", "content": reply}}],
+                        "usage": {"prompt_tokens": len(user.split()), "completion_tokens": 1},
+                    },
+                )
             return self.answer(404, {"error": "no such endpoint"})
         finally:
             with server.lock:

@@ -46,6 +46,23 @@ def add_config_flags(ap: argparse.ArgumentParser, config, numbers: dict[str, Num
         ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=value, help=(helps or {}).get(name))
 
 
+def add_teacher_flags(ap) -> None:
+    """The flags the teachers declare (``--teacher-model``, ``--teacher-instruction``, ...), on ``ap`` or a group."""
+    from tour_pyserini.teachers import teacher_options
+
+    for option in teacher_options():
+        option.add_to(ap)
+
+
+def teacher_flags(args: argparse.Namespace) -> dict:
+    """The teacher options given, by parameter; one the named ``--teacher`` does not read is an error."""
+    from tour_pyserini.teachers import check_teacher_options, teacher_options
+
+    options = {o.param: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
+    check_teacher_options(args.teacher, options)
+    return options
+
+
 # old flag -> the flag that replaced it (same meaning)
 RENAMED = {
     "--reranker": "--teacher",

@@ -17,8 +17,10 @@ from tour_pyserini.commands.flags import (
     ArgumentParser,
     add_encoder_flags,
     add_renamed,
+    add_teacher_flags,
     apply_renamed,
     encoder_settings,
+    teacher_flags,
 )
 from tour_pyserini.data.runs import RunWriter
 from tour_pyserini.data.topics import read_topics
@@ -92,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
                     "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
                     "or AMX; refused where torch has no native bfloat16 kernels), fp32, or auto (bf16 where torch "
                     f"multiplies in bfloat16 natively, else fp32; default {DEFAULT_PRECISION})")  # fmt: skip
+    add_teacher_flags(rw)
     add_renamed(rw, "--reranker")
     add_renamed(rw, "--reranker-max-length", type=positive_int)
     add_renamed(rw, "--reranker-precision", choices=PRECISIONS)
@@ -149,6 +152,7 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
         index=args.index, encoder=args.encoder, encoder_settings=encoder_settings(args),
         encoded_queries=args.encoded_queries, rewriter=args.rewriter, rewriter_options=rewriter_flags(args),
         teacher=args.teacher, teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
+        teacher_options=teacher_flags(args),
         score_store=args.score_store, threads=args.threads, device=args.device, ef_search=args.ef_search,
         nprobe=args.nprobe, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
     )  # fmt: skip

@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser
+from tour_pyserini.commands.flags import ArgumentParser, add_teacher_flags, teacher_flags
 from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
@@ -43,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--teacher-max-length", type=positive_int, help="tokens a cross-encoder teacher reads")
     rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
                     f"(default {DEFAULT_PRECISION})")  # fmt: skip
+    add_teacher_flags(rw)
     rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")
     rc.add_argument("--trace", required=True, nargs="+", help="trace files of searches (search --trace)")
     rc.add_argument("--index", required=True, help="the dense index those searches ran on")
@@ -94,7 +95,8 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     from tour_pyserini.ttt.pipeline import judge_rewards
     from tour_pyserini.ttt.rewards import TaskSource, write_rewards
 
-    context = TeacherContext(index_dir=args.index, max_length=args.teacher_max_length, precision=args.teacher_precision)
+    context = TeacherContext(index_dir=args.index, max_length=args.teacher_max_length, precision=args.teacher_precision,
+                             options=teacher_flags(args))  # fmt: skip
     teacher = get_teacher(args.teacher, context)
     if teacher.oracle:
         print("warning: ORACLE teacher — these rewards read the relevance judgements (an upper bound, not a "

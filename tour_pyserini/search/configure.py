@@ -22,7 +22,7 @@ from tour_pyserini.rewriters import check_rewriter, get_rewriter
 
 STORE_NEEDS_PAIRWISE = (
     "--score-store keeps the scores of a --teacher whose pair scores stand alone "
-    "(cross-encoder, bm25, dense, ensemble, oracle)"
+    "(cross-encoder, llm, monot5, openai, bm25, dense, ensemble, oracle)"
 )
 
 
@@ -40,6 +40,7 @@ class SearchConfig:
     teacher: str | None = None
     teacher_max_length: int | None = None
     teacher_precision: str | None = None
+    teacher_options: Mapping[str, object] = field(default_factory=dict)  # values of the flags teachers declare
     score_store: str | None = None
     threads: int | None = None  # torch's own for models, 1 for Faiss when None
     device: str = "cpu"
@@ -127,7 +128,7 @@ def teacher_context(config: SearchConfig):
     from tour_pyserini.teachers import TeacherContext
 
     return TeacherContext(index_dir=config.index, max_length=config.teacher_max_length, device=config.device,
-                          precision=config.teacher_precision)  # fmt: skip
+                          precision=config.teacher_precision, options=config.teacher_options)  # fmt: skip
 
 
 def open_score_store(path: str, teacher):

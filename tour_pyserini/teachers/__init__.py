@@ -8,12 +8,16 @@ one from a spec string such as ``cross-encoder:models/scifact-rce``, ``bm25``,
 
 from __future__ import annotations
 
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, get_teacher
+from collections.abc import Mapping
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, TeacherOption, get_teacher
 from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 __all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
-           "StoredTeacher", "available_teachers", "get_teacher", "teacher_usages"]  # fmt: skip
+           "StoredTeacher", "TeacherOption", "available_teachers", "check_teacher_options", "get_teacher",
+           "teacher_options", "teacher_usages"]  # fmt: skip
 
 
 def available_teachers() -> dict[str, type[Teacher]]:
@@ -23,3 +27,30 @@ def available_teachers() -> dict[str, type[Teacher]]:
 def teacher_usages() -> str:
     """How each registered teacher's spec is written, for help texts: "bm25[:DIR], cross-encoder:PATH, ..."."""
     return ", ".join(cls.usage or name for name, cls in sorted(available_teachers().items()))
+
+
+def teacher_options() -> list[TeacherOption]:
+    """Every flag the teachers declare, once each (teachers sharing a flag declare it as the same option)."""
+    seen: dict[str, TeacherOption] = {}
+    for cls in available_teachers().values():
+        for option in cls.options:
+            if seen.setdefault(option.flag, option) != option:
+                raise TypeError(f"teachers declare {option.flag} differently: {seen[option.flag]} and {option}")
+    return list(seen.values())
+
+
+def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> None:
+    """Refuse a teacher flag the named teacher does not read (an ensemble's or a fusion's parts may read any)."""
+    if not options:
+        return
+    name = (spec or "").partition(":")[0]
+    cls = available_teachers().get(name)
+    if cls is None or cls.composite:
+        if spec is None:
+            given = [o.flag for o in teacher_options() if o.param in options]
+            raise UserError(f"{', '.join(given)}: a teacher's options, given without --teacher")
+        return
+    own = {o.param for o in cls.options}
+    if stray := [o.flag for o in teacher_options() if o.param in options and o.param not in own]:
+        reads = f" (it reads {', '.join(o.flag for o in cls.options)})" if cls.options else ""
+        raise UserError(f"{', '.join(stray)}: not an option of the {name} teacher{reads}")

@@ -81,6 +81,7 @@ class Teacher(ABC):
     # reused across searches (see ScoreStore)
     pairwise: ClassVar[bool] = True
     options: ClassVar[tuple[TeacherOption, ...]] = ()  # the flags this teacher reads from TeacherContext.options
+    composite: ClassVar[bool] = False  # built from other teachers' specs, which may read any teacher's options
 
     @classmethod
     @abstractmethod

@@ -60,6 +60,7 @@ class EnsembleTeacher(Teacher):
     """``ensemble:FILE``: sum over parts of weight x the part's score."""
 
     name = "ensemble"
+    composite = True
     usage = "ensemble:FILE"
 
     def __init__(self, parts: Sequence[Teacher], weights: Sequence[float]):

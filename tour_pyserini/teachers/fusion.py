@@ -21,6 +21,7 @@ class FusionTeacher(Teacher):
     """
 
     name = "fusion"
+    composite = True
     usage = "fusion:A+B"
     pairwise = False
 

@@ -37,6 +37,7 @@ from tour_pyserini.teachers.prompts import (
 LLM_EXTRA = "pip install -e '.[llm]'"
 DEFAULT_MAX_LENGTH = 1024  # prompt tokens; a SciFact abstract with the prompt fits in about 500
 
+
 def answer_ids(tokenizer, template: Template) -> tuple[list[int], list[int]]:
     """The token ids read as yes and as no (see :class:`Template`); a word without a single token is refused."""
     out = []

@@ -82,7 +82,8 @@ class MonoT5Teacher(Teacher):
         """The encoder's input: the template, its document cut to fit, then the end-of-sequence token."""
         before, _, after = TEMPLATE.replace("{query}", query).partition("{document}")
         return prompt_ids(self.tokenizer, before, document.strip(), after, self.max_length - 1) + [
-            self.tokenizer.eos_token_id]
+            self.tokenizer.eos_token_id
+        ]
 
     def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         import torch

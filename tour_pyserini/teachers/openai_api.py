@@ -55,7 +55,7 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MODEL_OPTION = TeacherOption("--teacher-model", "model", help="the model an openai: teacher asks (its name on the "
                              "server)", metavar="NAME")  # fmt: skip
 CONCURRENCY_OPTION = TeacherOption("--teacher-concurrency", "concurrency", positive_int,
-                                   "requests an openai: teacher keeps in flight (default 4)")  # fmt: skip
+                                   "requests an openai: teacher keeps in flight (default 4)", "N")  # fmt: skip
 JUDGE_OPTION = TeacherOption("--teacher-judge", "judge", help="how an openai: teacher judges: logprobs (yes/no "
                              "log-odds), score (verbalised 0-5) or auto (logprobs where the server returns them; "
                              "default)", metavar="|".join(JUDGES))  # fmt: skip
@@ -90,7 +90,9 @@ class OpenAITeacher(Teacher):
                  timeout: float = 60.0, retries: int = 5, backoff: float = 0.5):  # fmt: skip
         parsed = urlparse(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise UserError(f"openai teacher: {base_url!r} is not an http(s) URL (e.g. openai:http://127.0.0.1:8000/v1)")
+            raise UserError(
+                f"openai teacher: {base_url!r} is not an http(s) URL (e.g. openai:http://127.0.0.1:8000/v1)"
+            )
         if not model:
             raise UserError("the openai teacher needs --teacher-model NAME (the model's name on the server)")
         if judge not in JUDGES:
@@ -111,7 +113,9 @@ class OpenAITeacher(Teacher):
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> OpenAITeacher:
         if not argument:
-            raise UserError("the openai teacher needs the server's URL: openai:BASE_URL (e.g. http://127.0.0.1:8000/v1)")
+            raise UserError(
+                "the openai teacher needs the server's URL: openai:BASE_URL (e.g. http://127.0.0.1:8000/v1)"
+            )
         options = context.options
         template = options.get("template")
         return cls(argument, options.get("model"), judge=options.get("judge") or "auto",

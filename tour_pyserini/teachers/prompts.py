@@ -128,4 +128,3 @@ def parse_score(reply: str) -> float | None:
     "4.0"; not "4/5", "about 4" or "45")."""
     match = SCORE_REPLY.fullmatch(reply or "")
     return float(match.group(1)) if match else None
-

@@ -142,6 +142,7 @@ class StoredTeacher(Teacher):
         reads = self.teacher.needs_text and self.docstore is not None
         todo = [(i, with_texts(r, self.docstore) if reads and r.docs is None else r) for i, r in todo if r.docids]
         if todo:
+
             def keep(j: int, fresh: dict[str, float]) -> None:  # stored as they arrive: an interrupted call keeps them
                 self.store.put(todo[j][1].query, fresh)
 
