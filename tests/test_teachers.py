@@ -59,8 +59,8 @@ def test_cross_encoder_refuses_a_model_without_a_classification_head(tmp_path):
 
 
 def test_unknown_teacher_specs():
-    with pytest.raises(ValueError, match="unknown teacher 'monot5'"):
-        get_teacher("monot5")
+    with pytest.raises(ValueError, match="unknown teacher 'colbert'"):
+        get_teacher("colbert")
     with pytest.raises(ValueError, match="needs qrels"):
         get_teacher("oracle")
 
