@@ -386,3 +386,27 @@ def test_ttt_rewards_take_the_llm_teacher(dense_index, mini_scifact, tiny_chat_l
     assert proc.returncode == 0, proc.stderr
     judged = read_rewards([rewards])
     assert judged.num_pairs == 40 and judged.provenance[str(rewards)]["teacher"] == f"llm:{tiny_chat_lm}"
+
+
+@pytest.mark.slow
+def test_fit_ensemble_takes_an_llm_part_and_the_ensemble_scores_with_it(dense_index, mini_scifact, tiny_chat_lm,
+                                                                         tmp_path):  # fmt: skip
+    from tour_pyserini.commands.fit_ensemble import main
+    from tour_pyserini.data import read_topics
+
+    out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
+    topics = read_topics(mini_scifact["topics"])[:10]
+    subset.write_text("".join(f"{t.qid}\t{t.text}\n" for t in topics))
+    main(["--index", str(dense_index), "--topics", str(subset), "--qrels", str(mini_scifact["qrels"]),
+          "--teachers", "dense", f"llm:{tiny_chat_lm}", "--depth", "5", "--output", str(out)])  # fmt: skip
+    record = json.loads(out.read_text())
+    assert [p["teacher"] for p in record["parts"]] == ["dense", f"llm:{tiny_chat_lm}"]
+    ensemble = get_teacher(f"ensemble:{out}", TeacherContext(index_dir=str(dense_index), precision="fp32"))
+    from tour_pyserini.data import read_qrels
+    from tour_pyserini.index.docstore import DocStore
+    from tour_pyserini.index.layout import DOCSTORE_FILE
+
+    docids = sorted({d for t in topics[:2] for d in read_qrels(mini_scifact["qrels"])[t.qid]})
+    request = ScoreRequest("q", topics[0].text, docids, DocStore(dense_index / DOCSTORE_FILE).get(docids))
+    parts = [p.score([request])[0] for p in ensemble.parts]
+    np.testing.assert_allclose(ensemble.score([request])[0], sum(w * s for w, s in zip(ensemble.weights, parts)))
