@@ -156,6 +156,17 @@ def test_batch_size_and_model_family_do_not_change_the_answers(tmp_path, tiny):
         assert pred.answer and pred.answer in {p.text for p in question.passages if p.docid == pred.docid}.pop()
 
 
+def test_bf16_reads_the_same_spans_up_to_rounding(tiny):
+    from tour_pyserini.devices import native_bf16
+
+    if not native_bf16("cpu"):
+        pytest.skip("torch has no native bfloat16 kernels on this CPU")
+    fp32 = Reader(str(tiny), ReaderOptions(max_length=48, stride=12)).read(QUESTIONS)
+    bf16 = Reader(str(tiny), ReaderOptions(max_length=48, stride=12, precision="bf16")).read(QUESTIONS)
+    assert [p.score for p in bf16] == pytest.approx([p.score for p in fp32], abs=0.1)
+    assert all(p.answer in LONG or p.answer in "Paris is in France. Rome, Italy" for p in bf16)
+
+
 def test_k_limits_the_passages_read(tiny):
     preds = Reader(str(tiny), ReaderOptions(k=1, max_length=48, stride=12)).read(QUESTIONS)
     assert [p.docid for p in preds] == ["long", "b"]
