@@ -14,7 +14,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale orqa reader bench-qa llm lint clean
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean
 
 install: $(VENV)/.installed
 
@@ -126,6 +126,18 @@ bench-ttt: install
 bench-scale: install
 	$(PY) bench/scale.py
 	$(PY) bench/ray_throughput.py
+
+# TOUR on MiniLM without its normalisation (an unnormalised encoder), with and without the scale rule:
+# SciFact and nq-oracle, training and test queries (docs/algorithms.md); encoding both corpora anew takes
+# about 10 minutes on 2 idle cores
+bench-scale-rule: install
+	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
+	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output indexes/scifact.minilm-unnorm --no-l2-norm
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
+	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm-unnorm --no-l2-norm
+	$(PY) bench/scale_rule.py
 
 # The extractive reader models/nq-oracle-reader (float16, 43 MiB): the bundled MiniLM trained by distant
 # supervision on nq-oracle's training questions (their dense top-20), bf16 autocast (docs/orqa.md)

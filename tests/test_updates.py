@@ -181,8 +181,8 @@ def test_early_stop_rules_on_hand_made_scores(teacher_scores, hard_stops, soft_s
     C = np.eye(3)
     q = np.array([0.3, 0.2, 0.1])  # retrieval order: 0, 1, 2
     scores = np.array(teacher_scores)
-    assert TourHard(teacher=None).step(q, C, scores).stop is hard_stops
-    assert TourSoft(teacher=None).step(q, C, scores).stop is soft_stops
+    assert TourHard(teacher=None).step(q, C, scores, 1.0).stop is hard_stops
+    assert TourSoft(teacher=None).step(q, C, scores, 1.0).stop is soft_stops
 
 
 def test_hard_loss_clamp_matches_torch_below_and_above_the_clamp():
@@ -214,16 +214,16 @@ def test_fixed_positives_are_the_retrievers_top_k_and_teacher_positives_the_teac
     assert TourHard(None, depth=4, teacher_positives=2).positives(scores).tolist() == [2, 3]
     C4 = np.eye(4)
     # C_{1:k'} always holds the retriever's top-1: that ablation never stops early
-    assert not TourHard(None, depth=4, fixed_positives=2).step(np.ones(4), C4, scores).stop
-    assert not TourHard(None, depth=4, teacher_positives=2).step(np.ones(4), C4, scores).stop
+    assert not TourHard(None, depth=4, fixed_positives=2).step(np.ones(4), C4, scores, 1.0).stop
+    assert not TourHard(None, depth=4, teacher_positives=2).step(np.ones(4), C4, scores, 1.0).stop
 
 
 def test_soft_early_stop_argmax_or_nucleus():
     from tour_pyserini.rewriters.tour import TourSoft
 
     q, C4 = np.ones(4), np.eye(4)
-    paper = TourSoft(None, depth=4, p=0.9).step(q, C4, _Scores.teacher)
+    paper = TourSoft(None, depth=4, p=0.9).step(q, C4, _Scores.teacher, 1.0)
     official = TourSoft(None, depth=4, p=0.9, soft_stop="nucleus")
     assert not paper.stop  # the retriever's top-1 is not the teacher's argmax
-    assert official.step(q, C4, _Scores.teacher).stop  # ... but it is inside the teacher's nucleus
+    assert official.step(q, C4, _Scores.teacher, 1.0).stop  # ... but it is inside the teacher's nucleus
     assert official.stop_reason != TourSoft(None, depth=4).stop_reason

@@ -75,7 +75,12 @@ class EncoderSpec:
                            l2_norm=settings.l2_norm if l2_norm is None else l2_norm)  # fmt: skip
         query_side = side == "query"
         document_length = max_length or (None if query_side else settings.max_length)
-        klass = get_class(settings.encoder_class) if settings.encoder_class else CLASSES[infer_class(name)]
+        if settings.encoder_class:
+            klass = get_class(settings.encoder_class)
+        else:  # sentence and contriever are the auto class with fixed pooling: flags that set it ask for auto
+            inferred = infer_class(name)
+            flags = settings.pooling is not None or settings.l2_norm is not None
+            klass = CLASSES["auto" if flags and family(inferred) == "auto" else inferred]
         check_class_options(klass, pooling=settings.pooling, l2_norm=settings.l2_norm,
                             query_prefix=settings.query_prefix, doc_prefix=settings.doc_prefix,
                             max_length_given=settings.max_length is not None, side=side)  # fmt: skip
@@ -218,7 +223,10 @@ def _settings(identity: dict) -> dict:
 def setting_differences(recorded: dict, asked: dict) -> list[str]:
     """``"SETTING RECORDED, asked ASKED"`` for each setting (class, pooling, prefixes, ...) two identities differ in."""
     a, b = _settings(recorded), _settings(asked)
-    return [f"{key} {a[key]!r}, asked {b[key]!r}" for key in _SETTINGS if a[key] != b[key]]
+    def show(key: str, value) -> str:
+        return repr(value) if key.endswith("prefix") and value is not None else str(value)
+
+    return [f"{key} {show(key, a[key])}, asked {show(key, b[key])}" for key in _SETTINGS if a[key] != b[key]]
 
 
 def same_encoder(a: dict, b: dict) -> bool:

@@ -163,10 +163,11 @@ def rank_by_teacher(
     depth: int,
     hits: int,
     lam: float,
-    smoothing: float,
+    smoothing: float | Sequence[float],
     scored: Sequence[dict[str, np.ndarray]] | None = None,
 ) -> list[SearchResult]:
-    """Search with ``vectors``; rank each top-``depth`` by lam softmax(teacher) + (1 - lam) softmax(sim / smoothing).
+    """Search with ``vectors``; rank each top-``depth`` by lam softmax(teacher) + (1 - lam) softmax(sim / smoothing)
+    (``smoothing``: one for all queries, or one per query).
 
     The final step shared by re-ranking and TOUR: documents below ``depth`` keep retriever order, and
     ``hits`` documents are returned per query. ``scored`` (one ``{docid: vector}`` per query) adds
@@ -186,8 +187,9 @@ def rank_by_teacher(
             tails[i] = [h for h in tails[i] if h.docid not in seen]
     teacher_scores = cache.score(batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces)
     results = []
-    for qid, head, tail, scores, trace in zip(batch.qids, heads, tails, teacher_scores, traces):
+    smoothings = np.broadcast_to(np.asarray(smoothing, dtype=np.float64), (len(batch.qids),))
+    for qid, head, tail, scores, trace, smooth in zip(batch.qids, heads, tails, teacher_scores, traces, smoothings):
         retriever = np.array([h.score for h in head])
-        final = rerank_head(head + tail, aggregate(scores, retriever, lam, smoothing))
+        final = rerank_head(head + tail, aggregate(scores, retriever, lam, float(smooth)))
         results.append(SearchResult(qid, final[:hits], trace))
     return results

@@ -32,6 +32,7 @@ from tour_pyserini.rewriters.base import (
 )
 from tour_pyserini.rewriters.ttt_embed import STATE, TASK, optional_shift
 from tour_pyserini.rewriters.updates import (
+    SimilarityScale,
     check_aggregation,
     clip_by_norm,
     hard_loss_and_grad,
@@ -71,6 +72,9 @@ TOUR_OPTIONS = (
            "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)", choices=("argmax", "nucleus")),
     Option("--no-early-stop", "early_stop", help="ablation: always run T iterations", const=False),
     Option("--no-cache", "use_cache", help="ablation: rescore candidates every iteration", const=False),
+    Option("--similarity-scale", "similarity_scale", str, "fixed: lr, clip, weight decay and temperatures as "
+           "given (default); norms: they are for unit vectors, converted by each query's norm and its "
+           "candidates' (unit-length encoders unchanged)", choices=("fixed", "norms")),
     Option("--final", "final", str, "final ranking: the last search's top-k (paper), or its union with every "
            "candidate scored on the way (no extra teacher calls)", choices=("search", "union")),
     STATE,  # beyond the paper: start from a TTT-Embed state's unit(x + alpha v) instead of x
@@ -99,6 +103,9 @@ class TourConfig:
     use_cache: bool = True  # ablation: False rescores every candidate at every iteration
     smoothing: float = 100.0  # retriever logits are sim / smoothing in the final aggregation
     final: str = "search"  # "union": the final ranking also holds every candidate scored in the iterations
+    # "fixed": used as given (the paper's presets were chosen so for DPR); "norms": lr, clip, weight decay and
+    # the temperatures are for unit vectors, converted per query by its norms (SimilarityScale)
+    similarity_scale: str = "fixed"
 
     @classmethod
     def from_preset(cls, preset: str = "passage", **overrides) -> TourConfig:
@@ -130,6 +137,8 @@ class TourConfig:
         check_aggregation(self.lam, self.smoothing)
         if self.soft_stop not in ("argmax", "nucleus"):
             raise UserError(f"--soft-stop must be 'argmax' or 'nucleus', got {self.soft_stop!r}")
+        if self.similarity_scale not in ("norms", "fixed"):
+            raise UserError(f"--similarity-scale must be 'norms' or 'fixed', got {self.similarity_scale!r}")
         if self.final not in ("search", "union"):
             raise UserError(f"final ranking must be 'search' or 'union', got {self.final!r}")
         if self.final == "union" and not self.use_cache:
@@ -167,7 +176,8 @@ class _Tour(Rewriter):
         TourConfig.from_preset(preset, **options)
         optional_shift(state, task)  # a missing file or a wrong task fails before any model loads
 
-    def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
+    def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray, temperature: float) -> _Step:
+        """Early stop, loss and gradient for one query at retriever temperature ``temperature``."""
         raise NotImplementedError
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
@@ -179,6 +189,7 @@ class _Tour(Rewriter):
         cache = ScoreCache(self.teacher, index.docstore, enabled=cfg.use_cache, store=self.store)
         active = list(range(len(batch)))
         scored: list[dict[str, np.ndarray]] = [{} for _ in batch.qids]  # candidates the teacher has seen
+        scales = [SimilarityScale()] * len(batch)  # set from each query's first candidates
         for t in range(cfg.iterations):
             if not active:
                 break
@@ -196,22 +207,26 @@ class _Tour(Rewriter):
             with timed(active_traces, "update"):
                 for i, found, s in zip(active, candidates, scores):
                     scored[i].update((h.docid, h.vector) for h in found)
-                    step = self.step(q[i], np.vstack([h.vector for h in found]).astype(np.float64), s)
+                    C = np.vstack([h.vector for h in found]).astype(np.float64)
+                    if t == 0 and cfg.similarity_scale == "norms":
+                        scales[i] = SimilarityScale.of(q[i], C)
+                    scale = scales[i]
+                    step = self.step(q[i], C, s, scale.temperature(cfg.retriever_temperature))
                     traces[i].losses.append(step.loss)
                     if step.stop and cfg.early_stop:
                         traces[i].stop_reason = self.stop_reason
                         continue
-                    grad = clip_by_norm(step.grad, cfg.clip)
-                    q[i], momentum_buffers[i] = sgd_step(
-                        q[i], grad, momentum_buffers[i], lr, cfg.momentum, cfg.weight_decay
-                    )
+                    grad = clip_by_norm(step.grad, scale.clip(cfg.clip))
+                    q[i], momentum_buffers[i] = sgd_step(q[i], grad, momentum_buffers[i], scale.lr(lr), cfg.momentum,
+                                                         scale.weight_decay(cfg.weight_decay))  # fmt: skip
                     traces[i].iterations += 1
                     still_active.append(i)
             active = still_active
         for i in active:
             traces[i].stop_reason = "max iterations"
         return rank_by_teacher(batch, index, vectors=q, cache=cache, depth=cfg.depth, hits=hits, lam=cfg.lam,
-                               smoothing=cfg.smoothing, scored=scored if cfg.final == "union" else None)  # fmt: skip
+                               smoothing=[scale.temperature(cfg.smoothing) for scale in scales],
+                               scored=scored if cfg.final == "union" else None)  # fmt: skip
 
 
 @REWRITERS.register
@@ -229,9 +244,9 @@ class TourHard(_Tour):
             return np.argsort(-teacher_scores, kind="stable")[: cfg.teacher_positives]
         return nucleus(softmax(teacher_scores, cfg.tau), cfg.p)
 
-    def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
+    def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray, temperature: float) -> _Step:
         positives = self.positives(teacher_scores)
-        loss, grad = hard_loss_and_grad(q, C, positives, self.config.retriever_temperature)
+        loss, grad = hard_loss_and_grad(q, C, positives, temperature)
         # the retriever's own top-k' always hold its top-1: that ablation runs every iteration
         stop = self.config.fixed_positives is None and bool(np.any(positives == 0))
         return _Step(stop, loss, grad)
@@ -249,10 +264,10 @@ class TourSoft(_Tour):
             return "retriever top-1 is in the teacher's nucleus"
         return "retriever top-1 is the teacher's top-1"
 
-    def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray) -> _Step:
+    def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray, temperature: float) -> _Step:
         cfg = self.config
         probs = softmax(teacher_scores, cfg.tau)
-        loss, grad = soft_loss_and_grad(q, C, probs, cfg.retriever_temperature)
+        loss, grad = soft_loss_and_grad(q, C, probs, temperature)
         if cfg.soft_stop == "nucleus":
             stop = bool(np.any(nucleus(probs, cfg.p) == 0))
         else:

@@ -7,6 +7,7 @@ are (k,). Everything here is testable against hand-computed values without Java 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -86,6 +87,46 @@ def sgd_step(
     g = grad + weight_decay * q
     buf = g if buf is None else momentum * buf + g
     return q - lr * buf, buf
+
+
+UNIT_TOLERANCE = 0.05  # vectors whose norms are within 5% of 1 count as unit length
+
+
+@dataclass(frozen=True)
+class SimilarityScale:
+    """How far a query's vectors are from unit length: ``query`` = ||q_0||, ``documents`` = the median norm of
+    its first candidates, each rounded to three significant digits; both exactly 1 for unit-length encoders
+    (within :data:`UNIT_TOLERANCE`), so their runs do not change by a bit.
+
+    TOUR's hyperparameters are stated for unit vectors. With q' = s_q q and c' = s_c c, the loop runs the
+    same trajectory, q'_t = s_q q_t, when the temperatures of similarities are multiplied by s_q s_c, the
+    learning rate by s_q^2, the clipping norm divided by s_q and the weight decay by s_q^2."""
+
+    query: float = 1.0
+    documents: float = 1.0
+
+    @classmethod
+    def of(cls, q: np.ndarray, C: np.ndarray) -> SimilarityScale:
+        s_q, s_c = float(np.linalg.norm(q)), float(np.median(np.linalg.norm(C, axis=1)))
+        if abs(s_q - 1) <= UNIT_TOLERANCE and abs(s_c - 1) <= UNIT_TOLERANCE:
+            return cls()
+        return cls(_three_digits(s_q), _three_digits(s_c))
+
+    def temperature(self, t: float) -> float:
+        return t * self.query * self.documents
+
+    def lr(self, lr: float) -> float:
+        return lr * self.query**2
+
+    def clip(self, clip: float | None) -> float | None:
+        return None if clip is None else clip / self.query
+
+    def weight_decay(self, w: float) -> float:
+        return w / self.query**2
+
+
+def _three_digits(x: float) -> float:
+    return float(f"{x:.3g}") if x > 0 else 1.0
 
 
 def linear_lr(lr: float, t: int, iterations: int) -> float:
