@@ -410,3 +410,27 @@ def test_fit_ensemble_takes_an_llm_part_and_the_ensemble_scores_with_it(dense_in
     request = ScoreRequest("q", topics[0].text, docids, DocStore(dense_index / DOCSTORE_FILE).get(docids))
     parts = [p.score([request])[0] for p in ensemble.parts]
     np.testing.assert_allclose(ensemble.score([request])[0], sum(w * s for w, s in zip(ensemble.weights, parts)))
+
+
+def test_scores_reach_the_store_batch_by_batch_so_a_stopped_run_keeps_them(tiny_chat_lm, tmp_path):
+    teacher = LlmTeacher(str(tiny_chat_lm), batch_size=3, precision="fp32")
+    texts = TEXTS * 2
+    request = ScoreRequest("q", QUERIES[0], [f"d{i}" for i in range(len(texts))], docs(texts))
+    store = ScoreStore(tmp_path / "s.sqlite", teacher.fingerprint)
+    calls = []
+
+    def stop_after_one_batch(i: int, scores: dict[str, float]) -> None:
+        store.put(QUERIES[0], scores)
+        calls.append(scores)
+        if sum(len(c) for c in calls) >= 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        teacher.score_streaming([request], stop_after_one_batch)
+    kept = store.get(QUERIES[0], request.docids)
+    assert len(kept) == 3
+    full = teacher.score([request])[0]
+    assert all(abs(kept[d] - full[request.docids.index(d)]) < 1e-5 for d in kept)
+    # the next run scores the other pairs only, and the whole comes out as one run would give it
+    resumed = StoredTeacher(teacher, store).score([request])[0]
+    np.testing.assert_allclose(resumed, full, atol=1e-5)

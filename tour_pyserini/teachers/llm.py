@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_pr
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext
 from tour_pyserini.teachers.cross_encoder import pair_text, run_in_float32
 from tour_pyserini.teachers.prompts import (
     INSTRUCTION_OPTION,
@@ -145,7 +145,9 @@ class LlmTeacher(Teacher):
             before = bos + before
         return prompt_ids(self.tokenizer, before, document.strip(), after, self.max_length)
 
-    def score_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+    def score_pairs(self, queries: Sequence[str], texts: Sequence[str],
+                    done: Callable[[list[int], np.ndarray], None] | None = None) -> np.ndarray:  # fmt: skip
+        """Scores of the pairs; ``done(indices, scores)`` is called after each batch."""
         import torch
 
         prompts = [self.prompt_ids(q, t) for q, t in zip(queries, texts)]
@@ -168,12 +170,27 @@ class LlmTeacher(Teacher):
                 logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
                 odds = torch.logsumexp(logp[:, self.yes_ids], -1) - torch.logsumexp(logp[:, self.no_ids], -1)
                 scores[idx] = odds.cpu().numpy()
+                if done is not None:
+                    done(idx, scores[idx])
         return scores
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
+        return self.score_streaming(requests, lambda i, scores: None)
+
+    def score_streaming(self, requests: Sequence[ScoreRequest], sink: ScoreSink) -> list[np.ndarray]:
+        """Scores handed over batch by batch: a long run stopped midway keeps what it computed."""
+        pairs = [(i, docid) for i, r in enumerate(requests) for docid in r.docids]
+
+        def hand_over(indices: list[int], scores: np.ndarray) -> None:  # one store write per request per batch
+            fresh: dict[int, dict[str, float]] = {}
+            for k, score in zip(indices, scores.tolist()):
+                fresh.setdefault(pairs[k][0], {})[pairs[k][1]] = score
+            for i, scores_of_request in fresh.items():
+                sink(i, scores_of_request)
+
         queries = [r.query for r in requests for _ in r.docids]
         texts = [pair_text(doc) for r in requests for doc in r.docs]
-        flat = self.score_pairs(queries, texts)
+        flat = self.score_pairs(queries, texts, hand_over)
         bounds = np.cumsum([0] + [len(r.docids) for r in requests])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
