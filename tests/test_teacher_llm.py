@@ -434,3 +434,16 @@ def test_scores_reach_the_store_batch_by_batch_so_a_stopped_run_keeps_them(tiny_
     # the next run scores the other pairs only, and the whole comes out as one run would give it
     resumed = StoredTeacher(teacher, store).score([request])[0]
     np.testing.assert_allclose(resumed, full, atol=1e-5)
+
+
+def test_bf16_scores_stay_close_to_float32(tiny_chat_lm):
+    from tour_pyserini.devices import native_bf16
+
+    if not native_bf16("cpu"):
+        with pytest.raises(UserError, match="--teacher-precision bf16: torch has no native bfloat16"):
+            LlmTeacher(str(tiny_chat_lm), precision="bf16")
+        return
+    texts = TEXTS * 2
+    fp32 = LlmTeacher(str(tiny_chat_lm), precision="fp32").score_pairs(["q"] * len(texts), texts)
+    bf16 = LlmTeacher(str(tiny_chat_lm), precision="bf16").score_pairs(["q"] * len(texts), texts)
+    assert np.abs(bf16 - fp32).max() < 0.05 and not np.array_equal(bf16, fp32)  # bf16 did run
