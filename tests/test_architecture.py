@@ -135,8 +135,8 @@ def test_unknown_names_are_user_errors():
 
     with pytest.raises(UserError, match="unknown rewriter 'tuor'; choose one of: avg-prf, none, rerank"):
         get_rewriter("tuor")
-    with pytest.raises(UserError, match="unknown teacher 'monot5'"):
-        get_teacher("monot5")
+    with pytest.raises(UserError, match="unknown teacher 'colbert'"):
+        get_teacher("colbert")
 
 
 def test_an_internal_key_error_keeps_its_traceback():
