@@ -239,6 +239,36 @@ def test_dpr_pair_index_and_search_with_tour_and_rocchio(models, mini_scifact, i
     assert not (tmp_path / "x.trec").exists()
 
 
+# (model, index flags, what the index records): searched without --encoder, each takes its recorded class,
+# pooling and prefixes back
+FAMILIES = {
+    "ance": ("roberta", ["--encoder-class", "ance"], {"encoder_class": "ance", "pooling": None}),
+    "qwen3": ("qwen", ["--encoder-class", "qwen3", "--l2-norm", "--query-prefix", "Instruct: find\nQuery:",
+                       "--doc-prefix", "Passage: "],
+              {"encoder_class": "qwen3", "pooling": "last", "l2_norm": True, "query_prefix": "Instruct: find\nQuery:",
+               "doc_prefix": "Passage: "}),
+    "st-pipeline": ("pipeline", ["--encoder-class", "st-pipeline"], {"encoder_class": "st-pipeline"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_indexes_records_itself_and_runs_tour(models, mini_scifact, index_root, bm25_index, tmp_path,
+                                                          family):  # fmt: skip
+    from tour_pyserini.index.query_side import query_encoder_spec
+
+    model, flags, recorded = FAMILIES[family]
+    dense = index_root / f"mini.{family}"
+    meta = _index(mini_scifact["collection"], dense, "--encoder", str(models[model]), *flags)
+    assert {key: meta["encoder"][key] for key in recorded} == recorded
+    spec = query_encoder_spec(dense)  # the metadata round-trips into the query side
+    assert {key: getattr(spec, key) for key in recorded} == recorded
+    n = len(mini_scifact["topics"].read_text().splitlines())
+    out = tmp_path / "tour.trec"
+    _search("--index", str(dense), "--topics", str(mini_scifact["topics"]), "--hits", "20", "--rewriter", "tour-hard",
+            "--teacher", "bm25", "--k", "10", "--output", str(out))  # fmt: skip
+    assert set(_run_qids(out).values()) == {20} and len(_run_qids(out)) == n
+
+
 def test_bad_encoder_input_is_one_line(models, dense_index, mini_scifact, tmp_path, capsys):
     topics = str(mini_scifact["topics"])
     base = ["--index", str(dense_index), "--topics", topics, "--output", str(tmp_path / "x.trec")]
