@@ -1,13 +1,16 @@
 """make bench-qa: retrieve, then read — nq-oracle test exact match and token F1 for every retriever + the reader.
 
-Rows: BM25, dense (MiniLM), re-ranking and TOUR-hard with the BM25 teacher (20 teacher scores per question
-each), the oracle passage (the first answer-bearing passage of the dense top-100, read alone: the reader's
-ceiling), and ORQA's joint training started from dense + the reader. Every row reads its run's first k
+Rows: BM25, dense (MiniLM), re-ranking and TOUR-hard with k = 20 (re-ranking's 20 teacher scores per
+question, TOUR's about as many) with the BM25 teacher and with the shipped nq-oracle cross-encoder, the
+oracle passage (the first answer-bearing passage of the dense top-100, read alone: the reader's ceiling),
+and ORQA's joint training started from dense + the reader. Every row reads its run's first k
 passages with models/nq-oracle-reader (``make reader``) and the answer command's default rule; k = 5 is
-ORQA's, fixed before any test number was seen. Each row is compared with dense + reader on the same
-questions (paired t-test and randomisation test on EM, Holm-corrected over the rows), and carries the
-seconds per question of its search and its reading, each measured when its command ran (the interleaving
-and repeats that a latency claim needs are not done here). EM against k for dense + reader is plotted.
+ORQA's, fixed before any test number was seen, and the rule's retrieval weight is chosen per retriever
+from 0, 1, 5, 20 by EM on the reader's dev split of the training questions. Each row is compared with
+dense + reader on the same questions (paired t-test and randomisation test on EM, Holm-corrected over the
+rows), and carries the seconds per question of its search and its reading, each measured when its command
+ran (the interleaving and repeats that a latency claim needs are not done here). EM against k for
+dense + reader is plotted.
 
 Every run and prediction file is made by the project's own command lines (each row's ``command``); what
 exists is reused, so an interrupted bench resumes. Writes runs/qa/*, runs/bench-qa.json, runs/bench-qa.md and
@@ -42,6 +45,7 @@ DENSE, BM25 = "indexes/nq-oracle.minilm", "indexes/nq-oracle.bm25"
 READER = "models/nq-oracle-reader"
 JOINT = Path("models/orqa/nq-oracle-joint")
 K = 5
+WEIGHTS = (0.0, 1.0, 5.0, 20.0)  # the orqa rule's retrieval weights tried on dev
 
 
 def run(args: list[str], output: Path) -> tuple[str, float | None]:
@@ -57,18 +61,45 @@ def run(args: list[str], output: Path) -> tuple[str, float | None]:
     return command, float(timing.read_text()) if timing.exists() else None
 
 
-def search(index: str, name: str, *extra: str) -> tuple[Path, str, float | None]:
-    out = RUNS / f"{name}.trec"
-    args = [*PY, "tour_pyserini.search", "--index", index, "--topics", TEST, "--output", str(out), "--hits", "100",
+def search(index: str, name: str, *extra: str, topics: str = TEST) -> tuple[Path, str, float | None]:
+    out = RUNS / f"{name}{'' if topics == TEST else '.dev'}.trec"
+    args = [*PY, "tour_pyserini.search", "--index", index, "--topics", topics, "--output", str(out), "--hits", "100",
             "--run-tag", name, *extra]  # fmt: skip
     return (out, *run(args, out))
 
 
-def answer(run_path: Path, name: str, k: int, reader: str = READER, *extra: str) -> tuple[Path, str, float | None]:
+def answer(run_path: Path, name: str, k: int, reader: str = READER, *extra: str,
+           topics: str = TEST) -> tuple[Path, str, float | None]:  # fmt: skip
     out = RUNS / f"{name}.k{k}.jsonl"
-    args = [*PY, "tour_pyserini.answer", "--run", str(run_path), "--topics", TEST, "--collection", NQ, "--reader",
+    args = [*PY, "tour_pyserini.answer", "--run", str(run_path), "--topics", topics, "--collection", NQ, "--reader",
             reader, "--k", str(k), "--precision", "auto", "--output", str(out), *extra]  # fmt: skip
     return (out, *run(args, out))
+
+
+def dev_topics() -> str:
+    """The reader's dev split (training questions it never trained on), as a topics file."""
+    out = RUNS / "dev-topics.jsonl"
+    if not out.exists():
+        dev = set(json.loads(Path(READER, "training.json").read_text())["dev_qids"])
+        out.write_text("".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n"
+                               for t in read_topics(TRAIN) if t.qid in dev))  # fmt: skip
+    return str(out)
+
+
+def choose_weight(name: str) -> tuple[float, dict]:
+    """The orqa rule's retrieval weight for one retriever, the best dev EM of WEIGHTS (ties: the smaller weight):
+    the weight is in the units of the retriever's scores, so each retriever gets its own."""
+    topics = dev_topics()
+    path = retrieval(name, topics)[0]
+    ems = {}
+    for w in WEIGHTS:
+        preds = answer(path, f"{slug(name)}.dev.w{w:g}", K, READER, "--retrieval-weight", f"{w:g}", topics=topics)[0]
+        ems[w] = evaluate_predictions(read_predictions(preds), read_topics(topics)).means["EM"]
+    return max(WEIGHTS, key=lambda w: (ems[w], -w)), {f"{w:g}": em for w, em in ems.items()}
+
+
+def slug(name: str) -> str:
+    return name.replace("(", "-").rstrip(")")
 
 
 def oracle_run(dense: Path) -> Path:
@@ -87,22 +118,23 @@ def oracle_run(dense: Path) -> Path:
     return out
 
 
-def retrieval(name: str):
-    """(run, its commands, search seconds per question) of one row's retriever."""
-    n = len(read_topics(TEST))
+def retrieval(name: str, topics: str = TEST):
+    """(run, its commands, search seconds per question) of one row's retriever over ``topics``."""
+    n = len(read_topics(topics))
     if name == "bm25":
         index_cmd = run([*PY, "tour_pyserini.index", "--bm25", "--collection", NQ, "--output", BM25], Path(BM25))[0]
-        path, cmd, secs = search(BM25, "bm25")
+        path, cmd, secs = search(BM25, "bm25", topics=topics)
         return path, [index_cmd, cmd], secs / n if secs else None
-    dense, cmd, secs = search(DENSE, "dense")
+    dense, cmd, secs = search(DENSE, "dense", topics=topics)
     if name == "dense":
         return dense, [cmd], secs / n if secs else None
     if name == "oracle":
         return oracle_run(dense), [cmd, "python bench/qa.py --rows oracle+reader  # answer-bearing first"], None
-    if name in ("rerank(bm25)", "tour-hard(bm25)"):
-        rewriter = ["--rewriter", "rerank"] if name.startswith("rerank") else ["--rewriter", "tour-hard", "--preset",
-                                                                               "passage"]  # fmt: skip
-        path, cmd, secs = search(DENSE, name.replace("(", "-").rstrip(")"), "--teacher", "bm25", "--k", "20", *rewriter)
+    if name in TEACHERS:
+        tour = name.startswith("tour")
+        rewriter = ["--rewriter", "tour-hard", "--preset", "passage"] if tour else ["--rewriter", "rerank"]
+        path, cmd, secs = search(DENSE, slug(name), "--teacher", TEACHERS[name], "--k", "20", *rewriter,
+                                 topics=topics)  # fmt: skip
         return path, [cmd], secs / n if secs else None
     if name == "orqa-joint":
         train = [*PY, "tour_pyserini", "train-orqa", "--index", DENSE, "--topics", TRAIN, "--exclude-texts-from", TEST,
@@ -113,20 +145,29 @@ def retrieval(name: str):
     raise ValueError(name)
 
 
-ROWS = ["bm25+reader", "dense+reader", "rerank(bm25)+reader", "tour-hard(bm25)+reader", "oracle+reader",
-        "orqa-joint"]  # fmt: skip
+# the BM25 teacher, and the shipped nq-oracle teacher (the cross-encoder models/nq-oracle-ce)
+TEACHERS = {"rerank(bm25)": "bm25", "tour-hard(bm25)": "bm25", "rerank(ce)": "cross-encoder:models/nq-oracle-ce",
+            "tour-hard(ce)": "cross-encoder:models/nq-oracle-ce"}  # fmt: skip
+ROWS = ["bm25+reader", "dense+reader", "rerank(bm25)+reader", "tour-hard(bm25)+reader", "rerank(ce)+reader",
+        "tour-hard(ce)+reader", "oracle+reader", "orqa-joint"]  # fmt: skip
 
 
 def make_row(system: str) -> dict:
     name = system.removesuffix("+reader")
     path, commands, search_secs = retrieval(name)
-    k = 1 if name == "oracle" else K
-    reader = (str(JOINT / "reader"), "--retrieval-weight", "20") if name == "orqa-joint" else (READER,)
-    preds, cmd, read_secs = answer(path, name.replace("(", "-").rstrip(")"), k, *reader)
+    k, weight, dev = K, None, None
+    if name == "oracle":
+        k, reader = 1, (READER,)  # one passage: the rule has nothing to choose between
+    elif name == "orqa-joint":
+        reader = (str(JOINT / "reader"), "--retrieval-weight", "20")  # 1 / temperature: S_retr as trained
+    else:
+        weight, dev = choose_weight(name)
+        reader = (READER, "--retrieval-weight", f"{weight:g}")
+    preds, cmd, read_secs = answer(path, slug(name), k, *reader)
     n = len(read_topics(TEST))
-    return {"collection": "nq-oracle", "system": system, "k": k, "predictions": str(preds), "command": cmd,
-            "commands_before": commands, "seconds_per_question": {"search": search_secs,
-            "read": read_secs / n if read_secs else None}}  # fmt: skip
+    return {"collection": "nq-oracle", "system": system, "k": k, "retrieval_weight": weight, "dev_em_by_weight": dev,
+            "predictions": str(preds), "command": cmd, "commands_before": commands,
+            "seconds_per_question": {"search": search_secs, "read": read_secs / n if read_secs else None}}  # fmt: skip
 
 
 def score(rows: list[dict]) -> list[dict]:
@@ -172,7 +213,9 @@ def plot_k(ks: list[int], path: Path) -> None:
 
     dense = retrieval("dense")[0]
     topics = read_topics(TEST)
-    ems = [evaluate_predictions(read_predictions(answer(dense, "dense", k)[0]), topics).means["EM"] for k in ks]
+    weight = f"{choose_weight('dense')[0]:g}"
+    ems = [evaluate_predictions(read_predictions(answer(dense, "dense", k, READER, "--retrieval-weight", weight)[0]),
+                                topics).means["EM"] for k in ks]  # fmt: skip
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(ks, ems, marker="o")
     ax.set_xlabel("passages read (k)")
@@ -190,11 +233,12 @@ def main() -> None:
     if not Path(READER).is_dir():
         sys.exit(f"{READER} is missing: make reader first")
     RUNS.mkdir(parents=True, exist_ok=True)
-    rows = score([make_row(s) for s in ROWS if s in args.rows or s == "dense+reader"])
+    rows = [make_row(s) for s in ROWS if s in args.rows or s == "dense+reader"]
     path = Path("runs/bench-qa.json")
     kept = json.loads(path.read_text()) if path.exists() else []
     fresh = {r["system"] for r in rows}
-    merged = sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"]))
+    # scored together, so that Holm's correction covers every row of the table
+    merged = score(sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"])))
     path.write_text(json.dumps(merged, indent=2) + "\n")
     Path("runs/bench-qa.md").write_text(markdown(merged))
     print(f"wrote {path} and runs/bench-qa.md")
