@@ -44,8 +44,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=non_negative_int, default=0,
                     help="randomisation-test seed (same seed, same p-values)")  # fmt: skip
     ap.add_argument("--plot", metavar="FILE.png", help="per-query difference plot (first metric)")
-    ap.add_argument("--predictions", action="store_true", help="--baseline and --run are answer predictions "
-                    "(the answer command's JSON lines): EM and token F1 against --answers, paired per question")
+    ap.add_argument("--predictions", action="store_true", help="--baseline and --run are answer predictions (the "
+                    "answer command's JSON lines): EM and token F1 against --answers, paired per question")  # fmt: skip
     ap.add_argument("--diff", action="store_true", help="no metrics: is each run the baseline's run (bit for bit, "
                     "or the same up to ties within 1e-5)? Exit status 1 if one is not")  # fmt: skip
     return ap
