@@ -35,12 +35,18 @@ def cli(command_name: str, *args, timeout: int = 600) -> subprocess.CompletedPro
     return subprocess.run(command, capture_output=True, text=True, env=env(), timeout=timeout)
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it. A test suite started as a shell's background job
+    (``make test &``) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_search(args: list, log: Path) -> subprocess.Popen:
     # stderr to a file: tqdm writes a lot, and a full pipe would stall the search
     with open(log, "w") as f:
         return subprocess.Popen(
             [sys.executable, "-m", "tour_pyserini.search", *map(str, args)],
-            stdout=subprocess.DEVNULL, stderr=f, env=env(),
+            stdout=subprocess.DEVNULL, stderr=f, env=env(), preexec_fn=default_sigint,
         )  # fmt: skip
 
 

@@ -99,6 +99,7 @@ def test_ctrl_c_stays_with_python_once_the_jvm_runs():
     script = textwrap.dedent(
         """
         import os, signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (cmd &)
         from tour_pyserini._java import import_pyserini
         import_pyserini("pyserini.search.lucene")
         try:
