@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.training.checks import check_fractions, check_positive
 
 
 @dataclass
@@ -38,13 +39,8 @@ class QaConfig:
     seed: int = 13
 
     def check(self) -> None:
-        for name in ("steps", "batch_size", "lr", "top_c", "temperature", "query_max_length", "eval_every"):
-            if not getattr(self, name) > 0:
-                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise UserError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
-        if not 0.0 <= self.warmup <= 1.0:
-            raise UserError(f"--warmup must be in [0, 1], got {self.warmup}")
+        check_positive(self, ("steps", "batch_size", "lr", "top_c", "temperature", "query_max_length", "eval_every"))
+        check_fractions(self, ("dev_fraction",), ("warmup",))
 
 
 def dev_accuracy(model, tokenizer, spec, questions, answer_rows, blocks, config: QaConfig) -> dict:

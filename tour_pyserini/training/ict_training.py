@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tour_pyserini.encoders import EncoderSpec
 from tour_pyserini.errors import UserError
+from tour_pyserini.training.checks import check_fractions, check_positive
 
 
 @dataclass
@@ -41,15 +42,11 @@ class IctConfig:
     seed: int = 13
 
     def check(self) -> None:
-        positive = ("steps", "lr", "max_wordpieces", "query_max_length", "temperature", "held_out", "eval_every")
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        check_positive(self, ("steps", "lr", "max_wordpieces", "query_max_length", "temperature", "held_out",
+                              "eval_every"))  # fmt: skip
         if self.batch_size < 2:
             raise UserError(f"--batch-size must be at least 2 (in-batch negatives), got {self.batch_size}")
-        for name in ("mask_rate", "warmup"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(self, name)}")
+        check_fractions(self, closed_names=("mask_rate", "warmup"))
 
 
 def held_out_accuracy(query_model, block_model, tokenizer, spec: EncoderSpec, examples, config: IctConfig) -> dict:

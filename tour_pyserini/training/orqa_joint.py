@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.training.checks import check_fractions, check_positive
 
 
 @dataclass
@@ -49,14 +50,9 @@ class OrqaConfig:
     seed: int = 13
 
     def check(self) -> None:
-        for name in ("steps", "batch_size", "k", "top_c", "lr", "temperature", "query_max_length", "max_length",
-                     "stride", "max_answer_length", "eval_every"):  # fmt: skip
-            if not getattr(self, name) > 0:
-                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise UserError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
-        if not 0.0 <= self.warmup <= 1.0:
-            raise UserError(f"--warmup must be in [0, 1], got {self.warmup}")
+        check_positive(self, ("steps", "batch_size", "k", "top_c", "lr", "temperature", "query_max_length",
+                              "max_length", "stride", "max_answer_length", "eval_every"))  # fmt: skip
+        check_fractions(self, ("dev_fraction",), ("warmup",))
         if self.stride >= self.max_length // 2:
             raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
 

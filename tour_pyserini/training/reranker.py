@@ -31,6 +31,7 @@ import numpy as np
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
+from tour_pyserini.training.checks import check_fractions, check_positive
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 
 
@@ -55,12 +56,9 @@ class TrainConfig:
     seed: int = 13
 
     def check(self) -> None:
-        for name in ("epochs", "queries_per_step", "negatives", "lr", "head_lr", "max_length", "hard_depth",
-                     "dev_depth", "evals_per_epoch"):  # fmt: skip
-            if not getattr(self, name) > 0:
-                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise UserError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
+        check_positive(self, ("epochs", "queries_per_step", "negatives", "lr", "head_lr", "max_length", "hard_depth",
+                              "dev_depth", "evals_per_epoch"))  # fmt: skip
+        check_fractions(self, ("dev_fraction",))
         if not 0.0 <= self.warmup <= 1.0 or not self.residual_scale >= 0.0:
             raise UserError("--warmup must be in [0, 1] and --residual-scale at least 0")
         if self.pseudo not in PSEUDO:
