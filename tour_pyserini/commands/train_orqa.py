@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
-from pathlib import Path
 
+from tour_pyserini.commands.answer_training import (
+    add_answer_training_flags,
+    answered_questions,
+    check_bf16,
+    dense_index_with_encoder,
+)
 from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
-from tour_pyserini.devices import resolve_precision
-from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import orqa_joint
 from tour_pyserini.training.orqa_joint import OrqaConfig, train
@@ -33,40 +36,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", required=True, help="directory to write: OUTPUT/query and OUTPUT/reader")
     ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
                     "after ICT, its OUTPUT/query)")  # fmt: skip
-    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (refused where torch has no native "
-                    "bfloat16 kernels)")  # fmt: skip
-    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    add_answer_training_flags(ap)
     add_config_flags(ap, OrqaConfig(), NUMBERS)
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data import read_topics
     from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
     from tour_pyserini.reader import check_reader
     from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
     config = OrqaConfig(**{k: getattr(args, k) for k in asdict(OrqaConfig())})
     config.check()
-    if args.bf16:
-        resolve_precision("bf16", "cpu", "--bf16")
-    index_dir = Path(args.index)
-    if index_kind(index_dir) != "dense":
-        raise MissingIndexError(f"{index_dir} is a BM25 index; joint training retrieves from a dense one")
-    check_faiss_file(index_dir / "index")
-    meta = IndexMeta.read(index_dir)
-    if meta is None or not meta.encoder:
-        raise UserError(f"{index_dir} was not built by python -m tour_pyserini.index (no encoder recorded)")
-    topics = read_topics(args.topics)
-    if args.exclude_texts_from:
-        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
-        topics = [t for t in topics if t.text not in held_out]
-    topics = [t for t in topics if t.answers]
-    if len(topics) < 2:
-        raise UserError(f"{args.topics}: fewer than two questions with answers (joint training needs them)")
+    check_bf16(args)
+    index_dir, meta = dense_index_with_encoder(args.index, "joint training retrieves from a dense one")
+    topics = answered_questions(args, "joint training needs them")
     output = check_output(args.output, args.overwrite)
     init = args.init or meta.encoder["name"]
     EncoderSpec.resolve(init)

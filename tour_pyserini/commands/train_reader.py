@@ -10,9 +10,12 @@ from contextlib import ExitStack
 from dataclasses import asdict
 
 from tour_pyserini.commands.answer import open_passages, questions_to_read
+from tour_pyserini.commands.answer_training import (
+    add_answer_training_flags,
+    answered_questions,
+    check_bf16,
+)
 from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
-from tour_pyserini.devices import resolve_precision
-from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.reader import RULES
 from tour_pyserini.training import reader as reader_training
@@ -36,17 +39,13 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--index", help="index directory whose document store holds the run's passages")
     ap.add_argument("--output", required=True, help="reader directory to write")
     ap.add_argument("--init", help="encoder to start from (default: the bundled MiniLM; any BERT-like directory)")
-    ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (refused where torch has no native "
-                    "bfloat16 kernels)")  # fmt: skip
-    ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    add_answer_training_flags(ap)
     add_config_flags(ap, ReaderTrainConfig(), NUMBERS, skip=("rule",))
     ap.add_argument("--rule", choices=RULES, default=ReaderTrainConfig.rule, help="selection rule of the dev answers")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data import read_topics
     from tour_pyserini.data.runs import read_run
     from tour_pyserini.encoders import bundled_model_dir
     from tour_pyserini.encoders.spec import check_model
@@ -56,16 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     config = ReaderTrainConfig(**{k: getattr(args, k) for k in asdict(ReaderTrainConfig())})
     config.check()
-    if args.bf16:
-        resolve_precision("bf16", "cpu", "--bf16")
+    check_bf16(args)
     output = check_output(args.output, args.overwrite)
-    topics = read_topics(args.topics)
-    if args.exclude_texts_from:
-        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
-        topics = [t for t in topics if t.text not in held_out]
-    topics = [t for t in topics if t.answers]
-    if len(topics) < 2:
-        raise UserError(f"{args.topics}: fewer than two questions with answers (distant supervision needs them)")
+    topics = answered_questions(args, "distant supervision needs them")
     init = args.init or str(bundled_model_dir())
     check_model("encoder", init)
     run = read_run(args.run)
