@@ -27,7 +27,6 @@ class EncoderClass:
     document: str | None  # key of pyserini.encode.document_encoder_class_map
     pooling: str | None = None  # fixed by the class (None: the class pools its own way, or as the flags say)
     l2_norm: bool | None = None  # likewise
-    flag_pooling: bool = False  # --pooling and --l2-norm reach the class
     query_prefix: bool = False  # --query-prefix reaches the query class (others would silently drop it)
     doc_prefix: bool = False  # --doc-prefix reaches the document class
     query_max_length: bool = False  # --max-length reaches the query class
@@ -36,6 +35,10 @@ class EncoderClass:
     batched: bool = False
     # a separate model encodes the other side (DPR's question and context encoders)
     paired_models: bool = False
+
+    def encodes(self, side: str) -> bool:
+        """Whether the class has a ``side`` ("query" or "document") encoder: Pyserini's, or our pipeline's."""
+        return self.name == "st-pipeline" or getattr(self, side) is not None
 
 
 _CLASSES = (
@@ -52,9 +55,9 @@ _CLASSES = (
                  batched=True),  # fmt: skip
     EncoderClass("aggretriever", "aggretriever", "aggretriever"),
     EncoderClass("openai-api", "openai-api", "openai-api", query_max_length=True),
-    EncoderClass("auto", "auto", "auto", flag_pooling=True, query_prefix=True, doc_prefix=True, batched=True),
+    EncoderClass("auto", "auto", "auto", query_prefix=True, doc_prefix=True, batched=True),
     EncoderClass("arctic", "arctic", "arctic"),
-    EncoderClass("qwen3", "qwen3", "qwen3", pooling="last", flag_pooling=False, query_prefix=True, doc_prefix=True,
+    EncoderClass("qwen3", "qwen3", "qwen3", pooling="last", query_prefix=True, doc_prefix=True,
                  query_max_length=True),  # fmt: skip
     EncoderClass("st-pipeline", None, None, query_prefix=True, doc_prefix=True, batched=True),
 )
@@ -63,10 +66,8 @@ MULTIMODAL = ("clip", "uniir", "dse", "mmeb")  # Pyserini's image and multimodal
 SPARSE = ("splade", "unicoil")  # document classes of learned sparse indexes, not dense ones
 DOCUMENT_ALIASES = {"sentence-transformers": "sentence"}  # pyserini.encode's name -> the class's name here
 QUERY_CHOICES = tuple(c.name for c in _CLASSES)
-DOCUMENT_CHOICES = tuple(
-    {v: k for k, v in DOCUMENT_ALIASES.items()}.get(c.name, c.name) for c in _CLASSES if c.document or c.name ==
-    "st-pipeline"
-)
+_DOCUMENT_NAMES = {name: alias for alias, name in DOCUMENT_ALIASES.items()}
+DOCUMENT_CHOICES = tuple(_DOCUMENT_NAMES.get(c.name, c.name) for c in _CLASSES if c.encodes("document"))
 # classes whose vectors share one space with another's (Pyserini's auto class under three names)
 _FAMILY = {"sentence": "auto", "contriever": "auto"}
 
@@ -104,9 +105,9 @@ def check_class_options(cls: EncoderClass, *, pooling: str | None, l2_norm: bool
                         side: str) -> None:  # fmt: skip
     """One line for a flag the class would ignore: Pyserini drops it silently, which hides a wrong setup."""
     name = cls.name
-    if side == "query" and cls.query is None and name != "st-pipeline":
+    if side == "query" and not cls.encodes("query"):
         raise UserError(f"--encoder-class {name} encodes documents only; Pyserini has no query encoder of that class")
-    if side == "document" and cls.document is None and name != "st-pipeline":
+    if side == "document" and not cls.encodes("document"):
         raise UserError(f"--encoder-class {name} encodes queries only; Pyserini has no document encoder of that "
                         "class")  # fmt: skip
     if query_prefix is not None and not cls.query_prefix:

@@ -98,7 +98,7 @@ class QueryEncoder:
             config = getattr(getattr(self.pyserini, "model", None), "config", None)
             if self.spec is not None and self.spec.encoder_class in (*AUTO_FAMILY, "dpr") and config is not None:
                 self._dimension = config.hidden_size
-            elif getattr(self.pyserini, "has_encoded_query", False) and not getattr(self.pyserini, "has_model", 1):
+            elif not getattr(self.pyserini, "has_model", True):  # pre-encoded queries only
                 self._dimension = len(next(iter(self.pyserini.embedding.values())))
             else:  # projection heads (ANCE, aggretriever, pipelines' Dense layers): what one text gives
                 self._dimension = len(self.encode(["dimension"])[0])
