@@ -13,6 +13,13 @@
    queries encoded beforehand (the rewriting loop alone), once end to end (each batch's texts encoded
    with it, texts of one token length together); plotted, with the per-pair Anserini teacher for
    comparison, to runs/bench-tour-speed.png.
+6. The search command's TOUR as users run it (``--rewriter tour-soft --teacher bm25 --k 20 --hits 100``),
+   end to end (texts encoded per batch), one query at a time against batches of 32, with the query
+   encoder in float32 (the default) and in bfloat16 (``--encoder-precision bf16``): milliseconds per
+   query, the share of each phase (encode, search, teacher, update, the rest), and the sameness of the two
+   runs; target >= 3x and <= 3 ms per query at batch 32.
+7. Query encoding per batch size and precision against its floor, and bfloat16's quality bound
+   (bench/query_encoding.py).
 
 Writes runs/bench-tour-speed.json. Usage: python bench/tour_speed.py [--index indexes/scifact.minilm]
 """
@@ -30,6 +37,8 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from query_encoding import print_report as print_encoding
+from query_encoding import query_encoding
 from wrapper_overhead import compare_rankings, ensure_indexes, timed_run
 
 from tour_pyserini.data.sameness import diff_runs
@@ -216,6 +225,45 @@ def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str 
     }
 
 
+PHASES = ("encode", "search", "teacher", "update")
+
+
+def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, batch: int = 32) -> dict:
+    """tour-soft, bm25 teacher, k 20, 100 hits, every topic, texts encoded per batch: batch 1 against ``batch``."""
+    from tour_pyserini.data import read_topics
+    from tour_pyserini.encoders.query import QueryEncoder
+    from tour_pyserini.index.query_side import query_encoder_spec
+    from tour_pyserini.rewriters.tour import TourSoft
+    from tour_pyserini.search import TourSearcher
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+
+    encoder = QueryEncoder.build(query_encoder_spec(index, None), precision=precision)
+    searcher = TourSearcher.from_index(index, encoder=encoder)
+    rewriter = TourSoft(get_teacher("bm25", TeacherContext(index_dir=index)), preset="passage", depth=20)
+    queries = read_topics(topics)
+    texts, qids = [q.text for q in queries], [q.qid for q in queries]
+    results: dict = {}
+
+    def run(size: int) -> None:
+        out = []
+        for i in range(0, len(qids), size):
+            out += searcher.retrieve(texts[i : i + size], qids[i : i + size], 100, rewriter=rewriter)
+        results[size] = out
+
+    run(batch)  # warm-up
+    wall, _ = best_times({1: partial(run, 1), batch: partial(run, batch)}, repeats)
+    ms = {size: t / len(qids) * 1000 for size, t in wall.items()}
+    phases = {}
+    for size, out in results.items():  # the last run of each size: its traces share each phase's time
+        spent = {phase: sum(r.trace.seconds[phase] for r in out) / len(out) * 1000 for phase in PHASES}
+        spent["rest"] = max(ms[size] - sum(spent.values()), 0.0)
+        phases[size] = spent
+    diff = diff_runs(*({r.qid: {h.docid: h.score for h in r.hits} for r in results[size]} for size in (1, batch)))
+    return {"precision": precision, "queries": len(qids), "batch_size": batch, "ms_per_query": ms,
+            "speedup": ms[1] / ms[batch], "ms_per_query_by_phase": phases, "same_run": diff.same,
+            "identical_queries": diff.identical, "max_score_difference": diff.max_score_diff}  # fmt: skip
+
+
 def plot_batch_sizes(curves: list[dict], path: Path) -> None:
     """Milliseconds per query against queries per batch, one wall-clock and one CPU line per teacher."""
     import matplotlib
@@ -293,11 +341,13 @@ def main() -> None:
             # the per-pair teacher is slow: fewer queries, one timed run per batch size
             tour_batch_sizes(args.index, args.topics, args.queries // 2, "bm25-anserini", repeats=1),
         ],
+        "tour_as_searched": [tour_as_searched(args.index, args.topics, p, args.repeats) for p in ("fp32", "bf16")],
+        "query_encoding": query_encoding(args.index),
     }
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     plot = Path(args.output).with_suffix(".png")
     plot_batch_sizes(report["tour_batch_sizes"], plot)
-    upd, bat, roc, pair, (curve, e2e, _) = report.values()
+    upd, bat, roc, pair, (curve, e2e, _), searched, _ = report.values()
     print(f"TOUR update, k=100 d=768, 1 core: hard {upd['tour-hard']:.3f} ms, soft {upd['tour-soft']:.3f} ms "
           "per query-iteration (target < 2 ms)")  # fmt: skip
     print(f"batched (32) vs one at a time, tour-hard + bm25: {bat['batched_qps']:.1f} vs "
@@ -319,6 +369,14 @@ def main() -> None:
           f"within 1e-5) and steps at every batch size: {all(e2e['same_as_one_at_a_time'].values())}, bit for bit: "
           f"{all(e2e['identical_to_one_at_a_time'].values())}, scores within "
           f"{max(e2e['max_score_difference_vs_one_at_a_time'].values()):.1e}")  # fmt: skip
+    for row in searched:
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in row["ms_per_query_by_phase"][32].items())
+        print(f"tour-soft --teacher bm25 --k 20 --hits 100, encoder {row['precision']}: batch 1 "
+              f"{row['ms_per_query'][1]:.2f} ms/query, batch 32 {row['ms_per_query'][32]:.2f} ms/query = "
+              f"{row['speedup']:.2f}x (targets >= 3x, <= 3 ms); batch 32 by phase (ms/query): {phases}; the same "
+              f"run: {row['same_run']} ({row['identical_queries']}/{row['queries']} queries identical, scores "
+              f"within {row['max_score_difference']:.1e})")  # fmt: skip
+    print_encoding(report["query_encoding"])
     print(f"written to {args.output} and {plot}")
 
 

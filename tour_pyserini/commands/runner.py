@@ -1,4 +1,4 @@
-"""What every command-line entry point shares: one-line errors instead of tracebacks."""
+"""What every command-line entry point shares: one-line errors instead of tracebacks, threads that share cores."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from tour_pyserini._java import JavaNotFoundError
 from tour_pyserini.errors import UserError
+from tour_pyserini.threads import share_cores
 
 # Errors a user can cause with bad input (a missing file included); anything else is a bug and keeps
 # its traceback.
@@ -20,9 +21,12 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     """Run a command's ``main``: user errors as one line and exit 2; Ctrl-C (130) and SIGTERM (143) alike.
 
     SIGTERM (``kill``, ``timeout``, a scheduler ending a job) is raised as ``KeyboardInterrupt`` so that
-    it unwinds like Ctrl-C: staged outputs are removed, a search keeps its finished queries.
+    it unwinds like Ctrl-C: staged outputs are removed, a search keeps its finished queries. Before the
+    command imports torch or Faiss, where other processes keep cores busy, their threads are set to the cores
+    left and to sleep as they wait (:func:`share_cores`).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    share_cores()
     terminated: list[int] = []
 
     def on_sigterm(signum, frame):

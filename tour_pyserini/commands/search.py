@@ -152,7 +152,8 @@ def rewriter_flags(args: argparse.Namespace) -> dict:
 def search_config(args: argparse.Namespace) -> SearchConfig:
     return SearchConfig(
         index=args.index, encoder=args.encoder, encoder_settings=encoder_settings(args),
-        encoded_queries=args.encoded_queries, rewriter=args.rewriter, rewriter_options=rewriter_flags(args),
+        encoded_queries=args.encoded_queries, encoder_precision=args.encoder_precision, rewriter=args.rewriter,
+        rewriter_options=rewriter_flags(args),
         teacher=args.teacher, teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
         teacher_options=teacher_flags(args),
         score_store=args.score_store, threads=args.threads, device=args.device, ef_search=args.ef_search,

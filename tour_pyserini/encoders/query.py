@@ -1,12 +1,17 @@
-"""The query encoder: Pyserini's own class for the encoder, with texts of one token length encoded in one call
-where that gives the same vectors.
+"""The query encoder: Pyserini's own class for the encoder, with texts batched where that gives the same vectors.
 
-Pyserini's ``FaissSearcher.batch_search`` encodes one query at a time. Its auto class averages every
-token position, so a padded batch would change the vectors; texts of one length need no padding and share
-one matrix product (about 3x faster on SciFact's claims than one at a time). A text encoded alone gets
-Pyserini's vector bit for bit, a text in a group one within about 1e-7 (a matrix product of another shape
-rounds differently). Classes marked ``batched`` in ``encoders.classes`` are grouped so; the others (their
-``encode`` takes one string, or pads to a fixed length) take one text per call.
+Pyserini's ``FaissSearcher.batch_search`` encodes one query at a time. Its auto class (also Pyserini's
+sentence and contriever classes) averages every token position, so handing it a padded batch would change
+the vectors. We run its model ourselves instead: texts sorted by token length, padded in chunks of
+``PADDED_CHUNK``, pooled over the real tokens only (or the first token), normalised as Pyserini normalises.
+Other classes marked ``batched`` in ``encoders.classes`` (DPR) get texts of one token length per call, which
+need no padding. Either way a text encoded alone gets Pyserini's vector within about 1e-7 (bit for bit
+through the one-length path), a text in a batch one within about 2e-7: a matrix product of another shape
+rounds differently. The remaining classes (their ``encode`` takes one string, or pads to a fixed length)
+take one text per call.
+
+``precision`` bf16 runs the model's matrix products in bfloat16 (autocast), about 3x faster on a CPU with
+bfloat16 units; its vectors differ from float32's by about 1e-3 (docs/algorithms.md, "Query encoding").
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini._java import import_pyserini
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.classes import CLASSES
 from tour_pyserini.encoders.pyserini_compat import add_post_init
 from tour_pyserini.encoders.spec import EncoderSpec
@@ -24,6 +30,21 @@ from tour_pyserini.errors import UserError
 
 PYSERINI_QUERY_MAX_LENGTH = 256  # python -m pyserini.search.faiss's --max-length default
 AUTO_FAMILY = ("auto", "sentence", "contriever")
+# texts per padded forward pass, sorted by length: the fastest chunk on 2 cores for batches of 8 to 300
+# SciFact claims, fp32 and bf16 (make bench: runs/bench-tour-speed.json, "query_encoding")
+PADDED_CHUNK = 16
+# what --encoder-precision auto means: bf16 moved 73 of SciFact's 300 test claims and 129 of nq-oracle's 1,000
+# questions below Kendall tau 0.99 over their float32 top 100 (nDCG@10 within 0.0004), failing the bound
+# the cross-encoder's bf16 passed (make bench: runs/bench-tour-speed.json), so auto keeps float32
+AUTO_PRECISION = "fp32"
+
+
+def resolve_query_precision(precision: str | None, device: str = "cpu") -> str:
+    """fp32 or bf16 for ``--encoder-precision`` (None: auto); an explicit bf16 torch cannot run natively on
+    ``device`` is the user's error, in one line, before any model loads."""
+    if precision in (None, "auto"):
+        return AUTO_PRECISION
+    return resolve_precision(precision, device, "--encoder-precision")
 
 
 def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -33,6 +54,12 @@ def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     for i, ids in enumerate(tokenizer(list(texts), add_special_tokens=True, truncation=True)["input_ids"]):
         groups.setdefault(len(ids), []).append(i)
     return list(groups.values())
+
+
+def padded_chunks(lengths: Sequence[int], size: int = PADDED_CHUNK) -> list[list[int]]:
+    """Indices sorted by length (stable), in chunks of ``size``: each chunk pads to its longest text only."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def pyserini_query_encoder(spec: EncoderSpec, device: str = "cpu"):
@@ -71,19 +98,24 @@ class QueryEncoder:
     threads would silently change it.
     """
 
-    def __init__(self, pyserini_encoder, spec: EncoderSpec | None = None, threads: int | None = None):
+    def __init__(self, pyserini_encoder, spec: EncoderSpec | None = None, threads: int | None = None,
+                 precision: str = "fp32"):  # fmt: skip
         import torch
 
+        if precision not in ("fp32", "bf16"):
+            raise UserError(f"query encoder precision {precision!r}: fp32 or bf16 (resolve 'auto' first)")
         self.pyserini = pyserini_encoder
         self.spec = spec  # what the vectors are (TTT-Embed states and pairings check it); None when unknown
         self.threads = threads or torch.get_num_threads()
+        self.precision = precision
+        self.chunk = PADDED_CHUNK  # texts per padded forward pass (auto classes)
         self._dimension: int | None = None
 
     @classmethod
-    def build(cls, spec: EncoderSpec, device: str = "cpu") -> QueryEncoder:
+    def build(cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32") -> QueryEncoder:
         """Pyserini's query encoder class for ``spec`` (pooling, normalisation and prefix as it says), on
-        ``device``."""
-        return cls(pyserini_query_encoder(spec, device), spec)
+        ``device``, its matrix products in ``precision`` (fp32 or bf16)."""
+        return cls(pyserini_query_encoder(spec, device), spec, precision=precision)
 
     @classmethod
     def from_encoded(cls, directory: str | Path) -> QueryEncoder:
@@ -118,19 +150,62 @@ class QueryEncoder:
         if not getattr(self.pyserini, "has_model", True):
             return self._look_up(texts)
         klass = CLASSES.get(self.spec.encoder_class) if self.spec else None
-        with torch.inference_mode():
+        device = getattr(self.pyserini, "device", "cpu")
+        with torch.inference_mode(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
+                                                    enabled=self.precision == "bf16"):  # fmt: skip
             if klass is not None and klass.name == "st-pipeline":
                 return self.pyserini.encode(texts)
             if klass is None or not klass.batched:
                 return np.stack([np.asarray(self.pyserini.encode(t), dtype=np.float32).reshape(-1) for t in texts])
-            vectors = None
-            for rows in same_length_groups(self.pyserini.tokenizer, texts):
-                group = np.asarray(self.pyserini.encode([texts[i] for i in rows]), dtype=np.float32)
-                group = group.reshape(len(rows), -1)
-                if vectors is None:
-                    vectors = np.empty((len(texts), group.shape[1]), dtype=np.float32)
-                vectors[rows] = group
+            if klass.name in AUTO_FAMILY:
+                ids = self.pyserini.tokenizer(texts, add_special_tokens=True, truncation=True,
+                                              return_token_type_ids=False)["input_ids"]  # fmt: skip
+                return self._assemble(
+                    padded_chunks([len(i) for i in ids], self.chunk),
+                    lambda rows: self._padded([texts[r] for r in rows], [ids[r] for r in rows]),
+                )
+            return self._assemble(same_length_groups(self.pyserini.tokenizer, texts),
+                                  lambda rows: self._pyserini_batch([texts[r] for r in rows]))  # fmt: skip
+
+    @staticmethod
+    def _assemble(groups: list[list[int]], encode) -> np.ndarray:
+        """One matrix from ``encode(rows)`` of each group of row indices."""
+        vectors = None
+        for rows in groups:
+            group = encode(rows)
+            if vectors is None:
+                vectors = np.empty((sum(map(len, groups)), group.shape[1]), dtype=np.float32)
+            vectors[rows] = group
         return vectors
+
+    def _pyserini_batch(self, texts: list[str]) -> np.ndarray:
+        """Pyserini's own call on texts of one token length (no padding): a text alone gets its vector bit for bit."""
+        return np.asarray(self.pyserini.encode(texts), dtype=np.float32).reshape(len(texts), -1)
+
+    def _padded(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
+        """Pyserini's ``AutoQueryEncoder.encode`` (mean or first-token pooling, L2 normalisation) of texts
+        tokenised as it tokenises them (``ids``), padded to the longest: the mean is over real tokens only."""
+        import torch
+
+        width = max(map(len, ids))
+        if all(len(i) == width for i in ids):
+            return self._pyserini_batch(texts)
+        encoder = self.pyserini
+        input_ids = torch.full((len(ids), width), encoder.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for j, row in enumerate(ids):
+            input_ids[j, : len(row)] = torch.tensor(row)
+            mask[j, : len(row)] = 1
+        hidden = encoder.model(input_ids=input_ids.to(encoder.device), attention_mask=mask.to(encoder.device))[0]
+        hidden = hidden.float().cpu()
+        if encoder.pooling == "mean":
+            weights = mask.unsqueeze(-1).float()
+            pooled = ((hidden * weights).sum(dim=1) / weights.sum(dim=1)).numpy()
+        else:  # Pyserini's auto class takes the first token for every pooling but mean
+            pooled = hidden[:, 0].numpy()
+        if encoder.l2_norm:
+            pooled = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled
 
     def _look_up(self, texts: Sequence[str]) -> np.ndarray:
         table = self.pyserini.embedding

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tour_pyserini.devices import check_device, resolve_precision
 from tour_pyserini.encoders import EncoderSettings, encoder_identity
-from tour_pyserini.encoders.query import QueryEncoder, check_encoded_queries
+from tour_pyserini.encoders.query import QueryEncoder, check_encoded_queries, resolve_query_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import set_search_params
 from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
@@ -35,6 +35,7 @@ class SearchConfig:
     encoder: str | None = None  # default: the one the index was built with
     encoder_settings: EncoderSettings = EncoderSettings()  # class, pooling, prefix, ... as the flags give them
     encoded_queries: str | None = None  # Pyserini's pre-encoded queries instead of an encoder
+    encoder_precision: str | None = None  # the query encoder's arithmetic: auto (None), fp32 or bf16
     rewriter: str = "none"
     rewriter_options: Mapping[str, object] = field(default_factory=dict)  # parameters the rewriter declares
     teacher: str | None = None
@@ -74,7 +75,7 @@ def check_config(config: SearchConfig) -> dict:
         if meta is not None and options.get(param, 0) > meta.num_docs:
             raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
     if config.encoded_queries:
-        if config.encoder or config.encoder_settings != EncoderSettings():
+        if config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision:
             raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
         check_encoded_queries(config.encoded_queries)
         if options.get("state"):
@@ -87,6 +88,7 @@ def check_config(config: SearchConfig) -> dict:
 
             State.load(options["state"]).check_encoder(encoder_identity(spec), f"--state {options['state']}")
     check_device(config.device)
+    resolve_query_precision(config.encoder_precision, config.device)
     if config.teacher_precision:
         resolve_precision(config.teacher_precision, config.device, "--teacher-precision")
     return options
@@ -112,8 +114,14 @@ def open_searcher(config: SearchConfig, options: dict | None = None):
     if config.score_store:
         options["store"] = open_score_store(config.score_store, teacher)
     rewriter = get_rewriter(config.rewriter, teacher=teacher, **options)
-    encoder = QueryEncoder.from_encoded(config.encoded_queries) if config.encoded_queries else \
-        query_encoder_spec(config.index, config.encoder, config.encoder_settings)  # fmt: skip
+    if config.encoded_queries:
+        encoder = QueryEncoder.from_encoded(config.encoded_queries)
+    else:
+        encoder = QueryEncoder.build(
+            query_encoder_spec(config.index, config.encoder, config.encoder_settings),
+            config.device,
+            resolve_query_precision(config.encoder_precision, config.device),
+        )
     searcher = TourSearcher.from_index(config.index, encoder=encoder, rewriter=rewriter, threads=threads,
                                        ef_search=config.ef_search, nprobe=config.nprobe,
                                        device=config.device)  # fmt: skip

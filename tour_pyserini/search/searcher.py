@@ -66,6 +66,9 @@ class TourSearcher:
         docid -> text, for rewriters whose teachers read candidate documents.
     encoder : EncoderSpec, optional
         What encodes the queries; ``from_index`` sets it.
+    query_encoder : QueryEncoder, optional
+        The query encoder ready-made (its precision, pre-encoded queries); default: one around the
+        FaissSearcher's own, for ``encoder``.
     threads : int
         Faiss threads per search call.
     encode_threads : int, optional
@@ -79,13 +82,13 @@ class TourSearcher:
     """
 
     def __init__(self, faiss_searcher, *, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
-                 encoder: EncoderSpec | None = None,
+                 encoder: EncoderSpec | None = None, query_encoder: QueryEncoder | None = None,
                  threads: int = 1, encode_threads: int | None = None):  # fmt: skip
 
         self.faiss = faiss_searcher
         self.rewriter = rewriter or Identity()
         self.docstore = docstore
-        self.query_encoder = QueryEncoder(faiss_searcher.query_encoder, encoder, encode_threads)
+        self.query_encoder = query_encoder or QueryEncoder(faiss_searcher.query_encoder, encoder, encode_threads)
         self.threads = threads
 
     @property
@@ -133,7 +136,7 @@ class TourSearcher:
             faiss_searcher,
             rewriter=rewriter,
             docstore=DocStore(store) if store.exists() else None,
-            encoder=encoder,
+            query_encoder=query_encoder,
             threads=threads,
         )
 
