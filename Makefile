@@ -102,6 +102,7 @@ bench: install
 	$(PY) bench/pyserini_parity.py
 	$(PY) bench/cross_encoder_speed.py
 	$(PY) bench/odqa_smoothing.py
+	$(PY) bench/shared_cores.py
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install

@@ -15,6 +15,9 @@ every precision; speed times the logit, quality compares whole scores.
 2. The machine's limit: GFLOPS of a torch matrix product in float32 and bfloat16 at 1 and 2 threads, and
    the model's FLOPs per pair from its config at the sample's padded lengths, so each way's measured
    speed is also a fraction of the peak of its arithmetic.
+   Where the bfloat16 way's time goes (torch's profiler, one pass): the linear layers, attention and the
+   rest, each as a share of the time and at the GFLOPS its FLOPs were computed at; and each way's time
+   against its floor (its FLOPs at the peak of its arithmetic).
 3. Quality against float32 on all pairs: nDCG@10 of the re-ranked top ``--depth`` and per-query
    Kendall tau (tau-b) of each precision's scores against float32's. Bounds: nDCG@10 within 0.002 and
    every query's tau >= 0.99.
@@ -193,6 +196,34 @@ def time_ways(ways: dict, queries: list[str], texts: list[str], repeats: int) ->
                    "cpu_min_ms": min(cpu[name])} for name in ways}  # fmt: skip
 
 
+ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::bmm", "aten::baddbmm", "aten::softmax")
+
+
+def where_time_goes(teacher, queries: list[str], texts: list[str], config) -> dict:
+    """Share of the self CPU time of one scoring pass in the linear layers (addmm), attention and the rest, and
+    the GFLOPS the linear layers' and attention's FLOPs (from the config, at the padded lengths) ran at."""
+    import torch
+    from torch.profiler import profile
+
+    torch.set_num_threads(2)
+    teacher.batch_size = 32
+    with profile() as prof:
+        teacher.score_pairs(queries, texts)
+    spent = {"linear": 0.0, "attention": 0.0, "rest": 0.0}
+    for event in prof.key_averages():
+        kind = "linear" if event.key == "aten::addmm" else (
+            "attention" if any(op in event.key for op in ATTENTION_OPS) else "rest")  # fmt: skip
+        spent[kind] += event.self_cpu_time_total / 1e6  # microseconds
+    total = sum(spent.values())
+    h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    lengths = padded_lengths(teacher, queries, texts)
+    flops = {"linear": sum(layers * 2 * (4 * n * h * h + 2 * n * h * i) for n in lengths),
+             "attention": sum(layers * 2 * 2 * n * n * h for n in lengths)}  # fmt: skip
+    return {"share_of_time": {k: v / total for k, v in spent.items()},
+            "share_of_flops": {k: v / sum(flops.values()) for k, v in flops.items()},
+            "gflops": {k: flops[k] / spent[k] / 1e9 for k in flops if spent[k]}}  # fmt: skip
+
+
 def speed(pairs: list[dict], sample: int, repeats: int) -> dict:
     import torch
     from transformers import AutoConfig
@@ -221,9 +252,11 @@ def speed(pairs: list[dict], sample: int, repeats: int) -> dict:
         row |= {"threads": threads, "batch_size": ways[name][2], "gflop_per_pair": flops[name] / 1e9,
                 "speedup_vs_fp32": base[threads]["min_ms"] / row["min_ms"],
                 "cpu_speedup_vs_fp32": base[threads]["cpu_min_ms"] / row["cpu_min_ms"], "gflops": achieved,
-                "fraction_of_peak": None if limit is None else achieved / limit}  # fmt: skip
+                "fraction_of_peak": None if limit is None else achieved / limit,
+                "times_floor": None if limit is None else limit / achieved}  # fmt: skip
     return {"sample_pairs": len(texts), "repeats": repeats, "matmul_gflops": peak, "ways": times,
-            "mean_padded_length": float(np.mean(padded_lengths(ways["fp32 t2"][0], queries, texts)))}  # fmt: skip
+            "mean_padded_length": float(np.mean(padded_lengths(ways["fp32 t2"][0], queries, texts))),
+            "bf16_profile": where_time_goes(ways["bf16 t2"][0], queries, texts, config)}  # fmt: skip
 
 
 def quality(pairs: list[dict], names: list[str]) -> dict:
@@ -282,6 +315,10 @@ def print_speed(part: dict) -> None:
               f"  x{row['speedup_vs_fp32']:.2f} vs fp32 (cpu x{row['cpu_speedup_vs_fp32']:.2f})"
               f"  {row['gflops']:6.1f} GFLOPS{peak}")  # fmt: skip
     print("matmul GFLOPS:", {k: round(v, 1) for k, v in part["matmul_gflops"].items()})
+    prof = part["bf16_profile"]
+    print("bf16 t2, where the time goes: " + ", ".join(
+        f"{k} {prof['share_of_time'][k]:.0%} of the time ({prof['share_of_flops'].get(k, 0):.0%} of the FLOPs"
+        + (f", {prof['gflops'][k]:.0f} GFLOPS)" if k in prof["gflops"] else ")") for k in prof["share_of_time"]))
 
 
 def print_quality(part: dict) -> None:

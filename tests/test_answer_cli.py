@@ -60,6 +60,23 @@ def test_predictions_are_written_and_scored(tmp_path, run, tiny, capsys):
     assert set(scores) == {"EM", "F1"} and 0.0 <= scores["EM"] <= scores["F1"] <= 1.0
 
 
+def test_an_indexs_document_store_reads_the_same_passages_as_the_collection(tmp_path, run, tiny, mini_nq, capsys):
+    """``--index``: the passages come from the index's document store (mini_nq's BM25 index holds nq-oracle's first
+    300 passages, which the run names), so the answers are the collection's; a passage the store lacks is one line."""
+    from_collection, from_index = tmp_path / "collection.jsonl", tmp_path / "index.jsonl"
+    answer(run, tiny, from_collection)
+    answer_main(["--run", str(run), "--topics", TOPICS, "--index", str(mini_nq["bm25"]), "--reader", tiny, "--k", "2",
+                 "--max-length", "96", "--stride", "24", "--output", str(from_index)])  # fmt: skip
+    assert from_index.read_bytes() == from_collection.read_bytes()
+    run.write_text(run.read_text().replace(" Q0 1 ", " Q0 2500 "))  # nq-oracle's, but not in the mini index
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(answer_main, ["--run", str(run), "--topics", TOPICS, "--index", str(mini_nq["bm25"]), "--reader", tiny,
+                              "--output", str(tmp_path / "missing.jsonl")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and "2500" in err, err
+
+
 def test_an_interrupted_run_resumes_to_the_same_bytes(tmp_path, run, tiny, monkeypatch, capsys):
     whole = tmp_path / "whole.jsonl"
     answer(run, tiny, whole, "--questions-per-batch", "2")

@@ -129,7 +129,7 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
         group.add_argument("--max-length", type=positive_int,
                            help="qwen3 and openai-api: query tokens (Pyserini's default 256)")  # fmt: skip
         group.add_argument("--encoder-precision", choices=("auto", "fp32", "bf16"),
-                           help="the query encoder's arithmetic: bf16 (bfloat16 autocast, about 3x faster on CPUs "
+                           help="the query encoder's arithmetic: bf16 (bfloat16 autocast, about 2x faster on CPUs "
                            "with AVX512-BF16 or AMX, vectors within about 1.5e-3 of fp32), fp32, or auto (default: "
                            "fp32, since bf16 reorders near-tied documents; docs/algorithms.md)")  # fmt: skip
         group.add_argument("--encoded-queries", metavar="DIR", help="pre-encoded queries in Pyserini's format "

@@ -51,9 +51,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hits", type=positive_int, default=1000, help="hits per query")
     ap.add_argument("--batch-size", type=positive_int, default=64, help="queries searched together")
     ap.add_argument("--threads", type=positive_int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
-                    "Faiss); default: torch's own (all cores) for models, 1 for Faiss; 1 per Ray worker. Model "
-                    "outputs differ in the last bits between thread counts, so runs are identical only for equal "
-                    "--threads")  # fmt: skip
+                    "Faiss); default: the cores other processes leave idle when the search starts (all on an idle "
+                    "machine) for models, 1 for Faiss; 1 per Ray worker. Model outputs differ in the last bits "
+                    "between thread counts, so runs are identical only for equal --threads (docs/cli.md)")  # fmt: skip
     ap.add_argument("--output-format", choices=["trec"], default="trec")
     ap.add_argument("--run-tag", default="tour_pyserini", help="last column of the run file")
     ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")

@@ -16,7 +16,14 @@ from tour_pyserini.commands.answer_training import (
     check_bf16,
 )
 from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
-from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
+from tour_pyserini.numbers import (
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.reader import RULES
 from tour_pyserini.training import reader as reader_training
 from tour_pyserini.training.reader import ReaderTrainConfig, train
@@ -25,7 +32,7 @@ NUMBERS = {
     "steps": positive_int, "batch_size": positive_int, "passages": positive_int, "lr": positive_float,
     "warmup": probability, "k": positive_int, "max_length": positive_int, "stride": positive_int,
     "max_answer_length": positive_int, "dev_fraction": fraction, "dev_k": positive_int, "eval_every": positive_int,
-    "seed": non_negative_int,
+    "seed": non_negative_int, "retrieval_weight": non_negative_float,
 }  # fmt: skip
 
 

@@ -10,8 +10,8 @@ through the one-length path), a text in a batch one within about 2e-7: a matrix 
 rounds differently. The remaining classes (their ``encode`` takes one string, or pads to a fixed length)
 take one text per call.
 
-``precision`` bf16 runs the model's matrix products in bfloat16 (autocast), about 3x faster on a CPU with
-bfloat16 units; its vectors differ from float32's by about 1e-3 (docs/algorithms.md, "Query encoding").
+``precision`` bf16 runs the model's matrix products in bfloat16 (autocast), about 2x faster in batches on a
+CPU with bfloat16 units; its vectors differ from float32's by about 1e-3 (docs/algorithms.md, "Query encoding").
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from tour_pyserini.errors import UserError
 
 PYSERINI_QUERY_MAX_LENGTH = 256  # python -m pyserini.search.faiss's --max-length default
 AUTO_FAMILY = ("auto", "sentence", "contriever")
-# texts per padded forward pass, sorted by length: the fastest chunk on 2 cores for batches of 8 to 300
-# SciFact claims, fp32 and bf16 (make bench: runs/bench-tour-speed.json, "query_encoding")
+# texts per padded forward pass, sorted by length: of 8, 16 and 32, within 3% of the fastest at batch 32 (the
+# batch TOUR is timed at) in fp32 and bf16 on 2 cores (make bench: runs/bench-tour-speed.json, "query_encoding")
 PADDED_CHUNK = 16
 # what --encoder-precision auto means: bf16 moved 73 of SciFact's 300 test claims and 129 of nq-oracle's 1,000
 # questions below Kendall tau 0.99 over their float32 top 100 (nDCG@10 within 0.0004), failing the bound

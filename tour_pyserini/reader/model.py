@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 from tour_pyserini.data.predictions import Prediction
 from tour_pyserini.errors import UserError
-from tour_pyserini.reader.spans import DEFAULT_RULE, RULES, best_span, choose, passage_candidate
+from tour_pyserini.reader.spans import (
+    DEFAULT_RETRIEVAL_WEIGHT,
+    DEFAULT_RULE,
+    RULES,
+    best_span,
+    choose,
+    passage_candidate,
+)
 from tour_pyserini.reader.windows import Window, collate, length_sorted_batches, make_windows
 
 
@@ -25,7 +32,7 @@ class ReaderOptions:
     max_answer_length: int = 10  # tokens of a span (ORQA's limit)
     batch_size: int = 32  # windows per forward pass
     rule: str = DEFAULT_RULE
-    retrieval_weight: float = 1.0  # w of the orqa rule, S = w * S_retr + S_read
+    retrieval_weight: float = DEFAULT_RETRIEVAL_WEIGHT  # w of the orqa rule, S = w * S_retr + S_read
     precision: str = "fp32"  # fp32 or bf16 (autocast), as devices.resolve_precision resolves it
     device: str = "cpu"
 

@@ -52,6 +52,7 @@ class ReaderTrainConfig:
     dev_fraction: float = 0.1
     dev_k: int = 5  # passages read per dev question
     rule: str = DEFAULT_RULE  # how dev answers are chosen
+    retrieval_weight: float = 1.0  # the orqa rule's w for dev answers (the shipped reader's checkpoint: 1)
     eval_every: int = 60
     seed: int = 13
 
@@ -167,7 +168,8 @@ def dev_exact_match(model, tokenizer, questions, topics, config: ReaderTrainConf
     from tour_pyserini.reader import Reader, ReaderOptions
 
     options = ReaderOptions(k=config.dev_k, max_length=config.max_length, stride=config.stride,
-                            max_answer_length=config.max_answer_length, rule=config.rule)  # fmt: skip
+                            max_answer_length=config.max_answer_length, rule=config.rule,
+                            retrieval_weight=config.retrieval_weight)  # fmt: skip
     reader = Reader("", options, model=model, tokenizer=tokenizer)
     predictions = {p.qid: p for i in range(0, len(questions), 16) for p in reader.read(questions[i : i + 16])}
     return evaluate_predictions(predictions, topics).means["EM"]
