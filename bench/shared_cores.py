@@ -1,6 +1,6 @@
 """Threads that share: dense search, TOUR with the BM25 teacher and the cross-encoder teacher, each on idle
 cores and beside one other process that keeps a core busy, under OpenMP's own default (idle threads spin),
-the rule every command applies (``tour_pyserini.threads.share_cores``: where other processes keep cores busy,
+the rule every command applies (``tour_pyserini.devices.share_cores``: where other processes keep cores busy,
 threads for the cores left, sleeping as they wait), and one thread. Target: with one core busy, each at most
 1.5x its idle time.
 
@@ -28,7 +28,7 @@ TARGET = 1.5
 def workload(name: str, way: str, repeats: int) -> dict:
     """Run in the child: best seconds per unit of work (a query, or a pair for the cross-encoder)."""
     if way == "rule":
-        from tour_pyserini.threads import share_cores
+        from tour_pyserini.devices import share_cores
 
         share_cores()
     import torch

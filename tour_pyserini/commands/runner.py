@@ -9,8 +9,8 @@ import threading
 from collections.abc import Callable
 
 from tour_pyserini._java import JavaNotFoundError
+from tour_pyserini.devices import share_cores
 from tour_pyserini.errors import UserError
-from tour_pyserini.threads import share_cores
 
 # Errors a user can cause with bad input (a missing file included); anything else is a bug and keeps
 # its traceback.
