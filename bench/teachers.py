@@ -143,6 +143,33 @@ def timed(bench: Bench, make_rewriter) -> float:
     return (time.perf_counter() - start) / len(topics)
 
 
+def measure_timing(bench: Bench, ensemble: str, rw: str, k: int, final: str, temp: float) -> dict:
+    """Measured seconds per query of the chosen TOUR and of rerank@40, cold (no stored scores), interleaved."""
+    seconds: dict = {"tour": [], "rerank@40": []}
+    teacher = bench.teacher(ensemble, stored=False)
+    for _ in range(REPEATS):
+        seconds["tour"].append(timed(bench, lambda: tour(teacher, rw, k, final, temp)))
+        seconds["rerank@40"].append(timed(bench, lambda: rerank(teacher, 40)))
+    timing = {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in seconds.items()}
+    timing["ratio_min"] = timing["tour"]["min"] / timing["rerank@40"]["min"]
+    timing["queries"], timing["load_average"] = TIMED_QUERIES, os.getloadavg()
+    print(f"measured s/query (cold, {TIMED_QUERIES} claims, {REPEATS} repeats): TOUR {timing['tour']['min']:.3f} "
+          f"rerank@40 {timing['rerank@40']['min']:.3f} ratio {timing['ratio_min']:.2f}", flush=True)  # fmt: skip
+    return timing
+
+
+def timing_only(args) -> None:
+    """``--part timing``: the timing alone, for the TOUR configuration the last full run chose (its report kept)."""
+    report = json.loads(Path("runs/bench-teachers.json").read_text())
+    chosen = next(r for r in report["rows"] if r["selected"] and r["split"] == "test")
+    bench = Bench(args.model, args.precision)
+    ensemble = f"ensemble:{args.model}/ensemble.json"
+    report["timing"] = measure_timing(bench, ensemble, chosen["system"], chosen["k"], chosen["final"],
+                                      chosen["retriever_temperature"])  # fmt: skip
+    Path("runs/bench-teachers.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report["rows"], report["timing"])
+
+
 def main() -> None:
     from tour_pyserini.eval.significance import holm, paired_t_test
 
@@ -150,8 +177,13 @@ def main() -> None:
     ap.add_argument("--model", default="models/scifact-rce")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="the cross-encoder's arithmetic")
     ap.add_argument("--limit", type=int, help="only the first N test and dev claims (a smoke run, not the bench)")
+    ap.add_argument("--part", choices=("all", "timing"), default="all", help="timing: only the measured seconds "
+                    "per query, for the configuration runs/bench-teachers.json chose")  # fmt: skip
     args = ap.parse_args()
     ensure_indexes("collections/scifact", INDEX, BM25)
+    if args.part == "timing":
+        timing_only(args)
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     bench = Bench(args.model, args.precision)
     if args.limit:
@@ -212,18 +244,7 @@ def main() -> None:
     for i, (row, label, _) in enumerate(pvalues):
         row.setdefault("p_holm", {})[label] = dict(zip(METRICS, flat[2 * i : 2 * i + 2]))
 
-    # measured seconds per query, cold, interleaved
-    seconds = {"tour": [], "rerank@40": []}
-    teacher = bench.teacher(ens_spec, stored=False)
-    for _ in range(REPEATS):
-        seconds["tour"].append(timed(bench, lambda: tour(teacher, rw, k, final, temp)))
-        seconds["rerank@40"].append(timed(bench, lambda: rerank(teacher, 40)))
-    timing = {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in seconds.items()}
-    timing["ratio_min"] = timing["tour"]["min"] / timing["rerank@40"]["min"]
-    timing["queries"], timing["load_average"] = TIMED_QUERIES, os.getloadavg()
-    print(f"measured s/query (cold, {TIMED_QUERIES} claims, {REPEATS} repeats): TOUR {timing['tour']['min']:.3f} "
-          f"rerank@40 {timing['rerank@40']['min']:.3f} ratio {timing['ratio_min']:.2f}", flush=True)  # fmt: skip
-
+    timing = measure_timing(bench, ens_spec, rw, k, final, temp)
     for row in rows:
         row.pop("per_query")
     Path("runs/bench-teachers.json").write_text(json.dumps({"rows": rows, "timing": timing}, indent=2) + "\n")

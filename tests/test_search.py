@@ -39,6 +39,17 @@ def test_document_vectors_are_unit_length(searcher, mini_scifact):
     assert np.allclose([q @ h.vector for h in hits], [h.score for h in hits], atol=1e-5)
 
 
+def test_candidate_arrays_are_the_hits_of_the_same_search(searcher, mini_scifact):
+    texts = [t.text for t in read_topics(mini_scifact["topics"])][:5]
+    vectors = searcher.encode(texts)
+    hits = searcher.search_vectors(vectors, 20, return_vector=True)
+    arrays = searcher.search_candidates(vectors, 20)
+    for ranking, found in zip(hits, arrays):
+        assert found.docids == [h.docid for h in ranking]
+        assert found.scores.tolist() == [h.score for h in ranking]
+        assert np.array_equal(found.vectors, np.stack([h.vector for h in ranking]))
+
+
 def test_search_matches_pyserini_faiss_searcher_exactly(searcher, mini_scifact):
     topics = read_topics(mini_scifact["topics"])
     texts, qids = [t.text for t in topics], [t.qid for t in topics]

@@ -8,7 +8,7 @@ import pytest
 
 from tour_pyserini.results import Hit
 from tour_pyserini.rewriters import get_rewriter
-from tour_pyserini.rewriters.base import QueryBatch
+from tour_pyserini.rewriters.base import Candidates, QueryBatch
 from tour_pyserini.rewriters.updates import SimilarityScale
 
 S_Q, S_C = 2.0, 4.0  # powers of two: scaled arithmetic is exact, so runs must agree bit for bit
@@ -37,6 +37,10 @@ class ArrayIndex:
         scores, rows = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth)
         return [[Hit(self.docids[r], float(s), self.vectors[r] if return_vector else None) for s, r in zip(ss, rr)]
                 for ss, rr in zip(scores, rows)]  # fmt: skip
+
+    def search_candidates(self, vectors, depth):
+        scores, rows = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth)
+        return [Candidates([self.docids[r] for r in rr], ss, self.vectors[rr]) for ss, rr in zip(scores, rows)]
 
 
 def test_scale_of_unit_vectors_is_exactly_one_and_of_long_ones_their_norms():

@@ -30,8 +30,8 @@ class EncoderClass:
     query_prefix: bool = False  # --query-prefix reaches the query class (others would silently drop it)
     doc_prefix: bool = False  # --doc-prefix reaches the document class
     query_max_length: bool = False  # --max-length reaches the query class
-    # texts of one token length encoded in one call give the one-at-a-time vectors within 1e-6 (tested);
-    # the other classes take one text per call
+    # a batch's texts encoded together (padded chunks for the auto family, one token length per call for DPR)
+    # give the one-at-a-time vectors within 1e-6 (tested); the other classes take one text per call
     batched: bool = False
     # a separate model encodes the other side (DPR's question and context encoders)
     paired_models: bool = False

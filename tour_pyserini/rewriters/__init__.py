@@ -10,11 +10,11 @@ from __future__ import annotations
 import inspect
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.rewriters.base import REWRITERS, Option, QueryBatch, Rewriter, VectorIndex
+from tour_pyserini.rewriters.base import REWRITERS, Candidates, Option, QueryBatch, Rewriter, VectorIndex
 from tour_pyserini.rewriters.identity import Identity
 
-__all__ = ["REWRITERS", "Identity", "Option", "QueryBatch", "Rewriter", "VectorIndex", "available_rewriters",
-           "check_rewriter", "get_rewriter", "get_rewriter_class"]  # fmt: skip
+__all__ = ["REWRITERS", "Candidates", "Identity", "Option", "QueryBatch", "Rewriter", "VectorIndex",
+           "available_rewriters", "check_rewriter", "get_rewriter", "get_rewriter_class"]  # fmt: skip
 
 
 def available_rewriters() -> dict[str, type[Rewriter]]:

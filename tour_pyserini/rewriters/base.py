@@ -43,6 +43,20 @@ class VectorIndex(Protocol):
         with ``return_vector`` each hit carries its exact index vector."""
         ...
 
+    def search_candidates(self, vectors: np.ndarray, depth: int) -> list[Candidates]:
+        """The same search as arrays, with the exact index vectors: what an iterating rewriter reads (no
+        object per hit)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """One query's top-``depth``: docids, similarities (k,) and exact index vectors (k, d), best first."""
+
+    docids: list[str]
+    scores: np.ndarray
+    vectors: np.ndarray
+
 
 @dataclass(frozen=True)
 class QueryBatch:

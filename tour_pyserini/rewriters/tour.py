@@ -195,19 +195,19 @@ class _Tour(Rewriter):
                 break
             active_traces = [traces[i] for i in active]
             with timed(active_traces, "search"):
-                candidates = index.search_vectors(q[active], cfg.depth, return_vector=True)
+                candidates = index.search_candidates(q[active], cfg.depth)
             scores = cache.score(
                 [batch.qids[i] for i in active],
                 [batch.texts[i] for i in active],
-                [[h.docid for h in found] for found in candidates],
+                [found.docids for found in candidates],
                 active_traces,
             )
             still_active = []
             lr = linear_lr(cfg.lr, t, cfg.iterations)
             with timed(active_traces, "update"):
                 for i, found, s in zip(active, candidates, scores):
-                    scored[i].update((h.docid, h.vector) for h in found)
-                    C = np.vstack([h.vector for h in found]).astype(np.float64)
+                    scored[i].update(zip(found.docids, found.vectors))
+                    C = found.vectors.astype(np.float64)
                     if t == 0 and cfg.similarity_scale == "norms":
                         scales[i] = SimilarityScale.of(q[i], C)
                     scale = scales[i]

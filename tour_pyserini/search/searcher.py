@@ -21,7 +21,7 @@ from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
-from tour_pyserini.rewriters import Identity, QueryBatch, Rewriter
+from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter
 
 
 @contextmanager
@@ -150,8 +150,8 @@ class TourSearcher:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors (n, d), float32, by Pyserini's query encoder as ``FaissSearcher.batch_search`` computes
-        them, but texts of one token length in one call (:class:`QueryEncoder`): a text alone gets Pyserini's
-        vector bit for bit, a text in a batch one within about 1e-7."""
+        them, but a batch's texts together (:class:`QueryEncoder`): a text alone gets Pyserini's vector bit for
+        bit, a text in a batch one within about 2e-7."""
         return self._check_vectors(self.query_encoder.encode(texts))
 
     def _check_vectors(self, vectors: np.ndarray) -> np.ndarray:
@@ -168,10 +168,35 @@ class TourSearcher:
 
     def search_vectors(self, vectors: np.ndarray, depth: int, return_vector: bool = False) -> list[list[Hit]]:
         """The top-``depth`` of the whole index for each row of ``vectors`` (n, d): the :class:`VectorIndex`
-        method every rewriter iterates.
+        method every rewriter's final ranking uses; each hit becomes one :class:`Hit` (not a Pyserini result
+        object first)."""
+        scores, rows, candidates = self._faiss_search(vectors, depth, return_vector)
+        docids = self.faiss.docids
+        rankings = []
+        # Creating k hits per query would otherwise trigger many cyclic-GC passes over every live hit
+        # of the batch (measured: batched TOUR ran 20% slower than one query at a time)
+        with gc_paused():
+            for q, (row_ids, row_scores) in enumerate(zip(rows.tolist(), scores.tolist())):
+                hits = [Hit(docids[i], s) for i, s in zip(row_ids, row_scores) if i != -1]
+                if candidates is not None:
+                    for hit, vector in zip(hits, candidates[q]):
+                        hit.vector = vector
+                rankings.append(hits)
+        return rankings
 
-        Uses the FaissSearcher's own index and docids directly, so that each hit becomes one
-        :class:`Hit` (not a Pyserini result object first): this is the loop every rewriter iterates.
+    def search_candidates(self, vectors: np.ndarray, depth: int) -> list[Candidates]:
+        """The same search as arrays, with each candidate's exact vector: what TOUR's iterations read."""
+        scores, rows, candidates = self._faiss_search(vectors, depth, True)
+        docids = self.faiss.docids
+        found = []
+        for row_ids, row_scores, row_vectors in zip(rows, scores, candidates):
+            n = int((row_ids != -1).sum())  # approximate indexes may return fewer than depth
+            found.append(Candidates([docids[i] for i in row_ids[:n].tolist()], row_scores[:n], row_vectors[:n]))
+        return found
+
+    def _faiss_search(self, vectors: np.ndarray, depth: int, reconstruct: bool):
+        """Faiss's scores, rows and (with ``reconstruct``) exact vectors of each row's top ``depth``.
+
         Each row's result is the same whether it is searched alone or in a batch: Faiss switches to
         a BLAS kernel (different rounding) for batches of ``distance_compute_blas_threshold`` queries
         or more, so that threshold is raised for the call when a batch would reach it.
@@ -187,26 +212,13 @@ class TourSearcher:
         faiss.cvar.distance_compute_blas_threshold = max(threshold, len(vectors) + 1)
         params = faiss_index.search_parameters(self.faiss.index, depth)
         try:
-            if return_vector:
-                scores, rows, candidates = self.faiss.index.search_and_reconstruct(vectors, depth, params=params)
-            else:
-                scores, rows = self.faiss.index.search(vectors, depth, params=params)
-                candidates = None
+            if reconstruct:
+                return self.faiss.index.search_and_reconstruct(vectors, depth, params=params)
+            scores, rows = self.faiss.index.search(vectors, depth, params=params)
+            return scores, rows, None
         finally:
             faiss.cvar.distance_compute_blas_threshold = threshold
             faiss.omp_set_num_threads(omp_threads)
-        docids = self.faiss.docids
-        rankings = []
-        # Creating k hits per query would otherwise trigger many cyclic-GC passes over every live hit
-        # of the batch (measured: batched TOUR ran 20% slower than one query at a time)
-        with gc_paused():
-            for q, (row_ids, row_scores) in enumerate(zip(rows.tolist(), scores.tolist())):
-                hits = [Hit(docids[i], s) for i, s in zip(row_ids, row_scores) if i != -1]
-                if candidates is not None:
-                    for hit, vector in zip(hits, candidates[q]):
-                        hit.vector = vector
-                rankings.append(hits)
-        return rankings
 
     def retrieve(self, queries: Sequence[str], qids: Sequence[str], hits: int = 10, *,
                  rewriter: Rewriter | None = None) -> list[SearchResult]:  # fmt: skip
