@@ -137,7 +137,7 @@ def share_cores() -> dict[str, str]:
     busy = busy_cores()
     if busy < BUSY_CORE:
         return {}
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     chosen = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(max(1, cores - round(busy)))}
     os.environ.update(chosen)
     return chosen

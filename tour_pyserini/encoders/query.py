@@ -4,9 +4,9 @@ Pyserini's ``FaissSearcher.batch_search`` encodes one query at a time. Its auto 
 sentence and contriever classes) averages every token position, so handing it a padded batch would change
 the vectors. We run its model ourselves instead: texts sorted by token length, padded in chunks of
 ``PADDED_CHUNK``, pooled over the real tokens only (or the first token), normalised as Pyserini normalises.
-Other classes marked ``batched`` in ``encoders.classes`` (DPR) get texts of one token length per call, which
-need no padding. Either way a text encoded alone gets Pyserini's vector within about 1e-7 (bit for bit
-through the one-length path), a text in a batch one within about 2e-7: a matrix product of another shape
+A chunk that needs no padding is Pyserini's own call. Other classes marked ``batched`` in
+``encoders.classes`` (DPR) get texts of one token length per call. Either way a text encoded alone gets
+Pyserini's vector bit for bit, a text in a batch one within about 2e-7: a matrix product of another shape
 rounds differently. The remaining classes (their ``encode`` takes one string, or pads to a fixed length)
 take one text per call.
 
