@@ -103,6 +103,7 @@ def resolve_precision(precision: str, device: str, flag: str = "precision") -> s
                         "slower than fp32 and some kernels fail: use fp32 or auto")  # fmt: skip
     return precision
 
+
 BUSY_CORE = 0.5  # other processes using at least half a core in total make the cores shared
 
 

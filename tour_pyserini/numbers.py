@@ -1,7 +1,8 @@
 """Numbers a user types: a flag's type that parses its text and knows the range the value must lie in.
 
 A :class:`Number` is a flag parser's ``type=`` (the commands' parser checks its range as it parses, naming the
-flag) that the library can declare too (a rewriter's own options), so one rule serves both.
+flag) that the library can declare too (a rewriter's own options), so one rule serves both. The checks a
+configuration dataclass makes of its numbers (a trainer's, the reader's) name the flag in one line too.
 """
 
 from __future__ import annotations
@@ -39,3 +40,28 @@ non_negative_float = Number(float, "at least 0 and finite", lambda v: v >= 0)
 finite_float = Number(float, "finite", lambda v: True)
 fraction = Number(float, "in (0, 1)", lambda v: 0 < v < 1)
 probability = Number(float, "in [0, 1]", lambda v: 0 <= v <= 1)
+
+
+# ---- a configuration's numbers, each failure one line naming the flag ----
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def check_positive(config, names: tuple[str, ...]) -> None:
+    """Each field of ``config`` in ``names`` is > 0."""
+    for name in names:
+        if not getattr(config, name) > 0:
+            raise UserError(f"{_flag(name)} must be positive, got {getattr(config, name)}")
+
+
+def check_fractions(config, open_names: tuple[str, ...] = (), closed_names: tuple[str, ...] = ()) -> None:
+    """Each field in ``open_names`` is in (0, 1) (a dev split that leaves training queries), each in
+    ``closed_names`` in [0, 1] (a warm-up share, a mask rate)."""
+    for name in open_names:
+        if not 0.0 < getattr(config, name) < 1.0:
+            raise UserError(f"{_flag(name)} must be in (0, 1), got {getattr(config, name)}")
+    for name in closed_names:
+        if not 0.0 <= getattr(config, name) <= 1.0:
+            raise UserError(f"{_flag(name)} must be in [0, 1], got {getattr(config, name)}")

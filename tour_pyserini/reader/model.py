@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tour_pyserini.data.predictions import Prediction
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import check_positive
 from tour_pyserini.reader.spans import (
     DEFAULT_RETRIEVAL_WEIGHT,
     DEFAULT_RULE,
@@ -37,9 +38,7 @@ class ReaderOptions:
     device: str = "cpu"
 
     def check(self) -> None:
-        for name in ("k", "max_length", "stride", "max_answer_length", "batch_size"):
-            if not getattr(self, name) > 0:
-                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        check_positive(self, ("k", "max_length", "stride", "max_answer_length", "batch_size"))
         if self.stride >= self.max_length // 2:
             raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
         if self.rule not in RULES:

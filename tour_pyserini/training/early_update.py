@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.training.checks import check_fractions, check_positive
+from tour_pyserini.numbers import check_fractions, check_positive
 
 
 @dataclass

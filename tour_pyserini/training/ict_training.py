@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tour_pyserini.encoders import EncoderSpec
 from tour_pyserini.errors import UserError
-from tour_pyserini.training.checks import check_fractions, check_positive
+from tour_pyserini.numbers import check_fractions, check_positive
 
 
 @dataclass

@@ -31,7 +31,7 @@ import numpy as np
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
-from tour_pyserini.training.checks import check_fractions, check_positive
+from tour_pyserini.numbers import check_fractions, check_positive
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 
 
