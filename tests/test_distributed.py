@@ -16,6 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from openai_server import start_server, url
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.search.configure import SearchConfig
+from tour_pyserini.search.distributed import worker_configs
 
 # not importorskip: importing Ray here would fix how a local instance listens before the pool sets it
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")]
@@ -109,3 +114,31 @@ def test_a_user_error_inside_a_worker_is_one_line(dense_index, mini_scifact, tmp
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower() and "WARNING" not in line]
     assert len(errors) == 1 and errors[0].startswith("error: ") and "no-index" in errors[0], proc.stderr[-3000:]
     assert not out.exists() and not out.with_name("run.trec.partial").exists()
+
+
+def test_an_api_teachers_concurrency_is_split_between_the_workers():
+    config = SearchConfig(index="i", teacher="openai:http://127.0.0.1:1/v1", teacher_options={"concurrency": 5})
+    assert [c.teacher_options["concurrency"] for c in worker_configs(config, 2)] == [3, 2]
+    default = SearchConfig(index="i", teacher="ensemble:e.json")  # its parts may be openai teachers
+    assert [c.teacher_options["concurrency"] for c in worker_configs(default, 3)] == [2, 1, 1]  # of 4
+    assert worker_configs(SearchConfig(index="i", teacher="bm25"), 2)[1].teacher_options == {}
+    with pytest.raises(UserError, match="--teacher-concurrency 2 is below --workers 3"):
+        worker_configs(SearchConfig(index="i", teacher="openai:u", teacher_options={"concurrency": 2}), 3)
+
+
+def test_ray_workers_keep_an_api_teacher_within_its_concurrency(dense_index, mini_scifact, tmp_path):
+    """Two workers re-rank through one server with --teacher-concurrency 3: the server never has more than 3
+    requests of the search at once (3 per worker before the split), and the run is the one-process run."""
+    server = start_server(delay=0.01)
+    try:
+        flags = ["--rewriter", "rerank", "--k", "5", "--teacher", f"openai:{url(server)}", "--teacher-model",
+                 "judge-1", "--teacher-judge", "logprobs", "--teacher-concurrency", "3"]  # fmt: skip
+        alone, distributed = tmp_path / "alone.trec", tmp_path / "ray.trec"
+        search(*search_args(dense_index, mini_scifact, alone, *flags))
+        server.max_in_flight = 0
+        search(*search_args(dense_index, mini_scifact, distributed, *flags, "--ray", "--workers", "2"))
+        assert server.max_in_flight == 3
+        assert alone.read_text() == distributed.read_text()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,19 +1,16 @@
-"""The openai teacher against real HTTP servers on 127.0.0.1: a small deterministic one written here (the
-OpenAI completions and chat endpoints, with the failures real servers have), and llama.cpp's server on the
+"""The openai teacher against real HTTP servers on 127.0.0.1: a small deterministic one (tests/openai_server.py:
+the OpenAI completions and chat endpoints, with the failures real servers have), and llama.cpp's server on the
 real Gemma 3 270M where the [llm] extra is installed (tests/test_teacher_llm.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from openai_server import doc_of, start_server, unit, url
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
@@ -22,98 +19,12 @@ from tour_pyserini.teachers.openai_api import OpenAITeacher, yes_no_log_odds
 from tour_pyserini.teachers.prompts import parse_score
 
 
-def unit(text: str, salt: str) -> float:
-    """A deterministic number in [0, 1) from a text."""
-    return int(hashlib.sha256(f"{salt}{text}".encode()).hexdigest()[:8], 16) / 2**32
-
-
-def doc_of(prompt: str) -> str:
-    return re.search(r"Document>?: (.*)", prompt).group(1)
-
-
-class FakeOpenAI(BaseHTTPRequestHandler):
-    """/v1/completions gives " Yes"/" No" log-probabilities that depend on the prompt; /v1/chat/completions
-    gives a digit, or "maybe" for a document saying GARBLE (always) or FLAKY (the first time)."""
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def do_POST(self):
-        server = self.server
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with server.lock:
-            server.requests.append((self.path, body))
-            server.in_flight += 1
-            server.max_in_flight = max(server.max_in_flight, server.in_flight)
-            failing = server.fail_next > 0
-            server.fail_next -= failing
-        try:
-            time.sleep(server.delay)
-            if server.key and self.headers.get("Authorization") != f"Bearer {server.key}":
-                return self.answer(401, {"error": "bad key"})
-            if body.get("model") != "judge-1":
-                return self.answer(404, {"error": "no such model"})
-            if failing:
-                return self.answer(server.fail_status, {"error": "busy"}, {"Retry-After": "0"})
-            if self.path == "/v1/completions":
-                prompt = body["prompt"]
-                top = {" Yes": -3 * unit(prompt, "y"), " No": -3 * unit(prompt, "n"), " Maybe": -5.0}
-                logprobs = {"top_logprobs": [top]} if server.logprobs else None
-                choice = {"text": " Yes", "logprobs": logprobs}
-                return self.answer(200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
-                                                                        "completion_tokens": 1}})  # fmt: skip
-            if self.path == "/v1/chat/completions":
-                user = body["messages"][-1]["content"]
-                document = doc_of(user)
-                with server.lock:
-                    flaky = "FLAKY" in document and document not in server.seen
-                    server.seen.add(document)
-                reply = "maybe" if "GARBLE" in document or flaky else str(int(6 * unit(document, "s")))
-                return self.answer(
-                    200,
-                    {
-                        "choices": [{"message": {"role": "assistant", "content": reply}}],
-                        "usage": {"prompt_tokens": len(user.split()), "completion_tokens": 1},
-                    },
-                )
-            return self.answer(404, {"error": "no such endpoint"})
-        finally:
-            with server.lock:
-                server.in_flight -= 1
-
-    def answer(self, status: int, body: dict, headers: dict | None = None):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-
-def start_server(port: int = 0, **settings) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", port), FakeOpenAI)
-    server.daemon_threads = True
-    server.lock, server.requests, server.seen = threading.Lock(), [], set()
-    server.in_flight = server.max_in_flight = 0
-    settings = {"delay": 0.0, "key": None, "logprobs": True, "fail_next": 0, "fail_status": 503, **settings}
-    for name, value in settings.items():
-        setattr(server, name, value)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture
 def server():
     server = start_server()
     yield server
     server.shutdown()
     server.server_close()
-
-
-def url(server) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
 TEXTS = [f"Abstract number {i} about topic {i % 3}." for i in range(12)]

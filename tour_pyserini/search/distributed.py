@@ -1,7 +1,9 @@
 """Distributed batch search on Ray: batches of topics go to workers that each open the searcher once.
 
 Each worker is a Ray actor that opens the index (memory-mapped, so workers on one machine share the page
-cache), the rewriter and the teacher from the same :class:`SearchConfig` as a single-process search.
+cache), the rewriter and the teacher from the same :class:`SearchConfig` as a single-process search, but
+for a limit of the whole search that a teacher declares (an API teacher's requests in flight), which the
+workers split between them.
 Batches are handed to whichever worker is free and their results come back in submission order, so the
 run file is written exactly as a single-process search writes it. A worker whose process dies is
 restarted by Ray (it opens its searcher again) and the batch it was running is retried on it.
@@ -19,6 +21,7 @@ from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import SearchResult
 from tour_pyserini.search.configure import SearchConfig, open_searcher
+from tour_pyserini.teachers import options_read_by
 
 # errors a user's input causes (a missing file included), as the command line reports them
 _USER_ERRORS = (UserError, FileNotFoundError)
@@ -42,6 +45,22 @@ def raise_user_error(value):
     if isinstance(value, _USER_ERRORS):
         raise value
     return value
+
+
+def worker_configs(config: SearchConfig, workers: int) -> list[SearchConfig]:
+    """Each worker's configuration: the search's, with every shared limit the teacher reads split as
+    floor(N / W) per worker and one more for the first N mod W, so that together they never exceed N."""
+    configs = [config] * workers
+    for option in options_read_by(config.teacher) if config.teacher else []:
+        if not option.shared:
+            continue
+        total = config.teacher_options.get(option.param) or option.default
+        if total < workers:
+            raise UserError(f"{option.flag} {total} is below --workers {workers}: the workers share it, and each "
+                            "needs at least 1")  # fmt: skip
+        shares = [total // workers + (i < total % workers) for i in range(workers)]
+        configs = [replace(c, teacher_options={**c.teacher_options, option.param: n}) for c, n in zip(configs, shares)]
+    return configs
 
 
 class SearchWorker:
@@ -84,6 +103,7 @@ class RayPool:
             raise UserError("--ray needs the ray package: pip install 'tour-pyserini[ray]'") from None
         if workers < 1:
             raise UserError(f"--workers must be positive, got {workers}")
+        configs = worker_configs(config, workers)
         start = time.perf_counter()
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
@@ -92,7 +112,7 @@ class RayPool:
         threads = config.threads or 1
         gpus = 1 if config.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
-        self.actors = [actor.remote(config) for _ in range(workers)]
+        self.actors = [actor.remote(c) for c in configs]
         opened = [raise_user_error(value) for value in ray.get([a.open.remote() for a in self.actors])]
         self.pids = [pid for pid, _ in opened]
         self.teacher_label = opened[0][1]

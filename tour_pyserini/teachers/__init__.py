@@ -17,7 +17,7 @@ from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 __all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
            "StoredTeacher", "TeacherOption", "available_teachers", "check_teacher_options", "get_teacher",
-           "teacher_options", "teacher_usages"]  # fmt: skip
+           "options_read_by", "teacher_options", "teacher_usages"]  # fmt: skip
 
 
 def available_teachers() -> dict[str, type[Teacher]]:
@@ -39,18 +39,21 @@ def teacher_options() -> list[TeacherOption]:
     return list(seen.values())
 
 
+def options_read_by(spec: str) -> list[TeacherOption]:
+    """The options the teacher ``spec`` names reads: its own, or every teacher's for an ensemble or a fusion
+    (its parts may be any teacher) and for a name no teacher has (refused later, with the teacher list)."""
+    cls = available_teachers().get(spec.partition(":")[0])
+    return teacher_options() if cls is None or cls.composite else list(cls.options)
+
+
 def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> None:
     """Refuse a teacher flag the named teacher does not read (an ensemble's or a fusion's parts may read any)."""
     if not options:
         return
-    name = (spec or "").partition(":")[0]
-    cls = available_teachers().get(name)
-    if cls is None or cls.composite:
-        if spec is None:
-            given = [o.flag for o in teacher_options() if o.param in options]
-            raise UserError(f"{', '.join(given)}: a teacher's options, given without --teacher")
-        return
-    own = {o.param for o in cls.options}
-    if stray := [o.flag for o in teacher_options() if o.param in options and o.param not in own]:
-        reads = f" (it reads {', '.join(o.flag for o in cls.options)})" if cls.options else ""
-        raise UserError(f"{', '.join(stray)}: not an option of the {name} teacher{reads}")
+    if spec is None:
+        given = [o.flag for o in teacher_options() if o.param in options]
+        raise UserError(f"{', '.join(given)}: a teacher's options, given without --teacher")
+    own = options_read_by(spec)
+    if stray := [o.flag for o in teacher_options() if o.param in options and o not in own]:
+        reads = f" (it reads {', '.join(o.flag for o in own)})" if own else ""
+        raise UserError(f"{', '.join(stray)}: not an option of the {spec.partition(':')[0]} teacher{reads}")

@@ -44,7 +44,8 @@ class TeacherOption:
     """A command-line flag a teacher declares: ``--flag`` sets ``TeacherContext.options[param]``.
 
     Several teachers may declare the same flag only as the same option (the openai and llm teachers share
-    ``--teacher-instruction``).
+    ``--teacher-instruction``). A ``shared`` option is a limit of the whole search, not of one process (an
+    API teacher's requests in flight): Ray workers split it, and ``default`` is its value when not given.
     """
 
     flag: str
@@ -52,6 +53,8 @@ class TeacherOption:
     type: Callable[[str], Any] = str
     help: str = ""
     metavar: str | None = None
+    shared: bool = False
+    default: Any = None
 
     @property
     def dest(self) -> str:

@@ -55,7 +55,8 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MODEL_OPTION = TeacherOption("--teacher-model", "model", help="the model an openai: teacher asks (its name on the "
                              "server)", metavar="NAME")  # fmt: skip
 CONCURRENCY_OPTION = TeacherOption("--teacher-concurrency", "concurrency", positive_int,
-                                   "requests an openai: teacher keeps in flight (default 4)", "N")  # fmt: skip
+                                   "requests an openai: teacher keeps in flight, all Ray workers together "
+                                   "(default 4)", "N", shared=True, default=4)  # fmt: skip
 JUDGE_OPTION = TeacherOption("--teacher-judge", "judge", help="how an openai: teacher judges: logprobs (yes/no "
                              "log-odds), score (verbalised 0-5) or auto (logprobs where the server returns them; "
                              "default)", metavar="|".join(JUDGES))  # fmt: skip
@@ -85,7 +86,7 @@ class OpenAITeacher(Teacher):
     usage = "openai:BASE_URL"
     options = (MODEL_OPTION, CONCURRENCY_OPTION, JUDGE_OPTION, INSTRUCTION_OPTION, TEMPLATE_OPTION)
 
-    def __init__(self, base_url: str, model: str, *, judge: str = "auto", concurrency: int = 4,
+    def __init__(self, base_url: str, model: str, *, judge: str = "auto", concurrency: int = CONCURRENCY_OPTION.default,
                  instruction: str | None = None, template: Template | None = None, max_chars: int | None = None,
                  timeout: float = 60.0, retries: int = 5, backoff: float = 0.5):  # fmt: skip
         parsed = urlparse(base_url)
@@ -119,7 +120,8 @@ class OpenAITeacher(Teacher):
         options = context.options
         template = options.get("template")
         return cls(argument, options.get("model"), judge=options.get("judge") or "auto",
-                   concurrency=options.get("concurrency") or 4, instruction=options.get("instruction"),
+                   concurrency=options.get("concurrency") or CONCURRENCY_OPTION.default,
+                   instruction=options.get("instruction"),
                    template=read_template(template) if template else None,
                    max_chars=4 * context.max_length if context.max_length else None)  # fmt: skip
 
