@@ -121,6 +121,7 @@ def test_an_api_teachers_concurrency_is_split_between_the_workers():
     assert [c.teacher_options["concurrency"] for c in worker_configs(config, 2)] == [3, 2]
     default = SearchConfig(index="i", teacher="ensemble:e.json")  # its parts may be openai teachers
     assert [c.teacher_options["concurrency"] for c in worker_configs(default, 3)] == [2, 1, 1]  # of 4
+    assert [c.teacher_options["concurrency"] for c in worker_configs(default, 6)] == [1] * 6  # the default, < W
     assert worker_configs(SearchConfig(index="i", teacher="bm25"), 2)[1].teacher_options == {}
     with pytest.raises(UserError, match="--teacher-concurrency 2 is below --workers 3"):
         worker_configs(SearchConfig(index="i", teacher="openai:u", teacher_options={"concurrency": 2}), 3)

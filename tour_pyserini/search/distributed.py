@@ -49,15 +49,18 @@ def raise_user_error(value):
 
 def worker_configs(config: SearchConfig, workers: int) -> list[SearchConfig]:
     """Each worker's configuration: the search's, with every shared limit the teacher reads split as
-    floor(N / W) per worker and one more for the first N mod W, so that together they never exceed N."""
+    floor(N / W) per worker and one more for the first N mod W, so that together they never exceed N. A
+    limit given below W is refused; the default, below W, becomes 1 per worker (an ensemble may have no part
+    that reads it)."""
     configs = [config] * workers
     for option in options_read_by(config.teacher) if config.teacher else []:
         if not option.shared:
             continue
-        total = config.teacher_options.get(option.param) or option.default
-        if total < workers:
-            raise UserError(f"{option.flag} {total} is below --workers {workers}: the workers share it, and each "
+        given = config.teacher_options.get(option.param)
+        if given is not None and given < workers:
+            raise UserError(f"{option.flag} {given} is below --workers {workers}: the workers share it, and each "
                             "needs at least 1")  # fmt: skip
+        total = max(option.default, workers) if given is None else given
         shares = [total // workers + (i < total % workers) for i in range(workers)]
         configs = [replace(c, teacher_options={**c.teacher_options, option.param: n}) for c, n in zip(configs, shares)]
     return configs
