@@ -90,6 +90,9 @@ teachers: install
 	$(PY) -m tour_pyserini fit-ensemble --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv \
 	    --qrels qrels/scifact.train.txt --dev-of models/scifact-rce \
 	    --teachers cross-encoder:models/scifact-rce bm25 dense --output models/scifact-rce/ensemble.json
+	$(PY) -m tour_pyserini fit-ensemble --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
+	    --dev-of models/nq-oracle-ce --teachers cross-encoder:models/nq-oracle-ce bm25 dense \
+	    --output models/nq-oracle-ce/ensemble.json
 	$(TRAIN) --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
 	    --exclude-texts-from $(NQ)/topics.test.jsonl --epochs 1 --evals-per-epoch 4 --output models/nq-oracle-rce
 

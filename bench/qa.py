@@ -1,7 +1,7 @@
 """make bench-qa: retrieve, then read — nq-oracle test exact match and token F1 for every retriever + the reader.
 
 Rows: BM25, dense (MiniLM), re-ranking and TOUR-hard with k = 20 (re-ranking's 20 teacher scores per
-question, TOUR's about as many) with the BM25 teacher and with the shipped nq-oracle cross-encoder, the
+question, TOUR's about as many) with the BM25 teacher and with the shipped nq-oracle ensemble, the
 oracle passage (the first answer-bearing passage of the dense top-100, read alone: the reader's ceiling),
 and ORQA's joint training started from dense + the reader. Every row reads its run's first k
 passages with models/nq-oracle-reader (``make reader``) and the answer command's default rule; k = 5 is
@@ -14,7 +14,8 @@ dense + reader is plotted.
 
 Every run and prediction file is made by the project's own command lines (each row's ``command``); what
 exists is reused, so an interrupted bench resumes. Writes runs/qa/*, runs/bench-qa.json, runs/bench-qa.md and
-runs/bench-qa-k.png; rows of the JSON file not asked for this time are kept.
+runs/bench-qa-k.png; rows of the JSON file not asked for this time are kept (with their numbers and tests
+where their predictions are not here, as in a fresh clone, if dense + reader scores as it did).
 Usage: python bench/qa.py [--rows dense+reader oracle+reader ...] [--plot-k 1 3 5]
 """
 
@@ -145,11 +146,13 @@ def retrieval(name: str, topics: str = TEST):
     raise ValueError(name)
 
 
-# the BM25 teacher, and the shipped nq-oracle teacher (the cross-encoder models/nq-oracle-ce)
-TEACHERS = {"rerank(bm25)": "bm25", "tour-hard(bm25)": "bm25", "rerank(ce)": "cross-encoder:models/nq-oracle-ce",
-            "tour-hard(ce)": "cross-encoder:models/nq-oracle-ce"}  # fmt: skip
-ROWS = ["bm25+reader", "dense+reader", "rerank(bm25)+reader", "tour-hard(bm25)+reader", "rerank(ce)+reader",
-        "tour-hard(ce)+reader", "oracle+reader", "orqa-joint"]  # fmt: skip
+# the BM25 teacher, and the shipped nq-oracle ensemble (models/nq-oracle-ce with BM25 and the retriever, weighted
+# on the cross-encoder's held-out training questions: the cross-encoder alone ranks below the retriever)
+ENSEMBLE = "ensemble:models/nq-oracle-ce/ensemble.json"
+TEACHERS = {"rerank(bm25)": "bm25", "tour-hard(bm25)": "bm25", "rerank(ensemble)": ENSEMBLE,
+            "tour-hard(ensemble)": ENSEMBLE}  # fmt: skip
+ROWS = ["bm25+reader", "dense+reader", "rerank(bm25)+reader", "tour-hard(bm25)+reader", "rerank(ensemble)+reader",
+        "tour-hard(ensemble)+reader", "oracle+reader", "orqa-joint"]  # fmt: skip
 
 
 def make_row(system: str) -> dict:
@@ -170,25 +173,33 @@ def make_row(system: str) -> dict:
             "seconds_per_question": {"search": search_secs, "read": read_secs / n if read_secs else None}}  # fmt: skip
 
 
-def score(rows: list[dict]) -> list[dict]:
+def score(rows: list[dict], previous_base: dict | None) -> list[dict]:
+    """Each row's EM and F1 and its paired tests against dense + reader, Holm-corrected over all rows. A kept
+    row whose predictions are gone (a fresh clone holds only the JSON) keeps its numbers and tests if
+    ``previous_base``, the dense + reader metrics they were measured against, is today's."""
     topics = read_topics(TEST)
-    evals = {r["system"]: evaluate_predictions(read_predictions(r["predictions"]), topics) for r in rows}
-    base = evals.get("dense+reader")
-    others = [r for r in rows if r["system"] != "dense+reader"]
-    pvalues = []
+    present = [r for r in rows if Path(r["predictions"]).exists()]
+    evals = {r["system"]: evaluate_predictions(read_predictions(r["predictions"]), topics) for r in present}
+    base = evals["dense+reader"]
     for r in rows:
+        if r not in present and (previous_base is None or any(abs(previous_base[m] - base.means[m]) > 1e-9
+                                                                   for m in base.means)):  # fmt: skip
+            sys.exit(f"{r['predictions']} is gone and dense + reader changed since its row was tested: make it "
+                     f"again, python bench/qa.py --rows '{r['system']}'")  # fmt: skip
+    for r in present:
         r["metrics"] = evals[r["system"]].means
-        if base is not None and r in others:
+        if r["system"] != "dense+reader":
             qids = list(base.per_query["EM"])
             a, b = [evals[r["system"]].per_query["EM"][q] for q in qids], [base.per_query["EM"][q] for q in qids]
             r["vs_dense_reader"] = {"delta_EM": r["metrics"]["EM"] - base.means["EM"],
                                     "p_t_test": paired_t_test(a, b), "p_randomization": randomization_test(a, b),
                                     "win_tie_loss": win_tie_loss(a, b)}  # fmt: skip
-            pvalues.append(r["vs_dense_reader"]["p_t_test"])
-    for r, p in zip([r for r in rows if "vs_dense_reader" in r], holm(pvalues) if pvalues else []):
+    tested = [r for r in rows if "vs_dense_reader" in r]
+    for r, p in zip(tested, holm([r["vs_dense_reader"]["p_t_test"] for r in tested])):
         r["vs_dense_reader"]["p_holm"] = p
     for r in rows:
-        print(f"{r['system']:26s} k {r['k']:2d}  EM {r['metrics']['EM']:.4f}  F1 {r['metrics']['F1']:.4f}")
+        kept = "" if r in present else "  (kept: its predictions are not here)"
+        print(f"{r['system']:26s} k {r['k']:2d}  EM {r['metrics']['EM']:.4f}  F1 {r['metrics']['F1']:.4f}{kept}")
     return rows
 
 
@@ -237,8 +248,10 @@ def main() -> None:
     path = Path("runs/bench-qa.json")
     kept = json.loads(path.read_text()) if path.exists() else []
     fresh = {r["system"] for r in rows}
+    previous_base = next((r["metrics"] for r in kept if r["system"] == "dense+reader"), None)
     # scored together, so that Holm's correction covers every row of the table
-    merged = score(sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"])))
+    merged = score(sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"])),
+                   previous_base)  # fmt: skip
     path.write_text(json.dumps(merged, indent=2) + "\n")
     Path("runs/bench-qa.md").write_text(markdown(merged))
     print(f"wrote {path} and runs/bench-qa.md")

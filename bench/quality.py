@@ -371,7 +371,7 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
 
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
     training = json.loads((Path(col.teacher_dir) / "training.json").read_text())
-    val_ids = set(training.get("dev_qids") or training["val_qids"])  # dev split (new teachers) or held-out part (old)
+    val_ids = set(training["dev_qids"])  # never trained on
     bench = Bench(col, batch_size, [t for t in read_topics(col.val_topics) if t.qid in val_ids])
     bench.run(System("dense", "-"), Identity)
     bench.run(System("bm25", "-"))

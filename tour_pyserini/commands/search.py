@@ -85,7 +85,8 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
     rw.add_argument("--teacher", metavar="TEACHER", help=f"the scorer rewriters ask: {teacher_usages()} (the shipped "
                     "models/nq-oracle-ce alone re-ranks nq-oracle worse than the retriever, Acc@1 0.811 against "
-                    "0.930: use it only with a tuned --lambda; models/README.md)")  # fmt: skip
+                    "0.930: use ensemble:models/nq-oracle-ce/ensemble.json, 0.936, or a tuned --lambda; "
+                    "models/README.md)")  # fmt: skip
     rw.add_argument(
         "--teacher-max-length",
         type=positive_int,
