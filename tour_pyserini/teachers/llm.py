@@ -34,7 +34,7 @@ from tour_pyserini.teachers.prompts import (
     read_template,
 )
 
-LLM_EXTRA = "pip install -e '.[llm]'"
+GGUF_EXTRA = "pip install -e '.[gguf]'"
 DEFAULT_MAX_LENGTH = 1024  # prompt tokens; a SciFact abstract with the prompt fits in about 500
 
 
@@ -69,7 +69,7 @@ def check_llm_path(path: str) -> tuple[str, str | None]:
             raise UserError(f"llm teacher {path!r}: no such GGUF file")
         if importlib.util.find_spec("gguf") is None:
             raise UserError(f"llm teacher {path!r} is a GGUF file, which transformers reads with the gguf package: "
-                            f"{LLM_EXTRA}")  # fmt: skip
+                            f"{GGUF_EXTRA}")  # fmt: skip
         return str(local.parent), local.name
     check_model("llm teacher", path)
     return path, None
