@@ -61,20 +61,20 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     record = RunWriter._record_batches_end
     calls = []
 
-    def interrupt_at_the_third_batch(writer):
+    def interrupt_at_the_third_batch(writer, end):
         calls.append(1)
         if len(calls) == 4:  # the writer's first record, then two whole batches; the third is written
             raise KeyboardInterrupt
-        record(writer)
+        record(writer, end)
 
     monkeypatch.setattr(RunWriter, "_record_batches_end", interrupt_at_the_third_batch)
     with pytest.raises(KeyboardInterrupt):
         search_main(args)
     monkeypatch.setattr(RunWriter, "_record_batches_end", record)
     partial = out.with_name(out.name + ".partial")
-    with open(partial, "a") as f:  # and a fourth batch cut off mid-line by the kill
-        f.write(complete.splitlines(keepends=True)[3 * 8 * 20][:10])
-    assert partial.read_text().count("\n") == 3 * 8 * 20
+    assert partial.read_text().count("\n") == 2 * 8 * 20  # the third batch, never recorded, is not kept
+    with open(partial, "a") as f:  # and a batch cut off mid-line by a kill, which closes nothing
+        f.write(complete.splitlines(keepends=True)[2 * 8 * 20][:10])
     search_main(args)
     assert out.read_text() == complete
     assert not partial.exists()

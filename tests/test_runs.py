@@ -60,6 +60,25 @@ def test_interrupted_run_resumes_after_its_last_whole_batch(tmp_path):
     assert not (tmp_path / "run.trec.partial").exists() and not (tmp_path / "run.trec.partial.json").exists()
 
 
+def test_a_batch_interrupted_before_its_record_is_neither_done_nor_kept(tmp_path, monkeypatch):
+    """Ctrl-C after a batch's lines are written but before its end is recorded: what the writer says it keeps
+    (``done``, which the search's message counts) is what the partial file holds."""
+    path = tmp_path / "run.trec"
+    record = RunWriter._record_batches_end
+
+    def interrupt_at_the_second_batch(writer, end):
+        if writer.done:
+            raise KeyboardInterrupt
+        record(writer, end)
+
+    monkeypatch.setattr(RunWriter, "_record_batches_end", interrupt_at_the_second_batch)
+    with pytest.raises(KeyboardInterrupt), RunWriter(path) as writer:
+        writer.write_batch([("q1", hits(("a", 2.0)), None)])
+        writer.write_batch([("q2", hits(("b", 2.0)), None)])
+    assert writer.done == {"q1"}
+    assert read_run(tmp_path / "run.trec.partial") == {"q1": {"a": 2.0}}
+
+
 def test_a_partial_file_shorter_than_its_record_starts_over(tmp_path):
     path = tmp_path / "run.trec"
     with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}) as writer:

@@ -80,7 +80,7 @@ class PredictionWriter:
             end = 0
             self._file.truncate(0)
         self._complete = end
-        self._record()
+        self._record(end)
 
     def _recorded_end(self) -> int | None:
         try:
@@ -89,20 +89,23 @@ class PredictionWriter:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _record(self) -> None:
+    def _record(self, end: int) -> None:
         staged = self.sidecar.with_name(self.sidecar.name + ".tmp")
-        staged.write_text(json.dumps({"signature": self._signature, "batches_end": self._complete}))
+        staged.write_text(json.dumps({"signature": self._signature, "batches_end": end}))
         os.replace(staged, self.sidecar)  # a kill never leaves half a record
 
     def write_batch(self, batch: Sequence[Prediction]) -> None:
+        written = set()
         for pred in batch:
-            if pred.qid in self.done:
+            if pred.qid in self.done or pred.qid in written:
                 raise ValueError(f"question {pred.qid!r} written twice to {self.path}")
             self._file.write(prediction_line(pred))
-            self.done.add(pred.qid)
+            written.add(pred.qid)
         self._file.flush()
-        self._complete = self._file.tell()
-        self._record()
+        end = self._file.tell()
+        self._record(end)
+        # stored by one statement after the record: an interrupt sees the batch either done or not
+        self._complete, self.done = end, self.done | written
 
     def close(self, commit: bool = True) -> None:
         try:
@@ -112,6 +115,9 @@ class PredictionWriter:
             elif self._complete == 0:
                 self.partial.unlink(missing_ok=True)
                 self.sidecar.unlink(missing_ok=True)
+            else:  # keep exactly the whole batches ``done`` holds, not a batch an interrupt cut off
+                self._file.flush()
+                os.ftruncate(self._file.fileno(), self._complete)
         finally:
             self._file.close()
 

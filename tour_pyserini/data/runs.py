@@ -94,7 +94,7 @@ class RunWriter:
                 self._file.truncate(0)
                 if self._trace_file:
                     self._trace_file.truncate(0)
-                self._record_batches_end()
+                self._record_batches_end(0)
         except BaseException:
             self.close(commit=False)
             raise
@@ -106,24 +106,27 @@ class RunWriter:
     def write_batch(self, batch: Sequence[tuple[str, Sequence[Hit], dict | None]]) -> None:
         """Append a batch of ``(qid, hits, trace record)`` and flush it, then record its end, so an interrupt
         keeps it and a resumed run starts after it."""
+        written = []
         for qid, hits, trace in batch:
-            if qid in self.done:
+            if qid in self.done or qid in written:
                 raise ValueError(f"query {qid!r} written twice to {self.path}")
             self._file.write(format_run_lines(qid, hits, self.tag, self.decimals))
             if self._trace_file and trace is not None:
                 self._trace_file.write(json.dumps({"qid": qid, **trace}) + "\n")
-            self.done.add(qid)
+            written.append(qid)
             if not hits:
                 self.no_hits.append(qid)
         self._file.flush()
         if self._trace_file:
             self._trace_file.flush()
-        self._complete = self._file.tell()
-        self._record_batches_end()
+        end = self._file.tell()
+        self._record_batches_end(end)
+        # stored by one statement after the record: an interrupt sees the batch either done or not
+        self._complete, self.done = end, self.done | set(written)
 
-    def _record_batches_end(self) -> None:
+    def _record_batches_end(self, end: int) -> None:
         staged = _partial_name(self.sidecar, ".tmp")
-        staged.write_text(json.dumps({"signature": self._signature, "batches_end": self._complete}))
+        staged.write_text(json.dumps({"signature": self._signature, "batches_end": end}))
         os.replace(staged, self.sidecar)  # a kill never leaves half a record
 
     def close(self, commit: bool = True) -> None:
@@ -141,6 +144,9 @@ class RunWriter:
                 for leftover in (self.partial, self.sidecar, self.trace_partial):
                     if leftover:
                         leftover.unlink(missing_ok=True)
+            else:  # keep exactly the whole batches ``done`` holds, not a batch an interrupt cut off
+                self._file.flush()
+                os.ftruncate(self._file.fileno(), self._complete)
         finally:
             self._file.close()  # releases the lock, after the files are in place
 
