@@ -106,14 +106,14 @@ class RunWriter:
     def write_batch(self, batch: Sequence[tuple[str, Sequence[Hit], dict | None]]) -> None:
         """Append a batch of ``(qid, hits, trace record)`` and flush it, then record its end, so an interrupt
         keeps it and a resumed run starts after it."""
-        written = []
+        written = set()
         for qid, hits, trace in batch:
             if qid in self.done or qid in written:
                 raise ValueError(f"query {qid!r} written twice to {self.path}")
             self._file.write(format_run_lines(qid, hits, self.tag, self.decimals))
             if self._trace_file and trace is not None:
                 self._trace_file.write(json.dumps({"qid": qid, **trace}) + "\n")
-            written.append(qid)
+            written.add(qid)
             if not hits:
                 self.no_hits.append(qid)
         self._file.flush()
@@ -122,7 +122,7 @@ class RunWriter:
         end = self._file.tell()
         self._record_batches_end(end)
         # stored by one statement after the record: an interrupt sees the batch either done or not
-        self._complete, self.done = end, self.done | set(written)
+        self._complete, self.done = end, self.done | written
 
     def _record_batches_end(self, end: int) -> None:
         staged = _partial_name(self.sidecar, ".tmp")
