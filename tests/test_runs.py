@@ -72,11 +72,13 @@ def test_a_batch_interrupted_before_its_record_is_neither_done_nor_kept(tmp_path
         record(writer, end)
 
     monkeypatch.setattr(RunWriter, "_record_batches_end", interrupt_at_the_second_batch)
-    with pytest.raises(KeyboardInterrupt), RunWriter(path) as writer:
-        writer.write_batch([("q1", hits(("a", 2.0)), None)])
-        writer.write_batch([("q2", hits(("b", 2.0)), None)])
+    trace = tmp_path / "trace.jsonl"
+    with pytest.raises(KeyboardInterrupt), RunWriter(path, trace=trace) as writer:
+        writer.write_batch([("q1", hits(("a", 2.0)), {"iterations": 1})])
+        writer.write_batch([("q2", hits(("b", 2.0)), {"iterations": 1})])
     assert writer.done == {"q1"}
     assert read_run(tmp_path / "run.trec.partial") == {"q1": {"a": 2.0}}
+    assert trace_qids(tmp_path / "trace.jsonl.partial") == ["q1"]  # the trace's record of q2 is cut too
 
 
 def test_a_partial_file_shorter_than_its_record_starts_over(tmp_path):
@@ -135,6 +137,23 @@ def test_trace_follows_the_run_through_an_interruption(tmp_path):
         writer.write("q4", hits(("a", 1.0)), trace={"iterations": 2})
     assert list(read_run(path)) == trace_qids(trace) == ["q1", "q2", "q3", "q4"]
     assert not (tmp_path / "trace.jsonl.partial").exists() and not (tmp_path / "run.trec.partial.json").exists()
+
+
+def test_a_resumed_run_interrupted_before_its_next_batch_keeps_both_files_as_they_were(tmp_path):
+    path, trace = tmp_path / "run.trec", tmp_path / "trace.jsonl"
+    partials = [tmp_path / "run.trec.partial", tmp_path / "trace.jsonl.partial"]
+    with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}, trace=trace) as writer:
+        writer.write("q1", hits(("a", 1.0)), trace={"iterations": 1})
+        writer.write("q2", hits(("a", 1.0)), trace={"iterations": 1})
+        raise KeyboardInterrupt
+    with open(partials[1], "a") as f:  # a kill left the trace a record ahead: resuming cuts it
+        f.write('{"qid": "q3", "iterations": 1}\n')
+    kept = [partials[0].read_bytes(), b"".join(partials[1].read_bytes().splitlines(keepends=True)[:2])]
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}, trace=trace) as writer:
+            assert writer.done == {"q1", "q2"}
+            raise KeyboardInterrupt
+        assert [p.read_bytes() for p in partials] == kept
 
 
 @pytest.mark.parametrize("restart", ["no-resume", "changed-arguments", "trace-lacks-queries"])

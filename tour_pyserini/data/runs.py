@@ -81,7 +81,7 @@ class RunWriter:
             raise UserError(f"cannot write the run {self.path}: it is a directory")
         self._file = open_locked(self.partial)
         self._signature = json.dumps(signature or {}, sort_keys=True)
-        self._complete = 0  # bytes of the partial file that hold whole batches
+        self._complete = self._trace_complete = 0  # bytes of the partial files that hold whole batches
         try:
             self._trace_file = _open_writable(self.trace_partial, "--trace") if self.trace else None
             if resume and (end := _batches_end(self.sidecar, self._signature)) is not None:
@@ -89,7 +89,9 @@ class RunWriter:
                 if self.trace and not _truncate_trace(self.trace_partial, self.done):
                     self.done = set()  # the trace lacks queries the run holds: start both over
             if self.done:
-                self._complete = end
+                # the trace was cut through another handle: its end is the file's, not this handle's position
+                trace_end = self._trace_file.seek(0, os.SEEK_END) if self._trace_file else 0
+                self._complete, self._trace_complete = end, trace_end
             else:
                 self._file.truncate(0)
                 if self._trace_file:
@@ -119,10 +121,10 @@ class RunWriter:
         self._file.flush()
         if self._trace_file:
             self._trace_file.flush()
-        end = self._file.tell()
+        end, trace_end = self._file.tell(), self._trace_file.tell() if self._trace_file else 0
         self._record_batches_end(end)
         # stored by one statement after the record: an interrupt sees the batch either done or not
-        self._complete, self.done = end, self.done | written
+        self._complete, self._trace_complete, self.done = end, trace_end, self.done | written
 
     def _record_batches_end(self, end: int) -> None:
         staged = _partial_name(self.sidecar, ".tmp")
@@ -132,8 +134,6 @@ class RunWriter:
     def close(self, commit: bool = True) -> None:
         """Rename the finished files into place, or keep what a rerun can resume from (only that)."""
         trace_file = getattr(self, "_trace_file", None)
-        if trace_file:
-            trace_file.close()
         try:
             if commit:
                 os.replace(self.partial, self.path)
@@ -144,10 +144,14 @@ class RunWriter:
                 for leftover in (self.partial, self.sidecar, self.trace_partial):
                     if leftover:
                         leftover.unlink(missing_ok=True)
-            else:  # keep exactly the whole batches ``done`` holds, not a batch an interrupt cut off
-                self._file.flush()
-                os.ftruncate(self._file.fileno(), self._complete)
+            else:  # keep exactly the whole batches ``done`` holds in both files, not a batch an interrupt cut off
+                for f, end in ((self._file, self._complete), (trace_file, self._trace_complete)):
+                    if f:
+                        f.flush()
+                        os.ftruncate(f.fileno(), end)
         finally:
+            if trace_file:
+                trace_file.close()
             self._file.close()  # releases the lock, after the files are in place
 
     def __enter__(self) -> RunWriter:
