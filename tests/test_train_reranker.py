@@ -104,6 +104,37 @@ def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_ind
         get_teacher(f"cross-encoder:{out}", context)
 
 
+def test_another_collections_questions_take_their_similarities_from_its_stored_vectors(
+    dense_index, bm25_index, mini_scifact
+):
+    """An --extra-index built by the retriever's encoder gives each extra list its residual similarities once,
+    from its stored vectors: what encoding the list's texts at every step gives, to the last few bits."""
+    from tour_pyserini.encoders import bundled_model_dir
+    from tour_pyserini.index import DocStore
+    from tour_pyserini.index.layout import IndexMeta
+    from tour_pyserini.teachers.dense import DenseTeacher
+    from tour_pyserini.training.reranker import ListwiseTrainer, question_examples
+
+    topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
+    encoder = IndexMeta.read(dense_index).encoder
+    args = (str(dense_index), topics, qrels, 6)
+    stored = question_examples(*args, depth=5, rng=random.Random(0), encoder=encoder)
+    encoded = question_examples(*args, depth=5, rng=random.Random(0))
+    other = question_examples(*args, depth=5, rng=random.Random(0), encoder={**encoder, "max_length": 128})
+    assert [ex.texts for ex in stored] == [ex.texts for ex in encoded] == [ex.texts for ex in other]
+    assert all(ex.similarities.keys() == ex.texts.keys() for ex in stored)
+    assert not any(ex.similarities for ex in encoded + other)  # no encoder, or another one: encoded each step
+
+    store, dense = DocStore(dense_index / "docstore.sqlite"), DenseTeacher(dense_index)
+    config = TrainConfig(max_length=64)
+    trainer = ListwiseTrainer(str(bundled_model_dir()), store, dense, config, steps=1, encoder=encoder)
+    for ex in stored:
+        again = trainer.text_similarities(ex.query, ex.texts)
+        np.testing.assert_allclose([ex.similarities[d] for d in ex.texts], [again[d] for d in ex.texts], atol=1e-5)
+    lists = draw_lists(stored[:2], 3, random.Random(1))
+    assert all(x.similarities is ex.similarities for x, ex in zip(lists, stored))
+
+
 def test_bad_training_options_fail_before_anything_loads(tmp_path):
     from tour_pyserini.commands.train_reranker import main
 

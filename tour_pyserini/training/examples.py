@@ -13,6 +13,7 @@ class Example:
     positives: list[str]  # docids
     negatives: list[str]  # hard candidates that are not positives
     texts: dict[str, str] = field(default_factory=dict)  # docid -> the text to read instead of the stored one
+    similarities: dict[str, float] = field(default_factory=dict)  # docid of ``texts`` -> retriever similarity
 
 
 @dataclass
@@ -20,6 +21,7 @@ class TrainingList:
     query: str
     docids: list[str]  # the positive first
     texts: dict[str, str]  # as Example.texts
+    similarities: dict[str, float] = field(default_factory=dict)  # as Example.similarities
 
 
 def draw_lists(examples: list[Example], negatives: int, rng: random.Random) -> list[TrainingList]:
@@ -29,5 +31,5 @@ def draw_lists(examples: list[Example], negatives: int, rng: random.Random) -> l
     for ex in examples:
         enough = len(ex.negatives) >= negatives
         negs = rng.sample(ex.negatives, negatives) if enough else rng.choices(ex.negatives, k=negatives)
-        lists.append(TrainingList(ex.query, [rng.choice(ex.positives), *negs], ex.texts))
+        lists.append(TrainingList(ex.query, [rng.choice(ex.positives), *negs], ex.texts, ex.similarities))
     return lists

@@ -163,7 +163,7 @@ class ListwiseTrainer:
             for i, (x, own) in enumerate(zip(lists, stored)):
                 by_docid = dict(zip(own, next(from_index))) if own else {}
                 # the stored vector is of the stored text, not of what the model reads
-                by_docid.update(self.text_similarities(x.query, x.texts))
+                by_docid.update(x.similarities or self.text_similarities(x.query, x.texts))
                 sims[i] = [by_docid[d] for d in x.docids]
             scores = scores + self.config.residual_scale * torch.as_tensor(sims, dtype=torch.float32)
         return scores
@@ -260,12 +260,21 @@ def pseudo_examples(kind: str, count: int, searcher, bm25, *, depth: int, rng: r
     return [ex for ex in examples if ex.positives and ex.negatives]
 
 
-def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng: random.Random) -> list[Example]:
+def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng: random.Random,
+                      encoder: dict | None = None) -> list[Example]:  # fmt: skip
     """``count`` examples (:func:`mine_examples`) from another collection's training questions, each with its
-    candidates' texts, which this index does not hold; cycled when there are fewer than ``count``."""
+    candidates' texts, which this index does not hold; cycled when there are fewer than ``count``.
+
+    Where ``index`` was built by ``encoder`` (the retriever's record: class, pooling, prefixes, weights), its
+    stored vectors are what encoding those texts would give, up to the last bits, so each example gets its
+    similarities from them once instead of the trainer encoding its texts at every step.
+    """
+    from tour_pyserini.index.layout import IndexMeta
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.teachers.base import ScoreRequest
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
+    from tour_pyserini.teachers.dense import DenseTeacher
 
     searcher = TourSearcher.from_index(index)
     chosen = rng.sample(list(topics), min(len(topics), count))
@@ -275,6 +284,12 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
         raise UserError(f"no question of --extra-topics has a relevant document among its candidates in {index}")
     for ex in examples:
         ex.texts = {doc.docid: doc.contents for doc in searcher.docstore.get(ex.positives + ex.negatives)}
+    meta = IndexMeta.read(index)
+    if encoder is not None and meta is not None and meta.encoder == encoder:
+        dense = DenseTeacher(index)
+        rows = dense.score([ScoreRequest(ex.qid, ex.query, list(ex.texts)) for ex in examples])
+        for ex, row in zip(examples, rows):
+            ex.similarities = dict(zip(ex.texts, row.tolist()))
     return (examples * math.ceil(count / len(examples)))[:count]
 
 
@@ -334,7 +349,8 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     if config.pseudo != "none":
         extra = pseudo_examples(config.pseudo, count, searcher, bm25, depth=config.hard_depth, rng=extra_rng)
     elif questions is not None:
-        extra = question_examples(*questions, count, depth=config.hard_depth, rng=extra_rng)
+        extra = question_examples(*questions, count, depth=config.hard_depth, rng=extra_rng,
+                                  encoder=meta.encoder if dense is not None and meta else None)  # fmt: skip
     else:
         extra = []
     tick = time.perf_counter()
@@ -371,7 +387,9 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
             "index": str(index),
             "train_queries": len(train_set),
             "extra_examples": len(extra),
-            "extra_questions": None if questions is None else {"index": str(questions[0]), "topics": len(questions[1])},
+            "extra_questions": None if questions is None else {
+                "index": str(questions[0]), "topics": len(questions[1]),
+                "similarities": "stored vectors" if extra and extra[0].similarities else "encoded each step"},
             "dev_queries": len(dev),
             "dev_qids": sorted(dev_qids),  # never trained on: safe for tuning what uses this teacher
             "dev_metric": metric,
