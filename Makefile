@@ -1,6 +1,6 @@
 # tour-pyserini: `make demo` and `make test` are the only two commands a fresh clone needs.
 PYTHON ?= python3.11
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false

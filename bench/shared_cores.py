@@ -21,7 +21,7 @@ from pathlib import Path
 INDEX = "indexes/scifact.minilm"
 TOPICS = "collections/scifact/topics.test.tsv"
 WORKLOADS = ("dense", "tour-bm25", "cross-encoder")
-WAYS = ("openmp default", "rule", "one thread")
+WAYS = ("openmp default", "rule", "passive", "one thread")
 TARGET = 1.5
 
 
@@ -31,6 +31,8 @@ def workload(name: str, way: str, repeats: int) -> dict:
         from tour_pyserini.devices import share_cores
 
         share_cores()
+    elif way == "passive":
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     import torch
 
     from tour_pyserini.data import read_topics
@@ -94,15 +96,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--output", default="runs/bench-shared-cores.json")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--ways", nargs="+", default=list(WAYS), choices=WAYS)
     args = ap.parse_args()
     if args.child:
         name, way, repeats = args.child
         print(json.dumps(workload(name, way, int(repeats))))
         return
     report: dict = {"cores": os.cpu_count(), "target_busy_over_idle": TARGET, "workloads": {}}
-    for name in WORKLOADS:
+    for name in args.workloads:
         rows = {f"{way}, {'one core busy' if busy else 'idle'}": measure(name, way, busy, args.repeats)
-                for busy in (False, True) for way in WAYS}  # fmt: skip
+                for busy in (False, True) for way in args.ways}  # fmt: skip
         idle = rows["openmp default, idle"]["ms_per_unit"]
         for row in rows.values():
             row["times_idle"] = row["ms_per_unit"] / idle

@@ -13,7 +13,12 @@ Pyserini import in this project goes through :func:`import_pyserini`, which
    SIGTERM and, on Ctrl-C, run its shutdown and ``exit()`` from a Java thread while Python is still
    running, which hangs or crashes the process (C++ ``terminate``) instead of raising
    ``KeyboardInterrupt``,
-4. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards.
+4. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards (Pyserini 1.6.0
+   builds an OpenAI client at import; 2.x no longer does),
+5. lets Pyserini 2.x be imported without a network (:func:`import_catalogue`, below).
+
+Two hosts are supported: Pyserini 1.6.0 (Python 3.11, Lucene 9) and Pyserini 2.4.0 (Python 3.12+, Lucene 10).
+:func:`lucene_major` says which Lucene runs; a Lucene index is readable by its own major and the next one only.
 
 And one quirk of the JVM next to Ray: the JVM handles SIGSEGV itself (implicit null checks), and
 ``ray.init`` installs two SIGSEGV handlers of its own (Abseil's failure handler and Python's
@@ -24,18 +29,25 @@ internal SIGSEGV kills the process (measured: BM25 searches after ``ray.init`` c
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib
 import importlib.util
+import io
+import json
+import logging
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+log = logging.getLogger(__name__)
 
 MIN_JAVA = 21
 JVM_SEARCH_ROOT = Path("/usr/lib/jvm")
@@ -185,10 +197,37 @@ def ray_init_beside_jvm(**kwargs) -> None:
 
 
 def import_pyserini(module: str) -> ModuleType:
-    """Import ``module`` (e.g. ``"pyserini.search.faiss"``) with the JVM started and no OpenAI key needed."""
+    """Import ``module`` (e.g. ``"pyserini.search.faiss"``) with the JVM started, no OpenAI key needed, and no
+    network needed for Pyserini 2.x's catalogue."""
     start_jvm()
     with openai_placeholder():
+        import_catalogue()
         return importlib.import_module(module)
+
+
+def pyserini_version() -> str:
+    """The installed Pyserini's version (``"1.6.0"``, ``"2.4.0"``), read without importing it."""
+    from importlib.metadata import version
+
+    return version("pyserini")
+
+
+# the Lucene inside each Pyserini major's Anserini jar (1.6.0: Lucene 9.9, 2.4.0: Lucene 10.5), so that an index can be
+# checked before the JVM starts; tests/test_java.py checks it against the running JVM on each host
+LUCENE_OF_PYSERINI = {1: 9, 2: 10}
+
+
+@functools.cache
+def lucene_major() -> int:
+    """The major version of the Lucene that the installed Pyserini runs (a Lucene reads its own major's indexes and
+    the previous major's)."""
+    major = int(pyserini_version().split(".")[0])
+    if major in LUCENE_OF_PYSERINI:
+        return LUCENE_OF_PYSERINI[major]
+    start_jvm()  # a Pyserini this table does not know: ask its Lucene
+    from jnius import autoclass
+
+    return int(autoclass("org.apache.lucene.util.Version").LATEST.major)
 
 
 def allow_long_queries(max_terms: int = 1 << 16) -> None:
@@ -200,3 +239,88 @@ def allow_long_queries(max_terms: int = 1 << 16) -> None:
 
     searcher = autoclass("org.apache.lucene.search.IndexSearcher")
     searcher.setMaxClauseCount(max(max_terms, searcher.getMaxClauseCount()))
+
+
+# Pyserini 2.x without a network: the catalogue it fetches while being imported.
+#
+# Pyserini 2.x keeps its catalogue of prebuilt indexes on GitHub and reads it lazily, on the first lookup of a
+# name, except in one place: ``pyserini.prebuilt_index_info`` builds a table of two aliases at import, which reads
+# five catalogue files (MS MARCO impact indexes). Offline, that import raises ``URLError``, and with it every
+# ``import pyserini.search`` (``.faiss``, ``.lucene``, ``pyserini.encode``, ``pyserini.index``): Pyserini cannot be
+# used at all on an air-gapped machine.
+#
+# :func:`import_catalogue` imports that module first, the first time Pyserini is imported. A fetch that fails with a
+# network error is answered by a catalogue holding only the entries the import itself looks up, marked unavailable
+# (learned from the ``KeyError`` each missing one raises; no fetch is tried again during the import). Once the
+# import is done, the module fetches with the real ``urlopen`` again and the catalogues so answered are forgotten:
+# every later lookup of a name asks the network as Pyserini does, so online nothing changes, and offline the caller
+# turns the ``URLError`` into one line (``index.pyserini_catalogue``, ``data.topics``). Pyserini 1.6.0 fetches
+# nothing at import; there the function only imports the module. Nothing else depends on the host's network.
+
+CATALOGUE_MODULE = "pyserini.prebuilt_index_info"
+_MAX_LOOKUPS = 32  # entries the import may look up before we give up answering (2.4.0 looks up 2)
+
+
+class _Answer(io.BytesIO):
+    """What ``urlopen`` returns in place of a catalogue file it could not fetch."""
+
+    def __init__(self, names: list[str]):
+        records = [{"name": name, "description": "unavailable offline", "filename": "", "urls": [], "md5": "",
+                    "size": 0} for name in names]  # fmt: skip
+        super().__init__(json.dumps(records).encode())
+
+
+def import_catalogue() -> None:
+    """Import ``pyserini.prebuilt_index_info`` once, answering catalogue fetches the network refuses; then say once,
+    in one line, that Pyserini's prebuilt index and topic names are unavailable offline."""
+    if CATALOGUE_MODULE in sys.modules or importlib.util.find_spec(CATALOGUE_MODULE) is None:
+        return
+    real = urllib.request.urlopen
+    failure: list[BaseException] = []
+    looked_up: list[str] = []
+
+    def urlopen(url, *args, **kwargs):
+        if not failure:
+            try:
+                return real(url, *args, **kwargs)
+            except OSError as e:  # URLError, a refused connection, a timeout
+                failure.append(e)
+        return _Answer(looked_up)
+
+    urllib.request.urlopen = urlopen  # the module binds urlopen by name as it is imported
+    try:
+        module = _import_answering(looked_up, failure)
+    finally:
+        urllib.request.urlopen = real
+    module.urlopen = real
+    if failure:
+        _forget_answered(module)
+        log.warning(
+            "Pyserini's catalogue could not be fetched (%s): its prebuilt index and topic names are "
+            "unavailable offline; index directories and topic files work as usual",
+            _reason(failure[0]),
+        )
+
+
+def _import_answering(looked_up: list[str], failure: list[BaseException]):
+    for _ in range(_MAX_LOOKUPS):
+        try:
+            return importlib.import_module(CATALOGUE_MODULE)
+        except KeyError as e:  # an entry the import looks up, missing from an answered catalogue
+            if not failure or not e.args or e.args[0] in looked_up:
+                raise
+            looked_up.append(e.args[0])
+            sys.modules.pop(CATALOGUE_MODULE, None)
+    return importlib.import_module(CATALOGUE_MODULE)
+
+
+def _forget_answered(module) -> None:
+    """Empty the cache of every lazy catalogue of ``module``, so that the next lookup fetches it again."""
+    for value in vars(module).values():
+        if hasattr(value, "_info") and (hasattr(value, "_urls") or hasattr(value, "_url")):
+            value._info = None
+
+
+def _reason(error: BaseException) -> str:
+    reason = getattr(error, "reason", None) or error
+    return str(reason).strip() or type(error).__name__

@@ -24,7 +24,7 @@ import numpy as np
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.classes import CLASSES
-from tour_pyserini.encoders.pyserini_compat import add_post_init
+from tour_pyserini.encoders.pyserini_compat import add_post_init, encoded_queries, encoded_table
 from tour_pyserini.encoders.spec import EncoderSpec
 from tour_pyserini.errors import UserError
 
@@ -122,7 +122,7 @@ class QueryEncoder:
         """Pre-encoded queries in Pyserini's format (``embedding.pkl``: a text -> vector table), read by its
         own ``QueryEncoder``; a text without a vector is one line."""
         directory = check_encoded_queries(directory)
-        return cls(import_pyserini("pyserini.encode").QueryEncoder(encoded_query_dir=str(directory)))
+        return cls(encoded_queries(directory))
 
     @property
     def dimension(self) -> int:
@@ -131,7 +131,7 @@ class QueryEncoder:
             if self.spec is not None and self.spec.encoder_class in (*AUTO_FAMILY, "dpr") and config is not None:
                 self._dimension = config.hidden_size
             elif not getattr(self.pyserini, "has_model", True):  # pre-encoded queries only
-                self._dimension = len(next(iter(self.pyserini.embedding.values())))
+                self._dimension = len(next(iter(encoded_table(self.pyserini).values())))
             else:  # projection heads (ANCE, aggretriever, pipelines' Dense layers): what one text gives
                 self._dimension = len(self.encode(["dimension"])[0])
         return self._dimension
@@ -208,7 +208,7 @@ class QueryEncoder:
         return pooled
 
     def _look_up(self, texts: Sequence[str]) -> np.ndarray:
-        table = self.pyserini.embedding
+        table = encoded_table(self.pyserini)
         missing = [t for t in texts if t not in table]
         if missing:
             raise UserError(f"the pre-encoded queries have no vector for the query text {missing[0][:80]!r} "

@@ -11,7 +11,7 @@ from tour_pyserini.index.bm25_matrix import write_term_matrix
 from tour_pyserini.index.build import check_count, corpus_file, corpus_identity
 from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, lucene_created_major
 
 
 def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) -> IndexMeta:
@@ -47,4 +47,10 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
               f"(first: {', '.join(check.empty[:5])})", file=sys.stderr)  # fmt: skip
     write_term_matrix(out_dir)
     n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
-    return IndexMeta(kind="bm25", collection=str(collection), num_docs=n_docs, corpus=corpus_identity(corpus))
+    return IndexMeta(
+        kind="bm25",
+        collection=str(collection),
+        num_docs=n_docs,
+        corpus=corpus_identity(corpus),
+        lucene_major=lucene_created_major(out_dir),
+    )

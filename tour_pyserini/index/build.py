@@ -12,7 +12,7 @@ from tour_pyserini.data.staging import staged_directory
 from tour_pyserini.encoders import same_encoder, setting_differences
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import FaissIndexSpec
-from tour_pyserini.index.layout import IndexMeta
+from tour_pyserini.index.layout import IndexMeta, unreadable_reason
 from tour_pyserini.index.prebuilt import file_sha256
 
 
@@ -119,6 +119,8 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         meta = IndexMeta.read(output)
         if meta is None:
             raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
+        if meta.kind == "bm25" and (reason := unreadable_reason(output)):
+            raise UserError(f"{output} was {reason}; pass --overwrite to rebuild it")
         if request is not None and (differences := request.differences(meta)):
             raise UserError(f"{output} was built with {'; '.join(differences)}; pass --overwrite to rebuild it")
         return meta

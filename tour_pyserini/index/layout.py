@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tour_pyserini._java import lucene_major, pyserini_version
 from tour_pyserini.errors import UserError
 
 META_FILE = "tour_pyserini.json"
@@ -28,6 +29,7 @@ class IndexMeta:
     encoder: dict | None = None  # EncoderSpec.to_json() + weights_sha256 for dense indexes
     dimension: int | None = None
     faiss_index: dict = field(default_factory=lambda: {"type": "flat"})  # FaissIndexSpec.to_json(), dense only
+    lucene_major: int | None = None  # the Lucene that built it (bm25 only): 9 under Pyserini 1.6.0, 10 under 2.x
     build_seconds: float = 0.0
     peak_rss_mb: float = 0.0
     extra: dict = field(default_factory=dict)
@@ -66,6 +68,62 @@ def index_kind(index_dir: str | Path) -> str:
         f"{str(index_dir)!r} is neither a Faiss index (files 'index' and 'docid') nor a Lucene index "
         "(segments_*); build one with `python -m tour_pyserini.index`"
     )
+
+
+_SEGMENTS_MAGIC = 0x3FD76C17  # Lucene's CodecUtil header
+
+
+def _vint(data: bytes, at: int) -> tuple[int, int]:
+    """Lucene's variable-length int at ``at``: (value, next position)."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def lucene_created_major(index_dir: str | Path) -> int | None:
+    """The Lucene major version that created a Lucene index, read from its newest ``segments_N`` file without the
+    JVM (its header, then the writer's version and ``indexCreatedVersionMajor``); None when it cannot be read."""
+    files = sorted(Path(index_dir).glob("segments_*"), key=lambda p: int(p.name.split("_")[1] or "0", 36))
+    if not files:
+        return None
+    data = files[-1].read_bytes()[:256]
+    try:
+        if int.from_bytes(data[:4], "big") != _SEGMENTS_MAGIC:
+            return None
+        name_length, at = _vint(data, 4)
+        at += name_length + 4 + 16  # codec name, format version, segment id
+        at += 1 + data[at]  # the generation suffix
+        for _ in range(3):  # the writer's major, minor, bugfix
+            _, at = _vint(data, at)
+        return _vint(data, at)[0]
+    except IndexError:
+        return None
+
+
+def unreadable_reason(index_dir: str | Path) -> str | None:
+    """Why the Lucene that the installed Pyserini runs cannot open this Lucene index (None: it can). Lucene reads
+    indexes of its own major version and the one before; the version is read from the index's files, else from
+    what ``tour_pyserini.json`` records."""
+    created = lucene_created_major(index_dir)
+    if created is None and (meta := IndexMeta.read(Path(index_dir))) is not None:
+        created = meta.lucene_major
+    running = lucene_major()
+    if created is None or running - 1 <= created <= running:
+        return None
+    built = "a newer Pyserini" if created > running else "an older Lucene"
+    return f"built by Lucene {created} ({built}), which Pyserini {pyserini_version()}'s Lucene {running} cannot read"
+
+
+def check_readable(index_dir: str | Path) -> None:
+    """One line, before the JVM starts, for a Lucene index the installed Pyserini cannot read."""
+    if reason := unreadable_reason(index_dir):
+        raise UserError(f"{index_dir}: {reason}; rebuild it here (tour-pyserini index --bm25 --collection ... "
+                        f"--output {index_dir} --overwrite) or search it where it was built")  # fmt: skip
 
 
 def index_fingerprint(index_dir: str | Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tour_pyserini._java import allow_long_queries, import_pyserini
 from tour_pyserini.data.topics import check_queries
-from tour_pyserini.index.layout import MissingIndexError, index_kind
+from tour_pyserini.index.layout import MissingIndexError, check_readable, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 
 
@@ -22,6 +22,7 @@ class Bm25Searcher:
     def from_index(cls, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> Bm25Searcher:
         if index_kind(index_dir) != "bm25":
             raise MissingIndexError(f"{index_dir} is a dense index, not a Lucene one")
+        check_readable(index_dir)
         searcher = import_pyserini("pyserini.search.lucene").LuceneSearcher(str(index_dir))
         allow_long_queries()
         searcher.set_bm25(k1, b)

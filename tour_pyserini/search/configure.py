@@ -16,7 +16,7 @@ from tour_pyserini.encoders import EncoderSettings, encoder_identity
 from tour_pyserini.encoders.query import QueryEncoder, check_encoded_queries, resolve_query_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import set_search_params
-from tour_pyserini.index.layout import IndexMeta, check_faiss_file, index_kind
+from tour_pyserini.index.layout import IndexMeta, check_faiss_file, check_readable, index_kind
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.rewriters import check_rewriter, get_rewriter
 
@@ -61,6 +61,7 @@ def check_config(config: SearchConfig) -> dict:
             raise UserError(STORE_NEEDS_PAIRWISE)
         check_store_path(config.score_store)
     if index_kind(config.index) == "bm25":
+        check_readable(config.index)
         if config.rewriter != "none" or config.teacher:
             raise UserError("--rewriter and --teacher need a dense index; this one is BM25")
         if config.ef_search is not None or config.nprobe is not None:

@@ -18,7 +18,7 @@ import numpy as np
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25_matrix import load_term_matrix
-from tour_pyserini.index.layout import IndexMeta, MissingIndexError, index_fingerprint, index_kind
+from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_readable, index_fingerprint, index_kind
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.bm25_math import K1, B, document_scores, idf, norm_inverse_table, term_scores
 
@@ -157,6 +157,7 @@ class AnseriniBm25Teacher(_LuceneIndexTeacher):
 
     def __init__(self, index_dir: str | Path):
         super().__init__(index_dir)
+        check_readable(index_dir)
         self.reader = import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(index_dir))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
