@@ -1,8 +1,9 @@
 """Threads that share: dense search, TOUR with the BM25 teacher and the cross-encoder teacher, each on idle
 cores and beside one other process that keeps a core busy, under OpenMP's own default (idle threads spin),
 the rule every command applies (``tour_pyserini.devices.share_cores``: where other processes keep cores busy,
-threads for the cores left, sleeping as they wait), and one thread. Target: with one core busy, each at most
-1.5x its idle time.
+threads that sleep as they wait, as many as on idle cores), "cores left" (sleeping threads, one per core other
+processes leave: faster, but the thread count changes the arithmetic, so no command does it), and one thread.
+Target: with one core busy, each at most 1.5x its idle time.
 
 Each (workload, way, load) runs in a fresh process, since OpenMP reads its wait policy when torch and Faiss
 load. Writes runs/bench-shared-cores.json. Usage: python bench/shared_cores.py [--repeats 3]
@@ -21,7 +22,7 @@ from pathlib import Path
 INDEX = "indexes/scifact.minilm"
 TOPICS = "collections/scifact/topics.test.tsv"
 WORKLOADS = ("dense", "tour-bm25", "cross-encoder")
-WAYS = ("openmp default", "rule", "passive", "one thread")
+WAYS = ("openmp default", "rule", "cores left", "one thread")
 TARGET = 1.5
 
 
@@ -31,8 +32,11 @@ def workload(name: str, way: str, repeats: int) -> dict:
         from tour_pyserini.devices import share_cores
 
         share_cores()
-    elif way == "passive":
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    elif way == "cores left":
+        from tour_pyserini.devices import busy_cores
+
+        busy = round(busy_cores())
+        os.environ.update(OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(max(1, len(os.sched_getaffinity(0)) - busy)))
     import torch
 
     from tour_pyserini.data import read_topics
@@ -42,7 +46,7 @@ def workload(name: str, way: str, repeats: int) -> dict:
 
     if way == "one thread":
         torch.set_num_threads(1)
-    threads = torch.get_num_threads()  # the rule's choice, or OpenMP's (a thread per core)
+    threads = torch.get_num_threads()
     topics = read_topics(TOPICS)
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
     if name == "cross-encoder":

@@ -84,6 +84,25 @@ def assert_nothing_left(output: Path) -> None:
 # --- Ctrl-C -----------------------------------------------------------------------------------------
 
 
+def test_a_search_beside_a_busy_core_writes_the_bytes_it_writes_alone(dense_index, mini_scifact, tmp_path):
+    """What else the machine runs may change how fast a command runs, never what it writes: beside a process
+    spinning on a core, the same search writes the same bytes as without it. One query per batch: its encoder's
+    matrix-vector products round differently on 1 and 2 threads (which a thread count chosen from the load
+    changed)."""
+    args = ["--index", dense_index, "--topics", mini_scifact["topics"], "--hits", 100, "--batch-size", 1]
+    alone, beside = tmp_path / "alone.trec", tmp_path / "beside.trec"
+    assert cli("search", *args, "--output", alone).returncode == 0
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        proc = cli("search", *args, "--output", beside)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert beside.read_bytes() == alone.read_bytes()
+
+
 def first_topics(source: Path, n: int, out: Path) -> Path:
     out.write_text("".join(source.read_text().splitlines(keepends=True)[:n]))
     return out
@@ -105,12 +124,10 @@ def search_args(case: str, tmp_path: Path, *, mini_topics: Path, cross_encoder: 
 def test_ctrl_c_stops_at_once_keeps_the_finished_queries_and_the_rerun_resumes_identically(
     case, dense_index, bm25_index, mini_scifact, cross_encoder_dir, tmp_path
 ):
-    from tour_pyserini.commands.search import main as search_main
-
     options = search_args(case, tmp_path, mini_topics=mini_scifact["topics"], cross_encoder=cross_encoder_dir)
     args = ["--index", dense_index, *options]
-    reference = tmp_path / "reference.trec"
-    search_main([*map(str, args), "--output", str(reference)])
+    reference = tmp_path / "reference.trec"  # as a command, as the interrupted run and its resumption run
+    assert cli("search", *args, "--output", reference).returncode == 0
 
     out, trace, log = tmp_path / "run.trec", tmp_path / "trace.jsonl", tmp_path / "stderr.txt"
     args += ["--output", out, "--trace", trace]

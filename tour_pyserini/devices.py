@@ -1,14 +1,16 @@
 """Where and how the models compute: the torch device of the query encoder and model-based teachers, their
 precision, and the CPU threads a command takes.
 
-Threads: a default that does not collapse when other processes keep cores busy. Torch and Faiss each run an
-OpenMP pool (libgomp) with a thread per core whose idle threads spin for work. When another process keeps a
-core busy, a spinning thread takes time slices from the thread it waits for, and each parallel region waits
-for its slowest thread: on 2 cores with one core busy, TOUR with the BM25 teacher ran 3.1x slower than alone.
-So a command that starts beside busy cores uses the cores left (``OMP_NUM_THREADS``) and lets idle threads
-sleep (``OMP_WAIT_POLICY=PASSIVE``); on idle cores it changes nothing (``make
-bench``: runs/bench-shared-cores.json, docs/benchmarks.md). libgomp reads both once, when torch or Faiss is
-first imported; ``--threads`` still sets the thread count.
+Threads: a default that does not collapse when other processes keep cores busy, and that never changes the
+arithmetic. Torch and Faiss each run an OpenMP pool (libgomp) with a thread per core whose idle threads spin for
+work. When another process keeps a core busy, a spinning thread takes time slices from the thread it waits for:
+on 2 cores with one core busy, TOUR with the BM25 teacher ran 3 to 4x slower than alone. So a command that
+starts beside busy cores lets idle threads sleep (``OMP_WAIT_POLICY=PASSIVE``): 1.9x instead (``make bench``:
+runs/bench-shared-cores.json, docs/benchmarks.md). It keeps the thread count, although one thread fewer would
+be about 10% faster there: a matrix product split over another number of threads rounds differently, and a
+command's output must not depend on what else the machine runs (a search resumed beside a busy core would
+differ from its first half). libgomp reads the policy once, when torch or Faiss is first imported;
+``--threads`` sets the thread count.
 """
 
 from __future__ import annotations
@@ -130,15 +132,10 @@ def busy_cores(interval: float = 0.05) -> float:
 
 
 def share_cores() -> dict[str, str]:
-    """Where other processes keep at least half a core busy and the user has set neither variable: OpenMP
-    threads for the cores left, sleeping as they wait. Call before torch or Faiss is imported (every command
-    does); returns the variables set."""
-    if "OMP_WAIT_POLICY" in os.environ or "OMP_NUM_THREADS" in os.environ:
+    """Where other processes keep at least half a core busy and the user has not set the wait policy: OpenMP
+    threads that sleep as they wait, as many as on idle cores. Call before torch or Faiss is imported (every
+    command does); returns the variables set."""
+    if "OMP_WAIT_POLICY" in os.environ or busy_cores() < BUSY_CORE:
         return {}
-    busy = busy_cores()
-    if busy < BUSY_CORE:
-        return {}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    chosen = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(max(1, cores - round(busy)))}
-    os.environ.update(chosen)
-    return chosen
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return {"OMP_WAIT_POLICY": "PASSIVE"}

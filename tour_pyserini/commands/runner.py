@@ -22,8 +22,8 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
 
     SIGTERM (``kill``, ``timeout``, a scheduler ending a job) is raised as ``KeyboardInterrupt`` so that
     it unwinds like Ctrl-C: staged outputs are removed, a search keeps its finished queries. Before the
-    command imports torch or Faiss, where other processes keep cores busy, their threads are set to the cores
-    left and to sleep as they wait (:func:`share_cores`).
+    command imports torch or Faiss, where other processes keep cores busy, their idle threads are set to sleep
+    as they wait (:func:`share_cores`; the thread count, and with it the arithmetic, stays as on idle cores).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     share_cores()
