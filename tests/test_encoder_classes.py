@@ -5,6 +5,7 @@ the class, searches with TOUR and Rocchio on top, and one line for each misuse."
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.encoders import EncoderSettings, EncoderSpec, bundled_model_dir
 from tour_pyserini.encoders.document import DocumentEncoder
+from tour_pyserini.encoders.pyserini_compat import add_post_init
 from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
 
@@ -71,9 +73,12 @@ def models(tmp_path_factory) -> dict[str, Path]:
         cls(DPRConfig(vocab_size=30522, **SMALL)).save_pretrained(dirs[name])
         _bert_tokenizer(dirs[name])
     vocab, merges = _bpe_files(root / "bpe")
+    add_post_init()
     ance = import_pyserini("pyserini.encode").AnceEncoder
-    ance(RobertaConfig(vocab_size=610, pad_token_id=1, max_position_embeddings=520, **SMALL)).save_pretrained(
-        dirs["roberta"])  # fmt: skip
+    model = ance(RobertaConfig(vocab_size=610, pad_token_id=1, max_position_embeddings=520, **SMALL))
+    model.save_pretrained(dirs["roberta"])
+    # Pyserini 2.x reads ANCE weights from pytorch_model.bin only, 1.6.0 from model.safetensors first: both, alike
+    torch.save(model.state_dict(), dirs["roberta"] / "pytorch_model.bin")
     RobertaTokenizer(vocab, merges).save_pretrained(dirs["roberta"])
     qwen = Qwen3Config(vocab_size=610, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                        num_key_value_heads=1, head_dim=16, intermediate_size=64, max_position_embeddings=512)
@@ -178,6 +183,20 @@ def test_bundled_minilm_through_its_pipeline_gives_todays_vectors():
     today = QueryEncoder.build(EncoderSpec.resolve()).encode(TEXTS)
     pipeline = QueryEncoder.build(EncoderSpec.resolve(settings=EncoderSettings(encoder_class="st-pipeline")))
     assert np.abs(pipeline.encode(TEXTS) - today).max() <= 1e-6
+
+
+def test_an_ance_checkpoint_in_either_format_gives_the_same_vectors(models, tmp_path):
+    """Pyserini 2.x loads ANCE from ``pytorch_model.bin`` only; a directory with safetensors weights alone is loaded
+    as 1.6.0 loads it, to the same vectors on either host."""
+    spec = {}
+    for kept in ("model.safetensors", "pytorch_model.bin"):
+        copy = tmp_path / kept
+        shutil.copytree(models["roberta"], copy)
+        (copy / ({"model.safetensors", "pytorch_model.bin"} - {kept}).pop()).unlink()
+        spec[kept] = EncoderSpec.resolve(str(copy), settings=EncoderSettings(encoder_class="ance"))
+    first, second = (QueryEncoder.build(s).encode(TEXTS) for s in spec.values())
+    np.testing.assert_array_equal(first, second)
+    assert np.abs(first).sum() > 0
 
 
 def test_class_inference_follows_pyserini():

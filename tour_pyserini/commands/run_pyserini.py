@@ -3,8 +3,9 @@ with this project's Java bootstrap, e.g.::
 
     python -m tour_pyserini run-pyserini pyserini.search.faiss --index indexes/scifact.minilm ...
 
-Pyserini's CLIs cannot start on a machine whose default Java is older than 21 or without an OpenAI
-key; this runs them unchanged, which is how our results are checked against Pyserini's.
+Pyserini's CLIs cannot start on a machine whose default Java is older than 21, without an OpenAI key
+(Pyserini 1.6.0) or without a network (Pyserini 2.x fetches its catalogue at import); this runs them
+unchanged, which is how our results are checked against Pyserini's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from tour_pyserini._java import openai_placeholder, start_jvm
+from tour_pyserini._java import import_catalogue, openai_placeholder, start_jvm
 from tour_pyserini.errors import UserError
 
 
@@ -27,4 +28,5 @@ def main(argv: list[str] | None = None) -> None:
     start_jvm()
     sys.argv = [module, *args]
     with openai_placeholder():
+        import_catalogue()
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -17,6 +18,25 @@ from tour_pyserini.errors import UserError
 USER_ERRORS = (UserError, FileNotFoundError, JavaNotFoundError)
 
 
+class TerminalFormatter(logging.Formatter):
+    """The library's log records as a command shows them: ``warning: ...`` (errors likewise), others as they are."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        return f"{record.levelname.lower()}: {message}" if record.levelno >= logging.WARNING else message
+
+
+def show_library_log() -> None:
+    """Send the package's log records of level INFO and above to stderr, once per process."""
+    logger = logging.getLogger("tour_pyserini")
+    if not any(isinstance(h.formatter, TerminalFormatter) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(TerminalFormatter())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
     """Run a command's ``main``: user errors as one line and exit 2; Ctrl-C (130) and SIGTERM (143) alike.
 
@@ -26,6 +46,7 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     as they wait (:func:`share_cores`; the thread count, and with it the arithmetic, stays as on idle cores).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    show_library_log()
     share_cores()
     terminated: list[int] = []
 

@@ -139,7 +139,10 @@ def _from_pyserini(name: str) -> Iterator[tuple[int, Topic]]:
         topics = import_pyserini("pyserini.search").get_topics(name)
     except ValueError:
         raise FileNotFoundError(f"unknown topics {name!r}: no such file, and not a Pyserini topics name") from None
-    except Exception as e:  # Anserini downloads the topics file: a JavaException offline
+    except OSError as e:  # Pyserini 2.x fetches its topics catalogue, then the file: URLError offline
+        raise UserError(f"topics {name!r}: no such file, and Pyserini's topics could not be fetched "
+                        f"({getattr(e, 'reason', e)}); without network, pass a topics file") from None  # fmt: skip
+    except Exception as e:  # Pyserini 1.6.0's Anserini downloads the topics file: a JavaException offline
         if type(e).__name__ != "JavaException":
             raise
         raise UserError(f"Pyserini topics {name!r} could not be downloaded; without network, pass a topics "

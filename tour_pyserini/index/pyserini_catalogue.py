@@ -10,8 +10,13 @@ from tour_pyserini.errors import UserError
 
 
 def is_prebuilt_name(name: str) -> bool:
-    """Whether ``name`` is in Pyserini's Faiss catalogue (dense indexes; the ones rewriters search)."""
-    return name in import_pyserini("pyserini.prebuilt_index_info").FAISS_INDEX_INFO
+    """Whether ``name`` is in Pyserini's Faiss catalogue (dense indexes; the ones rewriters search). Pyserini 2.x
+    fetches its catalogue on the first lookup; offline that is one line."""
+    try:
+        return name in import_pyserini("pyserini.prebuilt_index_info").FAISS_INDEX_INFO
+    except OSError as e:
+        raise UserError(f"index {name!r}: no such directory, and Pyserini's catalogue of prebuilt indexes could not "
+                        f"be fetched ({getattr(e, 'reason', e)}); without network, pass an index directory") from None
 
 
 def resolve_index(index: str) -> str:
