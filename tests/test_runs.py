@@ -81,6 +81,29 @@ def test_a_batch_interrupted_before_its_record_is_neither_done_nor_kept(tmp_path
     assert trace_qids(tmp_path / "trace.jsonl.partial") == ["q1"]  # the trace's record of q2 is cut too
 
 
+def test_a_batch_interrupted_just_after_its_record_is_resumed_from_the_batches_before(tmp_path, monkeypatch):
+    """Ctrl-C after a batch's end is recorded but before the writer counts it done: the interrupted writer cuts the
+    files to the batches it counts, and its record must say so too, or the rerun finds the files shorter than
+    the record and starts over (seen: a resumed search that searched every query again)."""
+    path = tmp_path / "run.trec"
+    record = RunWriter._record_batches_end
+
+    def interrupt_after_the_second_record(writer, end):
+        record(writer, end)
+        if writer.done and end > writer._complete:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RunWriter, "_record_batches_end", interrupt_after_the_second_record)
+        with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}, trace=tmp_path / "t.jsonl") as w:
+            w.write_batch([("q1", hits(("a", 2.0)), {"iterations": 1})])
+            w.write_batch([("q2", hits(("b", 2.0)), {"iterations": 1})])
+    with RunWriter(path, signature={"k": 1}, trace=tmp_path / "t.jsonl") as writer:
+        assert writer.done == {"q1"}
+        writer.write_batch([("q2", hits(("b", 2.0)), {"iterations": 1})])
+    assert read_run(path) == {"q1": {"a": 2.0}, "q2": {"b": 2.0}}
+
+
 def test_a_partial_file_shorter_than_its_record_starts_over(tmp_path):
     path = tmp_path / "run.trec"
     with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}) as writer:

@@ -118,6 +118,7 @@ class PredictionWriter:
             else:  # keep exactly the whole batches ``done`` holds, not a batch an interrupt cut off
                 self._file.flush()
                 os.ftruncate(self._file.fileno(), self._complete)
+                self._record(self._complete)  # an interrupt may have come after a newer record
         finally:
             self._file.close()
 

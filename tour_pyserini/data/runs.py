@@ -149,6 +149,7 @@ class RunWriter:
                     if f:
                         f.flush()
                         os.ftruncate(f.fileno(), end)
+                self._record_batches_end(self._complete)  # an interrupt may have come after a newer record
         finally:
             if trace_file:
                 trace_file.close()
