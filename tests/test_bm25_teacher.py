@@ -212,7 +212,7 @@ def test_a_query_longer_than_lucenes_clause_limit_searches_as_the_teacher_scores
         words = [w for line in list(f)[:300] for w in json.loads(line)["text"].split()]
     query = " ".join(random.Random(0).choices(words, k=5000))
     assert len(set(teachers[0].query_terms([query])[0])) > 1024
-    [result] = Bm25Searcher.from_index(bm25_index).retrieve([query], ["long"], hits=5)
+    [result] = Bm25Searcher.from_index(bm25_index).retrieve([query], ["long"], k=5)
     assert len(result.hits) == 5
     request = ScoreRequest("long", query, [h.docid for h in result.hits])
     assert np.allclose(teachers[0].score([request])[0], [h.score for h in result.hits], atol=1e-3)

@@ -75,7 +75,7 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
 
     topics = read_topics(mini_scifact["topics"])
     kept = topics[: 3 * len(topics) // 4]
-    results = searcher.batch_search([t.text for t in kept], [t.qid for t in kept], hits=100)
+    results = searcher.batch_search([t.text for t in kept], [t.qid for t in kept], k=100)
     run_path = tmp_path / "partial.trec"
     write_run(run_path, results.items())
     measures = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100", "map": "AP", "recip_rank": "RR"}

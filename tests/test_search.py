@@ -53,13 +53,13 @@ def test_candidate_arrays_are_the_hits_of_the_same_search(searcher, mini_scifact
 def test_search_matches_pyserini_faiss_searcher_exactly(searcher, mini_scifact):
     topics = read_topics(mini_scifact["topics"])
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
-    ours = searcher.batch_search(texts, qids, hits=50)
+    ours = searcher.batch_search(texts, qids, k=50)
     theirs = searcher.faiss.batch_search(texts, qids, k=50)  # Pyserini's own encoding and search
     # texts of one length are encoded together (vectors within ~1e-7 of Pyserini's one at a time)
     diff = diff_runs({q: {h.docid: h.score for h in hits} for q, hits in ours.items()},
                      {q: {r.docid: r.score for r in hits} for q, hits in theirs.items()})  # fmt: skip
     assert diff.same, diff.summary()
-    one = searcher.search(texts[0], hits=50)  # alone: Pyserini's vector bit for bit, so its ranking exactly
+    one = searcher.search(texts[0], k=50)  # alone: Pyserini's vector bit for bit, so its ranking exactly
     assert [(h.docid, h.score) for h in one] == [(r.docid, r.score) for r in theirs[qids[0]]]
 
 
@@ -86,7 +86,7 @@ def test_texts_of_one_length_are_encoded_together_as_pyserini_encodes_each(searc
 def test_dense_effectiveness_on_the_fixture(searcher, mini_scifact):
     """Mean pooling + L2 norm is what makes MiniLM work; a wrong pooling drops this far."""
     topics = read_topics(mini_scifact["topics"])
-    results = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=100)
+    results = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=100)
     run = {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
     ndcg = evaluate(read_qrels(mini_scifact["qrels"]), run, ["nDCG@10"]).means["nDCG@10"]
     assert ndcg > 0.7  # measured 0.8 on this slice
@@ -94,7 +94,7 @@ def test_dense_effectiveness_on_the_fixture(searcher, mini_scifact):
 
 def test_retrieve_fills_traces(searcher, mini_scifact):
     topics = read_topics(mini_scifact["topics"])[:3]
-    results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], hits=10)
+    results = searcher.retrieve([t.text for t in topics], [t.qid for t in topics], k=10)
     assert [r.qid for r in results] == [t.qid for t in topics]
     for r in results:
         assert len(r.hits) == 10
@@ -103,7 +103,7 @@ def test_retrieve_fills_traces(searcher, mini_scifact):
 
 
 def test_k_beyond_the_collection_returns_every_document_once(searcher, mini_scifact):
-    hits = searcher.search("protein folding", hits=mini_scifact["num_docs"] + 50)
+    hits = searcher.search("protein folding", k=mini_scifact["num_docs"] + 50)
     assert len(hits) == mini_scifact["num_docs"] == len({h.docid for h in hits})
 
 
@@ -139,7 +139,7 @@ def test_encoder_dimension_must_match_the_index(tmp_path):
 def test_bm25_searcher(bm25_index, dense_index, mini_scifact):
     bm25 = Bm25Searcher.from_index(bm25_index)
     topics = read_topics(mini_scifact["topics"])
-    results = bm25.retrieve([t.text for t in topics], [t.qid for t in topics], hits=100)
+    results = bm25.retrieve([t.text for t in topics], [t.qid for t in topics], k=100)
     assert all(0 < len(r.hits) <= 100 for r in results)  # BM25 only returns documents sharing a term
     assert all(np.all(np.diff([h.score for h in r.hits]) <= 0) for r in results)
     run = {r.qid: {h.docid: h.score for h in r.hits} for r in results}
@@ -155,7 +155,7 @@ def test_search_leaves_the_encoder_threads_alone(searcher):
     import torch
 
     before = torch.get_num_threads()
-    searcher.search("protein folding", hits=5)
+    searcher.search("protein folding", k=5)
     assert torch.get_num_threads() == before
 
 
@@ -175,5 +175,22 @@ def test_retrieve_vectors_runs_any_rewriter_on_precomputed_vectors(searcher, min
 
 
 def test_batch_search_threads_apply_to_that_call_only(searcher):
-    searcher.batch_search(["protein folding"], ["q1"], hits=5, threads=2)
+    searcher.batch_search(["protein folding"], ["q1"], k=5, threads=2)
     assert searcher.threads == 1
+
+
+def test_both_searchers_speak_pyserinis_k_and_hits_still_works_for_now(searcher, bm25_index):
+    """``search(query, k)`` and ``batch_search(queries, qids, k, threads)`` on both searchers, as Pyserini's
+    ``FaissSearcher`` and ``LuceneSearcher`` spell them; ``hits=``, the old name, works with a FutureWarning."""
+    from tour_pyserini.search import Bm25Searcher
+
+    bm25 = Bm25Searcher.from_index(bm25_index)
+    for engine in (searcher, bm25):
+        hits = engine.search("protein folding", 7)
+        docids = [h.docid for h in hits]
+        assert len(hits) == 7
+        assert [h.docid for h in engine.batch_search(["protein folding"], ["q1"], 7, 1)["q1"]] == docids
+        with pytest.warns(FutureWarning, match=r"hits=\.\.\.\) is now k="):
+            assert [h.docid for h in engine.search("protein folding", hits=7)] == docids
+        with pytest.raises(TypeError, match="not both"):
+            engine.search("protein folding", k=7, hits=7)

@@ -42,7 +42,7 @@ def test_hard_negatives_from_both_rankings_and_fresh_lists_each_call(searcher, b
 
     topics = read_topics(mini_scifact["topics"])
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
-    dense = searcher.batch_search(texts, qids, hits=10)
+    dense = searcher.batch_search(texts, qids, k=10)
     bm25 = {r.qid: r.hits for r in Bm25Searcher.from_index(bm25_index).retrieve(texts, qids, 10)}
     positives = positives_of(dense, topics, read_qrels(mini_scifact["qrels"]))
     examples = build_examples(topics, positives, dense, bm25)
@@ -76,7 +76,7 @@ def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_ind
     from tour_pyserini.search import TourSearcher
 
     text = {t.qid: t.text for t in topics}
-    ranked = TourSearcher.from_index(dense_index).batch_search([text[q] for q in dev], dev, hits=10)
+    ranked = TourSearcher.from_index(dense_index).batch_search([text[q] for q in dev], dev, k=10)
     base = evaluate({q: qrels[q] for q in dev}, {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()},
                     ["nDCG@10"]).means["nDCG@10"]  # fmt: skip
     assert report["history"][0]["dev_nDCG@10"] == pytest.approx(base, abs=1e-9)

@@ -5,7 +5,7 @@ index is built. The main entry points::
 
     from tour_pyserini import TourSearcher
     searcher = TourSearcher.from_index("indexes/scifact.minilm")
-    hits = searcher.search("0-dimensional biomaterials show inductive properties.", hits=10)
+    hits = searcher.search("0-dimensional biomaterials show inductive properties.", k=10)
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ from tour_pyserini._java import allow_long_queries, import_pyserini
 from tour_pyserini.data.topics import check_queries
 from tour_pyserini.index.layout import MissingIndexError, check_readable, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
+from tour_pyserini.search.api import PyseriniSearch, hits_is_k
 
 
-class Bm25Searcher:
+class Bm25Searcher(PyseriniSearch):
     """``LuceneSearcher`` with BM25 (k1 0.9, b 0.4 as in Pyserini's BEIR regressions)."""
 
     def __init__(self, lucene_searcher, threads: int = 1):
@@ -28,12 +29,15 @@ class Bm25Searcher:
         searcher.set_bm25(k1, b)
         return cls(searcher, threads)
 
-    def retrieve(self, queries: Sequence[str], qids: Sequence[str], hits: int = 10) -> list[SearchResult]:
+    @hits_is_k
+    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
+        """The top ``k`` of each query, with its trace, in order."""
         check_queries(queries, qids)
         traces = [Trace() for _ in qids]
         with timed(traces, "search"):
-            results = self.lucene.batch_search(list(queries), list(qids), hits, self.threads)
+            results = self.lucene.batch_search(list(queries), list(qids), k, self.threads)
         return [
             SearchResult(qid, [Hit(h.docid, float(h.score)) for h in results[qid]], trace)
             for qid, trace in zip(qids, traces)
         ]
+

@@ -22,6 +22,7 @@ from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter
+from tour_pyserini.search.api import PyseriniSearch, hits_is_k
 
 
 @contextmanager
@@ -53,7 +54,7 @@ class DimensionMismatchError(UserError):
     """Query vectors and index vectors have different sizes."""
 
 
-class TourSearcher:
+class TourSearcher(PyseriniSearch):
     """Dense search over a real ``pyserini.search.faiss.FaissSearcher`` with a pluggable query rewriter.
 
     Parameters
@@ -77,7 +78,7 @@ class TourSearcher:
     Examples
     --------
     >>> searcher = TourSearcher.from_index("indexes/scifact.minilm")
-    >>> hits = searcher.search("0-dimensional biomaterials show inductive properties.", hits=10)
+    >>> hits = searcher.search("0-dimensional biomaterials show inductive properties.", k=10)
     >>> hits[0].docid, hits[0].score
     """
 
@@ -220,9 +221,10 @@ class TourSearcher:
             faiss.cvar.distance_compute_blas_threshold = threshold
             faiss.omp_set_num_threads(omp_threads)
 
-    def retrieve(self, queries: Sequence[str], qids: Sequence[str], hits: int = 10, *,
+    @hits_is_k
+    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10, *,
                  rewriter: Rewriter | None = None) -> list[SearchResult]:  # fmt: skip
-        """Encode, rewrite and search a batch of queries; one result with its trace per query, in order.
+        """Encode, rewrite and search a batch of queries: the top ``k`` of each, with its trace, in order.
 
         ``rewriter`` overrides the searcher's own for this call.
         """
@@ -230,9 +232,10 @@ class TourSearcher:
         traces = [Trace() for _ in qids]
         with timed(traces, "encode"):
             vectors = self.encode(queries)
-        return self.retrieve_vectors(queries, qids, vectors, hits, rewriter=rewriter, traces=traces)
+        return self.retrieve_vectors(queries, qids, vectors, k, rewriter=rewriter, traces=traces)
 
-    def retrieve_vectors(self, texts: Sequence[str], qids: Sequence[str], vectors: np.ndarray, hits: int = 10, *,
+    @hits_is_k
+    def retrieve_vectors(self, texts: Sequence[str], qids: Sequence[str], vectors: np.ndarray, k: int = 10, *,
                          rewriter: Rewriter | None = None, traces: Sequence[Trace] | None = None,
                          ) -> list[SearchResult]:  # fmt: skip
         """Rewrite and search queries already encoded (n, d): e.g. encoded once and searched many ways.
@@ -241,26 +244,9 @@ class TourSearcher:
         the rewriter did, on top of anything already recorded in them (the encoding time).
         """
         check_queries(texts, qids)
-        if hits < 1:
-            raise UserError(f"hits must be positive, got {hits}")
+        if k < 1:
+            raise UserError(f"k must be positive, got {k}")
         vectors = self._check_vectors(vectors)
         batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None)
-        return (rewriter or self.rewriter).rewrite(batch, self, hits)
+        return (rewriter or self.rewriter).rewrite(batch, self, k)
 
-    def search(self, query: str, hits: int = 10, *, qid: str = "q") -> list[Hit]:
-        """The final ranking of one query."""
-        return self.retrieve([query], [qid], hits)[0].hits
-
-    def batch_search(
-        self, queries: Sequence[str], qids: Sequence[str], hits: int = 10, threads: int | None = None
-    ) -> dict[str, list[Hit]]:
-        """Rankings of many queries, keyed by qid, as ``FaissSearcher.batch_search`` returns them.
-
-        ``threads`` applies to this call only.
-        """
-        saved = self.threads
-        self.threads = saved if threads is None else threads
-        try:
-            return {r.qid: r.hits for r in self.retrieve(queries, qids, hits)}
-        finally:
-            self.threads = saved

@@ -92,7 +92,7 @@ def fit_ensemble(
     metric = "nDCG@10" if qrels is not None else "Success@1"
     judged_by = "qrels" if qrels is not None else "answer strings"
     searcher = TourSearcher.from_index(index)
-    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], hits=depth)
+    rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=depth)
     if qrels is None:
         run = {q: {h.docid: -i for i, h in enumerate(hits)} for q, hits in rankings.items()}
         qrels = answer_qrels(run, topics, AnswerMatcher(searcher.docstore), depth)

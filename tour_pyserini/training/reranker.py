@@ -97,7 +97,7 @@ def mine_examples(searcher, bm25, topics, qrels, *, depth: int, hits: int = 100)
     dense top ``max(depth, hits)`` that contain an answer string; hard negatives from the dense and BM25 top
     ``depth``."""
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
-    dense_top = searcher.batch_search(texts, qids, hits=max(depth, hits))
+    dense_top = searcher.batch_search(texts, qids, k=max(depth, hits))
     bm25_top = {r.qid: r.hits for r in bm25.retrieve(texts, qids, depth)}
     positives = positives_of(dense_top, topics, qrels, searcher.docstore)
     hard = {q: ranking[:depth] for q, ranking in dense_top.items()}
@@ -248,7 +248,7 @@ def pseudo_examples(kind: str, count: int, searcher, bm25, *, depth: int, rng: r
     docs = searcher.docstore.get(rng.sample(docids, min(len(docids), 2 * count)))
     drawn = draw_sentences(docs, count, rng)
     texts, qids = [p.query for p in drawn], [f"p{i}" for i in range(count)]
-    dense = searcher.batch_search(texts, qids, hits=depth + 1)
+    dense = searcher.batch_search(texts, qids, k=depth + 1)
     lexical = {r.qid: r.hits for r in bm25.retrieve(texts, qids, depth + 1)}
     examples = []
     for i, (qid, pq) in enumerate(zip(qids, drawn)):
