@@ -19,6 +19,7 @@ import numpy as np
 
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
+from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext
@@ -113,7 +114,9 @@ class LlmTeacher(Teacher):
         self.template = template
         self.yes_ids, self.no_ids = answer_ids(self.tokenizer, template)
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **files).eval().to(device)
+        with checked_loading(f"llm teacher {path!r}"):
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **files)
+        self.model = model.eval().to(device)
         limit = getattr(self.model.config, "max_position_embeddings", None) or max_length
         self.max_length = min(max_length, limit)
         self.batch_size = batch_size
