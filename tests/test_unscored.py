@@ -130,3 +130,20 @@ def test_a_teacher_with_oracle_in_its_path_is_no_oracle(dense_index, mini_scifac
     search_main(["--index", str(dense_index), "--topics", str(topics), "--output", str(out), "--hits", "5",
                  "--rewriter", "rerank", "--k", "5", "--teacher", f"cross-encoder:{model}"])  # fmt: skip
     assert {line.split()[-1] for line in out.read_text().splitlines()} == {"tour_pyserini"}
+
+
+@pytest.mark.slow
+def test_ttt_rewards_skip_unscored_pairs_and_refuse_a_teacher_that_scored_most_none(searcher, dense_index,
+                                                                                    mini_scifact):  # fmt: skip
+    from tour_pyserini.ttt.allocation import Pair
+    from tour_pyserini.ttt.pipeline import judge_rewards
+    from tour_pyserini.ttt.rewards import TaskSource
+
+    topics = read_topics(mini_scifact["topics"])[:4]
+    oracle = OracleTeacher(read_qrels(mini_scifact["qrels"]))
+    source = TaskSource("mini", str(dense_index), str(mini_scifact["topics"]))
+    pairs = [Pair(0, t.qid, rank) for t in topics for rank in range(4)]
+    rewards = judge_rewards(searcher, Patchy(oracle, set()), topics, pairs, source, max_depth=4)
+    assert rewards.num_pairs == 8  # every second candidate has no score: no reward, not a made-up one
+    with pytest.raises(UserError, match="teacher patchy gave no score for 10 of the 16 pairs it was asked"):
+        judge_rewards(searcher, Patchy(oracle, {topics[0].qid}), topics, pairs, source, max_depth=4)

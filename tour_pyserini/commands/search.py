@@ -33,6 +33,7 @@ from tour_pyserini.results import NOT_RERANKED, SearchResult
 from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter_class
 from tour_pyserini.search.configure import SearchConfig, TeacherInfo, check_config, open_searcher
 from tour_pyserini.teachers import teacher_usages
+from tour_pyserini.teachers.cache import mostly_unscored
 
 # flags that do not change the run, so an interrupted run may resume under different values
 _NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store", "allow_unscored")
@@ -138,7 +139,7 @@ def check_scored(results: list[SearchResult], teacher: TeacherInfo | None, kept:
     would be written in retriever order under the rewriter's name. ``kept``: what stays to resume from."""
     asked = sum(r.trace.teacher_calls for r in results)
     unscored = sum(r.trace.unscored for r in results)
-    if teacher is None or unscored * 2 <= asked:
+    if teacher is None or not mostly_unscored(unscored, asked):
         return
     plain = sum(r.trace.stop_reason == NOT_RERANKED for r in results)
     raise UserError(f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked in a "

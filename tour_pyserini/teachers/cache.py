@@ -13,6 +13,11 @@ from tour_pyserini.teachers.base import ScoreRequest, Teacher, with_texts
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 
+def mostly_unscored(unscored: int, asked: int) -> bool:
+    """Whether a teacher gave no score for most of the pairs it was asked: too few to rank or learn by."""
+    return unscored * 2 > asked
+
+
 class ScoreCache:
     """Scores many queries' candidates with one teacher call, remembering every (qid, docid) score.
 

@@ -31,6 +31,7 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
     teacher could not score is no reward, and a teacher that scored most pairs none is one line."""
     from tour_pyserini.results import Trace
     from tour_pyserini.teachers import ScoreCache
+    from tour_pyserini.teachers.cache import mostly_unscored
 
     wanted: dict[str, list[int]] = {}
     for pair in pairs:
@@ -42,7 +43,7 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
     scores = cache.score([t.qid for t in chosen], [t.text for t in chosen], docids, [Trace() for _ in chosen])
     unscored = sum(int(np.isnan(values).sum()) for values in scores)
     asked = sum(len(ids) for ids in docids)
-    if unscored * 2 > asked:
+    if mostly_unscored(unscored, asked):
         raise UserError(f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked: "
                         "too few rewards to fit on")  # fmt: skip
     rewards = Rewards(tasks={source.name: source})
