@@ -29,6 +29,7 @@ from tour_pyserini.teachers.base import (
     TeacherOption,
     get_teacher,
     options_read_by,
+    teacher_options,
 )
 
 
@@ -119,10 +120,14 @@ class EnsembleTeacher(Teacher):
 
     @classmethod
     def options_read(cls, argument: str | None) -> list[TeacherOption]:
+        """Its parts' flags; every teacher's while its file cannot be read (refused, in its own words, when built)."""
         if not argument:
             return []
+        try:
+            parts = check_ensemble(Path(argument))["parts"]
+        except UserError:
+            return teacher_options()
         base = Path(argument).parent
-        parts = check_ensemble(Path(argument))["parts"]
         return list(dict.fromkeys(o for p in parts for o in options_read_by(resolve_part(p["teacher"], base))))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
