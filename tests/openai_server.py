@@ -1,5 +1,5 @@
 """A small deterministic OpenAI-compatible server on 127.0.0.1 (the completions and chat endpoints, with
-the failures real servers have), for the openai teacher's tests."""
+the failures real servers have, and bodies no server should send), for the openai teacher's tests."""
 
 from __future__ import annotations
 
@@ -22,7 +22,12 @@ def doc_of(prompt: str) -> str:
 
 class FakeOpenAI(BaseHTTPRequestHandler):
     """/v1/completions gives " Yes"/" No" log-probabilities that depend on the prompt; /v1/chat/completions
-    gives a digit, or "maybe" for a document saying GARBLE (always) or FLAKY (the first time)."""
+    gives a digit, or "maybe" for a document saying GARBLE (always) or FLAKY (the first time).
+
+    Misbehaviours, as server settings: ``body`` (text) is the whole answer of both endpoints; ``answers``
+    are the tokens the log-probabilities name instead of " Yes" and " No"; ``logprob`` replaces the first
+    one's value (a string, NaN); ``usage`` replaces the token counts; ``retry_after`` is the header of a
+    failing answer; ``delay`` holds every answer back."""
 
     def log_message(self, *args):  # quiet
         pass
@@ -43,14 +48,19 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             if body.get("model") != "judge-1":
                 return self.answer(404, {"error": "no such model"})
             if failing:
-                return self.answer(server.fail_status, {"error": "busy"}, {"Retry-After": "0"})
+                return self.answer(server.fail_status, {"error": "busy"}, {"Retry-After": server.retry_after})
+            if server.body is not None:
+                return self.answer(200, server.body)
             if self.path == "/v1/completions":
                 prompt = body["prompt"]
-                top = {" Yes": -3 * unit(prompt, "y"), " No": -3 * unit(prompt, "n"), " Maybe": -5.0}
+                yes, no = server.answers
+                top = {yes: -3 * unit(prompt, "y"), no: -3 * unit(prompt, "n"), " Maybe": -5.0}
+                if server.logprob is not None:
+                    top[yes] = server.logprob
                 logprobs = {"top_logprobs": [top]} if server.logprobs else None
                 choice = {"text": " Yes", "logprobs": logprobs}
-                return self.answer(200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
-                                                                        "completion_tokens": 1}})  # fmt: skip
+                usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 1}
+                return self.answer(200, {"choices": [choice], "usage": server.usage or usage})
             if self.path == "/v1/chat/completions":
                 user = body["messages"][-1]["content"]
                 document = doc_of(user)
@@ -70,8 +80,8 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             with server.lock:
                 server.in_flight -= 1
 
-    def answer(self, status: int, body: dict, headers: dict | None = None):
-        data = json.dumps(body).encode()
+    def answer(self, status: int, body: dict | str, headers: dict | None = None):
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -86,7 +96,8 @@ def start_server(port: int = 0, **settings) -> ThreadingHTTPServer:
     server.daemon_threads = True
     server.lock, server.requests, server.seen = threading.Lock(), [], set()
     server.in_flight = server.max_in_flight = 0
-    settings = {"delay": 0.0, "key": None, "logprobs": True, "fail_next": 0, "fail_status": 503, **settings}
+    settings = {"delay": 0.0, "key": None, "logprobs": True, "fail_next": 0, "fail_status": 503, "retry_after": "0",
+                "body": None, "answers": (" Yes", " No"), "logprob": None, "usage": None, **settings}
     for name, value in settings.items():
         setattr(server, name, value)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -45,8 +45,10 @@ def test_part_paths_are_read_beside_the_file(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("{", "not JSON"), ('{"parts": []}', "needs"), ('{"parts": [{"teacher": "bm25", "weight": "x"}]}', "finite")],
-)
+    [("{", "not JSON"), ('{"parts": []}', "needs"), ('{"parts": [{"teacher": "bm25", "weight": "x"}]}', "finite"),
+     ('{"parts": [{"teacher": "bm25", "weight": true}]}', "finite"),
+     ('{"parts": [{"teacher": "bm25", "weight": 0}, {"teacher": "dense", "weight": 0.0}]}', "every weight is 0")],
+)  # fmt: skip
 def test_bad_ensemble_files_are_one_line_errors(tmp_path, content, message):
     path = tmp_path / "e.json"
     path.write_text(content)
@@ -144,3 +146,29 @@ def test_relevant_documents_outside_the_candidates_are_one_line_before_any_teach
         fit_ensemble(dense_index, topics, qrels, ["cross-encoder:/no/such/model", "bm25"], tmp_path / "e.json",
                      depth=5, topics_name="t.tsv")  # fmt: skip
     assert not list(tmp_path.iterdir())
+
+
+def test_ensemble_files_naming_themselves_or_a_directory_are_one_line(tmp_path):
+    (tmp_path / "self.json").write_text(json.dumps({"parts": [{"teacher": "ensemble:self.json", "weight": 1}]}))
+    (tmp_path / "a.json").write_text(json.dumps({"parts": [{"teacher": "ensemble:b.json", "weight": 1}]}))
+    (tmp_path / "b.json").write_text(json.dumps({"parts": [{"teacher": "bm25", "weight": 0.5},
+                                                           {"teacher": "ensemble:a.json", "weight": 1}]}))  # fmt: skip
+    with pytest.raises(UserError, match=r"self.json names itself through its parts: .*self.json -> .*self.json$"):
+        get_teacher(f"ensemble:{tmp_path / 'self.json'}")
+    with pytest.raises(UserError, match=r"a.json names itself through its parts: .*a.json -> .*b.json -> .*a.json$"):
+        get_teacher(f"ensemble:{tmp_path / 'a.json'}")
+    with pytest.raises(UserError, match="is a directory; name the JSON file in it"):
+        get_teacher(f"ensemble:{tmp_path}")
+
+
+def test_a_teacher_flag_no_part_reads_is_one_line(tmp_path):
+    from tour_pyserini.teachers import check_teacher_options
+
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"parts": [{"teacher": "bm25", "weight": 1}, {"teacher": "dense", "weight": 1}]}))
+    for spec in (f"ensemble:{path}", "fusion:bm25+dense"):
+        with pytest.raises(UserError, match="--teacher-instruction: not an option of the"):
+            check_teacher_options(spec, {"instruction": "Find claims"})
+    path.write_text(json.dumps({"parts": [{"teacher": "llm:model", "weight": 1}, {"teacher": "bm25", "weight": 1}]}))
+    check_teacher_options(f"ensemble:{path}", {"instruction": "Find claims"})  # its llm part reads it
+    check_teacher_options("fusion:bm25+openai:http://127.0.0.1:9/v1", {"model": "m"})

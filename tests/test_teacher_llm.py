@@ -138,11 +138,14 @@ def test_template_file_and_presets(tiny_base_lm, tmp_path):
     ("llm:{model}", {"template": "/no/such/template"}, "neither a preset (qwen3-reranker, plain) nor a file"),
     ("llm:{model}", {"template": "{nodoc}"}, "the template lacks {document}"),
     ("llm:{model}", {"instruction": "  "}, "--teacher-instruction is empty"),
+    ("llm:{model}", {"template": "{plain}", "instruction": "Find claims"},
+     "--teacher-instruction: the template 'plain.txt' has no {instruction}, so the instruction would not be read"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
-    nodoc = tmp_path / "nodoc.txt"
+    nodoc, plain = tmp_path / "nodoc.txt", tmp_path / "plain.txt"
     nodoc.write_text("{query} only")
-    options = {k: v.replace("{nodoc}", str(nodoc)) for k, v in options.items()}
+    plain.write_text("Query: {query}\nDocument: {document}\nRelevant (yes or no):")
+    options = {k: v.replace("{nodoc}", str(nodoc)).replace("{plain}", str(plain)) for k, v in options.items()}
     context = TeacherContext(precision="fp32", options=options)
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         get_teacher(spec.format(model=tiny_chat_lm), context)
@@ -162,6 +165,30 @@ def test_a_gguf_file_without_the_gguf_extra_is_refused_with_the_install_line(tmp
         f"error: llm teacher '{model}' is a GGUF file, which transformers reads with the gguf package: "
         "pip install -e '.[gguf]'"
     ]
+
+
+def test_a_gguf_file_cut_short_or_not_one_and_a_template_not_in_utf8_are_one_line(tmp_path):
+    import gguf
+
+    whole = tmp_path / "whole.gguf"
+    writer = gguf.GGUFWriter(str(whole), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = whole.read_bytes()
+    for name, content, message in (("cut.gguf", data[: len(data) // 2], "a truncated or corrupt GGUF file"),
+                                   ("tiny.gguf", data[:100], "a truncated or corrupt GGUF file"),
+                                   ("noise.gguf", bytes(range(100)), "is not a GGUF file")):  # fmt: skip
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(UserError, match=message):
+            get_teacher(f"llm:{tmp_path / name}")
+    template = tmp_path / "latin1.txt"
+    template.write_bytes("Requête : {query}\n{document}".encode("latin-1"))
+    with pytest.raises(UserError, match=r"--teacher-template .*latin1.txt:1: not valid UTF-8 \(byte 0xea"):
+        read_template(str(template))
 
 
 # -- the real Gemma 3 270M (Q4_K_M GGUF): llm: through transformers, openai: through llama.cpp's server

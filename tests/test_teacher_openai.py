@@ -72,7 +72,7 @@ def test_verbalised_scores_when_the_server_gives_no_logprobs(tmp_path, capsys):
         got = StoredTeacher(judge, store).score([request(texts)])[0]
         want = [float(int(6 * unit(t, "s"))) for t in texts]
         assert got[:4].tolist() == want[:4] and got[5] == want[5]  # FLAKY: the second ask gave a score
-        assert got[4] == min(got[:4].tolist() + [got[5]]) - 1  # GARBLE: no score, ranked below the others
+        assert np.isnan(got[4])  # GARBLE: no score (the rewriters rank it below the scored ones)
         chats = [b for p, b in server.requests if p == "/v1/chat/completions"]
         assert len(chats) == 4 + 2 + 2  # GARBLE and FLAKY were asked twice
         assert set(store.get("what causes cancer", [f"d{i}" for i in range(6)])) == {"d0", "d1", "d2", "d3", "d5"}
@@ -164,6 +164,8 @@ def test_bad_input_is_one_line(server):
         (f"openai:{url(server)}", {}, "the openai teacher needs --teacher-model NAME"),
         (f"openai:{url(server)}", {"model": "judge-1", "judge": "vibes"}, "--teacher-judge 'vibes': choose one of"),
         (f"openai:{url(server)}", {"model": "other"}, "answered 404: no such endpoint, or no model 'other' there"),
+        (f"openai:{url(server)}", {"model": "judge-1", "judge": "score", "template": "plain"},
+         "--teacher-template: this openai teacher judges by 0-5 scores"),
         (f"openai:http://127.0.0.1:{closed}/v1", {"model": "judge-1"}, "cannot reach http://127.0.0.1"),
     ]
     for spec, options, message in rows:
@@ -182,3 +184,92 @@ def test_a_refused_key_is_one_line(monkeypatch):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"body": "<html><body>502 Bad Gateway</body></html>"}, "answered with a body that is not JSON: '<html><body>502"),
+    ({"body": "[1, 2]"}, "answered with JSON that is not an object: '[1, 2]'"),
+    ({"body": "null"}, "answered with JSON that is not an object: 'null'"),
+    ({"logprob": "abc"}, """sent log-probabilities that are not numbers: '{" Yes": "abc"}'"""),
+    ({"usage": "lots"}, """answered with a "usage" that is not token counts: '"lots"'"""),
+])  # fmt: skip
+def test_a_body_the_api_does_not_define_is_one_line_quoting_it(settings, message):
+    server = start_server(**settings)
+    try:
+        with pytest.raises(UserError) as error:
+            OpenAITeacher(url(server), "judge-1", judge="logprobs").score([request(TEXTS[:2])])
+        assert message in str(error.value) and "\n" not in str(error.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("settings, judge", [
+    ({"body": "{}"}, "logprobs"),
+    ({"body": "{}"}, "score"),
+    ({"logprobs": False}, "logprobs"),  # log-probabilities asked of a server without them
+    ({"answers": (" Maybe", " Perhaps")}, "logprobs"),  # top log-probabilities that never name yes or no
+    ({"logprob": float("nan"), "answers": (" Yes", " Perhaps")}, "logprobs"),  # a NaN for the only answer named
+])  # fmt: skip
+def test_pairs_a_server_gives_no_score_for_are_nan_and_never_stored(settings, judge, tmp_path):
+    server = start_server(**settings)
+    try:
+        judge = OpenAITeacher(url(server), "judge-1", judge=judge)
+        store = ScoreStore(tmp_path / "s.sqlite", judge.fingerprint)
+        got = StoredTeacher(judge, store).score([request(TEXTS[:3])])[0]
+        assert np.isnan(got).all()  # not made-up descending scores
+        assert store.get("what causes cancer", request(TEXTS[:3]).docids) == {}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_store_holding_null_scores_from_an_older_version_is_read_and_those_pairs_scored_again(server, tmp_path):
+    import sqlite3
+
+    judge = OpenAITeacher(url(server), "judge-1", judge="logprobs")
+    path = tmp_path / "s.sqlite"
+    ScoreStore(path, judge.fingerprint).close()
+    with sqlite3.connect(path) as db:  # what a server's NaN became in a store an older version wrote
+        db.executemany("INSERT INTO scores VALUES (?, ?, ?)", [("what causes cancer", "d0", None),
+                                                               ("what causes cancer", "d1", float("inf"))])
+    store = ScoreStore(path, judge.fingerprint)
+    got = StoredTeacher(judge, store).score([request(TEXTS[:3])])[0]
+    fresh = OpenAITeacher(url(server), "judge-1", judge="logprobs").score([request(TEXTS[:3])])[0]
+    np.testing.assert_allclose(got, fresh)
+    assert len(server.requests) == 3 + 3  # every pair asked, the NULL and the infinity too
+    assert set(store.get("what causes cancer", ["d0", "d1", "d2"])) == {"d0", "d1", "d2"}
+
+
+def test_waits_are_bounded_said_and_settable(caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    silent = start_server(delay=5.0)  # a server that never answers in time
+    try:
+        start = time.monotonic()
+        with pytest.raises(UserError, match=r"no score for one pair within --teacher-timeout 1.5 s \(.* gave no "
+                                            r"answer in 0.3 s; 2 tries\); scores already received"):  # fmt: skip
+            teacher = OpenAITeacher(url(silent), "judge-1", judge="logprobs", timeout=0.3, deadline=1.5)
+            teacher.score([request(TEXTS[:1])])
+        assert time.monotonic() - start < 2.5
+        assert "gave no answer in 0.3 s; trying again in 0.5 s (try 2 of 6)" in caplog.text
+    finally:
+        silent.shutdown()
+        silent.server_close()
+    busy = start_server(fail_next=1, fail_status=429, retry_after="100000")
+    try:
+        start = time.monotonic()
+        with pytest.raises(UserError, match=r"answered 429 Too Many Requests and asks to wait 100000 s \(Retry-After\),"
+                                            r" more than --teacher-max-retry-after 60 s"):  # fmt: skip
+            OpenAITeacher(url(busy), "judge-1", judge="logprobs").score([request(TEXTS[:1])])
+        assert time.monotonic() - start < 1
+        busy.fail_next, busy.retry_after = 1, "1.2"  # obeyed, and said
+        teacher = get_teacher(f"openai:{url(busy)}", TeacherContext(options={"model": "judge-1", "judge": "logprobs",
+                                                                             "deadline": 30.0, "max_retry_after": 2.0}))
+        assert (teacher.deadline, teacher.max_retry_after) == (30.0, 2.0)
+        assert np.isfinite(teacher.score([request(TEXTS[:1])])[0]).all()
+        assert "answered 429 Too Many Requests; trying again in 1.2 s (try 2 of 6)" in caplog.text
+    finally:
+        busy.shutdown()
+        busy.server_close()

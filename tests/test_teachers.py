@@ -93,23 +93,29 @@ def test_oracle_and_cache_counting(mini_scifact):
     assert (trace2.teacher_calls, trace2.cache_hits) == (4, 0) and again.tolist() == first.tolist()
 
 
-class _NaNTeacher(Teacher):
-    """A broken teacher, to check that bad scores are refused rather than propagated."""
+class _FixedTeacher(Teacher):
+    """Gives every pair one fixed score: NaN (no score, as an API may answer) or an infinity (a broken teacher)."""
 
     needs_text = False
-    label = "nan"
+    label = "fixed"
+
+    def __init__(self, value: float):
+        self.value = value
 
     @classmethod
     def from_spec(cls, argument, context):
-        return cls()
+        return cls(float(argument))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
-        return [np.full(len(r.docids), np.nan) for r in requests]
+        return [np.full(len(r.docids), self.value) for r in requests]
 
 
-def test_non_finite_teacher_scores_are_an_error():
-    with pytest.raises(ValueError, match="non-finite"):
-        ScoreCache(_NaNTeacher()).score(["q"], ["text"], [["d1"]], [Trace()])
+def test_infinite_teacher_scores_are_an_error_and_nan_is_no_score():
+    with pytest.raises(ValueError, match="infinite"):
+        ScoreCache(_FixedTeacher(np.inf)).score(["q"], ["text"], [["d1"]], [Trace()])
+    trace = Trace()
+    scores = ScoreCache(_FixedTeacher(np.nan)).score(["q"], ["text"], [["d1", "d2"]], [trace])
+    assert np.isnan(scores[0]).all() and (trace.teacher_calls, trace.unscored, trace.judgments) == (2, 2, {})
 
 
 def test_fusion_standardises_with_the_first_lists_statistics(mini_scifact, bm25_index):

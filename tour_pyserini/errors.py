@@ -1,4 +1,4 @@
-"""The project's exception for bad input a user can fix.
+"""The project's exception for bad input a user can fix, and its warning for input that is likely wrong.
 
 Command-line entry points print a :class:`UserError` as one line (``error: ...``) and exit 2; every
 other exception is a bug and keeps its traceback. It subclasses ``ValueError`` so that library callers
@@ -7,6 +7,16 @@ who catch ``ValueError`` for bad arguments keep working.
 
 from __future__ import annotations
 
+import functools
+import logging
+
 
 class UserError(ValueError):
     """Bad input (a file, a flag, a spec) that the user can correct; the message names what is wrong."""
+
+
+@functools.cache
+def warn_once(logger: str, message: str) -> None:
+    """Log ``message`` on ``logger`` as a warning, once per process: a command checks its input in the driver
+    and again where it builds, and one warning is enough."""
+    logging.getLogger(logger).warning(message)

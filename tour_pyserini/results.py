@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 PHASES = ("encode", "search", "teacher", "update")
+NOT_RERANKED = "the teacher scored none of its candidates: retriever order kept"  # a trace's stop reason
 
 
 @dataclass(slots=True)
@@ -28,6 +29,7 @@ class Trace:
     iterations: int = 0
     teacher_calls: int = 0
     cache_hits: int = 0
+    unscored: int = 0  # pairs the teacher was asked but gave no score for (an API that answered nothing usable)
     stop_reason: str | None = None
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     losses: list[float] = field(default_factory=list)  # the rewriter's loss at each iteration

@@ -29,13 +29,14 @@ from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import non_negative_float, positive_int, probability
-from tour_pyserini.results import SearchResult
+from tour_pyserini.results import NOT_RERANKED, SearchResult
 from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter_class
-from tour_pyserini.search.configure import SearchConfig, check_config, open_searcher
+from tour_pyserini.search.configure import SearchConfig, TeacherInfo, check_config, open_searcher
 from tour_pyserini.teachers import teacher_usages
+from tour_pyserini.teachers.cache import mostly_unscored
 
 # flags that do not change the run, so an interrupted run may resume under different values
-_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store")
+_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store", "allow_unscored")
 DEFAULT_WORKERS = 2
 
 
@@ -101,6 +102,10 @@ def parser() -> argparse.ArgumentParser:
     add_renamed(rw, "--reranker")
     add_renamed(rw, "--reranker-max-length", type=positive_int)
     add_renamed(rw, "--reranker-precision", choices=PRECISIONS)
+    rw.add_argument("--allow-unscored", action="store_true", help="keep searching when the teacher gives no score "
+                    "for most pairs of a batch (an API answering nothing usable); a query it scored none of keeps the "
+                    "retriever's ranking and scores, as its trace says. Without it such a batch stops the search, "
+                    "whose finished batches a rerun resumes from")  # fmt: skip
     rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
                     "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
     for name, options in rewriter_options().items():
@@ -116,14 +121,31 @@ def summarize(results: list[SearchResult]) -> str:
         return "no queries"
     traces = [r.trace for r in results]
     n = len(traces)
-    stopped = sum(t.stop_reason not in (None, "max iterations") for t in traces)
+    stopped = sum(t.stop_reason not in (None, "max iterations", NOT_RERANKED) for t in traces)
+    kept = sum(t.stop_reason == NOT_RERANKED for t in traces)
     seconds = ", ".join(f"{phase} {sum(t.seconds[phase] for t in traces) / n:.4f}" for phase in traces[0].seconds)
+    unscored = sum(t.unscored for t in traces)
     return (
         f"mean iterations {sum(t.iterations for t in traces) / n:.2f}, "
         f"teacher calls/query {sum(t.teacher_calls for t in traces) / n:.1f}, "
         f"cache hits/query {sum(t.cache_hits for t in traces) / n:.1f}, early stops {stopped}/{n}, "
-        f"{seconds} s/query"
+        + (f"pairs without a score {unscored}, not re-ranked {kept}/{n}, " if unscored else "")
+        + f"{seconds} s/query"
     )
+
+
+def check_scored(results: list[SearchResult], teacher: TeacherInfo | None, kept: str) -> None:
+    """Stop the search when the teacher gave no score for most pairs it was asked in a batch: its queries
+    would be written in retriever order under the rewriter's name. ``kept``: what stays to resume from."""
+    asked = sum(r.trace.teacher_calls for r in results)
+    unscored = sum(r.trace.unscored for r in results)
+    if teacher is None or not mostly_unscored(unscored, asked):
+        return
+    plain = sum(r.trace.stop_reason == NOT_RERANKED for r in results)
+    raise UserError(f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked in a "
+                    f"batch ({plain} of its {len(results)} queries would keep the retriever's order); the search "
+                    f"stops, {kept}: run the same command again once the teacher answers, or add "
+                    "--allow-unscored")  # fmt: skip
 
 
 def rewriter_options() -> dict[str, list[Option]]:
@@ -163,18 +185,18 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
 
 
 def batch_searcher(args: argparse.Namespace, config: SearchConfig, options: dict,
-                   stack: ExitStack) -> tuple[Callable[[list], Iterator], str | None]:  # fmt: skip
+                   stack: ExitStack) -> tuple[Callable[[list], Iterator], TeacherInfo | None]:  # fmt: skip
     """A function from (texts, qids, hits) batches to their results in order, run here or on Ray workers;
-    and the teacher's label."""
+    and what the teacher is."""
     if args.ray is None:
-        searcher, teacher_label = open_searcher(config, options)
-        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher_label
+        searcher, teacher = open_searcher(config, options)
+        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher
     from tour_pyserini.search.distributed import RayPool
 
     workers = args.workers or DEFAULT_WORKERS
     pool = stack.enter_context(RayPool(config, workers=workers, address=None if args.ray == "local" else args.ray))
     print(f"ray: {workers} workers ready in {pool.startup_seconds:.1f} s")
-    return pool.map, pool.teacher_label
+    return pool.map, pool.teacher
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -196,9 +218,10 @@ def main(argv: list[str] | None = None) -> None:
             options = check_config(config)  # in the driver, before any model, the JVM or Ray starts
             if config.encoded_queries:
                 check_encoded_texts(config.encoded_queries, {t.qid: t.text for t in topics})
-            search, teacher_label = batch_searcher(args, config, options, stack)
+            search, teacher = batch_searcher(args, config, options, stack)
+            teacher_label = teacher.label if teacher else None
             start = time.perf_counter()
-            if teacher_label and "oracle" in teacher_label and "oracle" not in writer.tag:
+            if teacher and teacher.oracle and "oracle" not in writer.tag:
                 writer.tag = f"{writer.tag}.oracle"
             todo = [t for t in topics if t.qid not in writer.done]
             if len(todo) < len(topics):
@@ -206,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
             batches = [todo[i : i + args.batch_size] for i in range(0, len(todo), args.batch_size)]
             with tqdm(total=len(todo), unit="q", desc="search") as bar:
                 for results in search(([t.text for t in b], [t.qid for t in b], args.hits) for b in batches):
+                    if not args.allow_unscored:
+                        check_scored(results, teacher, f"{writer.partial} keeps {len(writer.done)} finished queries"
+                                     if writer.done else "nothing was written")  # fmt: skip
                     writer.write_batch([
                         (r.qid, [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
                          {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()})

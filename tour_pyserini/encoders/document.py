@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tour_pyserini._java import import_pyserini
+from tour_pyserini.encoders.checkpoints import POOLER, checked_loading
 from tour_pyserini.encoders.classes import CLASSES
 from tour_pyserini.encoders.pyserini_compat import add_post_init
 from tour_pyserini.encoders.spec import EncoderSpec
@@ -34,6 +35,12 @@ class DocumentEncoder:
 
 
 def pyserini_document_encoder(spec: EncoderSpec, device: str = "cpu"):
+    """The object ``python -m pyserini.encode`` builds for ``spec``, once its checkpoint is known to fit the class."""
+    with checked_loading(f"--encoder {spec.name} (the {spec.encoder_class} document encoder)", unused=POOLER):
+        return _pyserini_document_encoder(spec, device)
+
+
+def _pyserini_document_encoder(spec: EncoderSpec, device: str):
     if spec.encoder_class == "st-pipeline":
         from tour_pyserini.encoders.st_pipeline import PipelineEncoder
 

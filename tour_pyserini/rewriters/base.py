@@ -17,8 +17,8 @@ import numpy as np
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import finite_float, positive_int
 from tour_pyserini.registry import Registry
-from tour_pyserini.results import Hit, SearchResult, Trace, timed
-from tour_pyserini.rewriters.updates import aggregate
+from tour_pyserini.results import NOT_RERANKED, Hit, SearchResult, Trace, timed
+from tour_pyserini.rewriters.updates import aggregate, fill_unscored
 
 if TYPE_CHECKING:
     from tour_pyserini.encoders import EncoderSpec
@@ -186,7 +186,8 @@ def rank_by_teacher(
     The final step shared by re-ranking and TOUR: documents below ``depth`` keep retriever order, and
     ``hits`` documents are returned per query. ``scored`` (one ``{docid: vector}`` per query) adds
     candidates the teacher has already scored to the ranked head, so the teacher ranks their union
-    with the new top-``depth`` at no extra teacher calls.
+    with the new top-``depth`` at no extra teacher calls. Candidates the teacher could not score rank below
+    those it scored; a query it scored none of keeps the search's ranking, as its trace says.
     """
     traces = batch.traces
     with timed(traces, "search"):
@@ -202,8 +203,13 @@ def rank_by_teacher(
     teacher_scores = cache.score(batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces)
     results = []
     smoothings = np.broadcast_to(np.asarray(smoothing, dtype=np.float64), (len(batch.qids),))
-    for qid, head, tail, scores, trace, smooth in zip(batch.qids, heads, tails, teacher_scores, traces, smoothings):
+    for qid, ranking, head, tail, scores, trace, smooth in zip(batch.qids, rankings, heads, tails, teacher_scores,
+                                                                traces, smoothings):  # fmt: skip
+        if scores.size and np.isnan(scores).all():  # nothing to re-rank by: the search's own ranking and scores
+            trace.stop_reason = NOT_RERANKED
+            results.append(SearchResult(qid, list(ranking[:hits]), trace))
+            continue
         retriever = np.array([h.score for h in head])
-        final = rerank_head(head + tail, aggregate(scores, retriever, lam, float(smooth)))
+        final = rerank_head(head + tail, aggregate(fill_unscored(scores), retriever, lam, float(smooth)))
         results.append(SearchResult(qid, final[:hits], trace))
     return results

@@ -35,6 +35,7 @@ from tour_pyserini.rewriters.updates import (
     SimilarityScale,
     check_aggregation,
     clip_by_norm,
+    fill_unscored,
     hard_loss_and_grad,
     linear_lr,
     nucleus,
@@ -48,6 +49,8 @@ PRESETS = {
     "passage": {"lr": 0.2, "iterations": 1, "depth": 100, "lam": 1.0},  # paper Table 7, DPR passage retrieval
     "odqa": {"lr": 1.2, "iterations": 3, "depth": 10, "lam": 0.1},  # paper Table 7, open-domain QA
 }
+
+UNSCORED = "the teacher scored none of the candidates"  # a trace's stop reason
 
 TOUR_OPTIONS = (
     Option("--preset", "preset", str, "passage: lr 0.2, T 1, k 100, lambda 1; odqa: lr 1.2, T 3, k 10, lambda 0.1",
@@ -207,6 +210,10 @@ class _Tour(Rewriter):
             with timed(active_traces, "update"):
                 for i, found, s in zip(active, candidates, scores):
                     scored[i].update(zip(found.docids, found.vectors))
+                    if s.size and np.isnan(s).all():  # no pseudo label to learn from: the query stays where it is
+                        traces[i].stop_reason = UNSCORED
+                        continue
+                    s = fill_unscored(s)
                     C = found.vectors.astype(np.float64)
                     if t == 0 and cfg.similarity_scale == "norms":
                         scales[i] = SimilarityScale.of(q[i], C)

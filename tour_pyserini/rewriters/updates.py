@@ -16,6 +16,17 @@ from tour_pyserini.errors import UserError
 LOG_CLAMP = 1e-7  # the official TOUR code clamps probabilities at 1e-7 inside the log
 
 
+def fill_unscored(scores: np.ndarray) -> np.ndarray:
+    """Teacher scores with each missing one (NaN: the teacher could not score that pair) set one below the
+    lowest score given, so that candidates the teacher could not judge rank below every one it did; scores
+    with none given stay all NaN (the caller keeps that query's retriever order)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    given = ~np.isnan(scores)
+    if given.all() or not given.any():
+        return scores
+    return np.where(given, scores, scores[given].min() - 1.0)
+
+
 def softmax(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     z = np.asarray(x, dtype=np.float64) / temperature
     z = np.exp(z - z.max())

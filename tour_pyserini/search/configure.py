@@ -27,6 +27,14 @@ STORE_NEEDS_PAIRWISE = (
 
 
 @dataclass(frozen=True)
+class TeacherInfo:
+    """What a run says of the teacher that ranked it: its label, and whether it read relevance judgements."""
+
+    label: str
+    oracle: bool
+
+
+@dataclass(frozen=True)
 class SearchConfig:
     """What a searcher is opened from: the index and its knobs, the query encoder, the rewriter with its own
     parameters, and the teacher (a spec such as ``bm25`` or ``cross-encoder:PATH``) it asks."""
@@ -96,8 +104,8 @@ def check_config(config: SearchConfig) -> dict:
 
 
 def open_searcher(config: SearchConfig, options: dict | None = None):
-    """The searcher ``config`` describes, and the teacher's label (None without a teacher). ``options`` are
-    the rewriter's as :func:`check_config` returned them (checked here when not given)."""
+    """The searcher ``config`` describes, and its teacher's :class:`TeacherInfo` (None without a teacher).
+    ``options`` are the rewriter's as :func:`check_config` returned them (checked here when not given)."""
     options = dict(check_config(config) if options is None else options)
     threads = config.threads or 1
     if index_kind(config.index) == "bm25":
@@ -129,7 +137,7 @@ def open_searcher(config: SearchConfig, options: dict | None = None):
     if teacher is not None and teacher.oracle:
         print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
               "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
-    return searcher, teacher.label if teacher else None
+    return searcher, TeacherInfo(teacher.label, teacher.oracle) if teacher else None
 
 
 def teacher_context(config: SearchConfig):

@@ -20,7 +20,7 @@ from dataclasses import replace
 from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import SearchResult
-from tour_pyserini.search.configure import SearchConfig, open_searcher
+from tour_pyserini.search.configure import SearchConfig, TeacherInfo, open_searcher
 from tour_pyserini.teachers import options_read_by
 
 # errors a user's input causes (a missing file included), as the command line reports them
@@ -72,14 +72,14 @@ class SearchWorker:
     def __init__(self, config: SearchConfig):
         self.config = replace(config, threads=config.threads or 1)
         self.searcher = None
-        self.teacher_label = None
+        self.teacher = None
 
     @returns_user_errors
-    def open(self) -> tuple[int, str | None]:
-        """Open the searcher now; the worker's process id and the teacher's label."""
+    def open(self) -> tuple[int, TeacherInfo | None]:
+        """Open the searcher now; the worker's process id and what its teacher is."""
         if self.searcher is None:
-            self.searcher, self.teacher_label = open_searcher(self.config)
-        return os.getpid(), self.teacher_label
+            self.searcher, self.teacher = open_searcher(self.config)
+        return os.getpid(), self.teacher
 
     @returns_user_errors
     def retrieve(self, texts: Sequence[str], qids: Sequence[str], hits: int) -> list[SearchResult]:
@@ -118,7 +118,7 @@ class RayPool:
         self.actors = [actor.remote(c) for c in configs]
         opened = [raise_user_error(value) for value in ray.get([a.open.remote() for a in self.actors])]
         self.pids = [pid for pid, _ in opened]
-        self.teacher_label = opened[0][1]
+        self.teacher = opened[0][1]
         self.startup_seconds = time.perf_counter() - start
 
     def map(self, batches: Iterable[tuple[list[str], list[str], int]]) -> Iterator[list[SearchResult]]:

@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, TeacherOption, get_teacher
+from tour_pyserini.teachers.base import (
+    TEACHERS,
+    ScoreRequest,
+    Teacher,
+    TeacherContext,
+    TeacherOption,
+    get_teacher,
+    options_read_by,
+    teacher_options,
+)
 from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
@@ -29,25 +38,8 @@ def teacher_usages() -> str:
     return ", ".join(cls.usage or name for name, cls in sorted(available_teachers().items()))
 
 
-def teacher_options() -> list[TeacherOption]:
-    """Every flag the teachers declare, once each (teachers sharing a flag declare it as the same option)."""
-    seen: dict[str, TeacherOption] = {}
-    for cls in available_teachers().values():
-        for option in cls.options:
-            if seen.setdefault(option.flag, option) != option:
-                raise TypeError(f"teachers declare {option.flag} differently: {seen[option.flag]} and {option}")
-    return list(seen.values())
-
-
-def options_read_by(spec: str) -> list[TeacherOption]:
-    """The options the teacher ``spec`` names reads: its own, or every teacher's for an ensemble or a fusion
-    (its parts may be any teacher) and for a name no teacher has (refused later, with the teacher list)."""
-    cls = available_teachers().get(spec.partition(":")[0])
-    return teacher_options() if cls is None or cls.composite else list(cls.options)
-
-
 def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> None:
-    """Refuse a teacher flag the named teacher does not read (an ensemble's or a fusion's parts may read any)."""
+    """Refuse a teacher flag the named teacher does not read (an ensemble or a fusion: none of its parts)."""
     if not options:
         return
     if spec is None:

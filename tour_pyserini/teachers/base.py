@@ -84,21 +84,26 @@ class Teacher(ABC):
     # reused across searches (see ScoreStore)
     pairwise: ClassVar[bool] = True
     options: ClassVar[tuple[TeacherOption, ...]] = ()  # the flags this teacher reads from TeacherContext.options
-    composite: ClassVar[bool] = False  # built from other teachers' specs, which may read any teacher's options
 
     @classmethod
     @abstractmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> Teacher: ...
 
+    @classmethod
+    def options_read(cls, argument: str | None) -> list[TeacherOption]:
+        """The flags the teacher built from ``argument`` reads: its own; a teacher made of others, theirs."""
+        return list(cls.options)
+
     @abstractmethod
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
-        """One score array per request, aligned with ``request.docids``."""
+        """One score array per request, aligned with ``request.docids``; NaN for a pair the teacher could not
+        score (an API's answer without one), which is never stored and never ranked as if judged."""
 
     def score_streaming(self, requests: Sequence[ScoreRequest], sink: ScoreSink) -> list[np.ndarray]:
         """:meth:`score`, also handing each score worth keeping to ``sink`` as soon as it is known, so a caller
         can keep it before the call ends (an API teacher pays per pair: an interrupted call keeps what it got).
-        A pair the teacher could not score is not handed over (a later call tries it again) but still gets a
-        score in the result. Teachers that score a call at once hand their scores over at its end."""
+        A pair the teacher could not score is NaN in the result and is not kept (a later call tries it again).
+        Teachers that score a call at once hand their scores over at its end."""
         out = self.score(requests)
         for i, (request, scores) in enumerate(zip(requests, out)):
             sink(i, dict(zip(request.docids, np.asarray(scores, dtype=np.float64).tolist())))
@@ -127,6 +132,24 @@ class TeacherContext:
 
 
 TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers")
+
+
+def teacher_options() -> list[TeacherOption]:
+    """Every flag the teachers declare, once each (teachers sharing a flag declare it as the same option)."""
+    seen: dict[str, TeacherOption] = {}
+    for cls in TEACHERS.all().values():
+        for option in cls.options:
+            if seen.setdefault(option.flag, option) != option:
+                raise TypeError(f"teachers declare {option.flag} differently: {seen[option.flag]} and {option}")
+    return list(seen.values())
+
+
+def options_read_by(spec: str) -> list[TeacherOption]:
+    """The flags the teacher ``spec`` names reads (:meth:`Teacher.options_read`); every teacher's for a name no
+    teacher has (refused later, with the teacher list)."""
+    name, _, argument = spec.partition(":")
+    cls = TEACHERS.all().get(name)
+    return teacher_options() if cls is None else cls.options_read(argument or None)
 
 
 def get_teacher(spec: str, context: TeacherContext | None = None) -> Teacher:

@@ -13,6 +13,11 @@ from tour_pyserini.teachers.base import ScoreRequest, Teacher, with_texts
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 
+def mostly_unscored(unscored: int, asked: int) -> bool:
+    """Whether a teacher gave no score for most of the pairs it was asked: too few to rank or learn by."""
+    return unscored * 2 > asked
+
+
 class ScoreCache:
     """Scores many queries' candidates with one teacher call, remembering every (qid, docid) score.
 
@@ -20,7 +25,9 @@ class ScoreCache:
     scores, and each query's ``memo`` that teachers calibrating per query use. With ``enabled=False``
     (the paper's no-cache ablation) every candidate is scored again each time; the scores are the same,
     only the teacher calls grow. A ``store`` keeps scores across searches (on disk): pairs found there
-    are not sent to the teacher, but still count as teacher calls, since the budget is the same.
+    are not sent to the teacher, but still count as teacher calls, since the budget is the same. A pair
+    the teacher could not score stays NaN here (it is not asked again in this search) and is counted in
+    the query's ``Trace.unscored``.
     """
 
     def __init__(self, teacher: Teacher, docstore: DocStore | None = None, *, enabled: bool = True,
@@ -53,19 +60,21 @@ class ScoreCache:
             with timed([trace for trace, _ in requests], "teacher"):
                 for (trace, request), scores in zip(requests, self._score([r for _, r in requests])):
                     self.scores.setdefault(request.qid, {}).update(zip(request.docids, scores))
-                    trace.judgments.update(zip(request.docids, np.asarray(scores, dtype=float).tolist()))
+                    scored = ~np.isnan(scores)
+                    trace.unscored += int(np.count_nonzero(~scored))
+                    trace.judgments.update(zip(np.asarray(request.docids)[scored].tolist(), scores[scored].tolist()))
         out = [np.array([self.scores[q][d] for d in c]) if c else np.zeros(0) for q, c in zip(qids, docids)]
         if not self.enabled:
             self.scores.clear()
         return out
 
     def _score(self, requests: list[ScoreRequest]) -> list[np.ndarray]:
-        """Scores of the requests (from the store where it has them), checked."""
+        """Scores of the requests (from the store where it has them), checked: finite, or NaN for no score."""
         if self.store is None and self.teacher.needs_text:
             requests = [with_texts(r, self.docstore) for r in requests]
-        out = self.scorer.score(requests)  # a store reads the texts of the pairs it does not hold only
+        out = [np.asarray(s, dtype=np.float64) for s in self.scorer.score(requests)]  # a store reads missing texts
         for request, scores in zip(requests, out):
-            if np.shape(scores) != (len(request.docids),) or not np.isfinite(scores).all():
-                raise ValueError(f"teacher {self.teacher.label!r} returned non-finite or misshaped scores "
+            if scores.shape != (len(request.docids),) or np.isinf(scores).any():
+                raise ValueError(f"teacher {self.teacher.label!r} returned infinite or misshaped scores "
                                  f"for query {request.qid!r}")  # fmt: skip
         return out

@@ -16,6 +16,7 @@ import numpy as np
 
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
+from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
@@ -137,7 +138,9 @@ class CrossEncoderTeacher(Teacher):
         self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval().to(device)
+        with checked_loading(f"cross-encoder {path!r}"):
+            model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+        self.model = model.eval().to(device)
         self.device = device
         if self.precision == "bf16":
             for module in head_modules(self.model):

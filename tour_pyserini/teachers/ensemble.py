@@ -21,7 +21,16 @@ import numpy as np
 
 from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, get_teacher
+from tour_pyserini.teachers.base import (
+    TEACHERS,
+    ScoreRequest,
+    Teacher,
+    TeacherContext,
+    TeacherOption,
+    get_teacher,
+    options_read_by,
+    teacher_options,
+)
 
 
 def resolve_part(spec: str, base: Path) -> str:
@@ -33,8 +42,11 @@ def resolve_part(spec: str, base: Path) -> str:
 
 
 def read_ensemble(path: str | Path) -> dict:
-    """The ensemble file, checked: a list of parts, each a teacher spec with a finite weight."""
+    """The ensemble file, checked: a list of parts, each a teacher spec with a finite weight, not all 0."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"ensemble file {path} is a directory; name the JSON file in it (e.g. "
+                        f"{path / 'ensemble.json'})")  # fmt: skip
     try:
         record = json.loads(read_text(path))
     except FileNotFoundError:
@@ -45,8 +57,34 @@ def read_ensemble(path: str | Path) -> dict:
     if not parts or not all(isinstance(p, dict) and isinstance(p.get("teacher"), str) for p in parts):
         raise UserError(f'ensemble file {path}: needs "parts": [{{"teacher": SPEC, "weight": W}}, ...]')
     for p in parts:
-        if not isinstance(p.get("weight"), (int, float)) or not np.isfinite(p["weight"]):
-            raise UserError(f"ensemble file {path}: part {p['teacher']!r} has no finite weight")
+        weight = p.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight):
+            raise UserError(f"ensemble file {path}: part {p['teacher']!r} has no finite weight (a number)")
+    if not any(p["weight"] for p in parts):
+        raise UserError(f"ensemble file {path}: every weight is 0, so it would score every pair 0")
+    return record
+
+
+def ensemble_files(spec: str, base: Path | None) -> list[Path]:
+    """The ensemble files a teacher spec names, itself or through a fusion's parts, as they are built: an
+    ensemble's part read beside the file's directory ``base``, a fusion's parts as given."""
+    kind, _, argument = (resolve_part(spec, base) if base else spec).partition(":")
+    if kind == "fusion":
+        return [path for part in argument.split("+") for path in ensemble_files(part, None)]
+    return [Path(argument)] if kind == "ensemble" and argument else []
+
+
+def check_ensemble(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """:func:`read_ensemble` of ``path`` and of every ensemble file its parts name, down to the last; a file
+    that names itself through its parts is one line showing the circle."""
+    here = path.resolve()
+    if here in chain:
+        circle = " -> ".join(str(p) for p in (*chain[chain.index(here):], here))
+        raise UserError(f"ensemble file {path} names itself through its parts: {circle}")
+    record = read_ensemble(path)
+    for part in record["parts"]:
+        for nested in ensemble_files(part["teacher"], path.parent):
+            check_ensemble(nested, (*chain, here))
     return record
 
 
@@ -60,7 +98,6 @@ class EnsembleTeacher(Teacher):
     """``ensemble:FILE``: sum over parts of weight x the part's score."""
 
     name = "ensemble"
-    composite = True
     usage = "ensemble:FILE"
 
     def __init__(self, parts: Sequence[Teacher], weights: Sequence[float]):
@@ -76,10 +113,22 @@ class EnsembleTeacher(Teacher):
     def from_spec(cls, argument: str | None, context: TeacherContext) -> EnsembleTeacher:
         if not argument:
             raise UserError("the ensemble teacher needs a weights file: ensemble:FILE")
-        record = read_ensemble(argument)
+        record = check_ensemble(Path(argument))
         base = Path(argument).parent
         parts = [get_teacher(resolve_part(p["teacher"], base), context) for p in record["parts"]]
         return cls(parts, [p["weight"] for p in record["parts"]])
+
+    @classmethod
+    def options_read(cls, argument: str | None) -> list[TeacherOption]:
+        """Its parts' flags; every teacher's while its file cannot be read (refused, in its own words, when built)."""
+        if not argument:
+            return []
+        try:
+            parts = check_ensemble(Path(argument))["parts"]
+        except UserError:
+            return teacher_options()
+        base = Path(argument).parent
+        return list(dict.fromkeys(o for p in parts for o in options_read_by(resolve_part(p["teacher"], base))))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         total = [np.zeros(len(r.docids)) for r in requests]

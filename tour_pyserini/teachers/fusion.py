@@ -7,7 +7,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext, get_teacher
+from tour_pyserini.teachers.base import (
+    TEACHERS,
+    ScoreRequest,
+    Teacher,
+    TeacherContext,
+    TeacherOption,
+    get_teacher,
+    options_read_by,
+)
 
 
 @TEACHERS.register
@@ -21,7 +29,6 @@ class FusionTeacher(Teacher):
     """
 
     name = "fusion"
-    composite = True
     usage = "fusion:A+B"
     pairwise = False
 
@@ -38,12 +45,19 @@ class FusionTeacher(Teacher):
             raise UserError("fusion needs teachers: fusion:A+B")
         return cls([get_teacher(spec, context) for spec in argument.split("+")])
 
+    @classmethod
+    def options_read(cls, argument: str | None) -> list[TeacherOption]:
+        return list(dict.fromkeys(o for spec in (argument or "").split("+") if spec for o in options_read_by(spec)))
+
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         total = [np.zeros(len(r.docids)) for r in requests]
         for i, part in enumerate(self.parts):
             for j, (request, scores) in enumerate(zip(requests, part.score(requests))):
                 key = (id(self), i)  # this part of this fusion teacher (fusions may nest)
-                mean, std = request.memo.setdefault(key, (float(np.mean(scores)), float(np.std(scores))))
+                given = scores[~np.isnan(scores)]  # a pair the part could not score stays NaN in the sum
+                if key not in request.memo and given.size:
+                    request.memo[key] = (float(np.mean(given)), float(np.std(given)))
+                mean, std = request.memo.get(key, (0.0, 1.0))
                 total[j] += (scores - mean) / (std if std > 0 else 1.0)
         return total
 

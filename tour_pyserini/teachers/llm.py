@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
+from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext
@@ -29,12 +31,14 @@ from tour_pyserini.teachers.prompts import (
     TEMPLATE_OPTION,
     Template,
     chat_template,
+    check_instruction_read,
     instruction_option,
     prompt_ids,
     read_template,
 )
 
 GGUF_EXTRA = "pip install -e '.[gguf]'"
+GGUF_MAGIC = b"GGUF"
 DEFAULT_MAX_LENGTH = 1024  # prompt tokens; a SciFact abstract with the prompt fits in about 500
 
 
@@ -61,6 +65,20 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+def check_gguf(path: Path) -> None:
+    """A whole GGUF file, its header, metadata and every tensor's bytes, read as transformers reads them; a
+    file that is not one, or is cut short, is one line (transformers' own parser stops deep inside)."""
+    from gguf import GGUFReader
+
+    with open(path, "rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise UserError(f"llm teacher {str(path)!r} is not a GGUF file (it does not start with {GGUF_MAGIC!r})")
+    try:
+        GGUFReader(path)
+    except (ValueError, struct.error) as e:  # the parser's words for bytes that end before what they announce
+        raise UserError(f"llm teacher {str(path)!r}: a truncated or corrupt GGUF file ({e})") from None
+
+
 def check_llm_path(path: str) -> tuple[str, str | None]:
     """The model directory (or hub id) and, for a GGUF file, its name; refused in one line before loading."""
     local = Path(path).expanduser()
@@ -70,6 +88,7 @@ def check_llm_path(path: str) -> tuple[str, str | None]:
         if importlib.util.find_spec("gguf") is None:
             raise UserError(f"llm teacher {path!r} is a GGUF file, which transformers reads with the gguf package: "
                             f"{GGUF_EXTRA}")  # fmt: skip
+        check_gguf(local)
         return str(local.parent), local.name
     check_model("llm teacher", path)
     return path, None
@@ -110,10 +129,13 @@ class LlmTeacher(Teacher):
             raise UserError(f"llm teacher {path!r}: needs a fast tokenizer (it cuts documents by character offsets)")
         if template is None:
             template = chat_template(self.tokenizer) if self.tokenizer.chat_template else PRESETS["plain"]
+        check_instruction_read(template, instruction)
         self.template = template
         self.yes_ids, self.no_ids = answer_ids(self.tokenizer, template)
         # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **files).eval().to(device)
+        with checked_loading(f"llm teacher {path!r}"):
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **files)
+        self.model = model.eval().to(device)
         limit = getattr(self.model.config, "max_position_embeddings", None) or max_length
         self.max_length = min(max_length, limit)
         self.batch_size = batch_size
@@ -131,9 +153,10 @@ class LlmTeacher(Teacher):
             options["max_length"] = context.max_length
         if context.precision is not None:
             options["precision"] = check_precision(context.precision, "--teacher-precision")
-        instruction = instruction_option(context.options.get("instruction"))
+        instruction_option(context.options.get("instruction"))  # an empty one: before the model loads
         template = context.options.get("template")
-        return cls(argument, instruction=instruction, template=read_template(template) if template else None,
+        return cls(argument, instruction=context.options.get("instruction"),
+                   template=read_template(template) if template else None,
                    **options)  # fmt: skip
 
     def prompt_ids(self, query: str, document: str) -> list[int]:

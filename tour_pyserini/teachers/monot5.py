@@ -14,6 +14,7 @@ import numpy as np
 
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
+from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
@@ -53,7 +54,9 @@ class MonoT5Teacher(Teacher):
         if not self.tokenizer.is_fast:
             raise UserError(f"monot5 teacher {path!r}: needs a fast tokenizer (it cuts documents by character offsets)")
         self.true_id, self.false_id = (self.answer_id(w) for w in ("true", "false"))
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=torch.float32).eval().to(device)
+        with checked_loading(f"monot5 teacher {path!r}"):
+            model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=torch.float32)
+        self.model = model.eval().to(device)
         self.device = device
         if self.precision == "bf16":
             run_in_float32(self.model.get_output_embeddings(), torch.device(device).type)

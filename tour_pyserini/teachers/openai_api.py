@@ -3,21 +3,25 @@
 Two ways of judging, as servers differ. ``logprobs``: ``/completions`` on the yes/no prompt, one token,
 the score the log-odds of yes and no among ``top_logprobs`` (the llm teacher's score, from the server's
 arithmetic). ``score``: ``/chat/completions`` asking for the TTT-Embed paper's 0-5 relevance score, parsed
-strictly; a reply that is not a score is asked once more, then the pair has no score (never 0: it is not
-stored, so a later run asks again, and it ranks below the candidates that got one). ``auto`` tries the
-first and falls back to the second when the server gives no log-probabilities (llama.cpp's chat endpoint
-returns none).
+strictly; a reply that is not a score is asked once more, then the pair has no score (NaN, never 0: it is
+not stored, so a later run asks again). ``auto`` tries the first and falls back to the second when the
+server gives no log-probabilities (llama.cpp's chat endpoint returns none).
 
 Each pair is one request; up to ``concurrency`` are in flight. 429 and 5xx answers, timeouts and dropped
-connections are retried with exponential backoff (``Retry-After`` honoured); a refused key, a missing
-model or endpoint, or a server that cannot be reached is one line. Scores are handed over as they arrive
-(:meth:`score_streaming`), so a score store keeps every paid pair even when the run is interrupted.
+connections are retried with exponential backoff, each wait logged once it reaches a second; ``Retry-After``
+is honoured up to ``max_retry_after`` seconds, and one pair may take ``deadline`` seconds, retries included.
+A refused key, a missing model or endpoint, a server that cannot be reached, a longer wait than those bounds
+and a body that is not what the API defines (the server's words quoted) are one line each. Scores are
+handed over as they arrive (:meth:`score_streaming`), so a score store keeps every paid pair even when the
+run is interrupted.
 """
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
@@ -33,7 +37,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import positive_int
+from tour_pyserini.numbers import non_negative_float, positive_float, positive_int
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext, TeacherOption
 from tour_pyserini.teachers.cross_encoder import pair_text
 from tour_pyserini.teachers.prompts import (
@@ -43,20 +47,33 @@ from tour_pyserini.teachers.prompts import (
     SCORE_USER,
     TEMPLATE_OPTION,
     Template,
+    check_instruction_read,
     instruction_option,
     parse_score,
     read_template,
 )
 
+log = logging.getLogger(__name__)
+
 JUDGES = ("auto", "logprobs", "score")
 TOP_LOGPROBS = 20
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+LOGGED_WAIT = 1.0  # seconds: a shorter wait between tries goes unsaid
+QUOTED = 80  # characters of a body the server sent, quoted in a message
+RESUME = "scores already received are in the score store (--score-store): run again to resume"
 
 MODEL_OPTION = TeacherOption("--teacher-model", "model", help="the model an openai: teacher asks (its name on the "
                              "server)", metavar="NAME")  # fmt: skip
 CONCURRENCY_OPTION = TeacherOption("--teacher-concurrency", "concurrency", positive_int,
                                    "requests an openai: teacher keeps in flight, all Ray workers together "
                                    "(default 4)", "N", shared=True, default=4)  # fmt: skip
+DEADLINE_OPTION = TeacherOption("--teacher-timeout", "deadline", positive_float,
+                                "seconds an openai: teacher waits for one pair's score, retries included, before the "
+                                "search stops in one line (default 300)", "SECONDS", default=300.0)  # fmt: skip
+RETRY_AFTER_OPTION = TeacherOption("--teacher-max-retry-after", "max_retry_after", non_negative_float,
+                                   "the longest Retry-After an openai: teacher obeys; a busy server asking for "
+                                   "more stops the search in one line (default 60)", "SECONDS",
+                                   default=60.0)  # fmt: skip
 JUDGE_OPTION = TeacherOption("--teacher-judge", "judge", help="how an openai: teacher judges: logprobs (yes/no "
                              "log-odds), score (verbalised 0-5) or auto (logprobs where the server returns them; "
                              "default)", metavar="|".join(JUDGES))  # fmt: skip
@@ -84,11 +101,14 @@ class OpenAITeacher(Teacher):
 
     name = "openai"
     usage = "openai:BASE_URL"
-    options = (MODEL_OPTION, CONCURRENCY_OPTION, JUDGE_OPTION, INSTRUCTION_OPTION, TEMPLATE_OPTION)
+    options = (MODEL_OPTION, CONCURRENCY_OPTION, JUDGE_OPTION, DEADLINE_OPTION, RETRY_AFTER_OPTION, INSTRUCTION_OPTION,
+               TEMPLATE_OPTION)  # fmt: skip
 
     def __init__(self, base_url: str, model: str, *, judge: str = "auto", concurrency: int = CONCURRENCY_OPTION.default,
                  instruction: str | None = None, template: Template | None = None, max_chars: int | None = None,
-                 timeout: float = 60.0, retries: int = 5, backoff: float = 0.5):  # fmt: skip
+                 timeout: float = 60.0, retries: int = 5, backoff: float = 0.5,
+                 deadline: float = DEADLINE_OPTION.default,
+                 max_retry_after: float = RETRY_AFTER_OPTION.default):  # fmt: skip
         parsed = urlparse(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise UserError(
@@ -105,11 +125,18 @@ class OpenAITeacher(Teacher):
         self.max_chars = max_chars
         self.concurrency = concurrency
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.deadline, self.max_retry_after = deadline, max_retry_after  # seconds per pair; longest Retry-After
         self.key = os.environ.get("OPENAI_API_KEY")
         self.paid = Usage()
         self.lock = threading.Lock()
         self.reached = False  # whether the server has answered once (a refused connection then is worth retrying)
         self.judge = self.probe() if judge == "auto" else judge
+        if template is not None and self.judge == "score":
+            raise UserError("--teacher-template: this openai teacher judges by 0-5 scores (--teacher-judge score, or "
+                            "auto on a server without log-probabilities), with a prompt of its own: the template "
+                            "would not be read")  # fmt: skip
+        if self.judge == "logprobs":
+            check_instruction_read(self.template, instruction)
 
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> OpenAITeacher:
@@ -121,14 +148,18 @@ class OpenAITeacher(Teacher):
         template = options.get("template")
         return cls(argument, options.get("model"), judge=options.get("judge") or "auto",
                    concurrency=options.get("concurrency") or CONCURRENCY_OPTION.default,
+                   deadline=options.get("deadline") or DEADLINE_OPTION.default,
+                   max_retry_after=RETRY_AFTER_OPTION.default if options.get("max_retry_after") is None
+                   else options["max_retry_after"],
                    instruction=options.get("instruction"),
                    template=read_template(template) if template else None,
                    max_chars=4 * context.max_length if context.max_length else None)  # fmt: skip
 
     # -- HTTP
 
-    def post(self, endpoint: str, body: dict) -> dict | None:
-        """The server's JSON answer; None for a request it refused as malformed (400, 422: that pair only)."""
+    def post(self, endpoint: str, body: dict, deadline: float) -> dict | None:
+        """The server's JSON answer; None for a request it refused as malformed (400, 422: that pair only).
+        Tries and waits end by ``deadline`` (a ``time.monotonic()`` instant), or the search stops in one line."""
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"
@@ -136,17 +167,15 @@ class OpenAITeacher(Teacher):
         data = json.dumps({"model": self.model, **body}).encode()
         attempt = 0
         while True:
+            timeout = min(self.timeout, max(deadline - time.monotonic(), 0.001))
             try:
                 with self.lock:
                     self.paid.requests += 1
                 request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    answer = json.loads(response.read())
-                usage = answer.get("usage") or {}
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    answer = json_object(response.read(), url)
                 self.reached = True
-                with self.lock:
-                    self.paid.prompt_tokens += usage.get("prompt_tokens") or 0
-                    self.paid.completion_tokens += usage.get("completion_tokens") or 0
+                self.count_tokens(answer, url)
                 return answer
             except urllib.error.HTTPError as e:
                 if e.code in (401, 403):
@@ -160,18 +189,44 @@ class OpenAITeacher(Teacher):
                 if e.code not in RETRY_STATUS or attempt == self.retries:
                     raise UserError(f"openai teacher: {url} answered {e.code} {e.reason} "
                                     f"({attempt + 1} tries)") from None  # fmt: skip
-                wait = max(self.backoff * 2**attempt, float(e.headers.get("Retry-After") or 0))
+                asked = retry_after(e.headers.get("Retry-After") if e.headers else None)
+                if asked is not None and asked > self.max_retry_after:
+                    raise UserError(f"openai teacher: {url} answered {e.code} {e.reason} and asks to wait {asked:g} s "
+                                    f"(Retry-After), more than --teacher-max-retry-after {self.max_retry_after:g} s; "
+                                    f"{RESUME}") from None  # fmt: skip
+                wait, reason = max(self.backoff * 2**attempt, asked or 0.0), f"answered {e.code} {e.reason}"
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                refused = isinstance(getattr(e, "reason", e), ConnectionRefusedError)
+                cause = getattr(e, "reason", e)
+                refused = isinstance(cause, ConnectionRefusedError)
                 if refused and not self.reached:  # nothing listens there: no server to wait for
                     raise UserError(f"openai teacher: cannot reach {self.base_url} (connection refused)") from None
                 if attempt == self.retries:
-                    raise UserError(f"openai teacher: cannot reach {self.base_url} ({getattr(e, 'reason', e)}; "
-                                    f"{attempt + 1} tries); scores already received are in the score store "
-                                    "(--score-store): run again to resume") from None  # fmt: skip
-                wait = self.backoff * 2**attempt
+                    raise UserError(f"openai teacher: cannot reach {self.base_url} ({cause}; {attempt + 1} tries); "
+                                    f"{RESUME}") from None  # fmt: skip
+                silent = isinstance(cause, TimeoutError)
+                wait, reason = self.backoff * 2**attempt, f"gave no answer in {timeout:.3g} s" if silent else str(cause)
+            if time.monotonic() + wait > deadline:
+                raise UserError(f"openai teacher: no score for one pair within --teacher-timeout {self.deadline:g} s "
+                                f"({url} {reason}; {attempt + 1} tries); {RESUME}")  # fmt: skip
+            if wait >= LOGGED_WAIT or reason.startswith("gave no answer"):
+                log.warning("openai teacher: %s %s; trying again in %.1f s (try %d of %d)", url, reason, wait,
+                            attempt + 2, self.retries + 1)  # fmt: skip
             time.sleep(wait)
             attempt += 1
+
+    def count_tokens(self, answer: dict, url: str) -> None:
+        """Add the answer's ``usage`` (absent: nothing) to what this process has paid for."""
+        usage = answer.get("usage")
+        if usage is None:
+            return
+        counts = [usage.get(key) or 0 for key in ("prompt_tokens", "completion_tokens")] if isinstance(usage, dict) \
+            else None  # fmt: skip
+        if counts is None or not all(type(n) is int and n >= 0 for n in counts):
+            raise UserError(f"openai teacher: {url} answered with a \"usage\" that is not token counts: "
+                            f"{quote(json.dumps(usage))}")  # fmt: skip
+        with self.lock:
+            self.paid.prompt_tokens += counts[0]
+            self.paid.completion_tokens += counts[1]
 
     # -- judging one pair
 
@@ -179,21 +234,21 @@ class OpenAITeacher(Teacher):
         before, after = self.template.render(query, self.instruction)
         return before + document.strip()[: self.max_chars] + after
 
-    def judge_logprobs(self, query: str, document: str) -> float:
+    def judge_logprobs(self, query: str, document: str, deadline: float) -> float:
         answer = self.post("completions", {"prompt": self.completion_prompt(query, document), "max_tokens": 1,
-                                           "temperature": 0, "logprobs": TOP_LOGPROBS})  # fmt: skip
-        top = top_logprobs(answer)
+                                           "temperature": 0, "logprobs": TOP_LOGPROBS}, deadline)  # fmt: skip
+        top = top_logprobs(answer, f"{self.base_url}/completions")
         if top is None:
             raise Unscored("no log-probabilities")
         return yes_no_log_odds(top, self.template.answers)
 
-    def judge_score(self, query: str, document: str) -> float:
+    def judge_score(self, query: str, document: str, deadline: float) -> float:
         user = SCORE_USER.format(instruction=self.instruction, query=query,
                                  document=document.strip()[: self.max_chars])  # fmt: skip
         body = {"messages": [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": user}],
                 "max_tokens": 4, "temperature": 0}  # fmt: skip
         for _ in range(2):  # a reply that is not a score is asked once more
-            answer = self.post("chat/completions", body)
+            answer = self.post("chat/completions", body, deadline)
             try:
                 score = parse_score(answer["choices"][0]["message"]["content"]) if answer else None
             except (KeyError, IndexError, TypeError):
@@ -203,20 +258,23 @@ class OpenAITeacher(Teacher):
         raise Unscored("the reply was not a 0-5 score")
 
     def judge_pair(self, query: str, document: str) -> float:
-        return (self.judge_logprobs if self.judge == "logprobs" else self.judge_score)(query, document)
+        judge = self.judge_logprobs if self.judge == "logprobs" else self.judge_score
+        return judge(query, document, time.monotonic() + self.deadline)
 
     def probe(self) -> str:
         """``logprobs`` when the server returns yes/no log-probabilities for completions, else ``score``."""
+        deadline = time.monotonic() + self.deadline
         try:
             answer = self.post("completions", {"prompt": self.completion_prompt("probe", "probe"), "max_tokens": 1,
-                                               "temperature": 0, "logprobs": TOP_LOGPROBS})  # fmt: skip
+                                               "temperature": 0, "logprobs": TOP_LOGPROBS}, deadline)  # fmt: skip
         except UserError as e:
             if "404" not in str(e):
                 raise
             # no completions endpoint; the chat endpoint must be there (and know the model)
-            self.post("chat/completions", {"messages": [{"role": "user", "content": "Reply 0."}], "max_tokens": 1})
+            self.post("chat/completions", {"messages": [{"role": "user", "content": "Reply 0."}], "max_tokens": 1},
+                      deadline)  # fmt: skip
             return "score"
-        top = top_logprobs(answer)
+        top = top_logprobs(answer, f"{self.base_url}/completions")
         try:
             if top is not None:
                 yes_no_log_odds(top, self.template.answers)
@@ -267,13 +325,7 @@ class OpenAITeacher(Teacher):
             self.report()
         if stop is not None:
             raise stop
-        out = []
-        for i, request in enumerate(requests):
-            scores = [got.get((i, j)) for j in range(len(request.docids))]
-            known = [s for s in scores if s is not None]
-            floor = (min(known) if known else 0.0) - 1.0  # an unscored pair ranks below its query's scored ones
-            out.append(np.array([floor if s is None else s for s in scores], dtype=np.float64))
-        return out
+        return [np.array([got.get((i, j), np.nan) for j in range(len(r.docids))]) for i, r in enumerate(requests)]
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         return self.score_streaming(requests, lambda i, scores: None)
@@ -297,19 +349,59 @@ class OpenAITeacher(Teacher):
         return f"{self.label} judge {self.judge} prompt {digest}"
 
 
-def top_logprobs(answer: dict | None) -> dict[str, float] | None:
-    """The first generated token's alternatives, {token: log-probability}, from a completions answer."""
+def json_object(body: bytes, url: str) -> dict:
+    """The JSON object a server answered with, or one line quoting what it sent instead."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        answer = json.loads(text)
+    except json.JSONDecodeError:
+        raise UserError(f"openai teacher: {url} answered with a body that is not JSON: {quote(text)}") from None
+    if not isinstance(answer, dict):
+        raise UserError(f"openai teacher: {url} answered with JSON that is not an object: {quote(text)}")
+    return answer
+
+
+def quote(text: str) -> str:
+    """The start of what a server sent, on one line."""
+    return repr(text[:QUOTED]) + (f" ({len(text)} characters)" if len(text) > QUOTED else "")
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (a number of seconds or an HTTP date); None when it is
+    absent or unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return None if math.isnan(seconds) else max(seconds, 0.0)
+
+
+def top_logprobs(answer: dict | None, url: str) -> dict[str, float] | None:
+    """The first generated token's alternatives, {token: log-probability}, from a completions answer (None
+    when it has none); a log-probability that is not a number is one line quoting it."""
     try:
         top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
     except (KeyError, IndexError, TypeError):
         return None
-    return top if isinstance(top, dict) and top else None
+    if not isinstance(top, dict) or not top:
+        return None
+    if bad := {token: lp for token, lp in top.items() if type(lp) not in (int, float)}:
+        raise UserError(f"openai teacher: {url} sent log-probabilities that are not numbers: {quote(json.dumps(bad))}")
+    return top
 
 
 def yes_no_log_odds(top: dict[str, float], answers: tuple[str, str]) -> float:
     """log P(yes) - log P(no), each summed over the listed tokens that read as the answer (any case, any
     spaces). An answer missing from the list has at most the smallest listed probability, which stands for
-    it; a list with neither answer gives no score."""
+    it; a list with neither answer gives no score, nor one holding NaN or +inf (-inf is probability 0: unlisted)."""
+    if any(math.isnan(lp) or lp == math.inf for lp in top.values()):
+        raise Unscored("a log-probability that is NaN or infinite")
+    top = {token: lp for token, lp in top.items() if lp > -math.inf}
     sides = []
     for word in answers:
         logps = [lp for token, lp in top.items() if token.strip().lower() == word]

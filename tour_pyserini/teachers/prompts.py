@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import TeacherOption
 
@@ -72,7 +73,10 @@ def read_template(value: str) -> Template:
     path = Path(value)
     if not path.is_file():
         raise UserError(f"--teacher-template {value!r} is neither a preset ({', '.join(PRESETS)}) nor a file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_text(path)
+    except UserError as e:  # not UTF-8: the file, line and byte
+        raise UserError(f"--teacher-template {e}") from None
     missing = [p for p in PLACEHOLDERS[:2] if p not in text]
     if missing:
         raise UserError(f"--teacher-template {value}: the template lacks {' and '.join(missing)}")
@@ -108,6 +112,13 @@ def prompt_ids(tokenizer, before: str, document: str, after: str, max_length: in
     in_document = [i for i, (a, _) in enumerate(offsets) if start <= a < end]
     cut = set(in_document[max(0, len(in_document) - excess) :])
     return [t for i, t in enumerate(ids) if i not in cut]
+
+
+def check_instruction_read(template: Template, instruction: str | None) -> None:
+    """An ``instruction`` given (not None) for a template without ``{instruction}`` would be read by no one."""
+    if instruction is not None and "{instruction}" not in template.text:
+        raise UserError(f"--teacher-instruction: the template {template.name!r} has no {{instruction}}, so the "
+                        "instruction would not be read")  # fmt: skip
 
 
 def instruction_option(value: str | None) -> str:

@@ -5,11 +5,12 @@ An optional persistent layer under the per-search :class:`~tour_pyserini.teacher
 depend on the other candidates (``Teacher.pairwise``) can be stored. The file records the fingerprint of
 the teacher that filled it and refuses another one, so a retrained teacher, or one reading another index,
 never reuses old scores. A store is stamped as such when created (``PRAGMA application_id``): any other
-existing file, SQLite or not, is refused untouched.
+existing file, SQLite or not, is refused untouched. Only finite scores are kept.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -99,12 +100,14 @@ class ScoreStore:
             marks = ",".join("?" * len(chunk))
             rows = self.db.execute(f"SELECT docid, score FROM scores WHERE query = ? AND docid IN ({marks})",
                                    [query, *chunk])  # fmt: skip
-            found.update(rows)
+            # a NULL or non-finite score (kept by versions that stored a server's NaN) counts as never scored
+            found.update((d, s) for d, s in rows if isinstance(s, (int, float)) and math.isfinite(s))
         return found
 
     def put(self, query: str, scores: Mapping[str, float]) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)",
-                            [(query, d, float(s)) for d, s in scores.items()])  # fmt: skip
+        """Keep the finite ``scores``; a NaN (no score) or an infinity is left out, so a later run asks again."""
+        rows = [(query, d, float(s)) for d, s in scores.items() if math.isfinite(s)]
+        self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
         self.db.commit()
 
     def close(self) -> None:

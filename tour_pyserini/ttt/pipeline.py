@@ -27,9 +27,11 @@ from tour_pyserini.ttt.vectors import DocVectors
 
 def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: TaskSource, *,
                   max_depth: int) -> Rewards:  # fmt: skip
-    """The teacher's score of each allocated (query, rank) pair of ``searcher``'s top ``max_depth``."""
+    """The teacher's score of each allocated (query, rank) pair of ``searcher``'s top ``max_depth``; a pair the
+    teacher could not score is no reward, and a teacher that scored most pairs none is one line."""
     from tour_pyserini.results import Trace
     from tour_pyserini.teachers import ScoreCache
+    from tour_pyserini.teachers.cache import mostly_unscored
 
     wanted: dict[str, list[int]] = {}
     for pair in pairs:
@@ -39,10 +41,16 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
     docids = [[ranking[r].docid for r in wanted[t.qid]] for t, ranking in zip(chosen, rankings)]
     cache = ScoreCache(teacher, searcher.docstore)
     scores = cache.score([t.qid for t in chosen], [t.text for t in chosen], docids, [Trace() for _ in chosen])
+    unscored = sum(int(np.isnan(values).sum()) for values in scores)
+    asked = sum(len(ids) for ids in docids)
+    if mostly_unscored(unscored, asked):
+        raise UserError(f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked: "
+                        "too few rewards to fit on")  # fmt: skip
     rewards = Rewards(tasks={source.name: source})
     for topic, ids, values in zip(chosen, docids, scores):
         for docid, value in zip(ids, values):
-            rewards.add(source.name, topic.qid, docid, float(value))
+            if not np.isnan(value):
+                rewards.add(source.name, topic.qid, docid, float(value))
     return rewards
 
 
