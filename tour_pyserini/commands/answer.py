@@ -79,7 +79,7 @@ def questions_to_read(run: dict, topics: list, docstore, k: int, run_path: str, 
     common = [t for t in topics if run.get(t.qid)]
     if not common:
         raise UserError(f"{run_path} and the topics have no question in common")
-    heads = {t.qid: sorted(run[t.qid].items(), key=lambda item: -item[1])[:k] for t in common}
+    heads = {t.qid: list(run[t.qid].items())[:k] for t in common}  # read_run gives rank order
     docids = sorted({d for head in heads.values() for d, _ in head})
     missing = [d for d in docids if d not in docstore]
     if missing:

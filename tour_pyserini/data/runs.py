@@ -235,12 +235,19 @@ def write_run(path: str | Path, rankings: Iterable[tuple[str, Sequence[Hit]]], t
 
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
-    """``{qid: {docid: score}}`` from a TREC run; malformed lines, non-finite scores and repeated docids raise."""
-    run: dict[str, dict[str, float]] = {}
-    for lineno, (qid, _, docid, _, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
+    """``{qid: {docid: score}}`` from a TREC run, each query's docids in rank order: score descending, then the
+    rank column (as evaluation tools read a run), whatever the order of the file's lines. Malformed lines,
+    non-finite scores and repeated docids raise."""
+    hits: dict[str, dict[str, tuple[float, int]]] = {}
+    for lineno, (qid, _, docid, rank, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
         value = parse_finite(score, f"{path}:{lineno}", "score")
-        docs = run.setdefault(qid, {})
+        try:
+            position = int(rank)
+        except ValueError:
+            raise UserError(f"{path}:{lineno}: rank {rank!r} is not an integer") from None
+        docs = hits.setdefault(qid, {})
         if docid in docs:
             raise UserError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
-        docs[docid] = value
-    return run
+        docs[docid] = (value, position)
+    return {qid: {d: s for d, (s, _) in sorted(docs.items(), key=lambda item: (-item[1][0], item[1][1]))}
+            for qid, docs in hits.items()}  # fmt: skip
