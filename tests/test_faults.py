@@ -193,6 +193,31 @@ def test_a_second_search_on_the_same_output_is_refused_and_a_killed_one_blocks_n
     assert [json.loads(r)["qid"] for r in open(trace)] == qids_in(killed)
 
 
+def start_index(args: list, log: Path) -> subprocess.Popen:
+    with open(log, "w") as f:
+        return subprocess.Popen([sys.executable, "-m", "tour_pyserini", "index", *map(str, args)],
+                                stdout=f, stderr=subprocess.STDOUT, env=env(), preexec_fn=default_sigint)  # fmt: skip
+
+
+def start_lucene_build(out: Path, log: Path) -> subprocess.Popen:
+    """A BM25 build of SciFact's 5,183 abstracts (about 5 s in Lucene), once Lucene has started indexing."""
+    proc = start_index(["--bm25", "--collection", ROOT / "collections/scifact", "--output", out], log)
+    wait_for(lambda: "Starting to index" in log.read_text(), proc, "Lucene's indexing")
+    return proc
+
+
+def test_a_second_index_on_the_same_output_is_refused_while_the_first_builds(tmp_path):
+    out = tmp_path / "bm25"
+    first = start_lucene_build(out, tmp_path / "first.txt")
+    second = cli("index", "--bm25", "--collection", ROOT / "collections/scifact", "--output", out)
+    assert_one_line_error(second, f"{partial_of(out)} is locked: another command is writing this --output")
+    assert first.wait(timeout=600) == 0, (tmp_path / "first.txt").read_text()[-3000:]
+    assert "bm25 index" in (tmp_path / "first.txt").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bm25", "first.txt"]  # no lock or staging left
+    third = cli("index", "--bm25", "--collection", ROOT / "collections/scifact", "--output", out)
+    assert third.returncode == 0 and third.stdout.startswith(f"reusing bm25 index {out}: 5183 docs"), third.stderr
+
+
 # --- corpora that would lose documents -----------------------------------------------------------------
 
 GOOD = '{"id": "d1", "title": "Alpha", "text": "apple", "contents": "Alpha apple"}\n'
@@ -233,7 +258,7 @@ def test_an_unwritable_index_output_is_one_line(kind, tmp_path):
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "index"
     proc = cli("index", "--collection", tmp_path, "--output", out, *(["--bm25"] if kind == "bm25" else []))
-    assert_one_line_error(proc, f"cannot create the index {out}")
+    assert_one_line_error(proc, f"cannot write --output {out}: {out.parent} is a file, not a directory")
 
 
 MIXED = [  # every way the project reads a document's text; Anserini alone would index only d4 and d5
@@ -357,7 +382,7 @@ def test_an_unwritable_output_is_one_line_before_anything_loads(where, dense_ind
         parent.write_text("")
     started = time.monotonic()
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", parent / "run.trec")
-    assert_one_line_error(proc, f"cannot write {parent / 'run.trec.partial'}")
+    assert_one_line_error(proc, f"cannot write --output {parent / 'run.trec'}")
     assert time.monotonic() - started < 60  # no model or JVM was loaded (they print progress lines anyway)
 
 

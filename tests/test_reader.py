@@ -259,6 +259,38 @@ def test_train_reader_refuses_topics_without_answers(tmp_path, capsys):
     assert exit_info.value.code == 2 and "fewer than two questions with answers" in err and len(err.splitlines()) == 1
 
 
+def test_a_second_train_reader_on_the_same_output_is_refused_while_the_first_trains(tmp_path, tiny):
+    """Two real processes: the second is refused in one line (not a silent replacement of the first's reader)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = write_collection(tmp_path)
+    out, log = tmp_path / "reader", tmp_path / "first.txt"
+    argv = [sys.executable, "-m", "tour_pyserini", "train-reader", "--run", root / "run.trec", "--topics",
+            root / "topics.jsonl", "--collection", root, "--init", tiny, "--output", out, "--batch-size", "2",
+            "--dev-fraction", "0.25", "--max-length", "48", "--stride", "8", "--k", "3"]  # fmt: skip
+    with open(log, "w") as f:
+        first = subprocess.Popen([*map(str, argv), "--steps", "100000"], stdout=f, stderr=f)
+    try:
+        deadline = time.monotonic() + 300
+        while "train reader" not in log.read_text():  # the first is training, its output locked
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        second = subprocess.run([*map(str, argv), "--steps", "2"], capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        assert second.returncode == 2 and second.stderr.strip().splitlines() == [
+            f"error: {out}.partial is locked: another command is writing this --output; wait for it or choose "
+            "another --output"]  # fmt: skip
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 143
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["corpus.jsonl", "topics.jsonl", "run.trec",
+                                                                 "first.txt"])  # fmt: skip
+
+
 # ---- ORQA's joint training: the gradients of its two losses ----
 
 

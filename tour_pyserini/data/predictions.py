@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.data.lines import text_lines
-from tour_pyserini.data.runs import open_locked
+from tour_pyserini.data.staging import open_locked
 from tour_pyserini.errors import UserError
 
 
