@@ -218,6 +218,20 @@ def test_a_second_index_on_the_same_output_is_refused_while_the_first_builds(tmp
     assert third.returncode == 0 and third.stdout.startswith(f"reusing bm25 index {out}: 5183 docs"), third.stderr
 
 
+def test_ctrl_c_stops_a_bm25_index_build_within_a_second_leaving_nothing(tmp_path):
+    """Lucene's indexing runs in a Java process of its own, stopped at once (in-process it held Ctrl-C for ~5 s)."""
+    out, log = tmp_path / "bm25", tmp_path / "log.txt"
+    proc = start_lucene_build(out, log)
+    time.sleep(1.0)  # well into Lucene's indexing
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    status = proc.wait(timeout=60)
+    stopped = time.monotonic() - started
+    assert status == 130 and log.read_text().strip().splitlines()[-1] == "interrupted", log.read_text()[-3000:]
+    assert stopped < 1.5, f"stopped {stopped:.1f} s after Ctrl-C"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
+
+
 # --- corpora that would lose documents -----------------------------------------------------------------
 
 GOOD = '{"id": "d1", "title": "Alpha", "text": "apple", "contents": "Alpha apple"}\n'

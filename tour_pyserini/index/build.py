@@ -113,7 +113,8 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
     An existing index at ``output`` is reused unless ``overwrite``, and only if it records what ``request``
     asks for; a failed build leaves nothing behind, and an overwritten index stays whole until its
     replacement is. The output is locked while it is checked and built: a second writer is refused. Build
-    time and the process's peak resident memory are recorded in the metadata.
+    time and the peak resident memory (this process's, or its indexer's, whichever is larger) are recorded in
+    the metadata.
     """
     output = Path(output)
     check_place(output)
@@ -124,7 +125,8 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         with staged_directory(output, "the index") as tmp:
             meta = write(tmp)
             meta.build_seconds = round(time.perf_counter() - start, 2)
-            meta.peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+            meta.peak_rss_mb = round(max(resource.getrusage(who).ru_maxrss
+                                         for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024, 1)
             meta.write(tmp)
     return meta
 
