@@ -167,6 +167,21 @@ def test_bf16_reads_the_same_spans_up_to_rounding(tiny):
     assert all(p.answer in LONG or p.answer in "Paris is in France. Rome, Italy" for p in bf16)
 
 
+@pytest.mark.parametrize("max_length, stride", [(10, 2), (64, 16), (64, 31)])
+def test_a_long_question_in_short_windows_is_cut_to_leave_the_passage_room(tiny, max_length, stride):
+    """The question keeps at most max_length - special tokens - stride - 1 tokens (the tokenizer's overflow needs
+    more than stride tokens of passage per window), instead of tokenizers' Truncation error."""
+    from transformers import AutoTokenizer
+
+    question = "which number follows the word that comes after word3 in the long list of words and numbers " * 3
+    windows = make_windows(AutoTokenizer.from_pretrained(tiny), [question], [LONG], max_length=max_length,
+                           stride=stride)  # fmt: skip
+    assert windows and all(len(w.input_ids) <= max_length for w in windows)
+    assert all(w.context.sum() > stride for w in windows[:-1])  # every window but the last has room past the stride
+    reader = Reader(str(tiny), ReaderOptions(k=1, max_length=max_length, stride=stride))
+    assert reader.read([Question("q", question, (Passage("long", LONG, 1.0),))])[0].docid == "long"
+
+
 def test_k_limits_the_passages_read(tiny):
     preds = Reader(str(tiny), ReaderOptions(k=1, max_length=48, stride=12)).read(QUESTIONS)
     assert [p.docid for p in preds] == ["long", "b"]

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
             run = read_run(args.run)
             docstore = open_passages(args, stack)
             questions = questions_to_read(run, topics, docstore, options.k, args.run, args.index or args.collection)
-            check_reader(args.reader)
+            check_reader(args.reader, max_length=options.max_length, stride=options.stride)
             todo = [q for q in questions if q.qid not in writer.done]
             if writer.done:
                 print(f"resuming {output}: {len(writer.done)} of {len(questions)} questions already answered",

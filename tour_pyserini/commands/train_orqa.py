@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     with locked_output_directory(args.output, args.overwrite) as output:
         init = args.init or meta.encoder["name"]
         EncoderSpec.resolve(init)
-        check_reader(args.reader)
+        check_reader(args.reader, max_length=config.max_length, stride=config.stride)
         report = train(index_dir, topics, output, init, args.reader, config, bf16=args.bf16)
     print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
           f"search --encoder {output}/query, then answer --reader {output}/reader "
