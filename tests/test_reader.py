@@ -306,6 +306,36 @@ def test_a_second_train_reader_on_the_same_output_is_refused_while_the_first_tra
                                                                  "first.txt"])  # fmt: skip
 
 
+NOTHING_TO_TRAIN_ON = {  # case: (answers of questions a-d, extra flags, the error's words)
+    "no-answer-in-the-run": (["Tokyo", "Tokyo", "Tokyo", "Tokyo"], [],
+                             "no question has a passage containing one of its answers (DPR's match) in its top 3"),
+    "all-in-dev": (["Paris", "Tokyo", "Tokyo", "Tokyo"], ["--seed", "5"],
+                   "the 1 question(s) with an answer-bearing passage in their top 3 all went to the dev split"),
+    "answer-longer-than-a-window": (["Paris is the capital of France. Paris has the Louvre"] * 4,
+                                    ["--max-length", "16", "--stride", "2", "--seed", "1"],
+                                    "never hold a whole answer in one window's tokens (e.g. question a: 'Paris is"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(NOTHING_TO_TRAIN_ON))
+def test_train_reader_says_why_no_question_can_be_trained_on(case, tmp_path, tiny, capsys):
+    from tour_pyserini.commands.runner import run_cli
+    from tour_pyserini.commands.train_reader import main as train_main
+
+    root = write_collection(tmp_path)
+    answers, extra, message = NOTHING_TO_TRAIN_ON[case]
+    (root / "topics.jsonl").write_text("".join(json.dumps({"qid": q, "question": t, "answers": [a]}) + "\n"
+                                               for q, t, a in zip("abcd", ["capital of france", "capital of italy",
+                                               "capital of germany", "capital of spain"], answers)))  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(train_main, ["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"), "--collection",
+                             str(root), "--init", str(tiny), "--output", str(tmp_path / "reader"), "--steps", "2",
+                             "--dev-fraction", "0.25", "--k", "3", *extra])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not list(tmp_path.glob("reader*"))
+
+
 # ---- ORQA's joint training: the gradients of its two losses ----
 
 
