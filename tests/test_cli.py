@@ -146,6 +146,13 @@ def test_console_script_lists_commands():
     assert proc.returncode == 0 and "--exclude-texts-from" in proc.stdout
 
 
+@pytest.mark.parametrize("typed, hint", [("serch", " (did you mean search?)"), ("frobnicate", "")])
+def test_an_unknown_command_is_one_error_line_with_the_closest_command(typed, hint):
+    proc = run_module("tour_pyserini", typed, "--index", "x")
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"error: unknown command {typed!r}{hint}; tour-pyserini --help lists the commands"]  # fmt: skip
+
+
 def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_path):
     """--help groups the flags by rewriter; another rewriter's flag or a bad value fails before any model loads."""
     out = tmp_path / "run.trec"

@@ -251,6 +251,8 @@ BAD_CORPORA = {
     "not-an-object": (GOOD + '["d2", "b"]\n', "corpus.jsonl:2: expected a JSON object, got list"),
     "id-with-space": (GOOD + '{"id": "d 2", "text": "b"}\n', "corpus.jsonl:2: document id 'd 2' is empty or contains"),
     "empty": ("", "corpus.jsonl: the corpus holds no documents"),
+    "all-empty-text": ('{"id": "d1", "text": ""}\n{"id": "d2", "title": " ", "contents": ""}\n',
+                       "corpus.jsonl: all 2 documents have empty text; there is nothing to index"),
 }
 
 
