@@ -345,20 +345,21 @@ def _frame(**columns) -> bytes:
     return _pickled(pd.DataFrame(columns))
 
 
-TEXTS = ["alpha", "beta", "gamma"]
-GOOD = [np.full(4, 0.5, dtype=np.float32)] * 3
+QUERY_TEXTS = ["alpha", "beta", "gamma"]
+GOOD_VECTORS = [np.full(4, 0.5, dtype=np.float32)] * 3
 BAD_ENCODED = {  # case: (embedding.pkl's bytes, the error's words)
     "not-a-pickle": (b"this is not a pickle at all", "cannot be read as a pickled table (UnpicklingError"),
     "empty": (b"", "cannot be read as a pickled table (EOFError"),
-    "truncated": (_frame(text=TEXTS, embedding=GOOD)[:200], "cannot be read as a pickled table"),
-    "a-dict": (_pickled(dict(zip(TEXTS, GOOD))), "holds a dict, not a table (a pandas DataFrame"),
-    "a-list": (_pickled(GOOD), "holds a list, not a table"),
-    "no-text": (_frame(query=TEXTS, embedding=GOOD), "has no column 'text'"),
-    "no-embedding": (_frame(text=TEXTS, vector=GOOD), "has no column 'embedding'"),
+    "truncated": (_frame(text=QUERY_TEXTS, embedding=GOOD_VECTORS)[:200], "cannot be read as a pickled table"),
+    "a-dict": (_pickled(dict(zip(QUERY_TEXTS, GOOD_VECTORS))), "holds a dict, not a table (a pandas DataFrame"),
+    "a-list": (_pickled(GOOD_VECTORS), "holds a list, not a table"),
+    "no-text": (_frame(query=QUERY_TEXTS, embedding=GOOD_VECTORS), "has no column 'text'"),
+    "no-embedding": (_frame(text=QUERY_TEXTS, vector=GOOD_VECTORS), "has no column 'embedding'"),
     "no-rows": (_frame(text=[], embedding=[]), "holds no queries"),
-    "other-dimension": (_frame(text=TEXTS, embedding=[np.ones(8)] * 3), "holds 8-d vectors; the index holds 4-d"),
-    "strings": (_frame(text=TEXTS, embedding=["0.5 0.5 0.5 0.5"] * 3), "holds no finite vector of numbers"),
-    "bad-rows": (_frame(text=["alpha", "beta", "delta"], embedding=[np.array([np.nan, 0, 0, 0]), ["x"] * 4, GOOD[0]]),
+    "other-dimension": (_frame(text=QUERY_TEXTS, embedding=[np.ones(8)] * 3), "holds 8-d vectors; the index holds 4-d"),
+    "strings": (_frame(text=QUERY_TEXTS, embedding=["0.5 0.5 0.5 0.5"] * 3), "holds no finite vector of numbers"),
+    "bad-rows": (_frame(text=["alpha", "beta", "delta"],
+                        embedding=[np.array([np.nan, 0, 0, 0]), ["x"] * 4, GOOD_VECTORS[0]]),
                  "3 of 3 topics have no usable vector: 1 not finite (first: topic 1); 1 not a vector of numbers "
                  "(first: topic 2); 1 missing (first: topic 3)"),
 }  # fmt: skip
@@ -373,7 +374,7 @@ def test_pre_encoded_queries_are_checked_before_the_jvm_or_a_model_loads(case, t
 
     monkeypatch.setattr(search, "batch_searcher", nothing_may_load)
     index = tiny_faiss_index(tmp_path / "index")
-    (tmp_path / "topics.tsv").write_text("".join(f"{i}\t{t}\n" for i, t in enumerate(TEXTS, 1)))
+    (tmp_path / "topics.tsv").write_text("".join(f"{i}\t{t}\n" for i, t in enumerate(QUERY_TEXTS, 1)))
     (tmp_path / "encoded").mkdir()
     content, message = BAD_ENCODED[case]
     (tmp_path / "encoded" / "embedding.pkl").write_bytes(content)

@@ -121,8 +121,9 @@ def output_lock(path: str | Path, flag: str = "--output") -> Iterator[None]:
 
 @contextlib.contextmanager
 def locked_output_directory(path: str | Path, overwrite: bool, flag: str = "--output") -> Iterator[Path]:
-    """The output directory of a command, locked for the whole block and checked under the lock (a command
-    that finished meanwhile has created it)."""
+    """The output directory of a command, checked, then locked for the whole block and checked again under the
+    lock (a command that held it may have created it meanwhile)."""
+    check_output_directory(path, overwrite, flag)  # refused before the lock creates anything
     with output_lock(path, flag):
         yield check_output_directory(path, overwrite, flag)
 
