@@ -4,6 +4,7 @@ run resumed to the same bytes, the lock, and bad input as one line and exit 2 be
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_reader import tiny_qa_model
@@ -115,6 +116,8 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_output(tmp_path):
         ("no-model", "no such model directory"),
         ("no-common-question", "have no question in common"),
         ("bad-stride", "--stride 60 must be below half of --max-length 96"),
+        ("no-room", "--max-length 6 with --stride 2 leaves no room for a question"),
+        ("no-weights", "has a config but no weights (none of model.safetensors"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, run, tiny, monkeypatch, capsys,
@@ -134,6 +137,13 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, run, 
         run.write_text("nope Q0 1 1 1.0 t\n")
     elif case == "bad-stride":
         extra = ["--stride", "60"]
+    elif case == "no-room":
+        extra = ["--max-length", "6", "--stride", "2"]
+    elif case == "no-weights":
+        reader = str(tmp_path / "no-weights")
+        (tmp_path / "no-weights").mkdir()
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            (tmp_path / "no-weights" / name).write_bytes((Path(tiny) / name).read_bytes())
     out = tmp_path / "p.jsonl"
     argv = ["--run", str(run), "--topics", TOPICS, "--collection", NQ, "--reader", reader, "--max-length", "96",
             "--stride", "24", "--output", str(out), *extra]  # fmt: skip

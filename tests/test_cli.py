@@ -46,6 +46,15 @@ def test_dense_and_bm25_runs(dense_index, bm25_index, mini_scifact, tmp_path, ca
     assert dense_run.read_text().split("\n")[0].endswith(" minilm")
 
 
+def test_a_search_writes_its_run_and_trace_into_missing_directories(bm25_index, mini_scifact, tmp_path):
+    """As every command does: the directories on an output's path are created (as Pyserini's search does)."""
+    run, trace = tmp_path / "runs" / "new" / "bm25.trec", tmp_path / "traces" / "bm25.jsonl"
+    search_main(["--index", str(bm25_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
+                 "--hits", "10", "--trace", str(trace)])  # fmt: skip
+    assert len(assert_strictly_decreasing_trec(run, 10)) == len(mini_scifact["topics"].read_text().splitlines())
+    assert sorted(p.name for p in run.parent.iterdir()) == ["bm25.trec"] and trace.stat().st_size > 0
+
+
 def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path, monkeypatch):
     """Interrupted in the middle of a batch, the rerun redoes that whole batch: byte-identical to a run
     never interrupted (at the same batch size and threads), although the batch's first queries were in
@@ -135,6 +144,13 @@ def test_console_script_lists_commands():
     assert all(f"e.g. tour-pyserini {name} " in listing.stderr for name in SUBCOMMANDS)  # one example each
     proc = run_module("tour_pyserini", "train-reranker", "--help")
     assert proc.returncode == 0 and "--exclude-texts-from" in proc.stdout
+
+
+@pytest.mark.parametrize("typed, hint", [("serch", " (did you mean search?)"), ("frobnicate", "")])
+def test_an_unknown_command_is_one_error_line_with_the_closest_command(typed, hint):
+    proc = run_module("tour_pyserini", typed, "--index", "x")
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"error: unknown command {typed!r}{hint}; tour-pyserini --help lists the commands"]  # fmt: skip
 
 
 def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_path):

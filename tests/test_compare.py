@@ -10,6 +10,8 @@ import pytest
 from scipy.stats import ttest_rel
 
 from tour_pyserini.commands.compare import main as compare_main
+from tour_pyserini.data.runs import read_run
+from tour_pyserini.errors import UserError
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
 
 
@@ -82,3 +84,19 @@ def test_compare_diff_says_how_runs_differ_without_judgements(tmp_path, capsys):
     assert exit_.value.code == 1 and len(out) == 2
     assert out[1].startswith(f"{far}: 2 queries: 1 identical, 0 the same up to ties within 1e-05, 1 different")
     assert "first: query 1: document a scores 0.9 against 0.800004" in out[1]
+
+
+def test_compare_diff_reads_runs_as_rankings_not_as_file_order(tmp_path, capsys):
+    """The same docid -> score pairs in another line order are the same run; ties follow the rank column."""
+    base, reversed_, by_rank = tmp_path / "base.trec", tmp_path / "reversed.trec", tmp_path / "by-rank.trec"
+    lines = ["1 Q0 a 1 0.9 t\n", "1 Q0 b 2 0.8 t\n", "1 Q0 c 3 0.8 t\n", "2 Q0 d 1 0.5 t\n", "2 Q0 e 2 0.4 t\n"]
+    base.write_text("".join(lines))
+    reversed_.write_text("".join(reversed(lines)))
+    by_rank.write_text("".join(lines).replace("b 2", "b 3").replace("c 3", "c 2"))  # c above b on equal scores
+    compare_main(["--diff", "--baseline", str(base), "--run", str(reversed_)])
+    assert capsys.readouterr().out == (f"{reversed_}: 2 queries: 2 identical, 0 the same up to ties within 1e-05, "
+                                       "0 different (largest score difference 0)\n")  # fmt: skip
+    assert list(read_run(by_rank)["1"]) == ["a", "c", "b"]
+    by_rank.write_text("1 Q0 a first 0.9 t\n")
+    with pytest.raises(UserError, match="by-rank.trec:1: rank 'first' is not an integer"):
+        read_run(by_rank)

@@ -5,6 +5,7 @@ the class, searches with TOUR and Rocchio on top, and one line for each misuse."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -333,9 +334,73 @@ def test_encoded_queries_in_pyserinis_format(searcher, dense_index, mini_scifact
 
     pd.DataFrame({"text": [t.text for t in topics[1:]], "embedding": list(vectors[1:])}).to_pickle(
         encoded / "embedding.pkl")  # fmt: skip
-    with pytest.raises(UserError, match=f"has no vector for topic {topics[0].qid}'s text"):
+    with pytest.raises(UserError, match=rf"1 of {len(topics)} topics have no usable vector: 1 missing \(first: topic "
+                                        rf"{topics[0].qid}\)"):  # fmt: skip
         _search(*base, "--encoded-queries", str(encoded), "--output", str(tmp_path / "missing.trec"))
     assert not (tmp_path / "missing.trec").exists()
+
+
+def tiny_faiss_index(where: Path, dimension: int = 4) -> Path:
+    """A real Faiss index of three unit vectors and its docids: all a search reads before its encoder loads."""
+    import faiss
+
+    where.mkdir()
+    index = faiss.IndexFlatIP(dimension)
+    index.add(np.eye(3, dimension, dtype=np.float32))
+    faiss.write_index(index, str(where / "index"))
+    (where / "docid").write_text("d1\nd2\nd3\n")
+    return where
+
+
+def _pickled(value) -> bytes:
+    import pickle
+
+    return pickle.dumps(value)
+
+
+def _frame(**columns) -> bytes:
+    import pandas as pd
+
+    return _pickled(pd.DataFrame(columns))
+
+
+QUERY_TEXTS = ["alpha", "beta", "gamma"]
+GOOD_VECTORS = [np.full(4, 0.5, dtype=np.float32)] * 3
+BAD_ENCODED = {  # case: (embedding.pkl's bytes, the error's words)
+    "not-a-pickle": (b"this is not a pickle at all", "cannot be read as a pickled table (UnpicklingError"),
+    "empty": (b"", "cannot be read as a pickled table (EOFError"),
+    "truncated": (_frame(text=QUERY_TEXTS, embedding=GOOD_VECTORS)[:200], "cannot be read as a pickled table"),
+    "a-dict": (_pickled(dict(zip(QUERY_TEXTS, GOOD_VECTORS))), "holds a dict, not a table (a pandas DataFrame"),
+    "a-list": (_pickled(GOOD_VECTORS), "holds a list, not a table"),
+    "no-text": (_frame(query=QUERY_TEXTS, embedding=GOOD_VECTORS), "has no column 'text'"),
+    "no-embedding": (_frame(text=QUERY_TEXTS, vector=GOOD_VECTORS), "has no column 'embedding'"),
+    "no-rows": (_frame(text=[], embedding=[]), "holds no queries"),
+    "other-dimension": (_frame(text=QUERY_TEXTS, embedding=[np.ones(8)] * 3), "holds 8-d vectors; the index holds 4-d"),
+    "strings": (_frame(text=QUERY_TEXTS, embedding=["0.5 0.5 0.5 0.5"] * 3), "holds no finite vector of numbers"),
+    "bad-rows": (_frame(text=["alpha", "beta", "delta"],
+                        embedding=[np.array([np.nan, 0, 0, 0]), ["x"] * 4, GOOD_VECTORS[0]]),
+                 "3 of 3 topics have no usable vector: 1 not finite (first: topic 1); 1 not a vector of numbers "
+                 "(first: topic 2); 1 missing (first: topic 3)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_ENCODED))
+def test_pre_encoded_queries_are_checked_before_the_jvm_or_a_model_loads(case, tmp_path, monkeypatch):
+    from tour_pyserini.commands import search
+
+    def nothing_may_load(*args, **kwargs):
+        raise AssertionError("the searcher (JVM, encoder) was opened before the pre-encoded queries were checked")
+
+    monkeypatch.setattr(search, "batch_searcher", nothing_may_load)
+    index = tiny_faiss_index(tmp_path / "index")
+    (tmp_path / "topics.tsv").write_text("".join(f"{i}\t{t}\n" for i, t in enumerate(QUERY_TEXTS, 1)))
+    (tmp_path / "encoded").mkdir()
+    content, message = BAD_ENCODED[case]
+    (tmp_path / "encoded" / "embedding.pkl").write_bytes(content)
+    with pytest.raises(UserError, match=re.escape(message)):
+        search.main(["--index", str(index), "--topics", str(tmp_path / "topics.tsv"), "--output",
+                     str(tmp_path / "run.trec"), "--encoded-queries", str(tmp_path / "encoded")])  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["encoded", "index", "topics.tsv"]
 
 
 def test_minilm_as_sentence_class_gives_todays_run(dense_index, mini_scifact, tmp_path):

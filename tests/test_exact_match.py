@@ -195,6 +195,9 @@ def test_eval_and_compare_predictions(tmp_path, capsys):
         ("twice", "predicted twice"),
         ("bad-json", "not valid JSON"),
         ("no-answers-flag", "--predictions needs --answers"),
+        ("null-answer", "p.jsonl:1: 'answer' must be a string (\"\" for no answer), got null"),
+        ("number-answer", "p.jsonl:1: 'answer' must be a string (\"\" for no answer), got 1815"),
+        ("empty-file", "p.jsonl holds no predictions"),
     ],
 )
 def test_bad_predictions_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
@@ -212,6 +215,10 @@ def test_bad_predictions_input_is_one_line_and_exit_2(tmp_path, capsys, case, me
         preds.write_text("{not json\n")
     elif case == "no-answers-flag":
         argv = ["--qrels", str(topics), "--predictions", str(preds)]
+    elif case in ("null-answer", "number-answer"):  # str() scored them as the answers "None" and "1815"
+        preds.write_text(f'{{"qid": "1", "answer": {"null" if case == "null-answer" else 1815}, "docid": "d"}}\n')
+    elif case == "empty-file":  # not a score of 0
+        preds.write_text("\n")
     with pytest.raises(SystemExit) as exit_info:
         run_cli(eval_main, argv)
     err = capsys.readouterr().err

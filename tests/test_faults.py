@@ -216,6 +216,45 @@ def test_a_second_search_on_the_same_output_is_refused_and_a_killed_one_blocks_n
     assert [json.loads(r)["qid"] for r in open(trace)] == qids_in(killed)
 
 
+def start_index(args: list, log: Path) -> subprocess.Popen:
+    with open(log, "w") as f:
+        return subprocess.Popen([sys.executable, "-m", "tour_pyserini", "index", *map(str, args)],
+                                stdout=f, stderr=subprocess.STDOUT, env=env(), preexec_fn=default_sigint)  # fmt: skip
+
+
+def start_lucene_build(out: Path, log: Path) -> subprocess.Popen:
+    """A BM25 build of SciFact's 5,183 abstracts (about 5 s in Lucene), once Lucene has started indexing."""
+    proc = start_index(["--bm25", "--collection", ROOT / "collections/scifact", "--output", out], log)
+    wait_for(lambda: "Starting to index" in log.read_text(), proc, "Lucene's indexing")
+    return proc
+
+
+def test_a_second_index_on_the_same_output_is_refused_while_the_first_builds(tmp_path):
+    out = tmp_path / "bm25"
+    first = start_lucene_build(out, tmp_path / "first.txt")
+    second = cli("index", "--bm25", "--collection", ROOT / "collections/scifact", "--output", out)
+    assert_one_line_error(second, f"{partial_of(out)} is locked: another command is writing this --output")
+    assert first.wait(timeout=600) == 0, (tmp_path / "first.txt").read_text()[-3000:]
+    assert "bm25 index" in (tmp_path / "first.txt").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bm25", "first.txt"]  # no lock or staging left
+    third = cli("index", "--bm25", "--collection", ROOT / "collections/scifact", "--output", out)
+    assert third.returncode == 0 and third.stdout.startswith(f"reusing bm25 index {out}: 5183 docs"), third.stderr
+
+
+def test_ctrl_c_stops_a_bm25_index_build_within_a_second_leaving_nothing(tmp_path):
+    """Lucene's indexing runs in a Java process of its own, stopped at once (in-process it held Ctrl-C for ~5 s)."""
+    out, log = tmp_path / "bm25", tmp_path / "log.txt"
+    proc = start_lucene_build(out, log)
+    time.sleep(1.0)  # well into Lucene's indexing
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    status = proc.wait(timeout=60)
+    stopped = time.monotonic() - started
+    assert status == 130 and log.read_text().strip().splitlines()[-1] == "interrupted", log.read_text()[-3000:]
+    assert stopped < 1.5, f"stopped {stopped:.1f} s after Ctrl-C"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
+
+
 # --- corpora that would lose documents -----------------------------------------------------------------
 
 GOOD = '{"id": "d1", "title": "Alpha", "text": "apple", "contents": "Alpha apple"}\n'
@@ -235,6 +274,8 @@ BAD_CORPORA = {
     "not-an-object": (GOOD + '["d2", "b"]\n', "corpus.jsonl:2: expected a JSON object, got list"),
     "id-with-space": (GOOD + '{"id": "d 2", "text": "b"}\n', "corpus.jsonl:2: document id 'd 2' is empty or contains"),
     "empty": ("", "corpus.jsonl: the corpus holds no documents"),
+    "all-empty-text": ('{"id": "d1", "text": ""}\n{"id": "d2", "title": " ", "contents": ""}\n',
+                       "corpus.jsonl: all 2 documents have empty text; there is nothing to index"),
 }
 
 
@@ -256,7 +297,7 @@ def test_an_unwritable_index_output_is_one_line(kind, tmp_path):
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "index"
     proc = cli("index", "--collection", tmp_path, "--output", out, *(["--bm25"] if kind == "bm25" else []))
-    assert_one_line_error(proc, f"cannot create the index {out}")
+    assert_one_line_error(proc, f"cannot write --output {out}: {out.parent} is a file, not a directory")
 
 
 MIXED = [  # every way the project reads a document's text; Anserini alone would index only d4 and d5
@@ -389,7 +430,7 @@ def test_an_unwritable_output_is_one_line_before_anything_loads(where, dense_ind
         parent.write_text("")
     started = time.monotonic()
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", parent / "run.trec")
-    assert_one_line_error(proc, f"cannot write {parent / 'run.trec.partial'}")
+    assert_one_line_error(proc, f"cannot write --output {parent / 'run.trec'}")
     assert time.monotonic() - started < 60  # no model or JVM was loaded (they print progress lines anyway)
 
 

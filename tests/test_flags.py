@@ -170,25 +170,68 @@ def output_case(command: str, tmp_path: Path) -> tuple[list, str]:
     return cases[command]
 
 
-@pytest.mark.parametrize("where", ["missing-directory", "a-directory", "read-only-directory"])
+@pytest.mark.parametrize("where", ["under-a-file", "a-directory", "read-only-directory"])
 @pytest.mark.parametrize("command", OUTPUT_COMMANDS)
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, where, tmp_path):
     if where == "read-only-directory" and os.geteuid() == 0:
         pytest.skip("root writes into read-only directories")
     argv, flag = output_case(command, tmp_path)
-    target = {"missing-directory": tmp_path / "nowhere" / "out.png", "a-directory": tmp_path / "out.png",
-              "read-only-directory": tmp_path / "locked" / "out.png"}[where]  # fmt: skip
-    if where != "missing-directory":
-        target.parent.mkdir(exist_ok=True)
-        if where == "a-directory":
-            target.mkdir()
-        else:
-            target.parent.chmod(0o555)
+    target = {"under-a-file": tmp_path / "a-file" / "sub" / "out.png", "a-directory": tmp_path / "out.png",
+              "read-only-directory": tmp_path / "locked" / "new" / "out.png"}[where]  # fmt: skip
+    if where == "under-a-file":
+        (tmp_path / "a-file").write_text("")
+    elif where == "a-directory":
+        target.mkdir()
+    else:
+        target.parent.parent.mkdir()
+        target.parent.parent.chmod(0o555)
     before = sorted(tmp_path.rglob("*"))
     proc = cli(*argv, flag, target, cwd=tmp_path)
     assert proc.returncode == 2
-    one_line_error(proc.stderr, flag, {"missing-directory": "does not exist", "a-directory": "is a directory",
-                                       "read-only-directory": "is read-only"}[where])  # fmt: skip
+    one_line_error(proc.stderr, flag, {"under-a-file": "a-file is a file, not a directory",
+                                       "a-directory": "is a directory",
+                                       "read-only-directory": "locked is read-only"}[where])  # fmt: skip
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, nothing staged
+
+
+def test_every_output_in_a_missing_directory_is_written_there(tmp_path):
+    """One rule for every command: the missing directories on an output's path are created (as Pyserini's are)."""
+    from tour_pyserini.commands.compare import main as compare_main
+
+    (tmp_path / "q.txt").write_text("1 0 d1 1\n2 0 d2 1\n")
+    (tmp_path / "base.trec").write_text("1 Q0 d2 1 2.0 t\n1 Q0 d1 2 1.0 t\n2 Q0 d2 1 1.0 t\n")
+    (tmp_path / "run.trec").write_text("1 Q0 d1 1 2.0 t\n1 Q0 d2 2 1.0 t\n2 Q0 d1 1 1.0 t\n")
+    plot = tmp_path / "new" / "deeper" / "diff.png"
+    compare_main(["--qrels", str(tmp_path / "q.txt"), "--baseline", str(tmp_path / "base.trec"), "--run",
+                  str(tmp_path / "run.trec"), "--trials", "10", "--plot", str(plot)])  # fmt: skip
+    assert plot.stat().st_size > 0 and sorted(p.name for p in plot.parent.iterdir()) == ["diff.png"]
+    with locked_output(tmp_path / "other" / "r.tsv") as out:
+        out.write_text("rewards")
+    assert (tmp_path / "other" / "r.tsv").read_text() == "rewards"
+
+
+SAME_FILE = {  # case: (--trace, --score-store) given beside --output run.trec
+    "trace-is-the-run": (["--trace", "run.trec"], "--trace run.trec and --output run.trec are the same file"),
+    "trace-links-to-the-run": (["--trace", "link.jsonl"], "--trace link.jsonl and --output run.trec are the same"),
+    "trace-is-the-run's-staging": (["--trace", "run.trec.partial"], "--trace run.trec.partial and --output run.trec"),
+    "store-is-the-trace": (["--trace", "t.jsonl", "--teacher", "bm25", "--rewriter", "rerank", "--score-store",
+                            "./t.jsonl"], "--score-store ./t.jsonl and --trace t.jsonl are the same file"),
+    "trace-is-a-directory": (["--trace", "traces"], "--trace traces is a directory; name a file"),
+    "trace-under-a-file": (["--trace", "t.tsv/trace.jsonl"], "t.tsv is a file, not a directory"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SAME_FILE))
+def test_the_outputs_of_a_search_are_distinct_writable_files_before_anything_loads(case, tmp_path):
+    index = fake_dense_index(tmp_path / "index")
+    (tmp_path / "t.tsv").write_text("1\tquery\n")
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "run.trec")  # dangling until the run exists
+    before = sorted(tmp_path.rglob("*"))
+    flags, message = SAME_FILE[case]
+    proc = cli("search", "--index", index, "--topics", "t.tsv", "--output", "run.trec", *flags, cwd=tmp_path)
+    assert proc.returncode == 2
+    one_line_error(proc.stderr, message)
     assert sorted(tmp_path.rglob("*")) == before  # nothing written, nothing staged
 
 

@@ -108,3 +108,67 @@ def test_the_demos_prebuilt_index_is_written_then_reused(tmp_path):
     assert first.stdout.startswith("using prebuilt scifact.minilm")
     second = index_cli("--collection", SCIFACT, "--output", out)
     assert second.returncode == 0 and second.stdout.startswith("reusing dense (flat) index"), second.stderr
+
+
+def search_cli(*args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "tour_pyserini.search", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def one_line(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
+    assert all(f in lines[0] for f in fragments), lines[0]
+
+
+@pytest.mark.parametrize("damage", ["not-json", "a-list", "other-fields"])
+def test_damaged_index_metadata_is_one_line_for_the_index_and_search_commands(damage, collections, tmp_path):
+    copy = tmp_path / "a.minilm"
+    shutil.copytree(collections["dense"], copy)
+    meta = copy / "tour_pyserini.json"
+    meta.write_text({"not-json": '{"kind": "dense", "collec', "a-list": "[1, 2]",
+                     "other-fields": '{"kind": "dense", "size": 3}'}[damage])  # fmt: skip
+    reused = index_cli("--collection", collections["a"], "--output", copy)
+    one_line(reused, f"{meta} is damaged, not the metadata tour_pyserini writes", "--overwrite")
+    searched = search_cli("--index", copy, "--topics", SCIFACT / "topics.test.tsv", "--output", tmp_path / "r.trec")
+    one_line(searched, f"{meta} is damaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.minilm"]
+
+
+@pytest.mark.parametrize("change", ["one-docid-short", "one-docid-more"])
+def test_docids_that_do_not_match_the_faiss_index_are_one_line_before_the_encoder_loads(change, collections,
+                                                                                         tmp_path):  # fmt: skip
+    copy = tmp_path / "a.minilm"
+    shutil.copytree(collections["dense"], copy)
+    docids = (copy / "docid").read_text().splitlines(keepends=True)
+    (copy / "docid").write_text("".join(docids[:-1] if change == "one-docid-short" else [*docids, "extra\n"]))
+    searched = search_cli("--index", copy, "--topics", SCIFACT / "topics.test.tsv", "--output", tmp_path / "r.trec")
+    count = 39 if change == "one-docid-short" else 41
+    one_line(searched, f"{copy / 'docid'} lists {count} docids for the 40 vectors of {copy / 'index'}")
+    assert "Loading" not in searched.stdout + searched.stderr and not (tmp_path / "r.trec").exists()
+
+
+def test_the_bm25_index_beside_a_dense_one_is_found_past_damaged_unrelated_indexes(tmp_path):
+    from tour_pyserini.index.layout import IndexMeta, MissingIndexError
+    from tour_pyserini.teachers.bm25 import sibling_bm25_index
+
+    def index(name: str, kind: str | None, collection: str = "c", lucene: bool = True) -> Path:
+        (tmp_path / name).mkdir()
+        if lucene:
+            (tmp_path / name / "segments_1").write_bytes(b"")
+        if kind:
+            IndexMeta(kind=kind, collection=collection, num_docs=1).write(tmp_path / name)
+        else:
+            (tmp_path / name / "tour_pyserini.json").write_text("{damaged")
+        return tmp_path / name
+
+    dense = index("c.minilm", "dense", lucene=False)
+    index("a.broken", None)  # a damaged Lucene index of something else, sorted first
+    index("b.other", "bm25", collection="another")
+    index("d.not-an-index", None, lucene=False)  # never read: not a Lucene index
+    with pytest.raises(MissingIndexError, match=r"no BM25 index of the collection .* \(passed over, their "
+                                        r"tour_pyserini.json damaged: a.broken\)"):  # fmt: skip
+        sibling_bm25_index(dense)
+    index("c.bm25", "bm25")
+    assert sibling_bm25_index(dense) == tmp_path / "c.bm25"

@@ -331,3 +331,34 @@ def test_the_trainers_check_their_config_for_library_callers_too(tmp_path):
     with pytest.raises(UserError, match="--negatives must be positive"):
         reranker.train("no-index", [], None, tmp_path / "o", "no-model", reranker.TrainConfig(negatives=0))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["train-qa", "train-orqa"])
+def test_training_where_no_question_has_an_answer_bearing_block_is_one_line_before_any_model_loads(
+    command, tiny, tmp_path, capsys, monkeypatch
+):
+    """Every question would be skipped: not a model "trained" on nothing and exit 0."""
+    from test_reader import tiny_qa_model
+
+    from tour_pyserini.training import encoder_io
+
+    idx = tmp_path / "nq.minilm"
+    cli("tour_pyserini.commands.index", ["--collection", tiny["nq"], "--output", idx])
+    topics = tmp_path / "unanswerable.jsonl"
+    topics.write_text("".join(json.dumps({"qid": str(i), "question": f"question {i}", "answers": ["Zyzzyvaqx"]})
+                              + "\n" for i in range(6)))  # fmt: skip
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model loaded although nothing can be trained")
+
+    monkeypatch.setattr(encoder_io, "load_encoder", no_model)
+    module, extra = TRAIN_QA, TINY_QA
+    if command == "train-orqa":
+        module, extra = "tour_pyserini.commands.train_orqa", ["--reader", tiny_qa_model(tmp_path / "reader")]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        cli(module, ["--index", idx, "--topics", topics, "--output", tmp_path / "out", *extra])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert f"no question's answers occur in any block of {idx} (DPR's match)" in err
+    assert not (tmp_path / "out").exists()

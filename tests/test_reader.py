@@ -167,6 +167,21 @@ def test_bf16_reads_the_same_spans_up_to_rounding(tiny):
     assert all(p.answer in LONG or p.answer in "Paris is in France. Rome, Italy" for p in bf16)
 
 
+@pytest.mark.parametrize("max_length, stride", [(10, 2), (64, 16), (64, 31)])
+def test_a_long_question_in_short_windows_is_cut_to_leave_the_passage_room(tiny, max_length, stride):
+    """The question keeps at most max_length - special tokens - stride - 1 tokens (the tokenizer's overflow needs
+    more than stride tokens of passage per window), instead of tokenizers' Truncation error."""
+    from transformers import AutoTokenizer
+
+    question = "which number follows the word that comes after word3 in the long list of words and numbers " * 3
+    windows = make_windows(AutoTokenizer.from_pretrained(tiny), [question], [LONG], max_length=max_length,
+                           stride=stride)  # fmt: skip
+    assert windows and all(len(w.input_ids) <= max_length for w in windows)
+    assert all(w.context.sum() > stride for w in windows[:-1])  # every window but the last has room past the stride
+    reader = Reader(str(tiny), ReaderOptions(k=1, max_length=max_length, stride=stride))
+    assert reader.read([Question("q", question, (Passage("long", LONG, 1.0),))])[0].docid == "long"
+
+
 def test_k_limits_the_passages_read(tiny):
     preds = Reader(str(tiny), ReaderOptions(k=1, max_length=48, stride=12)).read(QUESTIONS)
     assert [p.docid for p in preds] == ["long", "b"]
@@ -257,6 +272,68 @@ def test_train_reader_refuses_topics_without_answers(tmp_path, capsys):
                              "--collection", str(root), "--output", str(tmp_path / "reader")])  # fmt: skip
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "fewer than two questions with answers" in err and len(err.splitlines()) == 1
+
+
+def test_a_second_train_reader_on_the_same_output_is_refused_while_the_first_trains(tmp_path, tiny):
+    """Two real processes: the second is refused in one line (not a silent replacement of the first's reader)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = write_collection(tmp_path)
+    out, log = tmp_path / "reader", tmp_path / "first.txt"
+    argv = [sys.executable, "-m", "tour_pyserini", "train-reader", "--run", root / "run.trec", "--topics",
+            root / "topics.jsonl", "--collection", root, "--init", tiny, "--output", out, "--batch-size", "2",
+            "--dev-fraction", "0.25", "--max-length", "48", "--stride", "8", "--k", "3"]  # fmt: skip
+    with open(log, "w") as f:
+        first = subprocess.Popen([*map(str, argv), "--steps", "100000"], stdout=f, stderr=f)
+    try:
+        deadline = time.monotonic() + 300
+        while "train reader" not in log.read_text():  # the first is training, its output locked
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        second = subprocess.run([*map(str, argv), "--steps", "2"], capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        assert second.returncode == 2 and second.stderr.strip().splitlines() == [
+            f"error: {out}.partial is locked: another command is writing this --output; wait for it or choose "
+            "another --output"]  # fmt: skip
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 143
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["corpus.jsonl", "topics.jsonl", "run.trec",
+                                                                 "first.txt"])  # fmt: skip
+
+
+NOTHING_TO_TRAIN_ON = {  # case: (answers of questions a-d, extra flags, the error's words)
+    "no-answer-in-the-run": (["Tokyo", "Tokyo", "Tokyo", "Tokyo"], [],
+                             "no question has a passage containing one of its answers (DPR's match) in its top 3"),
+    "all-in-dev": (["Paris", "Tokyo", "Tokyo", "Tokyo"], ["--seed", "5"],
+                   "the 1 question(s) with an answer-bearing passage in their top 3 all went to the dev split"),
+    "answer-longer-than-a-window": (["Paris is the capital of France. Paris has the Louvre"] * 4,
+                                    ["--max-length", "16", "--stride", "2", "--seed", "1"],
+                                    "never hold a whole answer in one window's tokens (e.g. question a: 'Paris is"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(NOTHING_TO_TRAIN_ON))
+def test_train_reader_says_why_no_question_can_be_trained_on(case, tmp_path, tiny, capsys):
+    from tour_pyserini.commands.runner import run_cli
+    from tour_pyserini.commands.train_reader import main as train_main
+
+    root = write_collection(tmp_path)
+    answers, extra, message = NOTHING_TO_TRAIN_ON[case]
+    (root / "topics.jsonl").write_text("".join(json.dumps({"qid": q, "question": t, "answers": [a]}) + "\n"
+                                               for q, t, a in zip("abcd", ["capital of france", "capital of italy",
+                                               "capital of germany", "capital of spain"], answers)))  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(train_main, ["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"), "--collection",
+                             str(root), "--init", str(tiny), "--output", str(tmp_path / "reader"), "--steps", "2",
+                             "--dev-fraction", "0.25", "--k", "3", *extra])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not list(tmp_path.glob("reader*"))
 
 
 # ---- ORQA's joint training: the gradients of its two losses ----

@@ -218,11 +218,14 @@ def test_a_run_that_fails_before_any_query_leaves_nothing(tmp_path):
 def test_unwritable_output_is_a_user_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(UserError, match=r"cannot write .*file/run.trec.partial"):
+    with pytest.raises(UserError, match=r"cannot write --output .*file/run.trec: .*file is a file, not a directory"):
         RunWriter(blocker / "run.trec")
+    with pytest.raises(UserError, match=r"cannot write --trace .*file/t.jsonl: .*file is a file, not a directory"):
+        RunWriter(tmp_path / "run.trec", trace=blocker / "t.jsonl")
     (tmp_path / "run.trec").mkdir()
-    with pytest.raises(UserError, match=r"cannot write the run .*run.trec: it is a directory"):
+    with pytest.raises(UserError, match=r"--output .*run.trec is a directory; name a file"):
         RunWriter(tmp_path / "run.trec")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "run.trec"]  # nothing staged
 
 
 def test_queries_without_hits_are_counted(tmp_path):

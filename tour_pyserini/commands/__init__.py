@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -56,6 +57,11 @@ SUBCOMMANDS = {
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
+        print(f"error: unknown command {argv[0]!r}{f' (did you mean {close[0]}?)' if close else ''}; "
+              "tour-pyserini --help lists the commands", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     if not argv or argv[0] not in SUBCOMMANDS:
         usage = "\n".join(f"  {name:15s} {text}\n  {'':15s} e.g. {example}" for name, (_, text, example)
                           in SUBCOMMANDS.items())  # fmt: skip

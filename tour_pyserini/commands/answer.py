@@ -79,7 +79,7 @@ def questions_to_read(run: dict, topics: list, docstore, k: int, run_path: str, 
     common = [t for t in topics if run.get(t.qid)]
     if not common:
         raise UserError(f"{run_path} and the topics have no question in common")
-    heads = {t.qid: sorted(run[t.qid].items(), key=lambda item: -item[1])[:k] for t in common}
+    heads = {t.qid: list(run[t.qid].items())[:k] for t in common}  # read_run gives rank order
     docids = sorted({d for head in heads.values() for d, _ in head})
     missing = [d for d in docids if d not in docstore]
     if missing:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
             run = read_run(args.run)
             docstore = open_passages(args, stack)
             questions = questions_to_read(run, topics, docstore, options.k, args.run, args.index or args.collection)
-            check_reader(args.reader)
+            check_reader(args.reader, max_length=options.max_length, stride=options.stride)
             todo = [q for q in questions if q.qid not in writer.done]
             if writer.done:
                 print(f"resuming {output}: {len(writer.done)} of {len(questions)} questions already answered",

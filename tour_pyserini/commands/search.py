@@ -22,6 +22,7 @@ from tour_pyserini.commands.flags import (
     encoder_settings,
     teacher_flags,
 )
+from tour_pyserini.commands.outputs import check_outputs
 from tour_pyserini.data.runs import RunWriter
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
@@ -207,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.workers is not None and args.ray is None:
         raise UserError("--workers needs --ray (without it the search runs in this process)")
     signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
-    # the output is checked (writable, not locked by another search) before any model or JVM loads
+    # the outputs are checked (writable, distinct, not locked by another search) before any model or JVM loads
+    check_outputs({"--output": args.output, "--trace": args.trace, "--score-store": args.score_store})
     writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)
     done: list[SearchResult] = []
     try:

@@ -38,18 +38,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.index.build import corpus_file
     from tour_pyserini.index.corpus import check_corpus
-    from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
     config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})
     if args.bf16:
         resolve_precision("bf16", "cpu", "--bf16")
     check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
-    output = check_output(args.output, args.overwrite)
-    EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise
-    report = train(args.collection, output, args.init, config, tied=args.tied, bf16=args.bf16)
+    with locked_output_directory(args.output, args.overwrite) as output:
+        EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise
+        report = train(args.collection, output, args.init, config, tied=args.tied, bf16=args.bf16)
     where = output if args.tied else f"{output}/query and {output}/document"
     print(f"best held-out accuracy {report['best_held_out_accuracy']:.4f} at step {report['best_step']} "
           f"({report['seconds']:.0f} s); encoders in {where}")  # fmt: skip

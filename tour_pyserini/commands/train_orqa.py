@@ -42,9 +42,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.reader import check_reader
-    from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
     config = OrqaConfig(**{k: getattr(args, k) for k in asdict(OrqaConfig())})
@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> None:
     check_bf16(args)
     index_dir, meta = dense_index_with_encoder(args.index, "joint training retrieves from a dense one")
     topics = answered_questions(args, "joint training needs them")
-    output = check_output(args.output, args.overwrite)
-    init = args.init or meta.encoder["name"]
-    EncoderSpec.resolve(init)
-    check_reader(args.reader)
-    report = train(index_dir, topics, output, init, args.reader, config, bf16=args.bf16)
+    with locked_output_directory(args.output, args.overwrite) as output:
+        init = args.init or meta.encoder["name"]
+        EncoderSpec.resolve(init)
+        check_reader(args.reader, max_length=config.max_length, stride=config.stride)
+        report = train(index_dir, topics, output, init, args.reader, config, bf16=args.bf16)
     print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
           f"search --encoder {output}/query, then answer --reader {output}/reader "
           f"--retrieval-weight {report['retrieval_weight']:g}")  # fmt: skip

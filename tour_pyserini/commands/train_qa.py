@@ -40,17 +40,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
     config = QaConfig(**{k: getattr(args, k) for k in asdict(QaConfig())})
     check_bf16(args)
     index_dir, meta = dense_index_with_encoder(args.index, "the early update needs a dense one")
     topics = answered_questions(args, "the early update needs answer strings")
-    output = check_output(args.output, args.overwrite)
-    init = args.init or meta.encoder["name"]
-    EncoderSpec.resolve(init)  # an unknown encoder directory fails before any model loads
-    report = train(index_dir, topics, output, init, config, bf16=args.bf16)
+    with locked_output_directory(args.output, args.overwrite) as output:
+        init = args.init or meta.encoder["name"]
+        EncoderSpec.resolve(init)  # an unknown encoder directory fails before any model loads
+        report = train(index_dir, topics, output, init, config, bf16=args.bf16)
     print(f"best dev Acc@1 {report['best_dev_acc@1']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
           f"question encoder in {output} (search --index {index_dir} --encoder {output})")  # fmt: skip

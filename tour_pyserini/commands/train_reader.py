@@ -54,21 +54,21 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data.runs import read_run
+    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import bundled_model_dir
     from tour_pyserini.encoders.spec import check_model
     from tour_pyserini.eval.answers import AnswerMatcher
-    from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
     config = ReaderTrainConfig(**{k: getattr(args, k) for k in asdict(ReaderTrainConfig())})
     config.check()
     check_bf16(args)
-    output = check_output(args.output, args.overwrite)
-    topics = answered_questions(args, "distant supervision needs them")
-    init = args.init or str(bundled_model_dir())
-    check_model("encoder", init)
-    run = read_run(args.run)
     with ExitStack() as stack:
+        output = stack.enter_context(locked_output_directory(args.output, args.overwrite))
+        topics = answered_questions(args, "distant supervision needs them")
+        init = args.init or str(bundled_model_dir())
+        check_model("encoder", init)
+        run = read_run(args.run)
         docstore = open_passages(args, stack)
         questions = questions_to_read(run, topics, docstore, config.k, args.run, args.index or args.collection)
         report = train(questions, topics, AnswerMatcher(docstore), output, init, config, bf16=args.bf16)

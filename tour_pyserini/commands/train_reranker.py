@@ -68,8 +68,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data import read_qrels, read_topics
+    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import bundled_model_dir
-    from tour_pyserini.training.schedule import check_output
 
     args = parser().parse_args(argv)
     config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
@@ -78,22 +78,22 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--extra-topics and --extra-index go together")
     if args.extra_topics and config.pseudo != "none":
         raise UserError("--pseudo and --extra-topics are measured one at a time: give one of them")
-    check_output(args.output, args.overwrite)
-    topics = read_topics(args.topics)
-    if args.exclude_texts_from:
-        held_out = {t.text for t in read_topics(args.exclude_texts_from)}
-        topics = [t for t in topics if t.text not in held_out]
-    if args.qrels is None and not any(t.answers for t in topics):
-        raise UserError(f"{args.topics} has no answers; give --qrels")
-    questions = None
-    if args.extra_topics:
-        extra_qrels = read_qrels(args.extra_qrels) if args.extra_qrels else None
-        extra_topics = read_topics(args.extra_topics)
-        if extra_qrels is None and not any(t.answers for t in extra_topics):
-            raise UserError(f"{args.extra_topics} has no answers; give --extra-qrels")
-        questions = (args.extra_index, extra_topics, extra_qrels)
-    report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
-                   args.base_model or str(bundled_model_dir()), config, questions=questions)  # fmt: skip
+    with locked_output_directory(args.output, args.overwrite):
+        topics = read_topics(args.topics)
+        if args.exclude_texts_from:
+            held_out = {t.text for t in read_topics(args.exclude_texts_from)}
+            topics = [t for t in topics if t.text not in held_out]
+        if args.qrels is None and not any(t.answers for t in topics):
+            raise UserError(f"{args.topics} has no answers; give --qrels")
+        questions = None
+        if args.extra_topics:
+            extra_qrels = read_qrels(args.extra_qrels) if args.extra_qrels else None
+            extra_topics = read_topics(args.extra_topics)
+            if extra_qrels is None and not any(t.answers for t in extra_topics):
+                raise UserError(f"{args.extra_topics} has no answers; give --extra-qrels")
+            questions = (args.extra_index, extra_topics, extra_qrels)
+        report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
+                       args.base_model or str(bundled_model_dir()), config, questions=questions)  # fmt: skip
     metric = report["dev_metric"]
     first = report["history"][0][f"dev_{metric}"]
     print(f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {first:.4f}); "

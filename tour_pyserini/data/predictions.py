@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.data.lines import text_lines
-from tour_pyserini.data.runs import open_locked
+from tour_pyserini.data.staging import open_locked
 from tour_pyserini.errors import UserError
 
 
@@ -35,14 +35,18 @@ def _parse(line: str, where: str) -> Prediction:
         raise UserError(f"{where}: not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict) or not {"qid", "answer"} <= set(obj):
         raise UserError(f"{where}: expected an object with 'qid' and 'answer'")
+    if not isinstance(obj["answer"], str):  # str() would score null as the answer "None"
+        got = json.dumps(obj["answer"])[:40]
+        raise UserError(f"{where}: 'answer' must be a string (\"\" for no answer), got {got}")
     score = obj.get("score", 0.0)
     if not isinstance(score, (int, float)) or not math.isfinite(score):
         raise UserError(f"{where}: score {score!r} is not a finite number")
-    return Prediction(str(obj["qid"]), str(obj["answer"]), str(obj.get("docid", "")), float(score))
+    return Prediction(str(obj["qid"]), obj["answer"], str(obj.get("docid", "")), float(score))
 
 
 def read_predictions(path: str | Path) -> dict[str, Prediction]:
-    """``{qid: Prediction}``; a malformed line or a question predicted twice raises, naming file and line."""
+    """``{qid: Prediction}``; a malformed line, an answer that is not a string, a question predicted twice or
+    an empty file raises, naming file and line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"predictions file {str(path)!r} does not exist")
@@ -54,6 +58,8 @@ def read_predictions(path: str | Path) -> dict[str, Prediction]:
         if pred.qid in found:
             raise UserError(f"{path}:{lineno}: question {pred.qid!r} is predicted twice")
         found[pred.qid] = pred
+    if not found:  # a run of the answer command that never finished, or the wrong file: not a score of 0
+        raise UserError(f"{path} holds no predictions")
     return found
 
 

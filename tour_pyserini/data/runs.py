@@ -7,16 +7,15 @@ that precision, so every evaluation tool sees the ranking in exactly the order i
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
 from tour_pyserini.data.lines import parse_finite, read_fields
+from tour_pyserini.data.staging import check_outputs, open_locked, open_writable
 from tour_pyserini.errors import UserError
 from tour_pyserini.results import Hit
 
@@ -77,13 +76,12 @@ class RunWriter:
         self.trace_partial = _partial_name(self.trace, ".partial") if self.trace else None
         self.done: set[str] = set()
         self.no_hits: list[str] = []  # queries written with no hits, in order
-        if self.path.is_dir():
-            raise UserError(f"cannot write the run {self.path}: it is a directory")
+        check_outputs({"--output": self.path, "--trace": self.trace})
         self._file = open_locked(self.partial)
         self._signature = json.dumps(signature or {}, sort_keys=True)
         self._complete = self._trace_complete = 0  # bytes of the partial files that hold whole batches
         try:
-            self._trace_file = _open_writable(self.trace_partial, "--trace") if self.trace else None
+            self._trace_file = open_writable(self.trace_partial, "--trace") if self.trace else None
             if resume and (end := _batches_end(self.sidecar, self._signature)) is not None:
                 self.done = _truncate_to_whole_batches(self.partial, end)
                 if self.trace and not _truncate_trace(self.trace_partial, self.done):
@@ -141,7 +139,7 @@ class RunWriter:
                     os.replace(self.trace_partial, self.trace)
                 self.sidecar.unlink(missing_ok=True)
             elif self._complete == 0:  # no whole batch to resume from
-                for leftover in (self.partial, self.sidecar, self.trace_partial):
+                for leftover in (self.partial, self.sidecar, trace_file and self.trace_partial):
                     if leftover:
                         leftover.unlink(missing_ok=True)
             else:  # keep exactly the whole batches ``done`` holds in both files, not a batch an interrupt cut off
@@ -164,34 +162,6 @@ class RunWriter:
 
 def _partial_name(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
-
-
-def _open_writable(path: Path, flag: str) -> TextIO:
-    """``path`` opened for appending, its directory created; a permission problem is the user's."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a", encoding="utf-8")
-    except OSError as e:  # a read-only or missing directory, a file where a directory should be
-        raise UserError(f"cannot write {path}: {e.strerror} (choose another {flag})") from None
-
-
-def open_locked(partial: Path, flag: str = "--output", holder: str = "another search is writing this run") -> TextIO:
-    """``partial`` opened for appending under an exclusive lock, or one line naming ``flag`` if ``holder``
-    (another process) has it. The kernel releases the lock of a killed process, so it never blocks a rerun."""
-    while True:
-        f = _open_writable(partial, flag)
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            raise UserError(f"{partial} is locked: {holder}; wait for it or choose another {flag}") from None
-        try:
-            # the holder may have renamed or removed the file just before releasing it: lock the current one
-            if os.stat(partial).st_ino == os.fstat(f.fileno()).st_ino:
-                return f
-        except FileNotFoundError:
-            pass
-        f.close()
 
 
 def _batches_end(sidecar: Path, signature: str) -> int | None:
@@ -236,12 +206,19 @@ def write_run(path: str | Path, rankings: Iterable[tuple[str, Sequence[Hit]]], t
 
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
-    """``{qid: {docid: score}}`` from a TREC run; malformed lines, non-finite scores and repeated docids raise."""
-    run: dict[str, dict[str, float]] = {}
-    for lineno, (qid, _, docid, _, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
+    """``{qid: {docid: score}}`` from a TREC run, each query's docids in rank order: score descending, then the
+    rank column (as evaluation tools read a run), whatever the order of the file's lines. Malformed lines,
+    non-finite scores and repeated docids raise."""
+    hits: dict[str, dict[str, tuple[float, int]]] = {}
+    for lineno, (qid, _, docid, rank, score, _) in read_fields(path, "qid Q0 docid rank score tag", "run"):
         value = parse_finite(score, f"{path}:{lineno}", "score")
-        docs = run.setdefault(qid, {})
+        try:
+            position = int(rank)
+        except ValueError:
+            raise UserError(f"{path}:{lineno}: rank {rank!r} is not an integer") from None
+        docs = hits.setdefault(qid, {})
         if docid in docs:
             raise UserError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
-        docs[docid] = value
-    return run
+        docs[docid] = (value, position)
+    return {qid: {d: s for d, (s, _) in sorted(docs.items(), key=lambda item: (-item[1][0], item[1][1]))}
+            for qid, docs in hits.items()}  # fmt: skip

@@ -16,6 +16,8 @@ CPU with bfloat16 units; its vectors differ from float32's by about 1e-3 (docs/a
 
 from __future__ import annotations
 
+import pickle
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -222,13 +224,19 @@ class QueryEncoder:
         return np.stack([np.asarray(table[t], dtype=np.float32).reshape(-1) for t in texts])
 
 
-def check_encoded_queries(directory: str | Path) -> Path:
+ENCODED_FILE = "embedding.pkl"  # Pyserini's pre-encoded queries: a pandas table of 'text' and 'embedding'
+# what unpickling a file that is not a pickle, or one cut short, raises (pickle's own errors and its decoders')
+_NOT_A_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
+                 KeyError, UnicodeDecodeError, OverflowError)  # fmt: skip
+
+
+def _encoded_directory(directory: str | Path) -> Path:
     """A directory of Pyserini's pre-encoded queries, or one line: a name of Pyserini's pre-encoded query sets
     would be downloaded at run time, which this toolkit never does."""
     path = Path(directory).expanduser()
     if path.is_dir():
-        if not (path / "embedding.pkl").is_file():
-            raise UserError(f"--encoded-queries {directory}: no embedding.pkl (Pyserini's pre-encoded query format)")
+        if not (path / ENCODED_FILE).is_file():
+            raise UserError(f"--encoded-queries {directory}: no {ENCODED_FILE} (Pyserini's pre-encoded query format)")
         return path
     if path.exists() or str(directory).startswith((".", "/", "~")):
         raise UserError(f"--encoded-queries {directory}: no such directory")
@@ -237,14 +245,81 @@ def check_encoded_queries(directory: str | Path) -> Path:
                     "download_encoded_queries) and pass its directory")  # fmt: skip
 
 
-def check_encoded_texts(directory: str | Path, texts: dict[str, str]) -> None:
-    """Every topic's text (qid -> text) has a vector in the pre-encoded queries, or one line naming the first
-    topic without one; read before any model loads."""
+def as_vector(value) -> np.ndarray | None:
+    """``value`` as a flat array of numbers if it is a vector of them (an array, list or tuple, or a 1 x d
+    matrix), else None."""
+    if not isinstance(value, (np.ndarray, list, tuple)):
+        return None
+    try:
+        array = np.asarray(value)
+    except ValueError:  # a ragged sequence
+        return None
+    if array.dtype.kind not in "fiu" or array.ndim not in (1, 2) or array.size != array.shape[-1]:
+        return None
+    return array.reshape(-1)
+
+
+def vector_problem(vector: np.ndarray | None, dimension: int) -> str | None:
+    """Why ``vector`` (as :func:`as_vector` gives it) is not a query vector of ``dimension`` numbers (None when
+    it is one)."""
+    if vector is None:
+        return "not a vector of numbers"
+    if vector.size != dimension:
+        return f"{vector.size} numbers, not {dimension}"
+    if not np.all(np.isfinite(vector)):
+        return "not finite"
+    return None
+
+
+def read_encoded_queries(directory: str | Path, dimension: int | None = None) -> tuple[dict[str, str | None], int]:
+    """Pyserini's pre-encoded queries in ``directory``, checked before the JVM or a model loads: ``{text: why its
+    vector is unusable, or None}`` and the vectors' dimension (``dimension``, the index's, when given; else the
+    commonest). A file that is not a table of 'text' and 'embedding', or is empty, is one line."""
     import pandas as pd
 
-    frame = pd.read_pickle(Path(check_encoded_queries(directory)) / "embedding.pkl")
-    known = set(frame["text"].tolist())
-    missing = [qid for qid, text in texts.items() if text not in known]
-    if missing:
-        raise UserError(f"--encoded-queries {directory} has no vector for topic {missing[0]}'s text "
-                        f"({len(missing)} of {len(texts)} topics missing)")  # fmt: skip
+    path = _encoded_directory(directory) / ENCODED_FILE
+    where = f"--encoded-queries {directory}"
+    try:
+        frame = pd.read_pickle(path)
+    except _NOT_A_PICKLE as e:
+        reason = str(e).splitlines()[0][:120] if str(e) else "the file ends too soon"
+        raise UserError(f"{where}: {ENCODED_FILE} cannot be read as a pickled table ({type(e).__name__}: "
+                        f"{reason})") from None  # fmt: skip
+    if not isinstance(frame, pd.DataFrame):
+        raise UserError(f"{where}: {ENCODED_FILE} holds a {type(frame).__name__}, not a table (a pandas DataFrame "
+                        "with columns 'text' and 'embedding', as Pyserini writes)")  # fmt: skip
+    if missing := [c for c in ("text", "embedding") if c not in frame.columns]:
+        raise UserError(f"{where}: {ENCODED_FILE} has no column {' or '.join(map(repr, missing))} (Pyserini's "
+                        "table has 'text' and 'embedding')")  # fmt: skip
+    if frame.empty:
+        raise UserError(f"{where}: {ENCODED_FILE} holds no queries")
+    rows = [(text, as_vector(v)) for text, v in zip(frame["text"].tolist(), frame["embedding"].tolist())]
+    sizes = Counter(v.size for _, v in rows if v is not None and vector_problem(v, v.size) is None)
+    if dimension is None and not sizes:
+        raise UserError(f"{where}: {ENCODED_FILE} holds no finite vector of numbers")
+    table_dimension = sizes.most_common(1)[0][0] if sizes else dimension
+    if dimension is not None and sizes and table_dimension != dimension:
+        raise UserError(f"{where} holds {table_dimension}-d vectors; the index holds {dimension}-d ones")
+    return {text: vector_problem(v, table_dimension) for text, v in rows if isinstance(text, str)}, table_dimension
+
+
+def check_encoded_queries(directory: str | Path, dimension: int | None = None) -> Path:
+    """The directory of Pyserini's pre-encoded queries, once its table reads and its vectors have the index's
+    ``dimension`` (:func:`read_encoded_queries`)."""
+    read_encoded_queries(directory, dimension)
+    return _encoded_directory(directory)
+
+
+def check_encoded_texts(directory: str | Path, texts: dict[str, str], dimension: int | None = None) -> None:
+    """Every topic's text (qid -> text) has a usable vector in the pre-encoded queries, or one line counting the
+    topics without one, by cause; read before any model loads."""
+    table, _ = read_encoded_queries(directory, dimension)
+    causes: dict[str, list[str]] = {}
+    for qid, text in texts.items():
+        problem = table[text] if text in table else "missing"
+        if problem:
+            causes.setdefault(problem, []).append(qid)
+    if causes:
+        found = "; ".join(f"{len(qids)} {cause} (first: topic {qids[0]})" for cause, qids in causes.items())
+        raise UserError(f"--encoded-queries {directory}: {sum(map(len, causes.values()))} of {len(texts)} topics "
+                        f"have no usable vector: {found}")  # fmt: skip

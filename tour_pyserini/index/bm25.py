@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from tour_pyserini._java import import_pyserini
+from tour_pyserini._java import anserini_jar, find_java, import_pyserini
+from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25_matrix import write_term_matrix
 from tour_pyserini.index.build import check_count, corpus_file, corpus_identity
 from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, lucene_created_major
+
+
+def run_indexer(args: list[str]) -> None:
+    """Anserini's ``IndexCollection`` with ``args``, in a JVM of its own: a call into this process's JVM holds
+    Python's signal handlers until Lucene finishes (seconds), while a child process is killed at once on
+    Ctrl-C or SIGTERM, so the staged index is removed with nothing writing into it."""
+    runtime = find_java()
+    modules = ["--add-modules=jdk.incubator.vector"] if runtime.has_vector_module else []
+    command = [str(runtime.home / "bin" / "java"), *modules, "-cp", str(anserini_jar()),
+               "io.anserini.index.IndexCollection", *args]  # fmt: skip
+    indexer = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    try:
+        status = indexer.wait()
+    except BaseException:
+        indexer.kill()
+        indexer.wait()
+        raise
+    if status != 0:
+        raise UserError(f"Anserini's indexer failed (exit status {status}; its messages are above); no index was "
+                        "written")  # fmt: skip
 
 
 def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) -> IndexMeta:
@@ -23,7 +45,6 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
     """
     corpus = corpus_file(collection).resolve()
     check = check_corpus(corpus)
-    autoclass = import_pyserini("pyserini.pyclass").autoclass
     with tempfile.TemporaryDirectory() as input_dir:
         # JsonCollection reads every file of its input directory; give it the corpus alone
         staged = Path(input_dir) / "corpus.jsonl"
@@ -31,15 +52,14 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
             staged.symlink_to(corpus)
         else:
             write_normalised(corpus, staged, fields="contents")
-        args = [
+        run_indexer([
             "-collection", "JsonCollection",
             "-generator", "DefaultLuceneDocumentGenerator",
             "-input", input_dir,
             "-index", str(out_dir),
             "-threads", str(threads),
             "-storePositions", "-storeDocvectors", "-storeRaw",
-        ]  # fmt: skip
-        autoclass("io.anserini.index.IndexCollection").main(args)
+        ])  # fmt: skip
     indexed = import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(out_dir)).stats()["documents"]
     check_count(corpus, indexer="Lucene", indexed=indexed, expected=check.num_docs - len(check.empty))
     if check.empty:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.staging import staged_directory
+from tour_pyserini.data.staging import check_place, output_lock, staged_directory
 from tour_pyserini.encoders import same_encoder, setting_differences
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import FaissIndexSpec
@@ -112,22 +112,32 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
 
     An existing index at ``output`` is reused unless ``overwrite``, and only if it records what ``request``
     asks for; a failed build leaves nothing behind, and an overwritten index stays whole until its
-    replacement is. Build time and the process's peak resident memory are recorded in the metadata.
+    replacement is. The output is locked while it is checked and built: a second writer is refused. Build
+    time and the peak resident memory (this process's, or its indexer's, whichever is larger) are recorded in
+    the metadata.
     """
     output = Path(output)
-    if output.exists() and not overwrite:
-        meta = IndexMeta.read(output)
-        if meta is None:
-            raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
-        if meta.kind == "bm25" and (reason := unreadable_reason(output)):
-            raise UserError(f"{output} was {reason}; pass --overwrite to rebuild it")
-        if request is not None and (differences := request.differences(meta)):
-            raise UserError(f"{output} was built with {'; '.join(differences)}; pass --overwrite to rebuild it")
-        return meta
-    start = time.perf_counter()
-    with staged_directory(output, "the index") as tmp:
-        meta = write(tmp)
-        meta.build_seconds = round(time.perf_counter() - start, 2)
-        meta.peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-        meta.write(tmp)
+    check_place(output)
+    with output_lock(output):  # a second index command on this output is refused while this one runs
+        if output.exists() and not overwrite:
+            return _reused(output, request)
+        start = time.perf_counter()
+        with staged_directory(output, "the index") as tmp:
+            meta = write(tmp)
+            meta.build_seconds = round(time.perf_counter() - start, 2)
+            meta.peak_rss_mb = round(max(resource.getrusage(who).ru_maxrss
+                                         for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024, 1)
+            meta.write(tmp)
+    return meta
+
+
+def _reused(output: Path, request: IndexRequest | None) -> IndexMeta:
+    """The metadata of the index at ``output``, if it records what ``request`` asks for; else one line."""
+    meta = IndexMeta.read(output)
+    if meta is None:
+        raise UserError(f"{output} exists but was not built by tour_pyserini; pass --overwrite")
+    if meta.kind == "bm25" and (reason := unreadable_reason(output)):
+        raise UserError(f"{output} was {reason}; pass --overwrite to rebuild it")
+    if request is not None and (differences := request.differences(meta)):
+        raise UserError(f"{output} was built with {'; '.join(differences)}; pass --overwrite to rebuild it")
     return meta

@@ -101,7 +101,7 @@ def read_jsonl_corpus(path: str | Path) -> Iterator[Document]:
 
 
 def check_corpus(path: str | Path) -> CorpusCheck:
-    """Read the whole corpus once: every line valid, ids unique, at least one document."""
+    """Read the whole corpus once: every line valid, ids unique, at least one document with text."""
     path = Path(path)
     num_docs, empty, lucene_ready, pyserini_ready = 0, [], True, True
     for _, obj, doc in _unique_records(path):
@@ -113,6 +113,8 @@ def check_corpus(path: str | Path) -> CorpusCheck:
         pyserini_ready &= obj.get("title") == doc.title and obj.get("text") == doc.text
     if num_docs == 0:
         raise UserError(f"{path}: the corpus holds no documents")
+    if len(empty) == num_docs:
+        raise UserError(f"{path}: all {num_docs} documents have empty text; there is nothing to index")
     # both indexers read the file itself: a byte-order mark would join the first line's JSON, and
     # Pyserini's encoder fails on a blank line
     with open(path, "rb") as f:

@@ -39,20 +39,43 @@ class IndexMeta:
 
     @classmethod
     def read(cls, index_dir: Path) -> IndexMeta | None:
+        """The metadata of ``index_dir`` (None if it has none); a file that is not what we write is one line."""
         path = Path(index_dir) / META_FILE
-        return cls(**json.loads(path.read_text())) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return cls(**json.loads(path.read_bytes()))
+        except (ValueError, TypeError) as e:  # not JSON (or not UTF-8), not an object, or other fields
+            reason = str(e).splitlines()[0][:120]
+            raise UserError(f"{path} is damaged, not the metadata tour_pyserini writes ({reason}); rebuild the "
+                            f"index (index --output {index_dir} --overwrite)") from None  # fmt: skip
 
 
 def check_faiss_file(path: Path):
     """The index in a Faiss file, opened memory-mapped (milliseconds whatever its size), so that one that cannot
-    be read (truncated, corrupt) is the user's error, named before any model loads."""
+    be read (truncated, corrupt), or whose ``docid`` file beside it lists another number of documents, is the
+    user's error, named before any model loads."""
     import faiss
 
     try:
-        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+        index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1].split("Error: ")[-1]
         raise UserError(f"{path} cannot be read as a Faiss index ({reason})") from None
+    docids = Path(path).with_name("docid")
+    if docids.is_file() and (count := count_lines(docids)) != index.ntotal:  # Pyserini asserts they agree
+        raise UserError(f"{docids} lists {count} docids for the {index.ntotal} vectors of {path}: the index is "
+                        "damaged or its files are mixed up; rebuild it (index --overwrite)")  # fmt: skip
+    return index
+
+
+def count_lines(path: Path) -> int:
+    """Lines of a file as Python's ``readlines`` counts them (a last line without a newline counts)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count, last = count + chunk.count(b"\n"), chunk[-1:]
+    return count + (last != b"\n")
 
 
 def index_kind(index_dir: str | Path) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tour_pyserini.data.predictions import Prediction
 from tour_pyserini.encoders.checkpoints import checked_loading
@@ -23,7 +24,7 @@ from tour_pyserini.reader.spans import (
     choose,
     passage_candidate,
 )
-from tour_pyserini.reader.windows import Window, collate, length_sorted_batches, make_windows
+from tour_pyserini.reader.windows import Window, collate, length_sorted_batches, make_windows, question_budget
 
 
 @dataclass
@@ -62,9 +63,25 @@ class Question:
     passages: tuple[Passage, ...]
 
 
-def check_reader(name: str) -> None:
-    """``name`` must be an extractive QA model with a fast tokenizer (offsets map spans back to text); one
-    line otherwise, read from its config and tokenizer before any weights load."""
+# the files transformers loads a PyTorch model's weights from (whole, or sharded with an index)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def has_weights(name: str) -> bool:
+    """Whether the model ``name`` (a directory, or a hub id in the local cache) holds weights transformers reads."""
+    from huggingface_hub import try_to_load_from_cache
+
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return any((local / f).is_file() for f in WEIGHT_FILES)
+    return any(isinstance(try_to_load_from_cache(name, f), str) for f in WEIGHT_FILES)
+
+
+def check_reader(name: str, *, max_length: int | None = None, stride: int | None = None) -> None:
+    """``name`` must be an extractive QA model with weights and a fast tokenizer (offsets map spans back to
+    text), and windows of ``max_length`` tokens overlapping by ``stride`` must leave it room for a question;
+    one line otherwise, read from its config and tokenizer before any weights load."""
     from transformers import AutoConfig, AutoTokenizer
 
     from tour_pyserini.encoders.spec import check_model
@@ -79,8 +96,13 @@ def check_reader(name: str) -> None:
         raise UserError(f"reader {name!r} is not an extractive QA model: its config names "
                         f"{', '.join(architectures) or 'no architecture'}, not a *ForQuestionAnswering one "
                         "(train one with train-reader)")  # fmt: skip
-    if not AutoTokenizer.from_pretrained(name).is_fast:
+    if not has_weights(name):
+        raise UserError(f"reader {name!r} has a config but no weights (none of {', '.join(WEIGHT_FILES)})")
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    if not tokenizer.is_fast:
         raise UserError(f"reader {name!r}: its tokenizer has no fast version (needed for character offsets)")
+    if max_length is not None and stride is not None:
+        question_budget(tokenizer, max_length=max_length, stride=stride)
 
 
 class Reader:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
+
 
 @dataclass(frozen=True)
 class Window:
@@ -20,11 +22,23 @@ class Window:
     offsets: list[tuple[int, int]]  # character span of each token in the passage text
 
 
+def question_budget(tokenizer, *, max_length: int, stride: int, max_question_length: int = 64) -> int:
+    """Tokens of a question in a window: at most ``max_question_length``, and few enough that the passage keeps
+    more than ``stride`` tokens beside it (the tokenizer's overflow needs that); one line if none is left."""
+    budget = min(max_question_length, max_length - tokenizer.num_special_tokens_to_add(pair=True) - stride - 1)
+    if budget < 1:
+        raise UserError(f"--max-length {max_length} with --stride {stride} leaves no room for a question: a window "
+                        f"holds {tokenizer.num_special_tokens_to_add(pair=True)} special tokens and more than "
+                        "--stride tokens of passage; raise --max-length or lower --stride")  # fmt: skip
+    return budget
+
+
 def make_windows(tokenizer, questions: Sequence[str], passages: Sequence[str], *, max_length: int, stride: int,
                  max_question_length: int = 64) -> list[Window]:  # fmt: skip
-    """The windows of each ``(questions[i], passages[i])`` pair, in pair order. A question is cut to
-    ``max_question_length`` tokens first, so that every window has room for the passage."""
-    questions = [_cut(tokenizer, q, max_question_length) for q in questions]
+    """The windows of each ``(questions[i], passages[i])`` pair, in pair order. A question is cut first to
+    :func:`question_budget` tokens, so that every window has room for the passage."""
+    budget = question_budget(tokenizer, max_length=max_length, stride=stride, max_question_length=max_question_length)
+    questions = [_cut(tokenizer, q, budget) for q in questions]
     enc = tokenizer(list(questions), list(passages), truncation="only_second", max_length=max_length, stride=stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True)  # fmt: skip
     windows = []

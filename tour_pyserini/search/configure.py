@@ -86,7 +86,7 @@ def check_config(config: SearchConfig) -> dict:
     if config.encoded_queries:
         if config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision:
             raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
-        check_encoded_queries(config.encoded_queries)
+        check_encoded_queries(config.encoded_queries, dimension=index.d)
         if options.get("state"):
             raise UserError("--state: a TTT-Embed state needs the encoder its queries were encoded with, and "
                             "--encoded-queries names none")  # fmt: skip

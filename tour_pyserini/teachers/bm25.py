@@ -18,24 +18,40 @@ import numpy as np
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25_matrix import load_term_matrix
-from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_readable, index_fingerprint, index_kind
+from tour_pyserini.index.layout import (
+    META_FILE,
+    IndexMeta,
+    MissingIndexError,
+    check_readable,
+    index_fingerprint,
+    index_kind,
+)
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.bm25_math import K1, B, document_scores, idf, norm_inverse_table, term_scores
 
 
 def sibling_bm25_index(index_dir: str | Path) -> Path:
-    """The BM25 index built from the same collection as ``index_dir``, found beside it."""
+    """The BM25 index built from the same collection as ``index_dir``, found beside it. Only Lucene indexes are
+    read; one whose metadata is damaged is passed over (it cannot be shown to match), and named if none matches."""
     index_dir = Path(index_dir)
     meta = IndexMeta.read(index_dir)
+    damaged = []
     if meta is not None:
         for candidate in sorted(index_dir.parent.iterdir()):
-            other = IndexMeta.read(candidate) if candidate.is_dir() else None
+            if not (candidate.is_dir() and any(candidate.glob("segments_*"))):
+                continue
+            try:
+                other = IndexMeta.read(candidate)
+            except UserError:
+                damaged.append(candidate.name)
+                continue
             if other and other.kind == "bm25" and other.collection == meta.collection:
                 return candidate
     raise MissingIndexError(
-        f"no BM25 index of the collection of {index_dir} beside it; build one with "
-        f"`python -m tour_pyserini.index --bm25 --collection {meta.collection if meta else 'DIR'} --output DIR` "
-        "or name it: bm25:DIR"
+        f"no BM25 index of the collection of {index_dir} beside it"
+        + (f" (passed over, their {META_FILE} damaged: {', '.join(damaged)})" if damaged else "")
+        + f"; build one with `python -m tour_pyserini.index --bm25 --collection {meta.collection if meta else 'DIR'} "
+        "--output DIR` or name it: bm25:DIR"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.eval.answers import AnswerMatcher
 
 
@@ -34,3 +35,15 @@ def answer_bearing(topics: Sequence, docids: Sequence[str], matcher: AnswerMatch
             ]
         )
     return rows
+
+
+def check_trainable(rows: Sequence[Sequence[int]], train: Sequence[int], index_dir) -> None:
+    """One line, before any model loads, when no training question (positions ``train`` of ``rows``, as
+    :func:`answer_bearing` gives them) has an answer-bearing block: every one would be skipped."""
+    if any(rows[i] for i in train):
+        return
+    if held := sum(bool(r) for r in rows):
+        raise UserError(f"the {held} question(s) whose answers occur in a block of {index_dir} all went to the dev "
+                        "split: lower --dev-fraction or give more questions")  # fmt: skip
+    raise UserError(f"no question's answers occur in any block of {index_dir} (DPR's match): every question would be "
+                    "skipped, nothing trained")  # fmt: skip

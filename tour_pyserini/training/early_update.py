@@ -82,7 +82,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
-    from tour_pyserini.training.answers import answer_bearing
+    from tour_pyserini.training.answers import answer_bearing, check_trainable
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.losses import early_update_loss
     from tour_pyserini.training.schedule import autocast, optimizer
@@ -105,6 +105,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *,
     dev, train_set = order[:n_dev], order[n_dev:]
     if len(train_set) < 1:
         raise UserError("too few training questions for a dev split")
+    check_trainable(rows, train_set, index_dir)
     torch.manual_seed(config.seed)
     spec, tokenizer, model = load_encoder(init)
     if model.config.hidden_size != blocks.shape[1]:

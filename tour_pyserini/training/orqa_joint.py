@@ -109,7 +109,7 @@ def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, co
     from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
     from tour_pyserini.reader import Passage, Question, Reader, ReaderOptions
     from tour_pyserini.reader.windows import collate
-    from tour_pyserini.training.answers import answer_bearing
+    from tour_pyserini.training.answers import answer_bearing, check_trainable
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.losses import early_update_loss
     from tour_pyserini.training.reader import occurrences
@@ -130,6 +130,7 @@ def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, co
                                        dev_fraction=config.dev_fraction, seed=config.seed)  # fmt: skip
     if not train_idx:
         raise UserError("too few training questions for a dev split")
+    check_trainable(rows, train_idx, index_dir)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     spec, q_tokenizer, encoder = load_encoder(init)

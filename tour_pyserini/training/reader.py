@@ -175,6 +175,22 @@ def dev_exact_match(model, tokenizer, questions, topics, config: ReaderTrainConf
     return evaluate_predictions(predictions, topics).means["EM"]
 
 
+def nothing_to_train_on(bearing: dict[str, set[str]], train_ids: Sequence[str], answers: dict[str, tuple[str, ...]],
+                        config: ReaderTrainConfig) -> str:  # fmt: skip
+    """Why no training question gave a positive window, by its cause."""
+    if not any(bearing.values()):
+        return (f"no question has a passage containing one of its answers (DPR's match) in its top {config.k}: "
+                "a run of another collection, or answers the passages never hold")  # fmt: skip
+    if not (bearing_train := [q for q in train_ids if bearing[q]]):
+        held = sum(bool(b) for b in bearing.values())
+        return (f"the {held} question(s) with an answer-bearing passage in their top {config.k} all went to the dev "
+                "split: lower --dev-fraction or give more questions")  # fmt: skip
+    first = bearing_train[0]
+    return (f"the {len(bearing_train)} training question(s) with an answer-bearing passage never hold a whole answer "
+            f"in one window's tokens (e.g. question {first}: {answers[first][0]!r}); answers longer than a window's "
+            f"passage part (--max-length {config.max_length}), or matched only after DPR's normalisation")  # fmt: skip
+
+
 def train(questions, topics, matcher, output: Path, init: str, config: ReaderTrainConfig, *, bf16: bool) -> dict:
     """Train from ``init`` on ``questions`` (``reader.Question``s over the training topics' top-k; ``topics``
     hold their answers); ``matcher`` is an ``eval.answers.AnswerMatcher``. Writes ``output`` (float16 model,
@@ -201,7 +217,7 @@ def train(questions, topics, matcher, output: Path, init: str, config: ReaderTra
     examples = build_examples(tokenizer, [by_qid[q] for q in train_ids], answers, bearing, config)
     skipped = 1 - len(examples) / max(1, len(train_ids))
     if not examples:
-        raise UserError(f"no training question has an answer-bearing passage in its top {config.k}")
+        raise UserError(nothing_to_train_on(bearing, train_ids, answers, config))
     print(f"{len(train_ids)} training questions ({len(examples)} with an answer-bearing window, {skipped:.1%} "
           f"skipped), {len(dev_ids)} dev questions", flush=True)  # fmt: skip
     torch.manual_seed(config.seed)

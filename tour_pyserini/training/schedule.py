@@ -1,11 +1,8 @@
-"""What the trainers share: AdamW with linear warm-up and decay, optional bf16 autocast, the output check."""
+"""What the trainers share: AdamW with linear warm-up and decay, optional bf16 autocast."""
 
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
-
-from tour_pyserini.errors import UserError
 
 
 def warmup_linear(step: int, steps: int, warmup: int) -> float:
@@ -29,13 +26,3 @@ def autocast(bf16: bool):
     import torch
 
     return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-
-
-def check_output(output: str | Path, overwrite: bool) -> Path:
-    """The output directory, refused if it exists (unless ``overwrite``), before any model loads."""
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise UserError(f"{output} already exists; pass --overwrite to replace it")
-    if not output.parent.exists():
-        raise UserError(f"cannot create {output}: its parent directory does not exist")
-    return output
