@@ -43,7 +43,7 @@ def main() -> None:
     extra = question_examples(EXTRA, read_topics("collections/nq-oracle/topics.train.jsonl"), None,
                               config.extra_per_step * args.steps, depth=config.hard_depth, rng=random.Random(14),
                               encoder=encoder)  # fmt: skip
-    trainer = ListwiseTrainer(str(bundled_model_dir()), searcher.docstore, DenseTeacher(MAIN), config,
+    trainer = ListwiseTrainer(str(bundled_model_dir()), searcher.docstore, DenseTeacher.of(MAIN), config,
                               steps=100, encoder=encoder)  # fmt: skip
     rng, seconds = random.Random(13), {"stored vectors": [], "encoded each step": []}
     n = config.extra_per_step

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from tour_pyserini.commands.runner import run_cli
-from tour_pyserini.index.build import corpus_file
+from tour_pyserini.index.corpus import corpus_file
 from tour_pyserini.index.prebuilt import export_prebuilt
 
 

@@ -67,7 +67,7 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     search_main(args)
     complete = out.read_text()
     out.unlink()
-    record = RunWriter._record_batches_end
+    record = RunWriter._record
     calls = []
 
     def interrupt_at_the_third_batch(writer, end):
@@ -76,10 +76,10 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
             raise KeyboardInterrupt
         record(writer, end)
 
-    monkeypatch.setattr(RunWriter, "_record_batches_end", interrupt_at_the_third_batch)
+    monkeypatch.setattr(RunWriter, "_record", interrupt_at_the_third_batch)
     with pytest.raises(KeyboardInterrupt):
         search_main(args)
-    monkeypatch.setattr(RunWriter, "_record_batches_end", record)
+    monkeypatch.setattr(RunWriter, "_record", record)
     partial = out.with_name(out.name + ".partial")
     assert partial.read_text().count("\n") == 2 * 8 * 20  # the third batch, never recorded, is not kept
     with open(partial, "a") as f:  # and a batch cut off mid-line by a kill, which closes nothing

@@ -3,6 +3,7 @@ per search, and indexes written by Pyserini's own converter open too."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -84,13 +85,14 @@ def test_knobs_of_another_index_type_are_errors(dense_index, mini_scifact, tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("flags,exact", [(["--hnsw", "--M", "16", "--efC", "64"], True), (["--pq", "--pq-m", "48"],
                                                                                          False)])  # fmt: skip
-def test_indexes_built_by_pyserini_open_too(flags, exact, dense_index, searcher, queries, tmp_path, capfd):
+def test_indexes_built_by_pyserini_open_too(flags, exact, dense_index, searcher, queries, tmp_path, caplog):
     # Pyserini's own tool, through run-pyserini: its Java, and (Pyserini 2.x) its catalogue fetched offline
     subprocess.run([sys.executable, "-m", "tour_pyserini", "run-pyserini", "pyserini.index.faiss", "--input",
                     str(dense_index), "--output", str(tmp_path), "--dim", "384", "--threads", "1", *flags],
                    check=True, env=os.environ, capture_output=True)  # fmt: skip
-    theirs = TourSearcher.from_index(tmp_path)
-    assert ("keeps no exact vectors" in capfd.readouterr().err) is not exact
+    with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
+        theirs = TourSearcher.from_index(tmp_path)
+    assert ("keeps no exact vectors" in caplog.text) is not exact
     assert recall(theirs.search_vectors(queries, DEPTH), searcher.search_vectors(queries, DEPTH)) >= 0.8
     if exact:  # and re-indexes into any other type, without the metadata our own indexes carry
         index_main(["--from-index", str(tmp_path), "--output", str(tmp_path / "flat"), "--faiss-index", "flat"])

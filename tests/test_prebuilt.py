@@ -11,7 +11,8 @@ from conftest import SCIFACT
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.index.build import build_index
 from tour_pyserini.index.dense import write_dense_index
-from tour_pyserini.index.prebuilt import MANIFEST, PREBUILT_DIR, export_prebuilt, file_sha256, find_prebuilt
+from tour_pyserini.data.digest import file_sha256
+from tour_pyserini.index.prebuilt import MANIFEST, PREBUILT_DIR, export_prebuilt, find_prebuilt
 from tour_pyserini.search import TourSearcher
 
 

@@ -57,7 +57,7 @@ def test_a_text_outside_the_index_is_scored_as_the_index_would(dense_index):
     from tour_pyserini.teachers.dense import DenseTeacher
     from tour_pyserini.training.reranker import ListwiseTrainer, TrainConfig
 
-    dense = DenseTeacher(dense_index)
+    dense = DenseTeacher.of(dense_index)
     docstore = DocStore(dense_index / DOCSTORE_FILE)
     trainer = ListwiseTrainer(str(bundled_model_dir()), docstore, dense, TrainConfig(), steps=1,
                               encoder=IndexMeta.read(dense_index).encoder)  # fmt: skip

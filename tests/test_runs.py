@@ -64,14 +64,14 @@ def test_a_batch_interrupted_before_its_record_is_neither_done_nor_kept(tmp_path
     """Ctrl-C after a batch's lines are written but before its end is recorded: what the writer says it keeps
     (``done``, which the search's message counts) is what the partial file holds."""
     path = tmp_path / "run.trec"
-    record = RunWriter._record_batches_end
+    record = RunWriter._record
 
     def interrupt_at_the_second_batch(writer, end):
         if writer.done:
             raise KeyboardInterrupt
         record(writer, end)
 
-    monkeypatch.setattr(RunWriter, "_record_batches_end", interrupt_at_the_second_batch)
+    monkeypatch.setattr(RunWriter, "_record", interrupt_at_the_second_batch)
     trace = tmp_path / "trace.jsonl"
     with pytest.raises(KeyboardInterrupt), RunWriter(path, trace=trace) as writer:
         writer.write_batch([("q1", hits(("a", 2.0)), {"iterations": 1})])
@@ -86,7 +86,7 @@ def test_a_batch_interrupted_just_after_its_record_is_resumed_from_the_batches_b
     files to the batches it counts, and its record must say so too, or the rerun finds the files shorter than
     the record and starts over (seen: a resumed search that searched every query again)."""
     path = tmp_path / "run.trec"
-    record = RunWriter._record_batches_end
+    record = RunWriter._record
 
     def interrupt_after_the_second_record(writer, end):
         record(writer, end)
@@ -94,7 +94,7 @@ def test_a_batch_interrupted_just_after_its_record_is_resumed_from_the_batches_b
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patched:
-        patched.setattr(RunWriter, "_record_batches_end", interrupt_after_the_second_record)
+        patched.setattr(RunWriter, "_record", interrupt_after_the_second_record)
         with pytest.raises(KeyboardInterrupt), RunWriter(path, signature={"k": 1}, trace=tmp_path / "t.jsonl") as w:
             w.write_batch([("q1", hits(("a", 2.0)), {"iterations": 1})])
             w.write_batch([("q2", hits(("b", 2.0)), {"iterations": 1})])

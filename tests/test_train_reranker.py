@@ -125,7 +125,7 @@ def test_another_collections_questions_take_their_similarities_from_its_stored_v
     assert all(ex.similarities.keys() == ex.texts.keys() for ex in stored)
     assert not any(ex.similarities for ex in encoded + other)  # no encoder, or another one: encoded each step
 
-    store, dense = DocStore(dense_index / "docstore.sqlite"), DenseTeacher(dense_index)
+    store, dense = DocStore(dense_index / "docstore.sqlite"), DenseTeacher.of(dense_index)
     config = TrainConfig(max_length=64)
     trainer = ListwiseTrainer(str(bundled_model_dir()), store, dense, config, steps=1, encoder=encoder)
     for ex in stored:

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from tour_pyserini.errors import UserError
+
 log = logging.getLogger(__name__)
 
 MIN_JAVA = 21
@@ -54,8 +56,8 @@ JVM_SEARCH_ROOT = Path("/usr/lib/jvm")
 _INCUBATOR_VECTOR = "jdk.incubator.vector"
 
 
-class JavaNotFoundError(RuntimeError):
-    """No Java 21+ runtime could be found."""
+class JavaNotFoundError(UserError):
+    """No Java 21+ runtime could be found: the user installs one."""
 
 
 @dataclass(frozen=True)

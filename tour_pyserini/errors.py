@@ -15,6 +15,11 @@ class UserError(ValueError):
     """Bad input (a file, a flag, a spec) that the user can correct; the message names what is wrong."""
 
 
+# errors a user's input causes (a missing file included): one line where a command reports them, a traceback for
+# anything else
+USER_ERRORS = (UserError, FileNotFoundError)
+
+
 @functools.cache
 def warn_once(logger: str, message: str) -> None:
     """Log ``message`` on ``logger`` as a warning, once per process: a command checks its input in the driver

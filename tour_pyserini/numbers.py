@@ -1,14 +1,18 @@
-"""Numbers a user types: a flag's type that parses its text and knows the range the value must lie in.
+"""Parameters a user sets, each declared once: its name, type with its range, default and help.
 
-A :class:`Number` is a flag parser's ``type=`` (the commands' parser checks its range as it parses, naming the
-flag) that the library can declare too (a rewriter's own options), so one rule serves both. The checks a
-configuration dataclass makes of its numbers (a trainer's, the reader's) name the flag in one line too.
+A :class:`Number` is a numeric type that parses its text and knows the range its value must lie in. A
+:class:`Param` declares one parameter of a library object (a rewriter, a teacher): the command line's flag, its
+help (which says the default, read from the declaration) and the range check all derive from it. A configuration
+dataclass declares its fields with :func:`param` and is checked by :func:`check_fields`, so the dataclass is the
+one declaration of its parameters, as ir_measures declares a measure's parameters as data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from tour_pyserini.errors import UserError
 
@@ -40,6 +44,111 @@ non_negative_float = Number(float, "at least 0 and finite", lambda v: v >= 0)
 finite_float = Number(float, "finite", lambda v: True)
 fraction = Number(float, "in (0, 1)", lambda v: 0 < v < 1)
 probability = Number(float, "in [0, 1]", lambda v: 0 <= v <= 1)
+below_one = Number(float, "in [0, 1)", lambda v: 0 <= v < 1)
+mass = Number(float, "in (0, 1]", lambda v: 0 < v <= 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One parameter: ``name`` (the constructor's or the config field's), parsed by ``type`` (a :class:`Number`
+    range-checks), ``default`` (None: not set), ``help`` (the default is added to it), ``flag`` (default
+    ``--name-with-dashes``), ``choices``; with ``const`` the flag takes no value and sets ``const``. A ``shared``
+    parameter is a limit of the whole search, not of one process (an API teacher's requests in flight: Ray
+    workers split it)."""
+
+    name: str
+    type: Any = str
+    default: Any = None
+    help: str = ""
+    flag: str | None = None
+    choices: tuple | None = None
+    const: Any = None
+    metavar: str | None = None
+    shared: bool = False
+    required: bool = False
+    default_text: str | None = None  # what an unset (None) default means, for the help: "the preset's"
+
+    @property
+    def option(self) -> str:
+        """The command-line flag."""
+        return self.flag or f"--{self.name.replace('_', '-')}"
+
+    @property
+    def dest(self) -> str:
+        return self.option.lstrip("-").replace("-", "_")
+
+    @property
+    def default_shown(self) -> str | None:
+        """The default as the help says it (None: none to say)."""
+        if self.const is not None:
+            return None
+        return self.default_text if self.default is None else str(self.default)
+
+    @property
+    def described(self) -> str:
+        """The help text with the default it has when not given."""
+        shown = self.default_shown
+        return self.help if shown is None else f"{self.help} (default: {shown})"
+
+    def add_to(self, parser) -> None:
+        """The flag, on a command-line parser or group; it stays None when not given, so the default applies."""
+        if self.const is not None:
+            parser.add_argument(self.option, dest=self.dest, action="store_const", const=self.const,
+                                help=self.described)  # fmt: skip
+        else:
+            parser.add_argument(self.option, dest=self.dest, type=self.type, choices=self.choices,
+                                help=self.described, metavar=self.metavar)  # fmt: skip
+
+    def check(self, value: Any) -> Any:
+        """``value``, or one line naming the flag: out of range, or not one of the choices."""
+        if value is None:
+            return value
+        if isinstance(self.type, Number):
+            self.type.check(self.option, value)
+        if self.choices is not None and value not in self.choices:
+            raise UserError(f"{self.option} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        return value
+
+
+def param(default: Any = None, type: Any = str, help: str = "", *, like: Param | None = None, **declared) -> Any:
+    """A configuration dataclass's field declared as a :class:`Param` (the field's name is the param's); ``like``:
+    a shared declaration (type, help, flag) whose default this field sets."""
+    if like is not None:
+        type, help = like.type, help or like.help
+        declared = {"flag": like.flag, "choices": like.choices, "const": like.const, "metavar": like.metavar,
+                    **declared}  # fmt: skip
+    return dataclasses.field(default=default, metadata={"param": (type, help, declared)})
+
+
+def params_of(config_class) -> tuple[Param, ...]:
+    """The :class:`Param` of each field of ``config_class`` declared with :func:`param`, in field order."""
+    found = []
+    for f in dataclasses.fields(config_class):
+        if "param" in f.metadata:
+            kind, text, declared = f.metadata["param"]
+            found.append(Param(f.name, kind, f.default, text, **declared))
+    return tuple(found)
+
+
+def check_fields(config, declared: Iterable[Param] | None = None) -> None:
+    """Every declared field of ``config`` in its range and choices, each failure one line naming the flag."""
+    for p in params_of(type(config)) if declared is None else declared:
+        p.check(getattr(config, p.name))
+
+
+def configure(config_class, values: dict[str, Any], what: str = "the configuration"):
+    """``config_class`` from ``values`` (by field name; None: the default), checked once: a name it does not
+    declare, a required one missing, or a value out of range is one line (``what`` says whose)."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    if unknown := sorted(set(values) - fields):
+        raise UserError(f"option(s) {', '.join(unknown)} do not apply to {what}")
+    if missing := [p.option for p in params_of(config_class) if p.required and values.get(p.name) is None]:
+        raise UserError(f"{what} needs {', '.join(missing)}")
+    config = config_class(**{k: v for k, v in values.items() if v is not None})
+    check_fields(config)
+    if hasattr(config, "check"):
+        config.check()
+    return config
 
 
 # ---- a configuration's numbers, each failure one line naming the flag ----

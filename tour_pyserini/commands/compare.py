@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         check_plot(args.plot)  # before the runs are scored
     paths = [args.baseline, *[r for r in args.run if r != args.baseline]]
     if args.predictions:
-        from tour_pyserini.commands.eval import score_predictions
+        from tour_pyserini.eval.scoring import score_predictions
 
         results, qids = score_predictions(paths, args.answers, args.regex)
     else:

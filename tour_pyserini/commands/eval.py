@@ -15,7 +15,7 @@ from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.judging import add_judgement_arguments, judgements
 from tour_pyserini.commands.outputs import staged_output
 from tour_pyserini.errors import UserError
-from tour_pyserini.eval.scoring import score_runs
+from tour_pyserini.eval.scoring import score_predictions, score_runs
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,20 +37,6 @@ def format_table(rows: list[list[str]]) -> str:
              for row in rows]  # fmt: skip
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def score_predictions(paths: list[str], answers: str | None, regex: bool) -> tuple[dict, list[str]]:
-    """EM and F1 of each predictions file against the answers of the topics file ``answers``."""
-    from tour_pyserini.data.predictions import read_predictions
-    from tour_pyserini.data.topics import read_topics
-    from tour_pyserini.eval.exact_match import answer_topics, evaluate_predictions
-
-    if not answers:
-        raise UserError("--predictions needs --answers TOPICS (the gold answers)")
-    topics = answer_topics(read_topics(answers), answers)
-    predictions = {path: read_predictions(path) for path in paths}  # every file is read before any scoring
-    results = {path: evaluate_predictions(preds, topics, regex, path) for path, preds in predictions.items()}
-    return results, [t.qid for t in topics]
 
 
 def main(argv: list[str] | None = None) -> None:

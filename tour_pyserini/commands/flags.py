@@ -58,7 +58,7 @@ def teacher_flags(args: argparse.Namespace) -> dict:
     """The teacher options given, by parameter; one the named ``--teacher`` does not read is an error."""
     from tour_pyserini.teachers import check_teacher_options, teacher_options
 
-    options = {o.param: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
+    options = {o.name: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
     check_teacher_options(args.teacher, options)
     return options
 

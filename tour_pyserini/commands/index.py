@@ -14,8 +14,8 @@ from tour_pyserini.commands.flags import ArgumentParser, add_encoder_flags, enco
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.build import IndexRequest, build_index, corpus_file
-from tour_pyserini.index.corpus import check_corpus
+from tour_pyserini.index.build import IndexRequest, build_index
+from tour_pyserini.index.corpus import check_corpus, corpus_file
 from tour_pyserini.index.faiss_index import INDEX_TYPES, FaissIndexSpec
 from tour_pyserini.numbers import positive_int
 

@@ -9,13 +9,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-from tour_pyserini._java import JavaNotFoundError
 from tour_pyserini.devices import share_cores
-from tour_pyserini.errors import UserError
-
-# Errors a user can cause with bad input (a missing file included); anything else is a bug and keeps
-# its traceback.
-USER_ERRORS = (UserError, FileNotFoundError, JavaNotFoundError)
+from tour_pyserini.errors import USER_ERRORS
 
 
 class TerminalFormatter(logging.Formatter):
@@ -46,6 +41,8 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     as they wait (:func:`share_cores`; the thread count, and with it the arithmetic, stays as on idle cores).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # transformers' and the hub's bars say how a model's weights load, which tells a user nothing
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     show_library_log()
     share_cores()
     terminated: list[int] = []

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 
 from tour_pyserini.commands.flags import (
     ArgumentParser,
@@ -29,10 +30,10 @@ from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.pyserini_catalogue import resolve_index
-from tour_pyserini.numbers import non_negative_float, positive_int, probability
+from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
 from tour_pyserini.results import NOT_RERANKED, SearchResult
-from tour_pyserini.rewriters import Option, available_rewriters, get_rewriter_class
-from tour_pyserini.search.configure import SearchConfig, TeacherInfo, check_config, open_searcher
+from tour_pyserini.rewriters import available_rewriters, get_rewriter_class
+from tour_pyserini.search.configure import SearchConfig, SearchPlan, TeacherInfo, open_searcher, plan_search
 from tour_pyserini.teachers import teacher_usages
 from tour_pyserini.teachers.cache import mostly_unscored
 
@@ -149,28 +150,39 @@ def check_scored(results: list[SearchResult], teacher: TeacherInfo | None, kept:
                     "--allow-unscored")  # fmt: skip
 
 
-def rewriter_options() -> dict[str, list[Option]]:
-    """Every rewriter's own flags, grouped under the first rewriter that declares each (shared flags once)."""
-    seen: dict[str, Option] = {}
-    groups: dict[str, list[Option]] = {}
+def rewriter_options() -> dict[str, list[Param]]:
+    """Every rewriter's flags, grouped under the first rewriter that declares each. A flag several rewriters
+    declare (``--k``) is one parameter with each rewriter's default, which its help lists."""
+    declared: dict[str, list[tuple[str, Param]]] = {}
     for name, cls in available_rewriters().items():
         for option in cls.options:
-            if option.flag in seen:
-                if seen[option.flag] != option:
-                    raise TypeError(f"rewriters declare {option.flag} differently: {seen[option.flag]} and {option}")
-                continue
-            seen[option.flag] = option
-            groups.setdefault(name, []).append(option)
+            declared.setdefault(option.option, []).append((name, option))
+    groups: dict[str, list[Param]] = {}
+    for flag, uses in declared.items():
+        (first_name, first), defaults = uses[0], {}
+        for name, option in uses:
+            if _flag_of(option) != _flag_of(first):
+                raise TypeError(f"rewriters declare {flag} differently: {first} and {option}")
+            defaults.setdefault(option.default_shown, []).append(name)
+        if len(defaults) > 1:
+            said = "; ".join(f"{', '.join(names)}: {shown}" for shown, names in defaults.items())
+            first = replace(first, default=None, default_text=said)
+        groups.setdefault(first_name, []).append(first)
     return groups
 
 
+def _flag_of(option: Param) -> Param:
+    """What must be alike where rewriters share a flag: all but the default and whether it is required."""
+    return replace(option, default=None, default_text=None, required=False)
+
+
 def rewriter_flags(args: argparse.Namespace) -> dict:
-    """The options given for ``--rewriter``; a flag of another rewriter is an error."""
-    own = {option.flag for option in get_rewriter_class(args.rewriter).options}
+    """The options given for ``--rewriter``, by parameter; a flag of another rewriter is an error."""
+    own = {option.option for option in get_rewriter_class(args.rewriter).options}
     given = [o for group in rewriter_options().values() for o in group if getattr(args, o.dest) is not None]
-    if stray := [o.flag for o in given if o.flag not in own]:
+    if stray := [o.option for o in given if o.option not in own]:
         raise UserError(f"{', '.join(stray)}: not an option of --rewriter {args.rewriter}")
-    return {o.param: getattr(args, o.dest) for o in given}
+    return {o.name: getattr(args, o.dest) for o in given}
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
@@ -185,17 +197,18 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
     )  # fmt: skip
 
 
-def batch_searcher(args: argparse.Namespace, config: SearchConfig, options: dict,
+def batch_searcher(args: argparse.Namespace, plan: SearchPlan,
                    stack: ExitStack) -> tuple[Callable[[list], Iterator], TeacherInfo | None]:  # fmt: skip
-    """A function from (texts, qids, hits) batches to their results in order, run here or on Ray workers;
-    and what the teacher is."""
+    """A function from (texts, qids, hits) batches to their results in order, run here (built from ``plan``) or
+    on Ray workers (each planning its own); and what the teacher is."""
     if args.ray is None:
-        searcher, teacher = open_searcher(config, options)
+        searcher, teacher = open_searcher(plan)
         return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher
     from tour_pyserini.search.distributed import RayPool
 
     workers = args.workers or DEFAULT_WORKERS
-    pool = stack.enter_context(RayPool(config, workers=workers, address=None if args.ray == "local" else args.ray))
+    pool = stack.enter_context(RayPool(plan.config, workers=workers,
+                                       address=None if args.ray == "local" else args.ray))  # fmt: skip
     print(f"ray: {workers} workers ready in {pool.startup_seconds:.1f} s")
     return pool.map, pool.teacher
 
@@ -216,11 +229,10 @@ def main(argv: list[str] | None = None) -> None:
         with writer, ExitStack() as stack:
             topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
             args.index = resolve_index(args.index)
-            config = search_config(args)
-            options = check_config(config)  # in the driver, before any model, the JVM or Ray starts
-            if config.encoded_queries:
-                check_encoded_texts(config.encoded_queries, {t.qid: t.text for t in topics})
-            search, teacher = batch_searcher(args, config, options, stack)
+            plan = plan_search(search_config(args))  # in the driver, before any model, the JVM or Ray starts
+            if plan.config.encoded_queries:
+                check_encoded_texts(plan.config.encoded_queries, {t.qid: t.text for t in topics})
+            search, teacher = batch_searcher(args, plan, stack)
             teacher_label = teacher.label if teacher else None
             start = time.perf_counter()
             if teacher and teacher.oracle and "oracle" not in writer.tag:

@@ -39,8 +39,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data.staging import locked_output_directory
-    from tour_pyserini.index.build import corpus_file
-    from tour_pyserini.index.corpus import check_corpus
+    from tour_pyserini.index.corpus import check_corpus, corpus_file
 
     args = parser().parse_args(argv)
     config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})

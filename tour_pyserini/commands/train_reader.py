@@ -9,13 +9,13 @@ import argparse
 from contextlib import ExitStack
 from dataclasses import asdict
 
-from tour_pyserini.commands.answer import open_passages, questions_to_read
 from tour_pyserini.commands.answer_training import (
     add_answer_training_flags,
     answered_questions,
     check_bf16,
 )
 from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.index.docstore import open_passages
 from tour_pyserini.numbers import (
     fraction,
     non_negative_float,
@@ -24,7 +24,7 @@ from tour_pyserini.numbers import (
     positive_int,
     probability,
 )
-from tour_pyserini.reader import RULES
+from tour_pyserini.reader import RULES, questions_to_read
 from tour_pyserini.training import reader as reader_training
 from tour_pyserini.training.reader import ReaderTrainConfig, train
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         init = args.init or str(bundled_model_dir())
         check_model("encoder", init)
         run = read_run(args.run)
-        docstore = open_passages(args, stack)
+        docstore = open_passages(stack, index=args.index, collection=args.collection)
         questions = questions_to_read(run, topics, docstore, config.k, args.run, args.index or args.collection)
         report = train(questions, topics, AnswerMatcher(docstore), output, init, config, bf16=args.bf16)
     print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "

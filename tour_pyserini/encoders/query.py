@@ -16,6 +16,7 @@ CPU with bfloat16 units; its vectors differ from float32's by about 1e-3 (docs/a
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections import Counter
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.checkpoints import POOLER, checked_loading
 from tour_pyserini.encoders.classes import CLASSES
 from tour_pyserini.encoders.pyserini_compat import add_post_init, encoded_queries, encoded_table
-from tour_pyserini.encoders.spec import EncoderSpec
+from tour_pyserini.encoders.spec import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
 
 PYSERINI_QUERY_MAX_LENGTH = 256  # python -m pyserini.search.faiss's --max-length default
@@ -228,6 +229,31 @@ ENCODED_FILE = "embedding.pkl"  # Pyserini's pre-encoded queries: a pandas table
 # what unpickling a file that is not a pickle, or one cut short, raises (pickle's own errors and its decoders')
 _NOT_A_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
                  KeyError, UnicodeDecodeError, OverflowError)  # fmt: skip
+
+
+class QueryEncoders:
+    """The query encoders one process uses, each built once: the searcher's, and that of every teacher asking for
+    the same encoder (its identity, weights hashed), device and precision — the dense teacher, a residual
+    cross-encoder's similarity, an ensemble's parts. Loading a model is seconds and its memory; one copy serves all."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple, QueryEncoder] = {}
+
+    @staticmethod
+    def key(spec: EncoderSpec, device: str, precision: str) -> tuple:
+        return json.dumps(encoder_identity(spec), sort_keys=True), device, precision
+
+    def add(self, encoder: QueryEncoder, device: str = "cpu") -> QueryEncoder:
+        """Share ``encoder`` (built elsewhere) with those asking for its spec on ``device``."""
+        if encoder.spec is not None:
+            self._built.setdefault(self.key(encoder.spec, device, encoder.precision), encoder)
+        return encoder
+
+    def get(self, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32") -> QueryEncoder:
+        key = self.key(spec, device, precision)
+        if key not in self._built:
+            self._built[key] = QueryEncoder.build(spec, device, precision)
+        return self._built[key]
 
 
 def _encoded_directory(directory: str | Path) -> Path:

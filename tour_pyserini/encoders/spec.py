@@ -12,12 +12,12 @@ tells whether stored vectors came from the same encoder.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from tour_pyserini.data.digest import files_sha256
 from tour_pyserini.data.lines import read_text
 from tour_pyserini.encoders.classes import CLASSES, check_class_options, family, get_class, infer_class
 from tour_pyserini.errors import UserError, warn_once
@@ -226,15 +226,7 @@ def sentence_transformers_prompts(model_dir: Path) -> dict:
 @lru_cache(maxsize=8)
 def _fingerprint(path: str, stamp: tuple) -> str | None:
     files = sorted(p for p in Path(path).iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
-        with open(file, "rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return files_sha256(files, names=True) if files else None
 
 
 def weights_sha256(model_dir: str | Path) -> str | None:

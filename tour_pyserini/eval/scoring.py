@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-import tempfile
-from contextlib import ExitStack, closing
+import logging
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +12,9 @@ from tour_pyserini.data.runs import read_run
 from tour_pyserini.data.topics import read_topics
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.judge import DEFAULT_METRICS, Judge, QrelsJudge
-from tour_pyserini.index.build import corpus_file
-from tour_pyserini.index.docstore import DocStore, read_jsonl_corpus
-from tour_pyserini.index.layout import DOCSTORE_FILE
+from tour_pyserini.index.docstore import DocStore, open_passages
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,14 +31,11 @@ class Judgements:
     regex: bool = False  # answers are regular expressions (CuratedTrec)
 
 
-def open_docstore(judgements: Judgements, stack: ExitStack) -> DocStore:
-    if judgements.index:
-        return DocStore(Path(judgements.index) / DOCSTORE_FILE)
-    if not judgements.collection:
+def passages(judgements: Judgements, stack: ExitStack) -> DocStore:
+    """The passages answer strings are looked for in."""
+    if not (judgements.index or judgements.collection):
         raise UserError("--answers needs --collection DIR or --index DIR for the passage texts")
-    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory())) / DOCSTORE_FILE
-    DocStore.build(tmp, read_jsonl_corpus(corpus_file(judgements.collection)))
-    return stack.enter_context(closing(DocStore(tmp)))
+    return open_passages(stack, index=judgements.index, collection=judgements.collection)
 
 
 def open_judge(judgements: Judgements, stack: ExitStack) -> Judge:
@@ -48,7 +44,7 @@ def open_judge(judgements: Judgements, stack: ExitStack) -> Judge:
         return QrelsJudge(read_qrels(judgements.qrels), list(judgements.metrics))
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 
-    matcher = AnswerMatcher(open_docstore(judgements, stack), regex=judgements.regex)
+    matcher = AnswerMatcher(passages(judgements, stack), regex=judgements.regex)
     return AnswerJudge(read_topics(judgements.answers), matcher, list(judgements.topk))
 
 
@@ -62,8 +58,8 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
             judged = {d for docs in judge.qrels.values() for d in docs}
             for path, run in runs.items():
                 if not any(d in judged for docs in run.values() for d in docs):
-                    print(f"warning: {path} shares no document with {judgements.qrels}, so every query scores 0 "
-                          "(a run of another collection?)", file=sys.stderr)  # fmt: skip
+                    log.warning("%s shares no document with %s, so every query scores 0 (a run of another "
+                                "collection?)", path, judgements.qrels)  # fmt: skip
         if answer_qrels_out:
             if not judgements.answers:
                 raise UserError("--write-answer-qrels needs --answers")
@@ -73,3 +69,17 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
             lines = "".join(f"{q} 0 {d} {rel}\n" for q, docs in qrels.items() for d, rel in docs.items())
             Path(answer_qrels_out).write_text(lines)
     return results, judge.qids
+
+
+def score_predictions(paths: list[str], answers: str | None, regex: bool) -> tuple[dict, list[str]]:
+    """EM and F1 of each predictions file against the answers of the topics file ``answers``, and the qids."""
+    from tour_pyserini.data.predictions import read_predictions
+    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.eval.exact_match import answer_topics, evaluate_predictions
+
+    if not answers:
+        raise UserError("--predictions needs --answers TOPICS (the gold answers)")
+    topics = answer_topics(read_topics(answers), answers)
+    predictions = {path: read_predictions(path) for path in paths}  # every file is read before any scoring
+    results = {path: evaluate_predictions(preds, topics, regex, path) for path, preds in predictions.items()}
+    return results, [t.qid for t in topics]

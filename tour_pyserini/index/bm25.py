@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from tour_pyserini._java import anserini_jar, find_java, import_pyserini
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25_matrix import write_term_matrix
-from tour_pyserini.index.build import check_count, corpus_file, corpus_identity
-from tour_pyserini.index.corpus import check_corpus, read_jsonl_corpus, write_normalised
+from tour_pyserini.index.build import check_count, corpus_identity
+from tour_pyserini.index.corpus import check_corpus, corpus_file, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, lucene_created_major
+
+log = logging.getLogger(__name__)
 
 
 def run_indexer(args: list[str]) -> None:
@@ -63,8 +65,8 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
     indexed = import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(out_dir)).stats()["documents"]
     check_count(corpus, indexer="Lucene", indexed=indexed, expected=check.num_docs - len(check.empty))
     if check.empty:
-        print(f"warning: {corpus}: {len(check.empty)} documents have empty text and are not in the BM25 index "
-              f"(first: {', '.join(check.empty[:5])})", file=sys.stderr)  # fmt: skip
+        log.warning("%s: %d documents have empty text and are not in the BM25 index (first: %s)", corpus,
+                    len(check.empty), ", ".join(check.empty[:5]))  # fmt: skip
     write_term_matrix(out_dir)
     n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
     return IndexMeta(

@@ -8,22 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.data.staging import check_place, output_lock, staged_directory
 from tour_pyserini.encoders import same_encoder, setting_differences
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.corpus import corpus_file
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import IndexMeta, unreadable_reason
-from tour_pyserini.index.prebuilt import file_sha256
-
-
-def corpus_file(collection: str | Path) -> Path:
-    """The JSONL corpus of a collection directory (``corpus.jsonl``), or the file itself."""
-    path = Path(collection)
-    if path.is_dir():
-        path = path / "corpus.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no corpus at {path} (expected a collection directory with corpus.jsonl)")
-    return path
 
 
 def corpus_identity(corpus: Path) -> dict:

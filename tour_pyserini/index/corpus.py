@@ -46,6 +46,16 @@ class CorpusCheck:
     pyserini_ready: bool  # every line has 'title' and 'text', as Pyserini's dense encoder reads them
 
 
+def corpus_file(collection: str | Path) -> Path:
+    """The JSONL corpus of a collection directory (``corpus.jsonl``), or the file itself."""
+    path = Path(collection)
+    if path.is_dir():
+        path = path / "corpus.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no corpus at {path} (expected a collection directory with corpus.jsonl)")
+    return path
+
+
 def _string(obj: dict, key: str, where: str) -> str:
     value = obj.get(key)
     if value is None:

@@ -3,6 +3,7 @@ and re-indexed into another Faiss index type."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,12 +13,14 @@ from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.encoders.document import DocumentEncoder
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
-from tour_pyserini.index.build import check_count, corpus_file, corpus_identity
-from tour_pyserini.index.corpus import CorpusCheck, check_corpus, read_jsonl_corpus, write_normalised
+from tour_pyserini.index.build import check_count, corpus_identity
+from tour_pyserini.index.corpus import CorpusCheck, check_corpus, corpus_file, read_jsonl_corpus, write_normalised
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, check_faiss_file, index_kind
 from tour_pyserini.index.prebuilt import PREBUILT_DIR, find_prebuilt
+
+log = logging.getLogger(__name__)
 
 FLAT = FaissIndexSpec()
 
@@ -44,7 +47,8 @@ def write_dense_index(
     identity = encoder_identity(encoder)
     found = find_prebuilt(corpus, identity, list(fields), prebuilt) if prebuilt else None
     if found is not None:
-        print(f"using prebuilt {found.path.name}: vectors of {found.manifest['num_docs']} documents, encoder checked")
+        log.info("using prebuilt %s: vectors of %d documents, encoder checked", found.path.name,
+                 found.manifest["num_docs"])  # fmt: skip
         indexed, dimension = found.write_faiss(out_dir)
     else:
         indexed, dimension = encode_corpus(corpus, out_dir, encoder, batch_size, fields, check, device=device)

@@ -7,13 +7,16 @@ store: one SQLite file, read by key without loading the collection into memory.
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.corpus import Document, read_jsonl_corpus
+from tour_pyserini.index.corpus import Document, corpus_file, read_jsonl_corpus
+from tour_pyserini.index.layout import DOCSTORE_FILE
 
-__all__ = ["DocStore", "Document", "read_jsonl_corpus"]
+__all__ = ["DocStore", "Document", "open_passages", "read_jsonl_corpus"]
 
 
 class DocStore:
@@ -61,3 +64,16 @@ class DocStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def open_passages(stack: ExitStack, *, index: str | Path | None = None,
+                  collection: str | Path | None = None) -> DocStore:  # fmt: skip
+    """The passages of an index (its docstore) or of a collection (a store built for the caller's ``stack``, in a
+    temporary directory), closed with the stack."""
+    if index is not None:
+        return stack.enter_context(closing(DocStore(Path(index) / DOCSTORE_FILE)))
+    if collection is None:
+        raise UserError("the passages need an index or a collection (--index DIR or --collection DIR)")
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory())) / DOCSTORE_FILE
+    DocStore.build(tmp, read_jsonl_corpus(corpus_file(collection)))
+    return stack.enter_context(closing(DocStore(tmp)))

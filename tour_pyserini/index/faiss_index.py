@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.layout import IndexMeta, check_faiss_file
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 REFINE_FACTOR = 4  # IVF-PQ re-scores 4x the requested candidates exactly: PQ ranking errors mostly vanish
@@ -148,6 +151,38 @@ def read_vectors(index_dir: str | Path) -> tuple[np.ndarray, list[str]]:
 def read_docids(index_dir: str | Path) -> list[str]:
     """The docids of a FaissSearcher directory, one per index row, as Pyserini's ``load_docids`` reads them."""
     return [line.rstrip() for line in (Path(index_dir) / "docid").read_text(encoding="utf-8").splitlines()]
+
+
+@dataclass
+class OpenIndex:
+    """A dense index directory opened: its Faiss index (memory-mapped), docids in row order, and metadata."""
+
+    directory: Path
+    index: Any
+    docids: list[str]
+    meta: IndexMeta | None
+
+    @cached_property
+    def rows(self) -> dict[str, int]:
+        """docid -> row, built on first use (teachers that look candidates up by docid)."""
+        return {docid: row for row, docid in enumerate(self.docids)}
+
+
+class OpenIndexes:
+    """The dense indexes one process searches and scores with, each opened and checked once, whoever asks
+    first: the searcher and every teacher that reads the same index's vectors (the dense teacher, a residual
+    cross-encoder, an ensemble's parts) share one copy."""
+
+    def __init__(self) -> None:
+        self._open: dict[Path, OpenIndex] = {}
+
+    def get(self, directory: str | Path) -> OpenIndex:
+        key = Path(directory).resolve()
+        if key not in self._open:
+            docids = read_docids(key) if (key / "docid").is_file() else []
+            index = check_faiss_file(key / "index", len(docids))
+            self._open[key] = OpenIndex(Path(directory), index, docids, IndexMeta.read(key))
+        return self._open[key]
 
 
 def index_type(index) -> str:

@@ -51,10 +51,11 @@ class IndexMeta:
                             f"index (index --output {index_dir} --overwrite)") from None  # fmt: skip
 
 
-def check_faiss_file(path: Path):
+def check_faiss_file(path: Path, docid_count: int | None = None):
     """The index in a Faiss file, opened memory-mapped (milliseconds whatever its size), so that one that cannot
-    be read (truncated, corrupt), or whose ``docid`` file beside it lists another number of documents, is the
-    user's error, named before any model loads."""
+    be read (truncated, corrupt), or whose ``docid`` file beside it lists another number of documents
+    (``docid_count`` when the caller has read them; else counted here), is the user's error, named before any
+    model loads."""
     import faiss
 
     try:
@@ -63,9 +64,11 @@ def check_faiss_file(path: Path):
         reason = str(e).strip().splitlines()[-1].split("Error: ")[-1]
         raise UserError(f"{path} cannot be read as a Faiss index ({reason})") from None
     docids = Path(path).with_name("docid")
-    if docids.is_file() and (count := count_lines(docids)) != index.ntotal:  # Pyserini asserts they agree
-        raise UserError(f"{docids} lists {count} docids for the {index.ntotal} vectors of {path}: the index is "
-                        "damaged or its files are mixed up; rebuild it (index --overwrite)")  # fmt: skip
+    if docid_count is None and docids.is_file():
+        docid_count = count_lines(docids)
+    if docid_count is not None and docid_count != index.ntotal:  # Pyserini asserts they agree
+        raise UserError(f"{docids} lists {docid_count} docids for the {index.ntotal} vectors of {path}: the index "
+                        "is damaged or its files are mixed up; rebuild it (index --overwrite)")  # fmt: skip
     return index
 
 

@@ -13,27 +13,22 @@ documents whose scores are closer than that.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.encoders import describe, same_encoder
 from tour_pyserini.errors import UserError
+
+log = logging.getLogger(__name__)
 
 PREBUILT_DIR = Path(__file__).resolve().parents[2] / "prebuilt"
 MANIFEST = "prebuilt.json"
 FORMAT = "tour-pyserini prebuilt dense 1"
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -88,8 +83,8 @@ def find_prebuilt(corpus: Path, identity: dict, fields: list[str], root: Path = 
             continue
         if same_encoder(manifest["encoder"], identity):
             return prebuilt
-        print(f"not using prebuilt {path.name}: its vectors come from {describe(manifest['encoder'])}, "
-              f"not {describe(identity)}; encoding the corpus")  # fmt: skip
+        log.info("not using prebuilt %s: its vectors come from %s, not %s; encoding the corpus", path.name,
+                 describe(manifest["encoder"]), describe(identity))  # fmt: skip
     return None
 
 

@@ -8,7 +8,6 @@ encoder) cannot be inferred: the user names the question encoder, and its class 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSettings, EncoderSpec
@@ -37,7 +36,12 @@ def query_encoder_spec(index_dir: str | Path, encoder: str | EncoderSpec | None 
     if index_kind(index_dir) != "dense":
         raise MissingIndexError(f"{index_dir} is a BM25 index, not a dense one")
     check_faiss_file(index_dir / "index")
-    meta = IndexMeta.read(index_dir)
+    return index_query_encoder(index_dir, IndexMeta.read(index_dir), encoder, settings)
+
+
+def index_query_encoder(index_dir: Path, meta: IndexMeta | None, encoder: str | EncoderSpec | None = None,
+                        settings: EncoderSettings = NO_SETTINGS) -> EncoderSpec:  # fmt: skip
+    """:func:`query_encoder_spec` of an index already opened and checked, from its metadata ``meta``."""
     if not isinstance(encoder, EncoderSpec):
         encoder = _resolve(index_dir, (meta.encoder or {}) if meta else {}, encoder, settings)
     check_pair(encoder, meta.encoder if meta else None, index_dir)
@@ -54,8 +58,8 @@ def _resolve(index_dir: Path, built: dict, encoder: str | None, settings: Encode
     inherit = same or paired  # the class (and prefixes) come from the index
     if settings.query_prefix is not None and built and settings.query_prefix != built.get("query_prefix"):
         was = repr(built["query_prefix"]) if built.get("query_prefix") is not None else "no query prefix"
-        print(f"warning: index {index_dir} was built for queries with {was}; searching with --query-prefix "
-              f"{settings.query_prefix!r}", file=sys.stderr)  # fmt: skip
+        warn_once(__name__, f"index {index_dir} was built for queries with {was}; searching with --query-prefix "
+                            f"{settings.query_prefix!r}")  # fmt: skip
     name = encoder or built.get("name", DEFAULT_ENCODER)
     klass = settings.encoder_class or (recorded if inherit and recorded else infer_class(name))
     flags = settings.pooling is not None or settings.l2_norm is not None

@@ -15,7 +15,7 @@ from pathlib import Path
 from tour_pyserini.data.predictions import Prediction
 from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import check_positive
+from tour_pyserini.numbers import check_fields, non_negative_float, param, positive_int
 from tour_pyserini.reader.spans import (
     DEFAULT_RETRIEVAL_WEIGHT,
     DEFAULT_RULE,
@@ -29,22 +29,24 @@ from tour_pyserini.reader.windows import Window, collate, length_sorted_batches,
 
 @dataclass
 class ReaderOptions:
-    k: int = 10  # passages read per question, the run's first k
-    max_length: int = 256  # tokens per window, question and special tokens included
-    stride: int = 64  # tokens two windows of a long passage share
-    max_answer_length: int = 10  # tokens of a span (ORQA's limit)
-    batch_size: int = 32  # windows per forward pass
-    rule: str = DEFAULT_RULE
-    retrieval_weight: float = DEFAULT_RETRIEVAL_WEIGHT  # w of the orqa rule, S = w * S_retr + S_read
+    """How the reader reads, each parameter declared once (the answer command's flags derive from it)."""
+
+    k: int = param(10, positive_int, "passages read per question: the run's first k")
+    max_length: int = param(256, positive_int, "tokens per window (question and special tokens included)")
+    stride: int = param(64, positive_int, "tokens shared by consecutive windows of a long passage")
+    max_answer_length: int = param(10, positive_int, "longest answer span, in tokens (ORQA's limit)")
+    batch_size: int = param(32, positive_int, "windows per forward pass")
+    rule: str = param(DEFAULT_RULE, str, "answer selection: orqa = best retrieval + span score over all passages "
+                      "(any QA model); dpr = passage by selection logit, then its best span", choices=RULES)
+    retrieval_weight: float = param(DEFAULT_RETRIEVAL_WEIGHT, non_negative_float, "w in S = w * retrieval score + "
+                                    "span score (--rule orqa)")  # fmt: skip
     precision: str = "fp32"  # fp32 or bf16 (autocast), as devices.resolve_precision resolves it
     device: str = "cpu"
 
     def check(self) -> None:
-        check_positive(self, ("k", "max_length", "stride", "max_answer_length", "batch_size"))
+        check_fields(self)
         if self.stride >= self.max_length // 2:
             raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
-        if self.rule not in RULES:
-            raise UserError(f"--rule {self.rule!r}: choose one of {', '.join(RULES)}")
         if self.precision not in ("fp32", "bf16"):
             raise UserError(f"precision {self.precision!r}: fp32 or bf16 (resolve 'auto' first)")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import finite_float, positive_int
+from tour_pyserini.numbers import Param, configure, params_of, positive_float, positive_int, probability
 from tour_pyserini.registry import Registry
 from tour_pyserini.results import NOT_RERANKED, Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters.updates import aggregate, fill_unscored
@@ -70,6 +70,7 @@ class QueryBatch:
     texts: list[str]
     vectors: np.ndarray
     traces: list[Trace] = field(default=None)  # type: ignore[assignment]  # None: fresh traces
+    encoded_by: Any = None  # the QueryEncoder that made ``vectors``, when the searcher did (teachers share it)
 
     def __post_init__(self) -> None:
         if self.traces is None:
@@ -85,41 +86,15 @@ class QueryBatch:
 
 
 @dataclass(frozen=True)
-class Option:
-    """A command-line flag a rewriter declares: ``--flag`` sets the constructor parameter ``param``.
-
-    With ``const`` the flag takes no value and sets ``param`` to ``const`` (e.g. ``--no-cache``).
-    The same flag may be declared by several rewriters only as the same option.
-    """
-
-    flag: str
-    param: str
-    type: Any = finite_float  # a Number is range-checked as the command line is parsed
-    help: str = ""
-    choices: tuple | None = None
-    const: Any = None
-    metavar: str | None = None
-
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
-
-    def add_to(self, parser) -> None:
-        if self.const is not None:
-            parser.add_argument(self.flag, dest=self.dest, action="store_const", const=self.const, help=self.help)
-        else:
-            parser.add_argument(self.flag, dest=self.dest, type=self.type, choices=self.choices,
-                                help=self.help, metavar=self.metavar)  # fmt: skip
+class NoOptions:
+    """The configuration of a rewriter that takes no parameters."""
 
 
-# options shared by every rewriter that ranks with a teacher
-DEPTH = Option(
-    "--k", "depth", positive_int, "candidates the teacher scores per query (and per TOUR iteration)", metavar="DEPTH"
-)
-LAMBDA = Option("--lambda", "lam", finite_float, "final weight of the teacher (1 - lambda: the retriever)")
-SMOOTHING = Option(
-    "--smoothing", "smoothing", finite_float, "retriever logits are sim / smoothing in the final ranking"
-)
+# parameters of every rewriter that ranks with a teacher, declared once (each rewriter's config sets the default)
+DEPTH = Param("depth", positive_int, help="candidates the teacher scores per query (and per TOUR iteration)",
+              flag="--k", metavar="DEPTH")  # fmt: skip
+LAMBDA = Param("lam", probability, help="final weight of the teacher (1 - lambda: the retriever)", flag="--lambda")
+SMOOTHING = Param("smoothing", positive_float, help="retriever logits are sim / smoothing in the final ranking")
 
 
 class Rewriter(ABC):
@@ -130,16 +105,30 @@ class Rewriter(ABC):
     candidate texts from ``index.docstore``, and move the query vectors. It returns one
     :class:`SearchResult` per query, in batch order, with ``hits`` hits and the batch's trace.
     A subclass is registered with ``@REWRITERS.register`` under its ``name`` (the value of
-    ``--rewriter``) and lists the command-line flags it accepts in ``options``.
+    ``--rewriter``) and declares its parameters once, as the fields of its ``Config`` dataclass
+    (:func:`~tour_pyserini.numbers.param`): its flags (``options``), their help and range checks derive from it.
+    It is built from a checked config (:meth:`configure`), or from the values themselves.
     """
 
     name: ClassVar[str]
-    options: ClassVar[tuple[Option, ...]] = ()
+    Config: ClassVar[type] = NoOptions
+    options: ClassVar[tuple[Param, ...]] = ()  # the Config's parameters, set for each subclass
+    needs_teacher: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options = params_of(cls.Config)
+
+    def __init__(self, config: Any = None, **values) -> None:
+        """``config``: the rewriter's ``Config``, checked (:meth:`configure`); else one made of ``values``."""
+        if config is not None and values:
+            raise TypeError("give a rewriter its config or its values, not both")
+        self.config = config if config is not None else self.configure(**values)
 
     @classmethod
-    def check_options(cls, **options) -> None:
-        """Reject bad option values (raise ``UserError``) before anything expensive, e.g. a teacher, loads."""
-        return None  # most rewriters check in their constructor, which is cheap
+    def configure(cls, **values) -> Any:
+        """The rewriter's ``Config`` from parameter values (None: the default), each checked once."""
+        return configure(cls.Config, values, f"--rewriter {cls.name}")
 
     @abstractmethod
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]: ...
@@ -200,7 +189,8 @@ def rank_by_teacher(
             heads[i] += [Hit(d, float(vectors[i] @ v), v) for d, v in extra.items() if d not in seen]
             seen.update(extra)
             tails[i] = [h for h in tails[i] if h.docid not in seen]
-    teacher_scores = cache.score(batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces)
+    teacher_scores = cache.score(batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces,
+                                 batch.vectors, batch.encoded_by)  # fmt: skip
     results = []
     smoothings = np.broadcast_to(np.asarray(smoothing, dtype=np.float64), (len(batch.qids),))
     for qid, ranking, head, tail, scores, trace, smooth in zip(batch.qids, rankings, heads, tails, teacher_scores,

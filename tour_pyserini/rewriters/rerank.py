@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tour_pyserini.errors import UserError
+from dataclasses import dataclass
+
+from tour_pyserini.numbers import param
 from tour_pyserini.results import SearchResult
 from tour_pyserini.rewriters.base import (
     DEPTH,
@@ -15,8 +17,14 @@ from tour_pyserini.rewriters.base import (
     check_depth,
     rank_by_teacher,
 )
-from tour_pyserini.rewriters.updates import check_aggregation
 from tour_pyserini.teachers import ScoreCache, ScoreStore, Teacher
+
+
+@dataclass(frozen=True)
+class RerankConfig:
+    depth: int = param(100, like=DEPTH)
+    lam: float = param(1.0, like=LAMBDA)
+    smoothing: float = param(100.0, like=SMOOTHING)
 
 
 @REWRITERS.register
@@ -28,23 +36,18 @@ class Rerank(Rewriter):
     """
 
     name = "rerank"
-    options = (DEPTH, LAMBDA, SMOOTHING)
+    Config = RerankConfig
+    needs_teacher = True
 
-    def __init__(self, teacher: Teacher, depth: int = 100, lam: float = 1.0, smoothing: float = 100.0, *,
-                 store: ScoreStore | None = None):  # fmt: skip
+    def __init__(self, teacher: Teacher, config: RerankConfig | None = None, *, store: ScoreStore | None = None,
+                 **values):  # fmt: skip
         """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`)."""
-        self.check_options(depth, lam, smoothing)
-        self.store = store
-        self.teacher, self.depth, self.lam, self.smoothing = teacher, depth, lam, smoothing
-
-    @classmethod
-    def check_options(cls, depth: int = 100, lam: float = 1.0, smoothing: float = 100.0) -> None:
-        if depth < 1:
-            raise UserError(f"re-ranking depth --k must be positive, got {depth}")
-        check_aggregation(lam, smoothing)
+        super().__init__(config, **values)
+        self.teacher, self.store = teacher, store
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
-        check_depth(self.depth, index)
+        cfg = self.config
+        check_depth(cfg.depth, index)
         cache = ScoreCache(self.teacher, index.docstore, store=self.store)
-        return rank_by_teacher(batch, index, vectors=batch.vectors, cache=cache, depth=self.depth, hits=hits,
-                               lam=self.lam, smoothing=self.smoothing)  # fmt: skip
+        return rank_by_teacher(batch, index, vectors=batch.vectors, cache=cache, depth=cfg.depth, hits=hits,
+                               lam=cfg.lam, smoothing=cfg.smoothing)  # fmt: skip

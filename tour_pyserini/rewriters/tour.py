@@ -10,30 +10,35 @@ of running them one at a time.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import finite_float, positive_int
+from tour_pyserini.numbers import (
+    below_one,
+    configure,
+    mass,
+    non_negative_float,
+    param,
+    positive_float,
+    positive_int,
+)
 from tour_pyserini.results import SearchResult, timed
 from tour_pyserini.rewriters.base import (
     DEPTH,
     LAMBDA,
     REWRITERS,
     SMOOTHING,
-    Option,
     QueryBatch,
     Rewriter,
     VectorIndex,
     check_depth,
     rank_by_teacher,
 )
-from tour_pyserini.rewriters.ttt_embed import STATE, TASK, optional_shift
+from tour_pyserini.rewriters.ttt_embed import STATE, TASK, StateShift, check_task
 from tour_pyserini.rewriters.updates import (
     SimilarityScale,
-    check_aggregation,
     clip_by_norm,
     fill_unscored,
     hard_loss_and_grad,
@@ -52,106 +57,75 @@ PRESETS = {
 
 UNSCORED = "the teacher scored none of the candidates"  # a trace's stop reason
 
-TOUR_OPTIONS = (
-    Option("--preset", "preset", str, "passage: lr 0.2, T 1, k 100, lambda 1; odqa: lr 1.2, T 3, k 10, lambda 0.1",
-           choices=tuple(PRESETS)),  # fmt: skip
-    DEPTH,
-    Option("--iterations", "iterations", positive_int, "maximum iterations T"),
-    Option("--lr", "lr", finite_float, "learning rate (decays linearly to 0 over T)"),
-    Option("--momentum", "momentum", finite_float, "SGD momentum (0.99)"),
-    Option("--weight-decay", "weight_decay", finite_float, "SGD weight decay (0.01; official code 0.1)"),
-    Option("--clip", "clip", finite_float, "gradient-norm clipping (1.0)"),
-    Option("--tau", "tau", finite_float, "teacher temperature (0.5)"),
-    Option("--retriever-temperature", "retriever_temperature", finite_float, "temperature of the retriever's "
-           "distribution P_k in the loss (1, the paper's; 0.05 suits unit-length encoders trained at scale 20)"),
-    Option("--p", "p", finite_float, "nucleus mass of the hard pseudo positives (0.5)"),
-    LAMBDA,
-    SMOOTHING,
-    Option("--fixed-positives", "fixed_positives", positive_int, "ablation: the retriever's top-k' are the pseudo "
-           "positives (TOUR-hard then equals Rocchio; no early stop)", metavar="K'"),  # fmt: skip
-    Option("--teacher-positives", "teacher_positives", positive_int, "ablation: the teacher's top-k' are the pseudo "
-           "positives (TOUR-hard)", metavar="K'"),  # fmt: skip
-    Option("--soft-stop", "soft_stop", str, "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
-           "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)", choices=("argmax", "nucleus")),
-    Option("--no-early-stop", "early_stop", help="ablation: always run T iterations", const=False),
-    Option("--no-cache", "use_cache", help="ablation: rescore candidates every iteration", const=False),
-    Option("--similarity-scale", "similarity_scale", str, "fixed: lr, clip, weight decay and temperatures as "
-           "given (default); norms: they are for unit vectors, converted by each query's norm and its "
-           "candidates' (unit-length encoders unchanged)", choices=("fixed", "norms")),
-    Option("--final", "final", str, "final ranking: the last search's top-k (paper), or its union with every "
-           "candidate scored on the way (no extra teacher calls)", choices=("search", "union")),
-    STATE,  # beyond the paper: start from a TTT-Embed state's unit(x + alpha v) instead of x
-    TASK,
-)  # fmt: skip
+PRESET_HELP = "; ".join(f"{name}: " + ", ".join(f"{k} {v}" for k, v in values.items())
+                        for name, values in PRESETS.items())  # fmt: skip
+FROM_PRESET = "the preset's"
 
 
 @dataclass(frozen=True)
 class TourConfig:
-    """Every knob of TOUR; defaults are the paper's, the learning-rate group comes from a preset."""
+    """Every knob of TOUR, each declared once; defaults are the paper's, the learning-rate group (lr, iterations,
+    depth, lam) comes from a preset unless given."""
 
-    depth: int = 100  # candidates the teacher scores per iteration (--k)
-    iterations: int = 1
-    lr: float = 0.2
-    lam: float = 1.0  # final score = lam * teacher + (1 - lam) * retriever
-    momentum: float = 0.99
-    weight_decay: float = 0.01  # paper text; the official code passes 0.1
-    clip: float | None = 1.0  # gradient-norm clipping (official code)
-    tau: float = 0.5  # teacher temperature
-    retriever_temperature: float = 1.0  # P_k = softmax(sim / this) in the loss
-    p: float = 0.5  # nucleus mass of the hard pseudo positives
-    fixed_positives: int | None = None  # ablation: the retriever's top-k' instead of the nucleus
-    teacher_positives: int | None = None  # ablation: the teacher's top-k' instead of the nucleus
-    soft_stop: str = "argmax"  # "nucleus": the official code's rule
-    early_stop: bool = True
-    use_cache: bool = True  # ablation: False rescores every candidate at every iteration
-    smoothing: float = 100.0  # retriever logits are sim / smoothing in the final aggregation
-    final: str = "search"  # "union": the final ranking also holds every candidate scored in the iterations
+    preset: str = param("passage", str, f"the paper's settings ({PRESET_HELP})", choices=tuple(PRESETS))
+    depth: int | None = param(None, like=DEPTH, default_text=FROM_PRESET)
+    iterations: int | None = param(None, positive_int, "maximum iterations T", default_text=FROM_PRESET)
+    lr: float | None = param(None, non_negative_float, "learning rate, decaying linearly to 0 over T",
+                             default_text=FROM_PRESET)  # fmt: skip
+    lam: float | None = param(None, like=LAMBDA, default_text=FROM_PRESET)
+    momentum: float = param(0.99, below_one, "SGD momentum")
+    weight_decay: float = param(0.01, non_negative_float, "SGD weight decay (the paper's; its official code: 0.1)")
+    clip: float = param(1.0, positive_float, "gradient-norm clipping (the official code's)")
+    tau: float = param(0.5, positive_float, "teacher temperature")
+    retriever_temperature: float = param(1.0, positive_float, "temperature of the retriever's distribution P_k in "
+                                         "the loss (the paper's 1; 0.05 suits unit-length encoders trained at scale "
+                                         "20)")  # fmt: skip
+    p: float = param(0.5, mass, "nucleus mass of the hard pseudo positives")
+    smoothing: float = param(100.0, like=SMOOTHING)
+    fixed_positives: int | None = param(None, positive_int, "ablation: the retriever's top-k' are the pseudo "
+                                        "positives (TOUR-hard then equals Rocchio; no early stop)", metavar="K'")
+    teacher_positives: int | None = param(None, positive_int, "ablation: the teacher's top-k' are the pseudo "
+                                          "positives (TOUR-hard)", metavar="K'")  # fmt: skip
+    soft_stop: str = param("argmax", str, "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
+                           "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)",
+                           choices=("argmax", "nucleus"))  # fmt: skip
+    early_stop: bool = param(True, bool, "ablation: always run T iterations", flag="--no-early-stop", const=False)
+    use_cache: bool = param(True, bool, "ablation: rescore candidates every iteration", flag="--no-cache",
+                            const=False)  # fmt: skip
     # "fixed": used as given (the paper's presets were chosen so for DPR); "norms": lr, clip, weight decay and
     # the temperatures are for unit vectors, converted per query by its norms (SimilarityScale)
-    similarity_scale: str = "fixed"
+    similarity_scale: str = param("fixed", str, "fixed: lr, clip, weight decay and temperatures as given; norms: "
+                                  "they are for unit vectors, converted by each query's norm and its candidates' "
+                                  "(unit-length encoders unchanged)", choices=("fixed", "norms"))  # fmt: skip
+    final: str = param("search", str, "final ranking: the last search's top-k (paper), or its union with every "
+                       "candidate scored on the way (no extra teacher calls)", choices=("search", "union"))
+    # beyond the paper: start from a TTT-Embed state's unit(x + alpha v) instead of x
+    state: str | None = param(None, like=STATE)
+    task: str | None = param(None, like=TASK)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise UserError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        for name, value in PRESETS[self.preset].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
     @classmethod
     def from_preset(cls, preset: str = "passage", **overrides) -> TourConfig:
-        if preset not in PRESETS:
-            raise UserError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-        known = {f.name for f in fields(cls)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise UserError(f"unknown TOUR option(s): {', '.join(sorted(unknown))}")
-        config = replace(cls(), **{**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}})
-        config.validate()
-        return config
+        """The config of ``preset`` with ``overrides`` (None: the preset's), checked."""
+        return configure(cls, {"preset": preset, **overrides}, "TOUR")
 
-    def validate(self) -> None:
-        def finite(name: str, value: float, ok: bool) -> None:
-            if not (math.isfinite(value) and ok):
-                raise UserError(f"{name} out of range: {value}")
-
-        if self.depth < 1 or self.iterations < 1:
-            raise UserError("TOUR needs --k >= 1 and --iterations >= 1")
-        finite("--lr (must be >= 0)", self.lr, self.lr >= 0)
-        finite("--momentum (must be in [0, 1))", self.momentum, 0 <= self.momentum < 1)
-        finite("--weight-decay (must be >= 0)", self.weight_decay, self.weight_decay >= 0)
-        if self.clip is not None:
-            finite("--clip (must be > 0)", self.clip, self.clip > 0)
-        finite("--tau (must be > 0)", self.tau, self.tau > 0)
-        finite("--retriever-temperature (must be > 0)", self.retriever_temperature, self.retriever_temperature > 0)
-        finite("--p (must be in (0, 1])", self.p, 0 < self.p <= 1)
-        check_aggregation(self.lam, self.smoothing)
-        if self.soft_stop not in ("argmax", "nucleus"):
-            raise UserError(f"--soft-stop must be 'argmax' or 'nucleus', got {self.soft_stop!r}")
-        if self.similarity_scale not in ("norms", "fixed"):
-            raise UserError(f"--similarity-scale must be 'norms' or 'fixed', got {self.similarity_scale!r}")
-        if self.final not in ("search", "union"):
-            raise UserError(f"final ranking must be 'search' or 'union', got {self.final!r}")
+    def check(self) -> None:
+        """What no single parameter's range says."""
         if self.final == "union" and not self.use_cache:
             raise UserError("the union final ranking reuses cached teacher scores: it needs the cache")
         if self.fixed_positives is not None and self.teacher_positives is not None:
             raise UserError("give --fixed-positives or --teacher-positives, not both")
         for name, value in (("--fixed-positives", self.fixed_positives), ("--teacher-positives",
                                                                           self.teacher_positives)):  # fmt: skip
-            if value is not None and not 1 <= value <= self.depth:
+            if value is not None and value > self.depth:
                 raise UserError(f"{name} k' must be in [1, k], got {value}")
+        check_task(self.state, self.task)
 
 
 @dataclass
@@ -163,21 +137,17 @@ class _Step:
 
 class _Tour(Rewriter):
     stop_reason: str  # the trace's stop reason when the early-stop rule fires
-    options = TOUR_OPTIONS
+    Config = TourConfig
+    needs_teacher = True
 
-    def __init__(self, teacher: Teacher, preset: str = "passage", *, store: ScoreStore | None = None,
-                 state: str | None = None, task: str | None = None, **options):  # fmt: skip
-        """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`); ``state``, a
-        TTT-Embed state file, moves each query it covers to unit(x + alpha v) before the first step."""
+    def __init__(self, teacher: Teacher, config: TourConfig | None = None, *, store: ScoreStore | None = None,
+                 start: StateShift | None = None, **values):  # fmt: skip
+        """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`); ``config.state``, a
+        TTT-Embed state file, moves each query it covers to unit(x + alpha v) before the first step (``start``:
+        that state already read, as a search's plan reads it once)."""
+        super().__init__(config, **values)
         self.teacher, self.store = teacher, store
-        self.config = TourConfig.from_preset(preset, **options)
-        self.start = optional_shift(state, task)
-
-    @classmethod
-    def check_options(cls, preset: str = "passage", state: str | None = None, task: str | None = None,
-                      **options) -> None:  # fmt: skip
-        TourConfig.from_preset(preset, **options)
-        optional_shift(state, task)  # a missing file or a wrong task fails before any model loads
+        self.start = start or (StateShift.load(self.config.state, self.config.task) if self.config.state else None)
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray, temperature: float) -> _Step:
         """Early stop, loss and gradient for one query at retriever temperature ``temperature``."""
@@ -204,6 +174,8 @@ class _Tour(Rewriter):
                 [batch.texts[i] for i in active],
                 [found.docids for found in candidates],
                 active_traces,
+                [batch.vectors[i] for i in active],
+                batch.encoded_by,
             )
             still_active = []
             lr = linear_lr(cfg.lr, t, cfg.iterations)

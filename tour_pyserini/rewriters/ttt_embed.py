@@ -8,14 +8,16 @@ queries it was fitted on (the others keep x_q).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Param, param
 from tour_pyserini.results import SearchResult, timed
-from tour_pyserini.rewriters.base import REWRITERS, Option, QueryBatch, Rewriter, VectorIndex
+from tour_pyserini.rewriters.base import REWRITERS, QueryBatch, Rewriter, VectorIndex
 from tour_pyserini.ttt.state import State
 
 
@@ -33,22 +35,27 @@ def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:
     return out
 
 
-STATE = Option("--state", "state", str, "TTT-Embed state file (python -m tour_pyserini.ttt fit): ttt-embed "
-               "searches with it, tour-* start from its moved query", metavar="FILE")  # fmt: skip
-TASK = Option("--task", "task", str, "the task whose state applies (task and query states with several tasks)")
+STATE = Param("state", str, help="TTT-Embed state file (python -m tour_pyserini.ttt fit): ttt-embed searches with it, "
+              "tour-* start from its moved query", metavar="FILE")  # fmt: skip
+TASK = Param("task", str, help="the task whose state applies (task and query states with several tasks)")
 
 
 class StateShift:
-    """A state file applied to query vectors: unit(x_q + α_g v_g) for the queries its scope covers.
+    """A state applied to query vectors: unit(x_q + α_g v_g) for the queries its scope covers.
 
     ``task`` picks the task of a task or query state; a wrong one fails here, before any model loads.
     """
 
-    def __init__(self, state: str | Path, task: str | None = None):
-        self.path = Path(state)
-        self.state = State.load(state)
-        self.task = self.state.select_task(task)
+    def __init__(self, state: State, task: str | None = None, where: str | Path = "the state"):
+        self.path = where
+        self.state = state
+        self.task = state.select_task(task)
         self.checked = None  # the index last checked: its encoder is hashed once, not once per batch
+
+    @classmethod
+    def load(cls, path: str | Path, task: str | None = None) -> StateShift:
+        """The state in the file ``path``, read once."""
+        return cls(State.load(path), task, path)
 
     def check_index(self, index: VectorIndex) -> None:
         if index is self.checked:
@@ -65,22 +72,31 @@ class StateShift:
         return shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task))
 
 
-def optional_shift(state: str | Path | None, task: str | None) -> StateShift | None:
-    """The shift of ``state`` (None without one); ``task`` alone is an error, since it picks a state's task."""
+def check_task(state: str | None, task: str | None) -> None:
+    """``task`` picks a state's task: alone it is an error."""
     if task and not state:
         raise UserError("--task picks the task of a --state: give the state too")
-    return StateShift(state, task) if state else None
+
+
+@dataclass(frozen=True)
+class TttEmbedConfig:
+    state: str | None = param(None, like=STATE, required=True)
+    task: str | None = param(None, like=TASK)
 
 
 @REWRITERS.register
 class TttEmbed(Rewriter):
-    """Searches with unit(x_q + α_g v_g) from a state file; ``task`` picks the task of a task or query state."""
+    """Searches with unit(x_q + α_g v_g) from a state file; ``task`` picks the task of a task or query state.
+    ``shift``: the state already read (a search's plan reads it once), else read from ``config.state``."""
 
     name = "ttt-embed"
-    options = (STATE, TASK)
+    Config = TttEmbedConfig
 
-    def __init__(self, state: str | Path, task: str | None = None):
-        self.shift = StateShift(state, task)
+    def __init__(self, state: str | Path | None = None, task: str | None = None, *,
+                 config: TttEmbedConfig | None = None, shift: StateShift | None = None):  # fmt: skip
+        given = {} if config is not None else {"state": None if state is None else str(state), "task": task}
+        super().__init__(config, **given)
+        self.shift = shift or StateShift.load(self.config.state, self.config.task)
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         traces = batch.traces

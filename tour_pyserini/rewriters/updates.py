@@ -6,12 +6,9 @@ are (k,). Everything here is testable against hand-computed values without Java 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from tour_pyserini.errors import UserError
 
 LOG_CLAMP = 1e-7  # the official TOUR code clamps probabilities at 1e-7 inside the log
 
@@ -156,14 +153,6 @@ def rocchio(q: np.ndarray, C: np.ndarray, alpha: float, beta: float, gamma: floa
 def average_prf(q: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Pyserini's ``DenseVectorAveragePrf``: the mean of the query and the feedback vectors."""
     return np.mean(np.vstack((q, C)), axis=0)
-
-
-def check_aggregation(lam: float, smoothing: float) -> None:
-    """The final aggregation needs lam in [0, 1] and a positive, finite smoothing."""
-    if not 0.0 <= lam <= 1.0:
-        raise UserError(f"--lambda must be in [0, 1], got {lam}")
-    if not (math.isfinite(smoothing) and smoothing > 0):
-        raise UserError(f"--smoothing must be positive and finite, got {smoothing}")
 
 
 def aggregate(teacher_scores: np.ndarray, retriever_scores: np.ndarray, lam: float, smoothing: float = 100.0):

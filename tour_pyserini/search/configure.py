@@ -1,24 +1,33 @@
-"""From a search's typed configuration to a ready searcher: the rewriter, its teacher, the index's knobs.
+"""From a search's typed configuration to a ready searcher, checking once and building once.
 
-Shared by the search command and by each distributed worker, which opens its own searcher from the same
-:class:`SearchConfig`.
+:func:`plan_search` checks a :class:`SearchConfig` before any model, the JVM or Ray starts and resolves it into a
+:class:`SearchPlan`: the index opened (memory-mapped) with its metadata, the query encoder's spec and precision,
+the rewriter's typed config, the TTT-Embed state read. :func:`open_searcher` builds from the plan, reading,
+resolving and checking nothing again, and builds each model once: the searcher's query encoder and index are the
+ones every teacher that reads the same encoder or index shares (:class:`~tour_pyserini.teachers.TeacherContext`).
+
+The search command plans in its driver; each distributed worker plans and opens its own searcher from the same
+:class:`SearchConfig` (an opened index does not travel between processes).
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from tour_pyserini.devices import check_device, resolve_precision
-from tour_pyserini.encoders import EncoderSettings, encoder_identity
-from tour_pyserini.encoders.query import QueryEncoder, check_encoded_queries, resolve_query_precision
+from tour_pyserini.encoders import EncoderSettings, EncoderSpec, encoder_identity
+from tour_pyserini.encoders.query import QueryEncoder, QueryEncoders, check_encoded_queries, resolve_query_precision
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.faiss_index import set_search_params
-from tour_pyserini.index.layout import IndexMeta, check_faiss_file, check_readable, index_kind
-from tour_pyserini.index.query_side import query_encoder_spec
-from tour_pyserini.rewriters import check_rewriter, get_rewriter
+from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes, set_search_params
+from tour_pyserini.index.layout import check_readable, index_kind
+from tour_pyserini.index.query_side import index_query_encoder
+from tour_pyserini.rewriters import Rewriter, check_rewriter
+from tour_pyserini.rewriters.ttt_embed import StateShift
+
+log = logging.getLogger(__name__)
 
 STORE_NEEDS_PAIRWISE = (
     "--score-store keeps the scores of a --teacher whose pair scores stand alone "
@@ -59,9 +68,28 @@ class SearchConfig:
     bm25_b: float = 0.4
 
 
-def check_config(config: SearchConfig) -> dict:
-    """Everything about ``config`` that can be checked before a model or the JVM loads; returns the
-    rewriter's options, checked."""
+@dataclass(frozen=True)
+class SearchPlan:
+    """A search checked and resolved: what :func:`open_searcher` builds from (dense indexes; a BM25 index needs
+    only its ``config``)."""
+
+    config: SearchConfig
+    kind: str  # "dense" or "bm25"
+    rewriter: type[Rewriter] | None = None
+    rewriter_config: Any = None  # the rewriter's Config, checked
+    opened: OpenIndexes = field(default_factory=OpenIndexes)  # the index (and any a teacher reads), opened once
+    encoder: EncoderSpec | None = None  # None: pre-encoded queries
+    encoder_precision: str = "fp32"
+    start: StateShift | None = None  # the TTT-Embed state the rewriter searches with or starts from, read
+
+    @property
+    def index(self) -> OpenIndex:
+        return self.opened.get(self.config.index)
+
+
+def plan_search(config: SearchConfig) -> SearchPlan:
+    """Everything about ``config`` that can be checked before a model or the JVM loads, resolved into the plan
+    that building consumes."""
     if config.score_store:
         from tour_pyserini.teachers.store import check_store_path
 
@@ -74,41 +102,45 @@ def check_config(config: SearchConfig) -> dict:
             raise UserError("--rewriter and --teacher need a dense index; this one is BM25")
         if config.ef_search is not None or config.nprobe is not None:
             raise UserError("--ef-search and --nprobe apply to dense indexes; this one is BM25")
-        return {}
-    options = dict(config.rewriter_options)
-    check_rewriter(config.rewriter, options, teacher=bool(config.teacher))
-    index = check_faiss_file(Path(config.index) / "index")
-    set_search_params(index, ef_search=config.ef_search, nprobe=config.nprobe, where=config.index)
-    meta = IndexMeta.read(config.index)
+        return SearchPlan(config, "bm25")
+    rewriter, rewriter_config = check_rewriter(config.rewriter, dict(config.rewriter_options),
+                                               teacher=bool(config.teacher))  # fmt: skip
+    opened = OpenIndexes()
+    index = opened.get(config.index)
+    set_search_params(index.index, ef_search=config.ef_search, nprobe=config.nprobe, where=config.index)
     for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
-        if meta is not None and options.get(param, 0) > meta.num_docs:
-            raise UserError(f"{flag} {options[param]} is larger than the index ({meta.num_docs} documents)")
+        if index.meta is not None and getattr(rewriter_config, param, 0) > index.meta.num_docs:
+            raise UserError(f"{flag} {getattr(rewriter_config, param)} is larger than the index "
+                            f"({index.meta.num_docs} documents)")  # fmt: skip
+    state = getattr(rewriter_config, "state", None)
+    start = StateShift.load(state, rewriter_config.task) if state else None
+    spec = None
     if config.encoded_queries:
         if config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision:
             raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
-        check_encoded_queries(config.encoded_queries, dimension=index.d)
-        if options.get("state"):
+        check_encoded_queries(config.encoded_queries, dimension=index.index.d)
+        if start:
             raise UserError("--state: a TTT-Embed state needs the encoder its queries were encoded with, and "
                             "--encoded-queries names none")  # fmt: skip
     else:  # the encoder's flags, its class and its pairing with the index: before the encoder loads
-        spec = query_encoder_spec(config.index, config.encoder, config.encoder_settings)
-        if options.get("state"):  # a TTT-Embed state of another encoder
-            from tour_pyserini.ttt.state import State
-
-            State.load(options["state"]).check_encoder(encoder_identity(spec), f"--state {options['state']}")
+        spec = index_query_encoder(index.directory, index.meta, config.encoder, config.encoder_settings)
+        if start:  # a TTT-Embed state of another encoder
+            start.state.check_encoder(encoder_identity(spec), f"--state {state}")
     check_device(config.device)
-    resolve_query_precision(config.encoder_precision, config.device)
+    precision = resolve_query_precision(config.encoder_precision, config.device)
     if config.teacher_precision:
         resolve_precision(config.teacher_precision, config.device, "--teacher-precision")
-    return options
+    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, start)
 
 
-def open_searcher(config: SearchConfig, options: dict | None = None):
-    """The searcher ``config`` describes, and its teacher's :class:`TeacherInfo` (None without a teacher).
-    ``options`` are the rewriter's as :func:`check_config` returned them (checked here when not given)."""
-    options = dict(check_config(config) if options is None else options)
+def open_searcher(plan: SearchPlan | SearchConfig):
+    """The searcher ``plan`` describes (planned here from a bare config), and its teacher's :class:`TeacherInfo`
+    (None without a teacher). Each model loads once: the query encoder and the index are the searcher's and every
+    teacher's that reads them."""
+    plan = plan_search(plan) if isinstance(plan, SearchConfig) else plan
+    config = plan.config
     threads = config.threads or 1
-    if index_kind(config.index) == "bm25":
+    if plan.kind == "bm25":
         from tour_pyserini.search.bm25 import Bm25Searcher
 
         return Bm25Searcher.from_index(config.index, k1=config.bm25_k1, b=config.bm25_b, threads=threads), None
@@ -119,33 +151,44 @@ def open_searcher(config: SearchConfig, options: dict | None = None):
     from tour_pyserini.search.searcher import TourSearcher
     from tour_pyserini.teachers import get_teacher
 
-    teacher = get_teacher(config.teacher, teacher_context(config)) if config.teacher else None
-    if config.score_store:
-        options["store"] = open_score_store(config.score_store, teacher)
-    rewriter = get_rewriter(config.rewriter, teacher=teacher, **options)
-    if config.encoded_queries:
+    encoders = QueryEncoders()
+    if plan.encoder is None:
         encoder = QueryEncoder.from_encoded(config.encoded_queries)
     else:
-        encoder = QueryEncoder.build(
-            query_encoder_spec(config.index, config.encoder, config.encoder_settings),
-            config.device,
-            resolve_query_precision(config.encoder_precision, config.device),
-        )
-    searcher = TourSearcher.from_index(config.index, encoder=encoder, rewriter=rewriter, threads=threads,
-                                       ef_search=config.ef_search, nprobe=config.nprobe,
-                                       device=config.device)  # fmt: skip
+        encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision)
+    teacher = None
+    if config.teacher:
+        teacher = get_teacher(config.teacher, teacher_context(config, encoders, plan.opened))
+    rewriter = build_rewriter(plan, teacher)
+    searcher = TourSearcher.from_open_index(plan.index, encoder, rewriter=rewriter, threads=threads)
     if teacher is not None and teacher.oracle:
-        print("warning: ORACLE teacher — these results read the relevance judgements (an upper bound, "
-              "not a system); the run tag is marked 'oracle'", file=sys.stderr)  # fmt: skip
+        log.warning("ORACLE teacher — these results read the relevance judgements (an upper bound, not a system); "
+                    "the run tag is marked 'oracle'")  # fmt: skip
     return searcher, TeacherInfo(teacher.label, teacher.oracle) if teacher else None
 
 
-def teacher_context(config: SearchConfig):
-    """What the teacher spec may refer to, from the search's configuration."""
+def build_rewriter(plan: SearchPlan, teacher) -> Rewriter:
+    """The plan's rewriter from its checked config, with the teacher, score store and state it uses."""
+    if not plan.rewriter.needs_teacher:
+        if plan.start is not None:  # ttt-embed searches with the state read in planning
+            return plan.rewriter(config=plan.rewriter_config, shift=plan.start)
+        return plan.rewriter(config=plan.rewriter_config)
+    extra: dict[str, Any] = {}
+    if plan.config.score_store:
+        extra["store"] = open_score_store(plan.config.score_store, teacher)
+    if plan.start is not None:
+        extra["start"] = plan.start
+    return plan.rewriter(teacher, config=plan.rewriter_config, **extra)
+
+
+def teacher_context(config: SearchConfig, encoders: QueryEncoders | None = None, opened: OpenIndexes | None = None):
+    """What the teacher spec may refer to, from the search's configuration; ``encoders`` and ``opened``: what the
+    search has loaded, for teachers to share."""
     from tour_pyserini.teachers import TeacherContext
 
     return TeacherContext(index_dir=config.index, max_length=config.teacher_max_length, device=config.device,
-                          precision=config.teacher_precision, options=config.teacher_options)  # fmt: skip
+                          precision=config.teacher_precision, options=config.teacher_options,
+                          encoders=encoders or QueryEncoders(), indexes=opened or OpenIndexes())  # fmt: skip
 
 
 def open_score_store(path: str, teacher):
@@ -154,3 +197,6 @@ def open_score_store(path: str, teacher):
     if teacher is None or not teacher.pairwise:
         raise UserError(STORE_NEEDS_PAIRWISE)
     return ScoreStore(path, teacher.fingerprint)
+
+
+__all__ = ["SearchConfig", "SearchPlan", "TeacherInfo", "open_searcher", "plan_search", "teacher_context"]

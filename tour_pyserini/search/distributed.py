@@ -18,13 +18,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from tour_pyserini._java import ray_init_beside_jvm
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import USER_ERRORS, UserError
 from tour_pyserini.results import SearchResult
 from tour_pyserini.search.configure import SearchConfig, TeacherInfo, open_searcher
 from tour_pyserini.teachers import options_read_by
-
-# errors a user's input causes (a missing file included), as the command line reports them
-_USER_ERRORS = (UserError, FileNotFoundError)
 
 
 def returns_user_errors(method):
@@ -35,14 +32,14 @@ def returns_user_errors(method):
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except _USER_ERRORS as e:
+        except USER_ERRORS as e:
             return e
 
     return wrapper
 
 
 def raise_user_error(value):
-    if isinstance(value, _USER_ERRORS):
+    if isinstance(value, USER_ERRORS):
         raise value
     return value
 
@@ -56,13 +53,13 @@ def worker_configs(config: SearchConfig, workers: int) -> list[SearchConfig]:
     for option in options_read_by(config.teacher) if config.teacher else []:
         if not option.shared:
             continue
-        given = config.teacher_options.get(option.param)
+        given = config.teacher_options.get(option.name)
         if given is not None and given < workers:
-            raise UserError(f"{option.flag} {given} is below --workers {workers}: the workers share it, and each "
+            raise UserError(f"{option.option} {given} is below --workers {workers}: the workers share it, and each "
                             "needs at least 1")  # fmt: skip
         total = max(option.default, workers) if given is None else given
         shares = [total // workers + (i < total % workers) for i in range(workers)]
-        configs = [replace(c, teacher_options={**c.teacher_options, option.param: n}) for c, n in zip(configs, shares)]
+        configs = [replace(c, teacher_options={**c.teacher_options, option.name: n}) for c, n in zip(configs, shares)]
     return configs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
-import sys
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +18,9 @@ from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes
 from tour_pyserini.index.layout import DOCSTORE_FILE
-from tour_pyserini.index.query_side import query_encoder_spec
+from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter
 from tour_pyserini.search.api import PyseriniSearch, hits_is_k
@@ -38,16 +39,23 @@ def gc_paused() -> Iterator[None]:
 
 
 @functools.cache
-def mapped_faiss_searcher() -> type:
-    """Pyserini's ``FaissSearcher``, opening its index memory-mapped: processes on one machine (Ray workers)
-    share one copy of the vectors in the page cache instead of each reading all of them into memory."""
+def opened_faiss_searcher() -> type:
+    """Pyserini's ``FaissSearcher`` over an index already opened (:class:`~tour_pyserini.index.faiss_index.OpenIndex`:
+    memory-mapped, so processes on one machine, Ray workers, share one copy of the vectors in the page cache)."""
     searcher_class = import_pyserini("pyserini.search.faiss").FaissSearcher
 
-    class MappedFaissSearcher(searcher_class):
-        def load_index(self, index_dir: str):
-            return faiss_index.read(Path(index_dir) / "index"), self.load_docids(str(Path(index_dir) / "docid"))
+    class OpenedFaissSearcher(searcher_class):
+        def __init__(self, opened: OpenIndex, query_encoder):
+            self.opened = opened
+            super().__init__(str(opened.directory), query_encoder)
 
-    return MappedFaissSearcher
+        def load_index(self, index_dir: str):
+            return self.opened.index, self.opened.docids
+
+    return OpenedFaissSearcher
+
+
+log = logging.getLogger(__name__)
 
 
 class DimensionMismatchError(UserError):
@@ -117,24 +125,29 @@ class TourSearcher(PyseriniSearch):
         (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
         """
         index_dir = Path(index_dir)
+        opened = OpenIndexes().get(index_dir)
+        faiss_index.set_search_params(opened.index, ef_search=ef_search, nprobe=nprobe, where=str(index_dir))
         if isinstance(encoder, QueryEncoder):
             query_encoder = encoder
         else:
-            query_encoder = QueryEncoder.build(query_encoder_spec(index_dir, encoder), device)
-        encoder = query_encoder.spec
-        faiss_searcher = mapped_faiss_searcher()(str(index_dir), query_encoder.pyserini)
-        faiss_index.set_search_params(faiss_searcher.index, ef_search=ef_search, nprobe=nprobe, where=str(index_dir))
-        if not faiss_index.exact_vectors(faiss_searcher.index):
-            print(f"warning: {index_dir} keeps no exact vectors ({faiss_index.index_type(faiss_searcher.index)}): "
-                  "rewriters update queries with vectors decoded from its codes", file=sys.stderr)  # fmt: skip
-        hidden = query_encoder.dimension
-        if hidden != faiss_searcher.dimension:
-            made_by = f"encoder {encoder.name!r}" if encoder else "the pre-encoded queries"
-            raise DimensionMismatchError(f"{made_by} makes {hidden}-d vectors but index {index_dir} holds "
-                                         f"{faiss_searcher.dimension}-d vectors")  # fmt: skip
-        store = index_dir / DOCSTORE_FILE
+            query_encoder = QueryEncoder.build(index_query_encoder(index_dir, opened.meta, encoder), device)
+        return cls.from_open_index(opened, query_encoder, rewriter=rewriter, threads=threads)
+
+    @classmethod
+    def from_open_index(cls, opened: OpenIndex, query_encoder: QueryEncoder, *, rewriter: Rewriter | None = None,
+                        threads: int = 1) -> TourSearcher:  # fmt: skip
+        """The searcher of an index already opened and checked, with a query encoder already built (a search's
+        plan makes both once)."""
+        if not faiss_index.exact_vectors(opened.index):
+            log.warning("%s keeps no exact vectors (%s): rewriters update queries with vectors decoded from its "
+                        "codes", opened.directory, faiss_index.index_type(opened.index))  # fmt: skip
+        if query_encoder.dimension != opened.index.d:
+            made_by = f"encoder {query_encoder.spec.name!r}" if query_encoder.spec else "the pre-encoded queries"
+            raise DimensionMismatchError(f"{made_by} makes {query_encoder.dimension}-d vectors but index "
+                                         f"{opened.directory} holds {opened.index.d}-d vectors")  # fmt: skip
+        store = opened.directory / DOCSTORE_FILE
         return cls(
-            faiss_searcher,
+            opened_faiss_searcher()(opened, query_encoder.pyserini),
             rewriter=rewriter,
             docstore=DocStore(store) if store.exists() else None,
             query_encoder=query_encoder,
@@ -232,21 +245,25 @@ class TourSearcher(PyseriniSearch):
         traces = [Trace() for _ in qids]
         with timed(traces, "encode"):
             vectors = self.encode(queries)
-        return self.retrieve_vectors(queries, qids, vectors, k, rewriter=rewriter, traces=traces)
+        return self.retrieve_vectors(queries, qids, vectors, k, rewriter=rewriter, traces=traces,
+                                     encoded_by=self.query_encoder)  # fmt: skip
 
     @hits_is_k
     def retrieve_vectors(self, texts: Sequence[str], qids: Sequence[str], vectors: np.ndarray, k: int = 10, *,
                          rewriter: Rewriter | None = None, traces: Sequence[Trace] | None = None,
-                         ) -> list[SearchResult]:  # fmt: skip
+                         encoded_by: QueryEncoder | None = None) -> list[SearchResult]:  # fmt: skip
         """Rewrite and search queries already encoded (n, d): e.g. encoded once and searched many ways.
 
         ``texts`` are what teachers read; ``traces`` (one per query, fresh by default) collect what
-        the rewriter did, on top of anything already recorded in them (the encoding time).
+        the rewriter did, on top of anything already recorded in them (the encoding time). ``encoded_by``: the
+        query encoder that made ``vectors`` (``self.query_encoder`` for :meth:`encode`'s), so that a teacher
+        sharing it takes the vectors instead of encoding the texts again.
         """
         check_queries(texts, qids)
         if k < 1:
             raise UserError(f"k must be positive, got {k}")
         vectors = self._check_vectors(vectors)
-        batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None)
+        batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None,
+                           encoded_by)  # fmt: skip
         return (rewriter or self.rewriter).rewrite(batch, self, k)
 

@@ -16,7 +16,6 @@ from tour_pyserini.teachers.base import (
     ScoreRequest,
     Teacher,
     TeacherContext,
-    TeacherOption,
     get_teacher,
     options_read_by,
     teacher_options,
@@ -25,7 +24,7 @@ from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 __all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
-           "StoredTeacher", "TeacherOption", "available_teachers", "check_teacher_options", "get_teacher",
+           "StoredTeacher", "available_teachers", "check_teacher_options", "get_teacher",
            "options_read_by", "teacher_options", "teacher_usages"]  # fmt: skip
 
 
@@ -43,9 +42,9 @@ def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> No
     if not options:
         return
     if spec is None:
-        given = [o.flag for o in teacher_options() if o.param in options]
+        given = [o.option for o in teacher_options() if o.name in options]
         raise UserError(f"{', '.join(given)}: a teacher's options, given without --teacher")
     own = options_read_by(spec)
-    if stray := [o.flag for o in teacher_options() if o.param in options and o not in own]:
-        reads = f" (it reads {', '.join(o.flag for o in own)})" if own else ""
+    if stray := [o.option for o in teacher_options() if o.name in options and o not in own]:
+        reads = f" (it reads {', '.join(o.option for o in own)})" if own else ""
         raise UserError(f"{', '.join(stray)}: not an option of the {spec.partition(':')[0]} teacher{reads}")

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
+from tour_pyserini.encoders.query import QueryEncoders
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
+from tour_pyserini.index.faiss_index import OpenIndexes
+from tour_pyserini.numbers import Param
 from tour_pyserini.registry import Registry
 
 
@@ -24,7 +27,9 @@ class ScoreRequest:
     """Candidates of one query to be scored.
 
     ``docs`` holds their texts when the teacher reads text; ``memo`` is a scratch dict for this query
-    that lives as long as the search that made the request (the same dict at every iteration).
+    that lives as long as the search that made the request (the same dict at every iteration). ``vector`` is
+    the query's vector as the searcher encoded it, by ``encoded_by`` (a ``QueryEncoder``): a teacher that
+    would encode the query with that same encoder takes it instead.
     """
 
     qid: str
@@ -32,36 +37,18 @@ class ScoreRequest:
     docids: list[str]
     docs: list[Document] | None = None
     memo: dict = field(default_factory=dict, compare=False, repr=False)
+    vector: np.ndarray | None = field(default=None, compare=False, repr=False)
+    encoded_by: Any = field(default=None, compare=False, repr=False)
+
+
+def with_docids(request: ScoreRequest, docids: list[str], docs: list[Document] | None = None) -> ScoreRequest:
+    """``request`` for other candidates of the same query (its memo and vector kept)."""
+    return replace(request, docids=docids, docs=docs)
 
 
 def with_texts(request: ScoreRequest, docstore) -> ScoreRequest:
     """``request`` carrying its candidates' texts, read from ``docstore`` (a :class:`DocStore`)."""
-    return ScoreRequest(request.qid, request.query, request.docids, docstore.get(request.docids), memo=request.memo)
-
-
-@dataclass(frozen=True)
-class TeacherOption:
-    """A command-line flag a teacher declares: ``--flag`` sets ``TeacherContext.options[param]``.
-
-    Several teachers may declare the same flag only as the same option (the openai and llm teachers share
-    ``--teacher-instruction``). A ``shared`` option is a limit of the whole search, not of one process (an
-    API teacher's requests in flight): Ray workers split it, and ``default`` is its value when not given.
-    """
-
-    flag: str
-    param: str
-    type: Callable[[str], Any] = str
-    help: str = ""
-    metavar: str | None = None
-    shared: bool = False
-    default: Any = None
-
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
-
-    def add_to(self, parser) -> None:
-        parser.add_argument(self.flag, dest=self.dest, type=self.type, help=self.help, metavar=self.metavar)
+    return replace(request, docs=docstore.get(request.docids))
 
 
 # called with (index of the request, {docid: score}) for scores as soon as the teacher has them
@@ -83,14 +70,14 @@ class Teacher(ABC):
     # a pair's score does not depend on the other candidates of its query, so scores may be stored and
     # reused across searches (see ScoreStore)
     pairwise: ClassVar[bool] = True
-    options: ClassVar[tuple[TeacherOption, ...]] = ()  # the flags this teacher reads from TeacherContext.options
+    options: ClassVar[tuple[Param, ...]] = ()  # the flags this teacher reads from TeacherContext.options
 
     @classmethod
     @abstractmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> Teacher: ...
 
     @classmethod
-    def options_read(cls, argument: str | None) -> list[TeacherOption]:
+    def options_read(cls, argument: str | None) -> list[Param]:
         """The flags the teacher built from ``argument`` reads: its own; a teacher made of others, theirs."""
         return list(cls.options)
 
@@ -122,29 +109,38 @@ class Teacher(ABC):
 
 @dataclass(frozen=True)
 class TeacherContext:
-    """What a teacher spec may refer to: the dense index it scores candidates of, and reading limits."""
+    """What a teacher spec may refer to: the dense index it scores candidates of, reading limits, and what the
+    search has already opened (its query encoders, its dense indexes), which a teacher shares instead of loading
+    another copy."""
 
     index_dir: str | None = None
     max_length: int | None = None  # tokens of query + document a model-based teacher reads
     device: str = "cpu"  # where a model-based teacher runs
     precision: str | None = None  # a cross-encoder's arithmetic (fp32, bf16); None: the teacher's default
-    options: Mapping[str, Any] = field(default_factory=dict)  # values of the flags teachers declare, by param
+    options: Mapping[str, Any] = field(default_factory=dict)  # values of the flags teachers declare, by name
+    encoders: QueryEncoders = field(default_factory=QueryEncoders, compare=False, repr=False)
+    indexes: OpenIndexes = field(default_factory=OpenIndexes, compare=False, repr=False)
+
+    def option(self, declared: Param) -> Any:
+        """The value given for a teacher's parameter, else its declared default."""
+        value = self.options.get(declared.name)
+        return declared.default if value is None else value
 
 
 TEACHERS: Registry[type[Teacher]] = Registry("teacher", "tour_pyserini.teachers")
 
 
-def teacher_options() -> list[TeacherOption]:
+def teacher_options() -> list[Param]:
     """Every flag the teachers declare, once each (teachers sharing a flag declare it as the same option)."""
-    seen: dict[str, TeacherOption] = {}
+    seen: dict[str, Param] = {}
     for cls in TEACHERS.all().values():
         for option in cls.options:
-            if seen.setdefault(option.flag, option) != option:
-                raise TypeError(f"teachers declare {option.flag} differently: {seen[option.flag]} and {option}")
+            if seen.setdefault(option.option, option) != option:
+                raise TypeError(f"teachers declare {option.option} differently: {seen[option.option]} and {option}")
     return list(seen.values())
 
 
-def options_read_by(spec: str) -> list[TeacherOption]:
+def options_read_by(spec: str) -> list[Param]:
     """The flags the teacher ``spec`` names reads (:meth:`Teacher.options_read`); every teacher's for a name no
     teacher has (refused later, with the teacher list)."""
     name, _, argument = spec.partition(":")

@@ -44,18 +44,23 @@ class ScoreCache:
         self.scores: dict[str, dict[str, float]] = {}
         self.memos: dict[str, dict] = {}
 
-    def score(
-        self, qids: Sequence[str], queries: Sequence[str], docids: Sequence[Sequence[str]], traces: Sequence[Trace]
-    ) -> list[np.ndarray]:
-        """Scores of each query's candidates, aligned with ``docids``; counts calls and hits in ``traces``."""
+    def score(self, qids: Sequence[str], queries: Sequence[str], docids: Sequence[Sequence[str]],
+              traces: Sequence[Trace], vectors: Sequence[np.ndarray] | None = None,
+              encoded_by=None) -> list[np.ndarray]:  # fmt: skip
+        """Scores of each query's candidates, aligned with ``docids``; counts calls and hits in ``traces``.
+        ``vectors``: the queries' vectors as ``encoded_by`` (the searcher's ``QueryEncoder``) made them, for
+        teachers that would encode the queries with it (:class:`ScoreRequest`)."""
         requests = []
-        for qid, query, candidates, trace in zip(qids, queries, docids, traces):
+        vectors = [None] * len(qids) if vectors is None else vectors
+        for qid, query, candidates, trace, vector in zip(qids, queries, docids, traces, vectors):
             known = self.scores.setdefault(qid, {}) if self.enabled else {}
             new = list(dict.fromkeys(d for d in candidates if d not in known))
             trace.cache_hits += len(candidates) - len(new) if self.enabled else 0
             trace.teacher_calls += len(new)
             if new:
-                requests.append((trace, ScoreRequest(qid, query, new, memo=self.memos.setdefault(qid, {}))))
+                request = ScoreRequest(qid, query, new, memo=self.memos.setdefault(qid, {}), vector=vector,
+                                       encoded_by=encoded_by if vector is not None else None)  # fmt: skip
+                requests.append((trace, request))
         if requests:
             with timed([trace for trace, _ in requests], "teacher"):
                 for (trace, request), scores in zip(requests, self._score([r for _, r in requests])):

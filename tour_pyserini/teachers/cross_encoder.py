@@ -81,12 +81,13 @@ def read_residual(model_dir: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def residual_dense(model_dir: str, residual: dict, index_dir: str | None) -> DenseTeacher:
+def residual_dense(model_dir: str, residual: dict, context: TeacherContext) -> DenseTeacher:
     """The dense scorer a residual cross-encoder adds to its logits: the index's, if built by the encoder
-    the cross-encoder was trained on top of."""
+    the cross-encoder was trained on top of (sharing the search's encoder and index)."""
     from tour_pyserini.encoders.pairing import index_document_sha
     from tour_pyserini.index.layout import IndexMeta
 
+    index_dir = context.index_dir
     if index_dir is None:
         raise UserError(f"cross-encoder {model_dir} is residual (it adds the retriever's similarity): "
                         "it needs a dense index to score with")  # fmt: skip
@@ -99,7 +100,7 @@ def residual_dense(model_dir: str, residual: dict, index_dir: str | None) -> Den
             f"(weights {wanted[:12]}), but index {index_dir} was built by another encoder "
             f"(weights {(built_by or 'unknown')[:12]})"
         )
-    return DenseTeacher(index_dir)
+    return DenseTeacher.of(index_dir, context)
 
 
 @TEACHERS.register
@@ -159,7 +160,7 @@ class CrossEncoderTeacher(Teacher):
             options["precision"] = check_precision(context.precision, "cross-encoder precision")  # before the index
         residual = read_residual(argument)
         if residual:
-            options["dense"] = residual_dense(argument, residual, context.index_dir)
+            options["dense"] = residual_dense(argument, residual, context)
             options["dense_scale"] = float(residual["dense_scale"])
         return cls(argument, device=context.device, **options)
 

@@ -10,52 +10,70 @@ import numpy as np
 from tour_pyserini.encoders import encoder_identity
 from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
-from tour_pyserini.index import faiss_index
-from tour_pyserini.index.layout import index_fingerprint
-from tour_pyserini.index.query_side import query_encoder_spec
+from tour_pyserini.index.faiss_index import OpenIndex
+from tour_pyserini.index.layout import MissingIndexError, index_fingerprint, index_kind
+from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
 
 @TEACHERS.register
 class DenseTeacher(Teacher):
-    """``dense`` or ``dense:INDEX_DIR``: the inner product of the query text's encoding with each candidate's
-    index vector (by default the index being searched, with the encoder it was built with).
+    """``dense`` or ``dense:INDEX_DIR``: the inner product of the query's encoding with each candidate's index
+    vector (by default the index being searched, with the encoder it was built with).
 
-    Alone it re-ranks nothing (it is the retriever's own first ranking); its use is as a part of a
-    fusion, e.g. ``fusion:bm25+dense``, where it anchors the teacher to the original query. It opens its
-    own copy of the index: memory for a second index of that size.
+    Alone it re-ranks nothing (it is the retriever's own first ranking); its use is as a part of a fusion or an
+    ensemble, e.g. ``fusion:bm25+dense``, where it anchors the teacher to the original query. It shares what the
+    search opened (:class:`TeacherContext`): the index, and the query encoder when it is the searcher's, in which
+    case the query's vector is the one the searcher computed, not a second encoding of its text.
     """
 
     name = "dense"
     usage = "dense[:DIR]"
     needs_text = False
 
-    def __init__(self, index_dir: str | Path, encoder: str | None = None):
-        self.index_dir = Path(index_dir)
-        self.query_encoder = QueryEncoder.build(query_encoder_spec(self.index_dir, encoder))
-        self.index = faiss_index.read(self.index_dir / "index")  # memory-mapped, as the searcher opens it
-        if self.query_encoder.dimension != self.index.d:
-            raise UserError(f"the dense teacher's encoder makes {self.query_encoder.dimension}-d vectors but index "
-                            f"{self.index_dir} holds {self.index.d}-d vectors")  # fmt: skip
-        self.docids = faiss_index.read_docids(self.index_dir)
-        self.rows = {docid: row for row, docid in enumerate(self.docids)}
+    def __init__(self, index: OpenIndex, query_encoder: QueryEncoder):
+        self.opened = index
+        self.index_dir = index.directory
+        self.query_encoder = query_encoder
+        if query_encoder.dimension != index.index.d:
+            raise UserError(f"the dense teacher's encoder makes {query_encoder.dimension}-d vectors but index "
+                            f"{self.index_dir} holds {index.index.d}-d vectors")  # fmt: skip
 
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> DenseTeacher:
         index_dir = argument or context.index_dir
         if index_dir is None:
             raise UserError("the dense teacher needs a dense index: dense:DIR")
-        return cls(index_dir)
+        if index_kind(index_dir) != "dense":
+            raise MissingIndexError(f"the dense teacher needs a dense index, and {index_dir} is a BM25 one")
+        opened = context.indexes.get(index_dir)
+        return cls(opened, context.encoders.get(index_query_encoder(opened.directory, opened.meta)))
+
+    @classmethod
+    def of(cls, index_dir: str | Path, context: TeacherContext | None = None) -> DenseTeacher:
+        """The dense teacher of ``index_dir`` with its own encoder (or ``context``'s shared ones)."""
+        return cls.from_spec(str(index_dir), context or TeacherContext())
+
+    def query_vectors(self, requests: Sequence[ScoreRequest]) -> np.ndarray:
+        """Each request's query vector: the searcher's where this teacher's encoder made it, else encoded here (the
+        requests without one together, as one batch)."""
+        own = [r.vector if r.encoded_by is self.query_encoder else None for r in requests]
+        missing = [i for i, v in enumerate(own) if v is None]
+        if missing:
+            encoded = self.query_encoder.encode([requests[i].query for i in missing])
+            for i, vector in zip(missing, encoded):
+                own[i] = vector
+        return np.stack(own).astype(np.float64)
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
-        queries = self.query_encoder.encode([r.query for r in requests]).astype(np.float64)
+        rows_of = self.opened.rows
         out = []
-        for q, request in zip(queries, requests):
-            missing = [d for d in request.docids if d not in self.rows]
+        for q, request in zip(self.query_vectors(requests), requests):
+            missing = [d for d in request.docids if d not in rows_of]
             if missing:
                 raise UserError(f"document {missing[0]!r} is not in the dense teacher's index {self.index_dir}")
-            rows = np.array([self.rows[d] for d in request.docids], dtype=np.int64)
-            out.append(self.index.reconstruct_batch(rows).astype(np.float64) @ q)
+            rows = np.array([rows_of[d] for d in request.docids], dtype=np.int64)
+            out.append(self.opened.index.reconstruct_batch(rows).astype(np.float64) @ q)
         return out
 
     @property

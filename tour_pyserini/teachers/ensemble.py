@@ -21,12 +21,12 @@ import numpy as np
 
 from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Param
 from tour_pyserini.teachers.base import (
     TEACHERS,
     ScoreRequest,
     Teacher,
     TeacherContext,
-    TeacherOption,
     get_teacher,
     options_read_by,
     teacher_options,
@@ -119,7 +119,7 @@ class EnsembleTeacher(Teacher):
         return cls(parts, [p["weight"] for p in record["parts"]])
 
     @classmethod
-    def options_read(cls, argument: str | None) -> list[TeacherOption]:
+    def options_read(cls, argument: str | None) -> list[Param]:
         """Its parts' flags; every teacher's while its file cannot be read (refused, in its own words, when built)."""
         if not argument:
             return []

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Param
 from tour_pyserini.teachers.base import (
     TEACHERS,
     ScoreRequest,
     Teacher,
     TeacherContext,
-    TeacherOption,
     get_teacher,
     options_read_by,
 )
@@ -46,7 +46,7 @@ class FusionTeacher(Teacher):
         return cls([get_teacher(spec, context) for spec in argument.split("+")])
 
     @classmethod
-    def options_read(cls, argument: str | None) -> list[TeacherOption]:
+    def options_read(cls, argument: str | None) -> list[Param]:
         return list(dict.fromkeys(o for spec in (argument or "").split("+") if spec for o in options_read_by(spec)))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:

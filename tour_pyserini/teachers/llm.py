@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.encoders.checkpoints import checked_loading
@@ -57,12 +58,9 @@ def answer_ids(tokenizer, template: Template) -> tuple[list[int], list[int]]:
 
 
 @functools.cache
-def file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
+def gguf_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """A GGUF file's digest, computed once while its size and modification time stay the same."""
+    return file_sha256(path)
 
 
 def check_gguf(path: Path) -> None:
@@ -228,7 +226,7 @@ class LlmTeacher(Teacher):
         local = Path(self.path).expanduser()
         if local.is_file():
             stat = local.stat()
-            sha = file_sha256(str(local.resolve()), stat.st_size, stat.st_mtime_ns)
+            sha = gguf_sha256(str(local.resolve()), stat.st_size, stat.st_mtime_ns)
         else:
             sha = weights_sha256(self.path)
         prompt = hashlib.sha256(f"{self.template.text}\0{self.instruction}".encode()).hexdigest()[:16]

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import sys
 import threading
 import time
 import urllib.error
@@ -37,8 +36,8 @@ from urllib.parse import urlparse
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import non_negative_float, positive_float, positive_int
-from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext, TeacherOption
+from tour_pyserini.numbers import Param, non_negative_float, positive_float, positive_int
+from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext
 from tour_pyserini.teachers.cross_encoder import pair_text
 from tour_pyserini.teachers.prompts import (
     INSTRUCTION_OPTION,
@@ -62,21 +61,19 @@ LOGGED_WAIT = 1.0  # seconds: a shorter wait between tries goes unsaid
 QUOTED = 80  # characters of a body the server sent, quoted in a message
 RESUME = "scores already received are in the score store (--score-store): run again to resume"
 
-MODEL_OPTION = TeacherOption("--teacher-model", "model", help="the model an openai: teacher asks (its name on the "
-                             "server)", metavar="NAME")  # fmt: skip
-CONCURRENCY_OPTION = TeacherOption("--teacher-concurrency", "concurrency", positive_int,
-                                   "requests an openai: teacher keeps in flight, all Ray workers together "
-                                   "(default 4)", "N", shared=True, default=4)  # fmt: skip
-DEADLINE_OPTION = TeacherOption("--teacher-timeout", "deadline", positive_float,
-                                "seconds an openai: teacher waits for one pair's score, retries included, before the "
-                                "search stops in one line (default 300)", "SECONDS", default=300.0)  # fmt: skip
-RETRY_AFTER_OPTION = TeacherOption("--teacher-max-retry-after", "max_retry_after", non_negative_float,
-                                   "the longest Retry-After an openai: teacher obeys; a busy server asking for "
-                                   "more stops the search in one line (default 60)", "SECONDS",
-                                   default=60.0)  # fmt: skip
-JUDGE_OPTION = TeacherOption("--teacher-judge", "judge", help="how an openai: teacher judges: logprobs (yes/no "
-                             "log-odds), score (verbalised 0-5) or auto (logprobs where the server returns them; "
-                             "default)", metavar="|".join(JUDGES))  # fmt: skip
+MODEL_OPTION = Param("model", str, help="the model an openai: teacher asks (its name on the server)",
+                     flag="--teacher-model", metavar="NAME")  # fmt: skip
+CONCURRENCY_OPTION = Param("concurrency", positive_int, 4, "requests an openai: teacher keeps in flight, all Ray "
+                           "workers together", flag="--teacher-concurrency", metavar="N", shared=True)  # fmt: skip
+DEADLINE_OPTION = Param("deadline", positive_float, 300.0, "seconds an openai: teacher waits for one pair's score, "
+                        "retries included, before the search stops in one line", flag="--teacher-timeout",
+                        metavar="SECONDS")  # fmt: skip
+RETRY_AFTER_OPTION = Param("max_retry_after", non_negative_float, 60.0, "the longest Retry-After an openai: "
+                           "teacher obeys; a busy server asking for more stops the search in one line",
+                           flag="--teacher-max-retry-after", metavar="SECONDS")  # fmt: skip
+JUDGE_OPTION = Param("judge", str, "auto", "how an openai: teacher judges: logprobs (yes/no log-odds), score "
+                     "(verbalised 0-5) or auto (logprobs where the server returns them)", flag="--teacher-judge",
+                     metavar="|".join(JUDGES))  # fmt: skip
 
 
 class Unscored(Exception):
@@ -144,14 +141,11 @@ class OpenAITeacher(Teacher):
             raise UserError(
                 "the openai teacher needs the server's URL: openai:BASE_URL (e.g. http://127.0.0.1:8000/v1)"
             )
-        options = context.options
-        template = options.get("template")
-        return cls(argument, options.get("model"), judge=options.get("judge") or "auto",
-                   concurrency=options.get("concurrency") or CONCURRENCY_OPTION.default,
-                   deadline=options.get("deadline") or DEADLINE_OPTION.default,
-                   max_retry_after=RETRY_AFTER_OPTION.default if options.get("max_retry_after") is None
-                   else options["max_retry_after"],
-                   instruction=options.get("instruction"),
+        template = context.option(TEMPLATE_OPTION)
+        return cls(argument, context.option(MODEL_OPTION), judge=context.option(JUDGE_OPTION),
+                   concurrency=context.option(CONCURRENCY_OPTION), deadline=context.option(DEADLINE_OPTION),
+                   max_retry_after=context.option(RETRY_AFTER_OPTION),
+                   instruction=context.options.get("instruction"),
                    template=read_template(template) if template else None,
                    max_chars=4 * context.max_length if context.max_length else None)  # fmt: skip
 
@@ -333,8 +327,8 @@ class OpenAITeacher(Teacher):
     def report(self) -> None:
         u = self.paid
         missing = f" ({u.missing} got no score: not stored, asked again next run)" if u.missing else ""
-        print(f"{self.label}: {u.pairs} pairs scored{missing} in {u.requests} requests, tokens sent "
-              f"{u.prompt_tokens}, received {u.completion_tokens}", file=sys.stderr)  # fmt: skip
+        log.info("%s: %d pairs scored%s in %d requests, tokens sent %d, received %d", self.label, u.pairs, missing,
+                 u.requests, u.prompt_tokens, u.completion_tokens)  # fmt: skip
 
     @property
     def label(self) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
-from tour_pyserini.teachers.base import TeacherOption
+from tour_pyserini.numbers import Param
 
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
@@ -57,13 +57,11 @@ PRESETS = {
     "plain": Template("plain", f"{SYSTEM}\n\n{USER}\n\nAnswer (yes or no):"),
 }
 
-INSTRUCTION_OPTION = TeacherOption(
-    "--teacher-instruction", "instruction", help="the task an LLM teacher is told, before the query (default: "
-    "'Given a web search query, retrieve relevant passages that answer the query')", metavar="TEXT")  # fmt: skip
-TEMPLATE_OPTION = TeacherOption(
-    "--teacher-template", "template", help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
-    "with {query}, {document} and {instruction} (default: the model's chat template, else plain)",
-    metavar="PRESET|FILE")  # fmt: skip
+INSTRUCTION_OPTION = Param("instruction", str, help="the task an LLM teacher is told, before the query",
+                           flag="--teacher-instruction", metavar="TEXT", default_text=repr(INSTRUCTION))
+TEMPLATE_OPTION = Param("template", str, help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
+                        "with {query}, {document} and {instruction}", flag="--teacher-template",
+                        metavar="PRESET|FILE", default_text="the model's chat template, else plain")  # fmt: skip
 
 
 def read_template(value: str) -> Template:

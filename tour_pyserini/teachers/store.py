@@ -21,7 +21,7 @@ import numpy as np
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext, with_texts
+from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext, with_docids, with_texts
 
 APPLICATION_ID = 0x544F5552  # "TOUR", in the SQLite header at offset 68
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -138,9 +138,8 @@ class StoredTeacher(Teacher):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         stored = [self.store.get(r.query, r.docids) for r in requests]
-        todo = [(i, ScoreRequest(r.qid, r.query, [d for d in r.docids if d not in stored[i]],
-                                 [doc for d, doc in zip(r.docids, r.docs) if d not in stored[i]] if r.docs else r.docs,
-                                 memo=r.memo))
+        todo = [(i, with_docids(r, [d for d in r.docids if d not in stored[i]],
+                                [doc for d, doc in zip(r.docids, r.docs) if d not in stored[i]] if r.docs else r.docs))
                 for i, r in enumerate(requests)]  # fmt: skip
         reads = self.teacher.needs_text and self.docstore is not None
         todo = [(i, with_texts(r, self.docstore) if reads and r.docs is None else r) for i, r in todo if r.docids]

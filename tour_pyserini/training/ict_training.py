@@ -76,8 +76,7 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.encoders import encoder_identity
     from tour_pyserini.encoders.pairing import write_pair
-    from tour_pyserini.index.build import corpus_file
-    from tour_pyserini.index.corpus import read_jsonl_corpus
+    from tour_pyserini.index.corpus import corpus_file, read_jsonl_corpus
     from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
     from tour_pyserini.training.ict import corpus_blocks, draw_example, usable
     from tour_pyserini.training.losses import in_batch_nll

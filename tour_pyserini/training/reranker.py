@@ -286,7 +286,7 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
         ex.texts = {doc.docid: doc.contents for doc in searcher.docstore.get(ex.positives + ex.negatives)}
     meta = IndexMeta.read(index)
     if encoder is not None and meta is not None and meta.encoder == encoder:
-        dense = DenseTeacher(index)
+        dense = DenseTeacher.of(index)
         rows = dense.score([ScoreRequest(ex.qid, ex.query, list(ex.texts)) for ex in examples])
         for ex, row in zip(examples, rows):
             ex.similarities = dict(zip(ex.texts, row.tolist()))
@@ -340,7 +340,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     last = min(total, config.max_steps) if config.max_steps else total
     eval_every = max(1, steps_per_epoch // config.evals_per_epoch)
     meta = IndexMeta.read(index)
-    dense = DenseTeacher(index) if config.residual_scale > 0 else None  # a second copy of the index
+    dense = DenseTeacher.of(index) if config.residual_scale > 0 else None  # a second copy of the index
     trainer = ListwiseTrainer(base_model, searcher.docstore, dense, config, steps=total,
                               encoder=meta.encoder if meta else None)  # fmt: skip
     rng = random.Random(config.seed)
