@@ -164,7 +164,7 @@ def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_pat
     stray = run_module(*common, "--rewriter", "rocchio", "--lr", "0.2")
     assert stray.returncode == 2 and "error: --lr: not an option of --rewriter rocchio" in stray.stderr
     for flags, fragments in [(["--smoothing", "0"], ["--smoothing must be positive"]),
-                             (["--lr", "-5"], ["--lr (must be >= 0) out of range: -5.0"]),
+                             (["--lr", "-5"], ["--lr must be at least 0 and finite, got -5"]),
                              (["--lr", "nan"], ["--lr", "nan"])]:  # fmt: skip
         proc = run_module(*common, "--rewriter", "tour-soft", "--teacher", "cross-encoder:/no/such/model", *flags)
         [line] = proc.stderr.strip().splitlines()

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
 from conftest import SCIFACT
 
+from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.index.build import build_index
 from tour_pyserini.index.dense import write_dense_index
-from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.index.prebuilt import MANIFEST, PREBUILT_DIR, export_prebuilt, find_prebuilt
 from tour_pyserini.search import TourSearcher
 
@@ -24,13 +25,14 @@ def prebuilt_root(dense_index, mini_scifact, tmp_path_factory):
 
 
 def test_an_index_built_from_the_prebuilt_vectors_ranks_as_the_encoded_one(
-    prebuilt_root, dense_index, mini_scifact, tmp_path, capsys
+    prebuilt_root, dense_index, mini_scifact, tmp_path, caplog
 ):
     spec = EncoderSpec.resolve()
     out = tmp_path / "from-prebuilt"
     collection = mini_scifact["collection"]
-    meta = build_index(out, lambda tmp: write_dense_index(collection, tmp, spec, prebuilt=prebuilt_root))
-    assert "using prebuilt" in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="tour_pyserini"):
+        meta = build_index(out, lambda tmp: write_dense_index(collection, tmp, spec, prebuilt=prebuilt_root))
+    assert "using prebuilt" in caplog.text
     assert meta.extra["prebuilt"].endswith("mini.minilm") and meta.num_docs == mini_scifact["num_docs"]
     assert (out / "docid").read_text() == (dense_index / "docid").read_text()
     queries = [line.split("\t")[1] for line in mini_scifact["topics"].read_text().splitlines()]
@@ -43,13 +45,14 @@ def test_an_index_built_from_the_prebuilt_vectors_ranks_as_the_encoded_one(
     assert np.mean([x.docid == y.docid for p, q in zip(a, b) for x, y in zip(p, q)]) > 0.97
 
 
-def test_another_encoder_or_corpus_is_encoded_instead(prebuilt_root, mini_scifact, capsys):
+def test_another_encoder_or_corpus_is_encoded_instead(prebuilt_root, mini_scifact, caplog):
     corpus = mini_scifact["collection"] / "corpus.jsonl"
     identity = encoder_identity(EncoderSpec.resolve())
     assert find_prebuilt(corpus, identity, ["title", "text"], prebuilt_root) is not None
     shorter = {**identity, "max_length": 128}
-    assert find_prebuilt(corpus, shorter, ["title", "text"], prebuilt_root) is None
-    said = capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="tour_pyserini"):
+        assert find_prebuilt(corpus, shorter, ["title", "text"], prebuilt_root) is None
+    said = caplog.text
     assert "not using prebuilt" in said and "max length 256" in said and "max length 128" in said
     other_weights = {**identity, "weights_sha256": "0" * 64}
     assert find_prebuilt(corpus, other_weights, ["title", "text"], prebuilt_root) is None

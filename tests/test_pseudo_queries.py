@@ -61,7 +61,7 @@ def test_a_text_outside_the_index_is_scored_as_the_index_would(dense_index):
     docstore = DocStore(dense_index / DOCSTORE_FILE)
     trainer = ListwiseTrainer(str(bundled_model_dir()), docstore, dense, TrainConfig(), steps=1,
                               encoder=IndexMeta.read(dense_index).encoder)  # fmt: skip
-    docids = dense.docids[:4]
+    docids = dense.opened.docids[:4]
     docs = docstore.get(docids)
     stored = dense.score([ScoreRequest("q", "protein folding in cells", docids)])[0]
     encoded = trainer.text_similarities("protein folding in cells", {d.docid: d.contents for d in docs})

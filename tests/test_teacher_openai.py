@@ -4,6 +4,7 @@ real Gemma 3 270M where the [llm] extra is installed (tests/test_teacher_llm.py)
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -40,16 +41,17 @@ def teacher(server, **options) -> OpenAITeacher:
     return get_teacher(f"openai:{url(server)}", TeacherContext(options=options))
 
 
-def test_logprobs_scores_are_the_servers_yes_no_log_odds(server, capsys):
+def test_logprobs_scores_are_the_servers_yes_no_log_odds(server, caplog):
     judge = teacher(server, concurrency=3)
     assert judge.judge == "logprobs"  # auto: the probe found log-probabilities
-    got = judge.score([request()])[0]
+    with caplog.at_level(logging.INFO, logger="tour_pyserini"):
+        got = judge.score([request()])[0]
     prompts = [body["prompt"] for path, body in server.requests[1:]]
     want = {doc_of(p): -3 * unit(p, "y") + 3 * unit(p, "n") for p in prompts}
     np.testing.assert_allclose(got, [want[t] for t in TEXTS], atol=1e-12)
     assert all(body["logprobs"] == 20 and body["max_tokens"] == 1 for _, body in server.requests)
     assert len(server.requests) == 1 + len(TEXTS)
-    err = capsys.readouterr().err
+    err = caplog.text
     tokens = sum(len(body["prompt"].split()) for _, body in server.requests)
     assert f"openai:judge-1: {len(TEXTS)} pairs scored in {len(TEXTS) + 1} requests, tokens sent {tokens}, " \
            f"received {len(TEXTS) + 1}" in err  # fmt: skip
@@ -62,21 +64,22 @@ def test_yes_no_log_odds_reads_every_spelling_and_bounds_a_missing_answer():
     assert yes_no_log_odds({" Yes": -0.5, " The": -4.0}, ("yes", "no")) == pytest.approx(3.5)
 
 
-def test_verbalised_scores_when_the_server_gives_no_logprobs(tmp_path, capsys):
+def test_verbalised_scores_when_the_server_gives_no_logprobs(tmp_path, caplog):
     server = start_server(logprobs=False)
     try:
         texts = TEXTS[:4] + ["GARBLE this", "FLAKY this"]
         judge = teacher(server)
         assert judge.judge == "score"
         store = ScoreStore(tmp_path / "s.sqlite", judge.fingerprint)
-        got = StoredTeacher(judge, store).score([request(texts)])[0]
+        with caplog.at_level(logging.INFO, logger="tour_pyserini"):
+            got = StoredTeacher(judge, store).score([request(texts)])[0]
         want = [float(int(6 * unit(t, "s"))) for t in texts]
         assert got[:4].tolist() == want[:4] and got[5] == want[5]  # FLAKY: the second ask gave a score
         assert np.isnan(got[4])  # GARBLE: no score (the rewriters rank it below the scored ones)
         chats = [b for p, b in server.requests if p == "/v1/chat/completions"]
         assert len(chats) == 4 + 2 + 2  # GARBLE and FLAKY were asked twice
         assert set(store.get("what causes cancer", [f"d{i}" for i in range(6)])) == {"d0", "d1", "d2", "d3", "d5"}
-        assert "1 got no score: not stored, asked again next run" in capsys.readouterr().err
+        assert "1 got no score: not stored, asked again next run" in caplog.text
         # the next run asks only the pair that has no score
         before = len(server.requests)
         StoredTeacher(judge, store).score([request(texts)])

@@ -21,11 +21,23 @@ class TerminalFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {message}" if record.levelno >= logging.WARNING else message
 
 
+class StderrHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a record comes (a test's capture, a redirect)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler sets it once; the current one is read instead
+        pass
+
+
 def show_library_log() -> None:
     """Send the package's log records of level INFO and above to stderr, once per process."""
     logger = logging.getLogger("tour_pyserini")
-    if not any(isinstance(h.formatter, TerminalFormatter) for h in logger.handlers):
-        handler = logging.StreamHandler()
+    if not any(isinstance(h, StderrHandler) for h in logger.handlers):
+        handler = StderrHandler()
         handler.setFormatter(TerminalFormatter())
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

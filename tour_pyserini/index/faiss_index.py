@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.layout import IndexMeta, check_faiss_file
+from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 REFINE_FACTOR = 4  # IVF-PQ re-scores 4x the requested candidates exactly: PQ ranking errors mostly vanish
@@ -177,8 +177,11 @@ class OpenIndexes:
         self._open: dict[Path, OpenIndex] = {}
 
     def get(self, directory: str | Path) -> OpenIndex:
+        """The dense index in ``directory``; a missing directory or a BM25 index is one line."""
         key = Path(directory).resolve()
         if key not in self._open:
+            if index_kind(directory) != "dense":
+                raise MissingIndexError(f"{directory} is a BM25 index, not a dense one")
             docids = read_docids(key) if (key / "docid").is_file() else []
             index = check_faiss_file(key / "index", len(docids))
             self._open[key] = OpenIndex(Path(directory), index, docids, IndexMeta.read(key))

@@ -152,14 +152,14 @@ def open_searcher(plan: SearchPlan | SearchConfig):
     from tour_pyserini.teachers import get_teacher
 
     encoders = QueryEncoders()
-    if plan.encoder is None:
-        encoder = QueryEncoder.from_encoded(config.encoded_queries)
-    else:
-        encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision)
     teacher = None
-    if config.teacher:
+    if config.teacher:  # first: a teacher's own input is refused before the query encoder loads
         teacher = get_teacher(config.teacher, teacher_context(config, encoders, plan.opened))
     rewriter = build_rewriter(plan, teacher)
+    if plan.encoder is None:
+        encoder = QueryEncoder.from_encoded(config.encoded_queries)
+    else:  # the one a teacher built already, where it reads the same encoder
+        encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision)
     searcher = TourSearcher.from_open_index(plan.index, encoder, rewriter=rewriter, threads=threads)
     if teacher is not None and teacher.oracle:
         log.warning("ORACLE teacher — these results read the relevance judgements (an upper bound, not a system); "
