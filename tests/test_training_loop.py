@@ -1,4 +1,4 @@
-"""The one training loop: batches, the best checkpoint, staging, clipping and the schedule."""
+"""The one training loop: batches, the best checkpoint, staging, clipping, the schedule and the trainers' flags."""
 
 from __future__ import annotations
 
@@ -135,3 +135,32 @@ def test_bad_settings_are_refused_before_anything_trains():
         Trainer(ScriptedTask([]), settings(initial="best"))
     with pytest.raises(UserError, match="precision 'fp16'"):
         Trainer(ScriptedTask([]), settings(precision="fp16"))
+
+
+@pytest.mark.parametrize("command, config, needed", [
+    ("train_ict", "ict_training.IctConfig", ["--collection", "c"]),
+    ("train_qa", "early_update.QaConfig", ["--index", "i", "--topics", "t"]),
+    ("train_orqa", "orqa_joint.OrqaConfig", ["--index", "i", "--topics", "t", "--reader", "r"]),
+    ("train_reader", "reader.ReaderTrainConfig", ["--run", "r", "--topics", "t", "--collection", "c"]),
+    ("train_reranker", "reranker.TrainConfig", ["--index", "i", "--topics", "t"]),
+])  # fmt: skip
+def test_every_trainer_spells_precision_one_way_and_still_reads_bf16(command, config, needed, capsys):
+    import importlib
+
+    from tour_pyserini.commands.flags import apply_renamed, config_from
+
+    ap = importlib.import_module(f"tour_pyserini.commands.{command}").parser()
+    module, name = config.split(".")
+    cls = getattr(importlib.import_module(f"tour_pyserini.training.{module}"), name)
+
+    def parsed(*flags: str):
+        return config_from(cls, apply_renamed(ap, ap.parse_args([*needed, "--output", "o", *flags])))
+
+    assert parsed().precision == cls.precision and parsed("--precision", "bf16").precision == "bf16"
+    capsys.readouterr()
+    assert parsed("--bf16").precision == "bf16"
+    assert "warning: --bf16 is deprecated, use --precision bf16" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parsed("--bf16", "--precision", "fp32")
+    assert "--bf16 is the old name of --precision: give one of them" in capsys.readouterr().err
+    assert "--bf16" not in ap.format_help() and "--precision" in ap.format_help()
