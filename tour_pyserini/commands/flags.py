@@ -100,7 +100,8 @@ def add_precision_flag(ap: argparse.ArgumentParser, default: str) -> None:
     :func:`apply_renamed`; :func:`config_from` fills in the default."""
     ap.add_argument("--precision", choices=PRECISIONS, help="arithmetic of the forward passes: bf16 (bfloat16 "
                     "autocast, about twice as fast on CPUs with bfloat16 units, less exact; refused where torch "
-                    f"has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them) (default {default})")  # fmt: skip
+                    "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them); "
+                    f"default {default}")  # fmt: skip
     add_renamed(ap, "--bf16", action="store_const", const="bf16")
 
 

@@ -144,10 +144,6 @@ class Trainer:
         self.optimizer, self.scheduler = optimizer(task.parameters(), lr=settings.lr, steps=settings.steps,
                                                    warmup_fraction=settings.warmup)  # fmt: skip
 
-    @property
-    def bf16(self) -> bool:
-        return self.run.bf16
-
     def step(self, batch: list) -> tuple[float, dict]:
         """One optimiser step on ``batch``: (its loss, the figures the task reports of it)."""
         import torch
