@@ -156,7 +156,7 @@ reader: install
 	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
 	    --output runs/nq-oracle.minilm.train.trec --hits 100 --run-tag minilm
 	$(PY) -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec --topics $(NQ)/topics.train.jsonl \
-	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --bf16 --seed 13 --overwrite \
+	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --precision bf16 --seed 13 --overwrite \
 	    --output models/nq-oracle-reader
 
 # Retrieve, then read (docs/orqa.md): nq-oracle test EM / F1 of BM25, dense, re-ranking, TOUR, the
