@@ -122,6 +122,14 @@ def rewriter_options(rewriter: str, params: Mapping[str, str]) -> dict:
     return options
 
 
+def check_qid(qid: str | None, query: str) -> str:
+    if qid is None:
+        return derived_qid(query)
+    if not qid or len(qid) > 200 or any(c.isspace() for c in qid):
+        raise BadRequest(f"parameter 'qid' must be 1 to 200 characters without whitespace, got {qid[:40]!r}")
+    return qid
+
+
 def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool, teachers: list[str],
                  state: str | None, online: bool) -> SearchRequest:  # fmt: skip
     """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` and ``state``
@@ -135,7 +143,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
             raise BadRequest(f"parameter {stray[0]!r}: the server's own policy takes no rewriter options")
         if teacher is not None:
             raise BadRequest("parameter 'teacher': the server's own policy uses the teacher it was started with")
-        return SearchRequest(Plan(index, hits, ONLINE), query, params.get("qid") or derived_qid(query),
+        return SearchRequest(Plan(index, hits, ONLINE), query, check_qid(params.get("qid"), query),
                              params.get("trace") == "true")  # fmt: skip
     if rewriter not in available_rewriters():
         raise BadRequest(f"unknown rewriter {rewriter!r}; choose one of: {', '.join(available_rewriters())}")
@@ -157,4 +165,4 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     if depth > num_docs:
         raise BadRequest(f"parameter 'k' ({depth}) is larger than the index ({num_docs} documents)")
     plan = Plan(index, hits, rewriter, tuple(sorted(options.items())), teacher)
-    return SearchRequest(plan, query, params.get("qid") or derived_qid(query), params.get("trace") == "true")
+    return SearchRequest(plan, query, check_qid(params.get("qid"), query), params.get("trace") == "true")

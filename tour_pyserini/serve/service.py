@@ -13,11 +13,12 @@ import queue
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tour_pyserini.data.runs import strictly_decreasing
 from tour_pyserini.errors import UserError
 from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served
-from tour_pyserini.serve.requests import ONLINE, BadRequest, Plan, SearchRequest, derived_qid, parse_search
+from tour_pyserini.serve.requests import ONLINE, BadRequest, Plan, SearchRequest, parse_search
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +127,12 @@ class SearchService:
         docs = await asyncio.to_thread(handle.docstore.get, docids) if handle.docstore else [None] * len(docids)
         plan = request.plan
         trace = served.result.trace
+        scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
         answer = {
             "api": "v1", "index": index, "query": {"text": request.query},
-            "candidates": [{"docid": h.docid, "score": round(h.score, 6), "rank": rank,
+            "candidates": [{"docid": h.docid, "score": score, "rank": rank,
                             "doc": document_payload(doc) if doc else None}
-                           for rank, (h, doc) in enumerate(zip(served.result.hits, docs), 1)],
+                           for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)],
             "qid": request.qid, "rewriter": plan.rewriter,
             "teacher": self.engine.judge if plan.rewriter == ONLINE and trace.teacher_calls else plan.teacher,
             "teacher_calls": trace.teacher_calls,
@@ -159,7 +161,7 @@ class SearchService:
                 raise BadRequest("the explorer needs a teacher: start the server with --teacher SPEC")
             params["teacher"] = self.config.teachers[0]
         request = self.check_search(index, params)
-        qid = params.get("qid") or self.topic_qid(request.query) or derived_qid(request.query)
+        qid = request.qid if params.get("qid") else self.topic_qid(request.query) or request.qid
         out = await self.run(ExplainRequest(request.plan, request.query, qid))
         handle = self.engine.indexes[index]
         shown = {d["docid"] for stage in out["stages"] for d in stage["ranking"]}
