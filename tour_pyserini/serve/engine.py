@@ -268,8 +268,9 @@ class Engine:
             options = (("depth", min(calls, handle.num_docs)),)
             return self.rewriter(handle, Plan(plan.index, plan.hits, "rerank", options, plan.teacher))
 
+        show = min(max(plan.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
         return explain(handle.searcher, handle.searcher.encode([query]), query, qid, tour=self.rewriter(handle, plan),
-                       rerank_at=rerank_at, hits=plan.hits, show=max(plan.hits, depth))  # fmt: skip
+                       rerank_at=rerank_at, hits=show, show=show)  # fmt: skip
 
     def close(self) -> None:
         if self.learner is not None:

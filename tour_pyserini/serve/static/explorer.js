@@ -78,7 +78,7 @@ function drawPlot(result) {
   const paths = Object.entries(result.trajectories);
   const show = Math.max(...result.stages.map((s) => s.ranking.length), 1);
   const width = 180 * stages.length + 220, height = 28 + 16 * show + 40;
-  const x = (i) => 60 + i * 180, y = (rank) => 24 + (rank - 1) * 16;
+  const x = (i) => 80 + i * 180, y = (rank) => 24 + (rank - 1) * 16;
   const bottom = y(show) + 16;
   const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
   svg.appendChild(element("title", {}, "Rank of each moved document at each stage (missing: below the shown depth)"));
@@ -87,9 +87,9 @@ function drawPlot(result) {
     svg.appendChild(element("text", { x: x(i), y: height - 8, "text-anchor": "middle" }, name));
   });
   for (let rank = 1; rank <= show; rank += Math.max(1, Math.floor(show / 10))) {
-    svg.appendChild(element("text", { x: 30, y: y(rank) + 4, "text-anchor": "end" }, String(rank)));
+    svg.appendChild(element("text", { x: 50, y: y(rank) + 4, "text-anchor": "end" }, String(rank)));
   }
-  svg.appendChild(element("text", { x: 30, y: bottom + 4, "text-anchor": "end" }, "below"));
+  svg.appendChild(element("text", { x: 50, y: bottom + 4, "text-anchor": "end" }, `below ${show}`));
   paths.forEach(([docid, ranks], n) => {
     const points = ranks.map((r, i) => `${x(i)},${r === null ? bottom : y(r)}`).join(" ");
     const relevant = isRelevant(result, docid);
@@ -98,10 +98,12 @@ function drawPlot(result) {
     line.appendChild(element("title", {}, `${docid}: ${result.titles[docid] || ""}`));
     svg.appendChild(line);
     const last = ranks[ranks.length - 1];
-    svg.appendChild(element("text", { x: x(ranks.length - 1) + 6, y: (last === null ? bottom : y(last)) + 4,
-                                      fill: colour }, docid + (relevant ? " ✓" : "")));
+    if (last !== null) {  // documents that fell below the shown depth share one spot: unlabelled
+      svg.appendChild(element("text", { x: x(ranks.length - 1) + 6, y: y(last) + 4, fill: colour },
+                              docid + (relevant ? " ✓" : "")));
+    }
   });
-  if (!paths.length) svg.appendChild(element("text", { x: 60, y: 40 }, "No document moved."));
+  if (!paths.length) svg.appendChild(element("text", { x: 80, y: 40 }, "No document moved."));
   $("plot").replaceChildren(svg);
 }
 
