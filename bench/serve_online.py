@@ -12,8 +12,9 @@ hyper-parameters are TTT-Embed's defaults, and the same protocol is run on a str
 first (the "train" rows), where any choice would be made. Both arms of a stream share one score store, so
 a pair both judge is paid for once.
 
-Writes runs/bench-serve-online.json. Usage: python bench/serve_online.py [--collections scifact nq-oracle]
-[--budget 2] [--scope task] [--train-queries 400]
+Writes runs/bench-serve-online.json (one row per collection, stream, budget, scope and teacher, with the
+command that made it). Usage: python bench/serve_online.py [--collections scifact nq-oracle] [--budget 2]
+[--scope task] [--train-queries 400] [--oracle]
 """
 
 from __future__ import annotations
@@ -66,13 +67,20 @@ def get(url: str) -> dict:
         return json.loads(response.read())
 
 
-def serve_stream(collection: str, split: str, topics, *, budget: float, learn: str | None, threads: int) -> dict:
+def teacher_of(collection: str, split: str, oracle: bool) -> str:
+    """The collection's shipped teacher, or its labels (an upper bound: ``--oracle``)."""
+    spec = COLLECTIONS[collection]
+    return f"oracle:{spec['qrels'][split]}" if oracle else spec["teacher"]
+
+
+def serve_stream(collection: str, split: str, topics, *, budget: float, learn: str | None, threads: int,
+                 teacher: str) -> dict:  # fmt: skip
     """Send ``topics`` in order to a fresh server; each query's ranking, teacher calls and state version."""
     spec = COLLECTIONS[collection]
-    data = WORK / f"{collection}.{split}"
+    data = WORK / f"{collection}.{split}" / ("oracle" if teacher.startswith("oracle:") else "teacher")
     shutil.rmtree(data / "learn", ignore_errors=True)  # each learning arm starts from no state
     data.mkdir(parents=True, exist_ok=True)
-    args = ["--index", spec["index"], "--teacher", spec["teacher"], "--budget", str(budget), "--data-dir", str(data),
+    args = ["--index", spec["index"], "--teacher", teacher, "--budget", str(budget), "--data-dir", str(data),
             "--threads", str(threads)] + (["--learn", learn] if learn else [])  # fmt: skip
     process, url = start_server(args, data / f"server.{'learn' if learn else 'rerank'}.log")
     rows, start = [], time.perf_counter()
@@ -117,7 +125,9 @@ def experiment(collection: str, split: str, args: argparse.Namespace) -> dict:
     order = np.random.default_rng(0).permutation(len(topics))
     limit = args.train_queries if split == "train" else len(topics)
     topics = [topics[i] for i in order[:limit]]
-    arms = {arm: serve_stream(collection, split, topics, budget=args.budget, learn=learn, threads=args.threads)
+    teacher = teacher_of(collection, split, args.oracle)
+    arms = {arm: serve_stream(collection, split, topics, budget=args.budget, learn=learn, threads=args.threads,
+                              teacher=teacher)
             for arm, learn in (("no_learn", None), ("learn", args.scope))}  # fmt: skip
     values = {arm: per_query(collection, split, topics, {r["qid"]: r["ranking"] for r in out["rows"]})
               for arm, out in arms.items()}  # fmt: skip
@@ -127,7 +137,7 @@ def experiment(collection: str, split: str, args: argparse.Namespace) -> dict:
     later = qids[half:]
     learn_rows = arms["learn"]["rows"]
     return {
-        "collection": collection, "split": split, "metric": spec["metric"], "teacher": spec["teacher"],
+        "collection": collection, "split": split, "metric": spec["metric"], "teacher": teacher,
         "budget": args.budget, "scope": args.scope, "queries": len(qids),
         "later_half": compare(values["learn"], values["no_learn"], later),
         "earlier_half": compare(values["learn"], values["no_learn"], qids[:half]),
@@ -150,14 +160,17 @@ def main() -> None:
     ap.add_argument("--scope", default="task", choices=["global", "task"])
     ap.add_argument("--train-queries", type=int, default=400, help="length of the training stream")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--oracle", action="store_true", help="the labels as the teacher (qrels collections only): an "
+                    "upper bound, not a system; shows what the learning does with rewards that carry the truth")
     args = ap.parse_args()
     results = json.loads(OUT.read_text()) if OUT.exists() else {"rows": []}
     for collection in args.collections:
         for split in args.splits:
             row = experiment(collection, split, args)
-            results["rows"] = [r for r in results["rows"] if (r["collection"], r["split"], r["budget"], r["scope"])
-                               != (collection, split, args.budget, args.scope)] + [row]  # fmt: skip
-            results["command"] = "python bench/serve_online.py " + " ".join(sys.argv[1:])
+            key = (collection, split, args.budget, args.scope, row["teacher"])
+            results["rows"] = [r for r in results["rows"]
+                               if (r["collection"], r["split"], r["budget"], r["scope"], r["teacher"]) != key] + [row]
+            row["bench_command"] = "python bench/serve_online.py " + " ".join(sys.argv[1:])
             OUT.write_text(json.dumps(results, indent=1) + "\n")
             later = row["later_half"]
             print(f"{collection} {split}: later half {row['metric']} learn {later['learn']:.4f} no-learn "

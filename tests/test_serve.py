@@ -117,6 +117,7 @@ BAD = [
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "preset": "x"}, 400, "must be one of"),
     ({"query": "a", "rewriter": "rocchio", "lr": "1"}, 400, "not an option of rewriter 'rocchio'"),
     ({"query": "a", "qid": "two words"}, 400, "qid"),
+    ({"query": "a", "rewriter": "online"}, 400, "started with --budget"),
 ]
 
 

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -203,8 +204,6 @@ class OnlineLearner:
 
     def refit(self) -> None:
         """Fit on every reward so far, from the current state; write the next version, then swap it in."""
-        import time
-
         with self.lock:
             received = self.received
             judged = {key: dict(scores) for key, scores in self.judged.items()}

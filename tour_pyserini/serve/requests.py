@@ -139,6 +139,8 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     rewriter = params.get("rewriter") or (ONLINE if online else "none")
     teacher = params.get("teacher") or None
     if rewriter == ONLINE:
+        if not online:
+            raise BadRequest("rewriter 'online' is the policy of a server started with --budget (on a dense index)")
         if stray := sorted(set(params) - COMMON):
             raise BadRequest(f"parameter {stray[0]!r}: the server's own policy takes no rewriter options")
         if teacher is not None:
