@@ -90,7 +90,8 @@ def load(url: str, texts: list[str], params: dict, clients: int) -> dict:
 
 def load_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
     rows = []
-    for config, params in CONFIGS.items():
+    for config in args.configs:
+        params = CONFIGS[config]
         for max_batch in (64, 1):
             data = WORK / f"{config}.batch{max_batch}"
             subprocess.run(["rm", "-rf", str(data)], check=True)
@@ -105,7 +106,8 @@ def load_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
                     batch = texts[offset : offset + clients * args.requests]  # distinct claims: nothing cached
                     offset += len(batch)
                     row = {"config": config, "max_batch": max_batch, **load(url, batch, params, clients),
-                           "command": f"tour-pyserini serve {' '.join(server_args)}", "params": params}  # fmt: skip
+                           "command": f"tour-pyserini serve {' '.join(server_args)}", "params": params,
+                           "bench_command": "python bench/serve_load.py " + " ".join(sys.argv[1:])}  # fmt: skip
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
@@ -185,15 +187,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kill-after", type=float, default=8.0, help="seconds of load before the SIGKILL")
     ap.add_argument("--experiments", nargs="+", default=["load", "kill9"], choices=["load", "kill9"])
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = ap.parse_args()
     texts = [t.text for t in read_topics("collections/scifact/topics.train.tsv")]
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     if "load" in args.experiments:
-        results["load"] = load_experiment(args, texts)
+        rows = load_experiment(args, texts)
+        results["load"] = [r for r in results.get("load", []) if r["config"] not in args.configs] + rows
     if "kill9" in args.experiments:
         results["kill9"] = kill_experiment(args, texts)
         print(json.dumps(results["kill9"]), flush=True)
-    results["command"] = "python bench/serve_load.py " + " ".join(sys.argv[1:])
+    if "kill9" in args.experiments:
+        results["kill9"]["bench_command"] = "python bench/serve_load.py " + " ".join(sys.argv[1:])
     OUT.write_text(json.dumps(results, indent=1) + "\n")
 
 

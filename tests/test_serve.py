@@ -209,3 +209,26 @@ def test_bad_flags_are_one_line_before_anything_loads(dense_index, tmp_path, cap
         assert exit_.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_a_restart_pays_for_no_pair_twice(dense_index, tmp_path):
+    from openai_server import start_server, url
+
+    judge = start_server()
+    spec = f"openai:{url(judge)}"
+    args = ("--index", str(dense_index), "--teacher", spec, "--teacher-model", "judge-1", "--teacher-judge",
+            "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--no-mcp")  # fmt: skip
+    queries = ["vitamin D and bone density", "statins and muscle pain"]
+    try:
+        with Server(*args) as server:
+            first = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, k=10) for q in queries]
+            assert server.stop() == 143
+        paid = len(judge.requests)
+        assert paid == 20 and all(a["teacher_calls"] == 10 for a in first)
+        with Server(*args) as server:
+            again = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, k=10) for q in queries]
+        assert len(judge.requests) == paid  # every judgment came from the score store
+        assert [a["candidates"] for a in again] == [a["candidates"] for a in first]
+    finally:
+        judge.shutdown()
+        judge.server_close()
