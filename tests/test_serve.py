@@ -178,9 +178,11 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
         assert refused[2]["retry-after"] == "1" and "requests are waiting" in refused[1]["error"]
 
         in_flight: list = []
-        sender = threading.Thread(target=lambda: in_flight.append(one("last")))
+        sender = threading.Thread(target=lambda: in_flight.append(server.get(
+            f"/v1/{dense_index.name}/search", query="protein folding", **{**slow, "iterations": "200"})))  # fmt: skip
         sender.start()
-        time.sleep(0.3)  # the request is being searched
+        time.sleep(0.5)
+        assert not in_flight  # still being searched when the signal comes
         assert server.stop(signal.SIGTERM) == 143
         sender.join(30)
         assert in_flight and in_flight[0][0] == 200 and len(in_flight[0][1]["candidates"]) == 5
