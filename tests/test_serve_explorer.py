@@ -11,7 +11,6 @@ import os
 import shutil
 
 import pytest
-from serve_server import Server
 
 pytestmark = pytest.mark.slow
 
@@ -47,31 +46,28 @@ def run_example(driver, url: str, topic: int = 1) -> None:
 
 @pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
                     reason="chromium and chromedriver are not installed (make browser installs them)")  # fmt: skip
-def test_the_explorer_runs_tour_and_plots_the_trajectories(dense_index, bm25_index, mini_scifact, tmp_path):
+def test_the_explorer_runs_tour_and_plots_the_trajectories(server, tmp_path):
     from selenium.webdriver.common.by import By
 
-    with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--topics", str(mini_scifact["topics"]), "--qrels", str(mini_scifact["qrels"]),
-                "--no-mcp") as server:  # fmt: skip
-        driver = browser(tmp_path / "profile")
-        try:
-            run_example(driver, server.url)
-            assert driver.find_element(By.ID, "status").text == "done"
-            lines = driver.find_elements(By.CSS_SELECTOR, "#plot svg polyline.trajectory")
-            assert lines, "no trajectory drawn"
-            assert all(line.get_attribute("points").count(",") >= 3 for line in lines)  # one point per stage
-            columns = driver.find_elements(By.CSS_SELECTOR, "#columns .column")
-            titles = [c.find_element(By.TAG_NAME, "h3").text for c in columns]
-            assert titles[0] == "first search" and "TOUR's ranking" in titles[-2] and "re-ranking" in titles[-1]
-            assert driver.find_elements(By.CSS_SELECTOR, "#columns .label")  # the teacher's labels
-            assert driver.find_elements(By.CSS_SELECTOR, "#columns .rel")  # relevance marks from --qrels
-            assert "teacher calls" in driver.find_element(By.ID, "summary").text
-            png = driver.get_screenshot_as_png()
-            assert png[:8] == b"\x89PNG\r\n\x1a\n"
-            if os.environ.get("SERVE_SCREENSHOT"):  # docs/serve-explorer.png is made so
-                with open(os.environ["SERVE_SCREENSHOT"], "wb") as f:
-                    f.write(png)
-            logs = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-            assert not logs, logs  # no script error, nothing the page failed to load
-        finally:
-            driver.quit()
+    driver = browser(tmp_path / "profile")
+    try:
+        run_example(driver, server.url)
+        assert driver.find_element(By.ID, "status").text == "done"
+        lines = driver.find_elements(By.CSS_SELECTOR, "#plot svg polyline.trajectory")
+        assert lines, "no trajectory drawn"
+        assert all(line.get_attribute("points").count(",") >= 3 for line in lines)  # one point per stage
+        columns = driver.find_elements(By.CSS_SELECTOR, "#columns .column")
+        titles = [c.find_element(By.TAG_NAME, "h3").text for c in columns]
+        assert titles[0] == "first search" and "TOUR's ranking" in titles[-2] and "re-ranking" in titles[-1]
+        assert driver.find_elements(By.CSS_SELECTOR, "#columns .label")  # the teacher's labels
+        assert driver.find_elements(By.CSS_SELECTOR, "#columns .rel")  # relevance marks from --qrels
+        assert "teacher calls" in driver.find_element(By.ID, "summary").text
+        png = driver.get_screenshot_as_png()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        if os.environ.get("SERVE_SCREENSHOT"):  # docs/serve-explorer.png is made so
+            with open(os.environ["SERVE_SCREENSHOT"], "wb") as f:
+                f.write(png)
+        logs = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not logs, logs  # no script error, nothing the page failed to load
+    finally:
+        driver.quit()

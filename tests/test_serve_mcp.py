@@ -5,34 +5,30 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from serve_server import Server
 
 pytestmark = pytest.mark.slow
 
 
-def test_an_agent_searches_with_tour_over_mcp(dense_index, bm25_index, tmp_path):
+def test_an_agent_searches_with_tour_over_mcp(server, dense_index, bm25_index):
     from fastmcp import Client
     from fastmcp.exceptions import ToolError
 
-    with Server("--index", str(dense_index), "--index", str(bm25_index), "--teacher", "bm25", "--threads", "1",
-                "--data-dir", str(tmp_path)) as server:  # fmt: skip
-        rest = server.search(dense_index.name, "vitamin D and bone density", hits=5, rewriter="tour-soft",
-                             teacher="bm25", k=20)  # fmt: skip
+    query = "vitamin D and bone density"
+    rest = server.search(dense_index.name, query, hits=5, rewriter="tour-soft", teacher="bm25", k=20)
 
-        async def session():
-            async with Client(f"{server.url}/mcp/") as client:
-                tools = {tool.name for tool in await client.list_tools()}
-                found = await client.call_tool("search", {"query": "vitamin D and bone density", "index":
-                                                          dense_index.name, "hits": 5, "rewriter": "tour-soft",
-                                                          "teacher": "bm25", "k": 20})  # fmt: skip
-                first = found.structured_content["candidates"][0]["docid"]
-                doc = await client.call_tool("get_document", {"docid": first, "index": dense_index.name})
-                listed = await client.call_tool("list_indexes", {})
-                with pytest.raises(ToolError, match="unknown index 'nope'"):
-                    await client.call_tool("search", {"query": "a", "index": "nope"})
-                return tools, found.structured_content, doc.structured_content, listed.structured_content
+    async def session():
+        async with Client(f"{server.url}/mcp/") as client:
+            tools = {tool.name for tool in await client.list_tools()}
+            found = await client.call_tool("search", {"query": query, "index": dense_index.name, "hits": 5,
+                                                      "rewriter": "tour-soft", "teacher": "bm25", "k": 20})
+            first = found.structured_content["candidates"][0]["docid"]
+            doc = await client.call_tool("get_document", {"docid": first, "index": dense_index.name})
+            listed = await client.call_tool("list_indexes", {})
+            with pytest.raises(ToolError, match="unknown index 'nope'"):
+                await client.call_tool("search", {"query": "a", "index": "nope"})
+            return tools, found.structured_content, doc.structured_content, listed.structured_content
 
-        tools, found, doc, listed = asyncio.run(session())
+    tools, found, doc, listed = asyncio.run(session())
     assert {"search", "get_document", "list_indexes"} <= tools
     assert [c["docid"] for c in found["candidates"]] == [c["docid"] for c in rest["candidates"]]
     assert found["rewriter"] == "tour-soft" and found["teacher_calls"] == rest["teacher_calls"]
