@@ -155,21 +155,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
     ap.add_argument("--splits", nargs="+", default=["train", "test"], choices=["train", "test"])
-    ap.add_argument("--budget", type=float, default=2.0,
-                    help="judgments per served query (2: every fifth query gets 10)")
+    ap.add_argument(
+        "--budget", type=float, default=2.0, help="judgments per served query (2: every fifth query gets 10)"
+    )
     ap.add_argument("--scope", default="task", choices=["global", "task"])
     ap.add_argument("--train-queries", type=int, default=400, help="length of the training stream")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--oracle", action="store_true", help="the labels as the teacher (qrels collections only): an "
-                    "upper bound, not a system; shows what the learning does with rewards that carry the truth")
+    ap.add_argument(
+        "--oracle",
+        action="store_true",
+        help="the labels as the teacher (qrels collections only): an "
+        "upper bound, not a system; shows what the learning does with rewards that carry the truth",
+    )
     args = ap.parse_args()
     results = json.loads(OUT.read_text()) if OUT.exists() else {"rows": []}
     for collection in args.collections:
         for split in args.splits:
             row = experiment(collection, split, args)
             key = (collection, split, args.budget, args.scope, row["teacher"])
-            results["rows"] = [r for r in results["rows"]
-                               if (r["collection"], r["split"], r["budget"], r["scope"], r["teacher"]) != key] + [row]
+            results["rows"] = [
+                r
+                for r in results["rows"]
+                if (r["collection"], r["split"], r["budget"], r["scope"], r["teacher"]) != key
+            ] + [row]
             row["bench_command"] = "python bench/serve_online.py " + " ".join(sys.argv[1:])
             OUT.write_text(json.dumps(results, indent=1) + "\n")
             later = row["later_half"]

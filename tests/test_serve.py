@@ -147,6 +147,7 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
             "hits": "5"}  # fmt: skip
     with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
                 "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp") as server:  # fmt: skip
+
         def one(i):
             return server.get(f"/v1/{dense_index.name}/search", query=f"protein folding {i}", **slow)
 

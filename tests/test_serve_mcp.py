@@ -19,8 +19,17 @@ def test_an_agent_searches_with_tour_over_mcp(server, dense_index, bm25_index):
     async def session():
         async with Client(f"{server.url}/mcp/") as client:
             tools = {tool.name for tool in await client.list_tools()}
-            found = await client.call_tool("search", {"query": query, "index": dense_index.name, "hits": 5,
-                                                      "rewriter": "tour-soft", "teacher": "bm25", "k": 20})
+            found = await client.call_tool(
+                "search",
+                {
+                    "query": query,
+                    "index": dense_index.name,
+                    "hits": 5,
+                    "rewriter": "tour-soft",
+                    "teacher": "bm25",
+                    "k": 20,
+                },
+            )
             first = found.structured_content["candidates"][0]["docid"]
             doc = await client.call_tool("get_document", {"docid": first, "index": dense_index.name})
             listed = await client.call_tool("list_indexes", {})

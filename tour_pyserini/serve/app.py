@@ -162,4 +162,3 @@ def create_app(service: SearchService, *, mcp: bool = True):
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)
     return app
-

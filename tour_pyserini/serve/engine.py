@@ -218,9 +218,16 @@ class Engine:
             at = [i for i, r in enumerate(requests) if r.plan == plan]
             group = [texts[i] for i in at], [qids[i] for i in at], vectors[at], [traces[i] for i in at]
             try:
-                served = self.run_online(handle, plan, *group) if plan.rewriter == ONLINE else [
-                    Served(r) for r in handle.searcher.retrieve_vectors(*group[:3], plan.hits, traces=group[3],
-                                                                       rewriter=self.rewriter(handle, plan))]
+                served = (
+                    self.run_online(handle, plan, *group)
+                    if plan.rewriter == ONLINE
+                    else [
+                        Served(r)
+                        for r in handle.searcher.retrieve_vectors(
+                            *group[:3], plan.hits, traces=group[3], rewriter=self.rewriter(handle, plan)
+                        )
+                    ]
+                )
             except Exception as e:  # noqa: BLE001 - this plan's clients get the error; the batch's others go on
                 if not isinstance(e, UserError):
                     log.exception("searching %d queries of plan %s failed", len(at), plan)

@@ -217,8 +217,15 @@ class OnlineLearner:
         keys, V, counts = fit_scope(queries, self.scope, config, init=state.by_key() if state is not None else None)
         self.fit_seconds += time.perf_counter() - start
         tasks = list(dict.fromkeys(q.task for q in queries))
-        provenance = {"online": {"version": version + 1, "rewards": received, "rewarded queries": len(queries),
-                                 "judgments": sum(len(s) for s in judged.values()), "warm start": version or None}}
+        provenance = {
+            "online": {
+                "version": version + 1,
+                "rewards": received,
+                "rewarded queries": len(queries),
+                "judgments": sum(len(s) for s in judged.values()),
+                "warm start": version or None,
+            }
+        }
         new = State(self.scope, keys, V, counts, tasks, config.to_json(), self.encoder, provenance)
         new.scaled  # computed here, not by the first batch it serves  # noqa: B018
         self.versions.save(version + 1, new)
