@@ -109,10 +109,14 @@ browser:
 	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-# serving: online TTT-Embed on query streams (runs/bench-serve-online.json), load and kill -9 (runs/bench-serve-load.json)
+# serving: HTTP = CLI (runs/bench-serve-sameness.json), online TTT-Embed on query streams
+# (runs/bench-serve-online.json), load and kill -9 (runs/bench-serve-load.json)
 bench-serve: install
+	$(PY) bench/serve_sameness.py
 	$(PY) bench/serve_online.py --budget 2
 	$(PY) bench/serve_online.py --budget 10
+	$(PY) bench/serve_online.py --collections scifact --budget 2 --oracle
+	$(PY) bench/serve_online.py --collections scifact --budget 10 --oracle
 	$(PY) bench/serve_load.py
 
 bench: install
