@@ -14,7 +14,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve
 
 install: $(VENV)/.installed
 
@@ -103,6 +103,22 @@ teachers: install
 test: install
 	$(PY) -m pytest
 
+# the explorer page's browser test (tests/test_serve_explorer.py) drives Debian's chromium headless through
+# chromedriver; a machine without them gets them from Debian (as root; CI runs this before the tests)
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+# serving: HTTP = CLI (runs/bench-serve-sameness.json), online TTT-Embed on query streams
+# (runs/bench-serve-online.json), load and kill -9 (runs/bench-serve-load.json)
+bench-serve: install
+	$(PY) bench/serve_sameness.py
+	$(PY) bench/serve_online.py --budget 2
+	$(PY) bench/serve_online.py --budget 10
+	$(PY) bench/serve_online.py --collections scifact --budget 2 --oracle
+	$(PY) bench/serve_online.py --collections scifact --budget 10 --oracle
+	$(PY) bench/serve_load.py
+
 bench: install
 	$(PY) bench/wrapper_overhead.py
 	$(PY) bench/tour_speed.py
@@ -156,7 +172,7 @@ reader: install
 	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
 	    --output runs/nq-oracle.minilm.train.trec --hits 100 --run-tag minilm
 	$(PY) -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec --topics $(NQ)/topics.train.jsonl \
-	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --bf16 --seed 13 --overwrite \
+	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --precision bf16 --seed 13 --overwrite \
 	    --output models/nq-oracle-reader
 
 # Retrieve, then read (docs/orqa.md): nq-oracle test EM / F1 of BM25, dense, re-ranking, TOUR, the

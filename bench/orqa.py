@@ -38,9 +38,10 @@ PY = [sys.executable, "-m"]
 NQ, SCIFACT, CRANFIELD = "collections/nq-oracle", "collections/scifact", "collections/cranfield"
 # sized for 2 CPU cores shared with other jobs (load 7-9 when measured): 5-12 s per early-update step
 # (32 questions) and 25-60 s per ICT step (16 blocks of up to 288 wordpieces, bf16)
-QA = ["--steps", "120", "--batch-size", "32", "--lr", "3e-5", "--eval-every", "20", "--bf16", "--seed", "13"]
-ICT = ["--steps", "40", "--batch-size", "16", "--lr", "3e-5", "--eval-every", "20", "--held-out", "64", "--bf16",
-       "--seed", "13"]  # fmt: skip
+QA = ["--steps", "120", "--batch-size", "32", "--lr", "3e-5", "--eval-every", "20", "--precision", "bf16",
+      "--seed", "13"]  # fmt: skip
+ICT = ["--steps", "40", "--batch-size", "16", "--lr", "3e-5", "--eval-every", "20", "--held-out", "64",
+       "--precision", "bf16", "--seed", "13"]  # fmt: skip
 
 
 def run(args: list[str], output: Path) -> str:

@@ -139,7 +139,7 @@ def retrieval(name: str, topics: str = TEST):
         return path, [cmd], secs / n if secs else None
     if name == "orqa-joint":
         train = [*PY, "tour_pyserini", "train-orqa", "--index", DENSE, "--topics", TRAIN, "--exclude-texts-from", TEST,
-                 "--reader", READER, "--output", str(JOINT), "--bf16", "--seed", "13"]  # fmt: skip
+                 "--reader", READER, "--output", str(JOINT), "--precision", "bf16", "--seed", "13"]  # fmt: skip
         train_cmd = run(train, JOINT)[0]
         path, cmd, secs = search(DENSE, "orqa-joint", "--encoder", str(JOINT / "query"))
         return path, [train_cmd, cmd], secs / n if secs else None

@@ -121,3 +121,29 @@ def mini_nq(tmp_path_factory) -> dict[str, Path]:
     )
     build_index(out / "bm25", lambda tmp: write_bm25_index(out, tmp))
     return {"collection": out, "topics": out / "topics.jsonl", "bm25": out / "bm25"}
+
+
+@pytest.fixture(scope="session")
+def state_file(dense_index, bm25_index, mini_scifact, tmp_path_factory) -> Path:
+    """A TTT-Embed task state of the fixture index, fitted on BM25 rewards of its topics (5 per query)."""
+    from tour_pyserini.commands import ttt
+
+    out = tmp_path_factory.mktemp("serve-state")
+    ttt.main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "bm25",
+              "--budget", "5", "--task", "mini", "--output", str(out / "rewards.tsv")])  # fmt: skip
+    ttt.main(["fit", "--rewards", str(out / "rewards.tsv"), "--scope", "task", "--output",
+              str(out / "state.safetensors")])  # fmt: skip
+    return out / "state.safetensors"
+
+
+@pytest.fixture(scope="session")
+def server(dense_index, bm25_index, state_file, mini_scifact, tmp_path_factory):
+    """One `tour-pyserini serve` on 127.0.0.1 for the serving tests: both fixture indexes, the BM25 teacher, the
+    state, the topics and qrels for the explorer, MCP on."""
+    from serve_server import Server
+
+    data = tmp_path_factory.mktemp("serve-data")
+    with Server("--index", str(dense_index), "--index", str(bm25_index), "--teacher", "bm25", "--state",
+                str(state_file), "--topics", str(mini_scifact["topics"]), "--qrels", str(mini_scifact["qrels"]),
+                "--threads", "1", "--data-dir", str(data)) as s:  # fmt: skip
+        yield s

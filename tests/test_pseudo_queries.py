@@ -55,12 +55,12 @@ def test_a_text_outside_the_index_is_scored_as_the_index_would(dense_index):
     from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
     from tour_pyserini.teachers import ScoreRequest
     from tour_pyserini.teachers.dense import DenseTeacher
-    from tour_pyserini.training.reranker import ListwiseTrainer, TrainConfig
+    from tour_pyserini.training.reranker import ListwiseTask, TrainConfig
 
     dense = DenseTeacher.of(dense_index)
     docstore = DocStore(dense_index / DOCSTORE_FILE)
-    trainer = ListwiseTrainer(str(bundled_model_dir()), docstore, dense, TrainConfig(), steps=1,
-                              encoder=IndexMeta.read(dense_index).encoder)  # fmt: skip
+    trainer = ListwiseTask(str(bundled_model_dir()), docstore, dense, TrainConfig(),
+                           encoder=IndexMeta.read(dense_index).encoder)  # fmt: skip
     docids = dense.opened.docids[:4]
     docs = docstore.get(docids)
     stored = dense.score([ScoreRequest("q", "protein folding in cells", docids)])[0]

@@ -113,7 +113,7 @@ def test_another_collections_questions_take_their_similarities_from_its_stored_v
     from tour_pyserini.index import DocStore
     from tour_pyserini.index.layout import IndexMeta
     from tour_pyserini.teachers.dense import DenseTeacher
-    from tour_pyserini.training.reranker import ListwiseTrainer, question_examples
+    from tour_pyserini.training.reranker import ListwiseTask, question_examples
 
     topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
     encoder = IndexMeta.read(dense_index).encoder
@@ -127,7 +127,7 @@ def test_another_collections_questions_take_their_similarities_from_its_stored_v
 
     store, dense = DocStore(dense_index / "docstore.sqlite"), DenseTeacher.of(dense_index)
     config = TrainConfig(max_length=64)
-    trainer = ListwiseTrainer(str(bundled_model_dir()), store, dense, config, steps=1, encoder=encoder)
+    trainer = ListwiseTask(str(bundled_model_dir()), store, dense, config, encoder=encoder)
     for ex in stored:
         again = trainer.text_similarities(ex.query, ex.texts)
         np.testing.assert_allclose([ex.similarities[d] for d in ex.texts], [again[d] for d in ex.texts], atol=1e-5)

@@ -50,6 +50,8 @@ SUBCOMMANDS = {
                "--collection collections/nq-oracle --reader models/nq-oracle-reader --output runs/nq.answers.jsonl"),
     "ttt": ("ttt", "TTT-Embed: teacher rewards under a budget, fit reusable query states",
             "tour-pyserini ttt fit --rewards rewards.tsv --scope task --output state.safetensors"),
+    "serve": ("serve", "serve indexes over HTTP (Pyserini's /v1 routes) and MCP, with rewriters and online TTT-Embed",
+              "tour-pyserini serve --index indexes/scifact.minilm --teacher bm25 --port 8000"),
     "run-pyserini": ("run_pyserini", "run one of Pyserini's own command-line tools with this project's Java",
                      "tour-pyserini run-pyserini pyserini.search.faiss --index ... --topics ..."),
 }  # fmt: skip

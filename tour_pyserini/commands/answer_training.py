@@ -6,20 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 
 
 def add_answer_training_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--exclude-texts-from", metavar="TOPICS", help="drop training questions whose text is in these")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
-                    "where torch has no native bfloat16 kernels)")  # fmt: skip
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-
-
-def check_bf16(args: argparse.Namespace) -> None:
-    if args.bf16:
-        resolve_precision("bf16", "cpu", "--bf16")
 
 
 def answered_questions(args: argparse.Namespace, needs: str) -> list:

@@ -12,6 +12,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
+from tour_pyserini.devices import PRECISIONS
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, positive_int
 
@@ -68,6 +69,7 @@ RENAMED = {
     "--reranker": "--teacher",
     "--reranker-max-length": "--teacher-max-length",
     "--reranker-precision": "--teacher-precision",
+    "--bf16": "--precision",  # the trainers' switch: --precision bf16
 }
 
 
@@ -88,9 +90,24 @@ def apply_renamed(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argp
             continue
         if getattr(args, _dest(new)) is not None:
             ap.error(f"{old} is the old name of {new}: give one of them")
-        print(f"warning: {old} is deprecated, use {new} (same meaning)", file=sys.stderr)
+        print(f"warning: {old} is deprecated, use {new} {value} (same meaning)", file=sys.stderr)
         setattr(args, _dest(new), value)
     return args
+
+
+def add_precision_flag(ap: argparse.ArgumentParser, default: str) -> None:
+    """A trainer's ``--precision`` (``default`` where not given) and ``--bf16``, its old spelling, both read by
+    :func:`apply_renamed`; :func:`config_from` fills in the default."""
+    ap.add_argument("--precision", choices=PRECISIONS, help="arithmetic of the forward passes: bf16 (bfloat16 "
+                    "autocast, about twice as fast on CPUs with bfloat16 units, less exact; refused where torch "
+                    "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them); "
+                    f"default {default}")  # fmt: skip
+    add_renamed(ap, "--bf16", action="store_const", const="bf16")
+
+
+def config_from(cls, args: argparse.Namespace):
+    """The dataclass ``cls`` from the flags named after its fields; a flag not given (None) keeps its default."""
+    return cls(**{k: getattr(args, k) for k in asdict(cls()) if getattr(args, k, None) is not None})
 
 
 def _dest(flag: str) -> str:

@@ -41,7 +41,6 @@ def show_library_log() -> None:
         handler.setFormatter(TerminalFormatter())
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-        logger.propagate = False
 
 
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:

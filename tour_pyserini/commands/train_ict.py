@@ -6,9 +6,14 @@ The method and its options: ``tour_pyserini.training.ict_training`` (whose docst
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
-from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    add_precision_flag,
+    apply_renamed,
+    config_from,
+)
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.numbers import at_least, non_negative_int, positive_float, positive_int, probability
@@ -30,10 +35,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
                     "HuggingFace directory")  # fmt: skip
     ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPU, less exact; refused "
-                    "where torch has no native bfloat16 kernels)")  # fmt: skip
+    add_precision_flag(ap, IctConfig.precision)
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    add_config_flags(ap, IctConfig(), NUMBERS)
+    add_config_flags(ap, IctConfig(), NUMBERS, skip=("precision",))
     return ap
 
 
@@ -41,14 +45,14 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.index.corpus import check_corpus, corpus_file
 
-    args = parser().parse_args(argv)
-    config = IctConfig(**{k: getattr(args, k) for k in asdict(IctConfig())})
-    if args.bf16:
-        resolve_precision("bf16", "cpu", "--bf16")
+    ap = parser()
+    args = apply_renamed(ap, ap.parse_args(argv))
+    config = config_from(IctConfig, args)
+    resolve_precision(config.precision, "cpu", "--precision")
     check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
     with locked_output_directory(args.output, args.overwrite) as output:
         EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise
-        report = train(args.collection, output, args.init, config, tied=args.tied, bf16=args.bf16)
+        report = train(args.collection, output, args.init, config, tied=args.tied)
     where = output if args.tied else f"{output}/query and {output}/document"
     print(f"best held-out accuracy {report['best_held_out_accuracy']:.4f} at step {report['best_step']} "
           f"({report['seconds']:.0f} s); encoders in {where}")  # fmt: skip

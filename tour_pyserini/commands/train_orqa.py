@@ -6,15 +6,20 @@ The method and its options: ``tour_pyserini.training.orqa_joint`` (whose docstri
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
 from tour_pyserini.commands.answer_training import (
     add_answer_training_flags,
     answered_questions,
-    check_bf16,
     dense_index_with_encoder,
 )
-from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    add_precision_flag,
+    apply_renamed,
+    config_from,
+)
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import orqa_joint
 from tour_pyserini.training.orqa_joint import OrqaConfig, train
@@ -37,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     add_answer_training_flags(ap)
-    add_config_flags(ap, OrqaConfig(), NUMBERS)
+    add_precision_flag(ap, OrqaConfig.precision)
+    add_config_flags(ap, OrqaConfig(), NUMBERS, skip=("precision",))
     return ap
 
 
@@ -46,17 +52,18 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.reader import check_reader
 
-    args = parser().parse_args(argv)
-    config = OrqaConfig(**{k: getattr(args, k) for k in asdict(OrqaConfig())})
+    ap = parser()
+    args = apply_renamed(ap, ap.parse_args(argv))
+    config = config_from(OrqaConfig, args)
     config.check()
-    check_bf16(args)
+    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     index_dir, meta = dense_index_with_encoder(args.index, "joint training retrieves from a dense one")
     topics = answered_questions(args, "joint training needs them")
     with locked_output_directory(args.output, args.overwrite) as output:
         init = args.init or meta.encoder["name"]
         EncoderSpec.resolve(init)
         check_reader(args.reader, max_length=config.max_length, stride=config.stride)
-        report = train(index_dir, topics, output, init, args.reader, config, bf16=args.bf16)
+        report = train(index_dir, topics, output, init, args.reader, config)
     print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
           f"search --encoder {output}/query, then answer --reader {output}/reader "
           f"--retrieval-weight {report['retrieval_weight']:g}")  # fmt: skip

@@ -6,15 +6,20 @@ The method and its options: ``tour_pyserini.training.early_update`` (whose docst
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
 from tour_pyserini.commands.answer_training import (
     add_answer_training_flags,
     answered_questions,
-    check_bf16,
     dense_index_with_encoder,
 )
-from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    add_precision_flag,
+    apply_renamed,
+    config_from,
+)
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import early_update
 from tour_pyserini.training.early_update import QaConfig, train
@@ -35,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     add_answer_training_flags(ap)
-    add_config_flags(ap, QaConfig(), NUMBERS)
+    add_precision_flag(ap, QaConfig.precision)
+    add_config_flags(ap, QaConfig(), NUMBERS, skip=("precision",))
     return ap
 
 
@@ -43,14 +49,15 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import EncoderSpec
 
-    args = parser().parse_args(argv)
-    config = QaConfig(**{k: getattr(args, k) for k in asdict(QaConfig())})
-    check_bf16(args)
+    ap = parser()
+    args = apply_renamed(ap, ap.parse_args(argv))
+    config = config_from(QaConfig, args)
+    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     index_dir, meta = dense_index_with_encoder(args.index, "the early update needs a dense one")
     topics = answered_questions(args, "the early update needs answer strings")
     with locked_output_directory(args.output, args.overwrite) as output:
         init = args.init or meta.encoder["name"]
         EncoderSpec.resolve(init)  # an unknown encoder directory fails before any model loads
-        report = train(index_dir, topics, output, init, config, bf16=args.bf16)
+        report = train(index_dir, topics, output, init, config)
     print(f"best dev Acc@1 {report['best_dev_acc@1']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
           f"question encoder in {output} (search --index {index_dir} --encoder {output})")  # fmt: skip

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import argparse
 from contextlib import ExitStack
-from dataclasses import asdict
 
-from tour_pyserini.commands.answer_training import (
-    add_answer_training_flags,
-    answered_questions,
-    check_bf16,
+from tour_pyserini.commands.answer_training import add_answer_training_flags, answered_questions
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    add_precision_flag,
+    apply_renamed,
+    config_from,
 )
-from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.index.docstore import open_passages
 from tour_pyserini.numbers import (
     fraction,
@@ -47,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", required=True, help="reader directory to write")
     ap.add_argument("--init", help="encoder to start from (default: the bundled MiniLM; any BERT-like directory)")
     add_answer_training_flags(ap)
-    add_config_flags(ap, ReaderTrainConfig(), NUMBERS, skip=("rule",))
+    add_precision_flag(ap, ReaderTrainConfig.precision)
+    add_config_flags(ap, ReaderTrainConfig(), NUMBERS, skip=("rule", "precision"))
     ap.add_argument("--rule", choices=RULES, default=ReaderTrainConfig.rule, help="selection rule of the dev answers")
     return ap
 
@@ -59,10 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.encoders.spec import check_model
     from tour_pyserini.eval.answers import AnswerMatcher
 
-    args = parser().parse_args(argv)
-    config = ReaderTrainConfig(**{k: getattr(args, k) for k in asdict(ReaderTrainConfig())})
+    ap = parser()
+    args = apply_renamed(ap, ap.parse_args(argv))
+    config = config_from(ReaderTrainConfig, args)
     config.check()
-    check_bf16(args)
+    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     with ExitStack() as stack:
         output = stack.enter_context(locked_output_directory(args.output, args.overwrite))
         topics = answered_questions(args, "distant supervision needs them")
@@ -71,6 +75,6 @@ def main(argv: list[str] | None = None) -> None:
         run = read_run(args.run)
         docstore = open_passages(stack, index=args.index, collection=args.collection)
         questions = questions_to_read(run, topics, docstore, config.k, args.run, args.index or args.collection)
-        report = train(questions, topics, AnswerMatcher(docstore), output, init, config, bf16=args.bf16)
+        report = train(questions, topics, AnswerMatcher(docstore), output, init, config)
     print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
           f"reader in {output} (answer --reader {output})")  # fmt: skip

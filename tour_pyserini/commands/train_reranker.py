@@ -6,10 +6,15 @@ The method and its options: ``tour_pyserini.training.reranker`` (whose docstring
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
-from tour_pyserini.commands.flags import ArgumentParser, add_config_flags
-from tour_pyserini.devices import PRECISIONS, resolve_precision
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_config_flags,
+    add_precision_flag,
+    apply_renamed,
+    config_from,
+)
+from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
     fraction,
@@ -55,9 +60,7 @@ def parser() -> argparse.ArgumentParser:
                     "every step (--extra-per-step at a time); never in the dev split")  # fmt: skip
     ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
     ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
-    ap.add_argument("--precision", choices=PRECISIONS, default=TrainConfig.precision, help="bf16: bfloat16 "
-                    "autocast (about twice as fast on CPUs with bf16 units); auto: bf16 where torch multiplies in "
-                    "bfloat16 natively, else fp32")  # fmt: skip
+    add_precision_flag(ap, TrainConfig.precision)
     ap.add_argument("--pseudo", choices=PSEUDO, default=TrainConfig.pseudo, help="corpus-only pseudo-queries "
                     "(sentences of documents) mixed into every step: ict (the sentence's own document, read "
                     "without it) or ensemble (the document BM25 and the retriever rank first, the sentence's own "
@@ -71,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import bundled_model_dir
 
-    args = parser().parse_args(argv)
-    config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
+    ap = parser()
+    args = apply_renamed(ap, ap.parse_args(argv))
+    config = config_from(TrainConfig, args)
     resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     if bool(args.extra_topics) != bool(args.extra_index):
         raise UserError("--extra-topics and --extra-index go together")

@@ -78,7 +78,7 @@ def check_loading_info(what: str, class_name: str, parameters: int, info: dict, 
                         f"parameters (first: {key} {tuple(stored)}, {class_name} {tuple(wanted)})")  # fmt: skip
     unread = sorted(k for k in info["unexpected_keys"] if not re.search(POOLER, k))
     if unread:
-        log.warning("warning: %s: %d weights of its checkpoint are not read by %s (%s): a model trained for "
+        log.warning("%s: %d weights of its checkpoint are not read by %s (%s): a model trained for "
                     "another task?", what, len(unread), class_name, names(unread))  # fmt: skip
 
 

@@ -155,7 +155,7 @@ def check_vocabulary(name: str, path: str, tokenizer: str) -> None:
     except (OSError, ValueError):  # no tokenizer of its own to compare with
         return
     if own.get_vocab() != given.get_vocab():
-        warn_once(__name__, f"warning: --tokenizer {tokenizer} has another vocabulary than encoder {name}'s own "
+        warn_once(__name__, f"--tokenizer {tokenizer} has another vocabulary than encoder {name}'s own "
                             f"({len(given)} tokens, its own {len(own)}): its token ids mean other words to the "
                             "model")  # fmt: skip
 

@@ -84,6 +84,6 @@ def _resolve(index_dir: Path, built: dict, encoder: str | None, settings: Encode
                         "rebuild the index)")  # fmt: skip
     if same and (differ := [f"{key} {built[key]}, asked {getattr(spec, key)}" for key in ("pooling", "l2_norm")
                             if key in built and built[key] != getattr(spec, key)]):  # fmt: skip
-        warn_once(__name__, f"warning: index {index_dir} was built by {name} with other settings than its queries "
+        warn_once(__name__, f"index {index_dir} was built by {name} with other settings than its queries "
                             f"get ({'; '.join(differ)}): query vectors unlike its documents' rank worse")  # fmt: skip
     return spec

@@ -6,7 +6,8 @@ encoder retrieves the top ``--top-c`` blocks, P(b|q) is the softmax of their sco
 and the loss is -log of the mass on the blocks that contain an answer string (DPR's matching, as
 ``eval --answers`` uses). A question with no such block among its top-c is skipped for that step; the
 fraction skipped is logged. Only the question encoder learns. A seeded dev split of the *training*
-questions selects the checkpoint by Acc@1; the saved encoder is paired with the index's document encoder.
+questions, grouped so that no dev question shares an answer-bearing block with a training question,
+selects the checkpoint by Acc@1; the saved encoder is paired with the index's document encoder.
 
     python -m tour_pyserini train-qa --index indexes/nq-oracle.minilm \\
         --topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa
@@ -15,14 +16,15 @@ questions selects the checkpoint by Acc@1; the saved encoder is paired with the 
 
 from __future__ import annotations
 
-import json
-import random
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import check_fractions, check_positive
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,6 +38,7 @@ class QaConfig:
     query_max_length: int = 64
     dev_fraction: float = 0.1
     eval_every: int = 50
+    precision: str = "fp32"  # of the question encoder's forward passes: auto, fp32 or bf16 (autocast)
     seed: int = 13
 
     def check(self) -> None:
@@ -43,126 +46,110 @@ class QaConfig:
         check_fractions(self, ("dev_fraction",), ("warmup",))
 
 
-def dev_accuracy(model, tokenizer, spec, questions, answer_rows, blocks, config: QaConfig) -> dict:
-    """Acc@1 and Acc@20 of the dev questions, retrieving over every indexed block."""
+class EarlyUpdateTask:
+    """The training loop's task: the question encoder, over the frozen ``blocks`` (the index's vectors);
+    ``rows[i]`` are the answer-bearing blocks of ``topics[i]``; training items are topic positions. The saved
+    encoder is paired with ``pair``, the index's document encoder (name, weights' SHA-256)."""
+
+    name, metric = "early update", "dev_acc@1"
+
+    def __init__(self, init: str, config: QaConfig, blocks, topics, rows: list[list[int]], dev: list[int], *,
+                 pair: tuple[str, str | None]):  # fmt: skip
+        import torch
+
+        from tour_pyserini.training.encoder_io import load_encoder
+
+        torch.manual_seed(config.seed)
+        self.config, self.blocks, self.topics, self.rows, self.dev, self.pair = config, blocks, topics, rows, dev, pair
+        self.spec, self.tokenizer, self.model = load_encoder(init)
+        self.modules = [self.model]
+        self.top_c = min(config.top_c, len(blocks))
+
+    def parameters(self) -> list:
+        return list(self.model.parameters())
+
+    def loss(self, batch: list[int], run):
+        import torch
+
+        from tour_pyserini.training.encoder_io import encode
+        from tour_pyserini.training.losses import early_update_loss
+
+        c, spec = self.config, self.spec
+        with run.autocast():
+            q = encode(self.model, self.tokenizer, [self.topics[i].text for i in batch], max_length=c.query_max_length,
+                       pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
+        scores = q.float() @ self.blocks.T
+        top = scores.detach().topk(self.top_c, dim=1).indices  # the current encoder's top-c: the early update
+        positives = torch.zeros_like(scores, dtype=torch.bool)
+        for r, i in enumerate(batch):
+            positives[r, self.rows[i]] = True
+        loss, skipped = early_update_loss(scores.gather(1, top), positives.gather(1, top), c.temperature)
+        return loss, {"skipped_fraction": skipped / len(batch)}
+
+    def evaluate(self, run) -> dict[str, float]:
+        """Acc@1 and Acc@20 of the dev questions, retrieving over every indexed block."""
+        from tour_pyserini.training.encoder_io import encode_batches
+
+        questions = [self.topics[i].text for i in self.dev]
+        vectors = encode_batches(self.model, self.tokenizer, questions, self.spec, self.config.query_max_length)
+        top = (vectors @ self.blocks.T).topk(min(20, len(self.blocks)), dim=1).indices.tolist()
+        answer_rows = [self.rows[i] for i in self.dev]
+        hit1 = [bool(set(t[:1]) & set(rows)) for t, rows in zip(top, answer_rows)]
+        hit20 = [bool(set(t) & set(rows)) for t, rows in zip(top, answer_rows)]
+        return {"dev_acc@1": sum(hit1) / len(hit1), "dev_acc@20": sum(hit20) / len(hit20)}
+
+    def save(self, where: Path) -> None:
+        from tour_pyserini.encoders.pairing import write_pair
+        from tour_pyserini.training.encoder_io import save_encoder
+
+        save_encoder(self.model, self.tokenizer, where, self.spec)
+        write_pair(where, *self.pair)
+
+
+def answer_split(rows: list[list[int]], dev_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, dev) question positions, grouped so that no dev question shares an answer-bearing block
+    (``rows``) with a training question."""
+    from tour_pyserini.training.splits import grouped_split
+
+    return grouped_split(list(range(len(rows))), {i: set(r) for i, r in enumerate(rows)}, dev_fraction=dev_fraction,
+                         seed=seed)  # fmt: skip
+
+
+def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig) -> dict:
+    """Fine-tune the question encoder ``init`` on ``topics`` (with answers) over the dense index ``index_dir``;
+    writes ``output`` and returns the report (training.json)."""
     import torch
 
-    from tour_pyserini.training.encoder_io import encode
-
-    model.eval()
-    with torch.inference_mode():
-        vectors = torch.cat(
-            [
-                encode(
-                    model,
-                    tokenizer,
-                    questions[i : i + 64],
-                    max_length=config.query_max_length,
-                    pooling=spec.pooling,
-                    l2_norm=spec.l2_norm,
-                )
-                for i in range(0, len(questions), 64)
-            ]
-        )
-        top = (vectors @ blocks.T).topk(min(20, len(blocks)), dim=1).indices.tolist()
-    model.train()
-    hit1 = [bool(set(t[:1]) & set(rows)) for t, rows in zip(top, answer_rows)]
-    hit20 = [bool(set(t) & set(rows)) for t, rows in zip(top, answer_rows)]
-    return {"acc@1": sum(hit1) / len(hit1), "acc@20": sum(hit20) / len(hit20)}
-
-
-def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig, *, bf16: bool) -> dict:
-    import torch
-    from tqdm import tqdm
-
-    from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.encoders.pairing import check_pair, index_document_sha, write_pair
+    from tour_pyserini.encoders.pairing import check_pair, index_document_sha
     from tour_pyserini.eval.answers import AnswerMatcher
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
     from tour_pyserini.training.answers import answer_bearing, check_trainable
-    from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
-    from tour_pyserini.training.losses import early_update_loss
-    from tour_pyserini.training.schedule import autocast, optimizer
+    from tour_pyserini.training.loop import LoopSettings, Trainer
 
     config.check()  # the command line checked its flags already; a library caller gets the same rules
     meta = IndexMeta.read(index_dir)
     check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
     vectors, docids = read_vectors(index_dir)
     blocks = torch.from_numpy(vectors)
-    top_c = min(config.top_c, len(docids))
     start = time.perf_counter()
     rows = answer_bearing(topics, docids, AnswerMatcher(DocStore(index_dir / DOCSTORE_FILE)))
     never = sum(not r for r in rows)
-    print(f"{len(topics)} questions; {never} have no answer-bearing block in the whole index "
-          f"({time.perf_counter() - start:.0f} s to match answers)", flush=True)  # fmt: skip
-    order = list(range(len(topics)))
-    rng = random.Random(config.seed)
-    rng.shuffle(order)
-    n_dev = max(1, round(len(order) * config.dev_fraction))
-    dev, train_set = order[:n_dev], order[n_dev:]
-    if len(train_set) < 1:
+    log.info(f"{len(topics)} questions; {never} have no answer-bearing block in the whole index "
+             f"({time.perf_counter() - start:.0f} s to match answers)")  # fmt: skip
+    train_set, dev = answer_split(rows, config.dev_fraction, config.seed)
+    if not train_set:
         raise UserError("too few training questions for a dev split")
     check_trainable(rows, train_set, index_dir)
-    torch.manual_seed(config.seed)
-    spec, tokenizer, model = load_encoder(init)
-    if model.config.hidden_size != blocks.shape[1]:
-        raise UserError(f"encoder {init} makes {model.config.hidden_size}-d vectors but index {index_dir} holds "
-                        f"{blocks.shape[1]}-d vectors")  # fmt: skip
-    dev_q, dev_rows = [topics[i].text for i in dev], [rows[i] for i in dev]
-    opt, scheduler = optimizer(model.parameters(), lr=config.lr, steps=config.steps, warmup_fraction=config.warmup)
-    built_by = index_document_sha(meta.encoder)
-
-    def save(where: Path) -> None:
-        save_encoder(model, tokenizer, where, spec)
-        write_pair(where, meta.encoder["name"], built_by)
-
-    history = [{"step": 0, **dev_accuracy(model, tokenizer, spec, dev_q, dev_rows, blocks, config)}]
-    best, best_step, queue, losses, skipped, seen = history[0]["acc@1"], 0, [], [], 0, 0
-    print(f"dev ({n_dev} training questions held out) Acc@1 before training {best:.4f}", flush=True)
-    with staged_directory(output, "the model") as tmp:
-        save(tmp)
-        bar = tqdm(range(1, config.steps + 1), desc="early update", unit="step")
-        for step in bar:
-            if len(queue) < config.batch_size:
-                queue = queue + rng.sample(train_set, len(train_set))
-            batch, queue = queue[: config.batch_size], queue[config.batch_size :]
-            with autocast(bf16):
-                q = encode(model, tokenizer, [topics[i].text for i in batch], max_length=config.query_max_length,
-                           pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
-            scores = q.float() @ blocks.T
-            top = scores.detach().topk(top_c, dim=1).indices  # the current encoder's top-c: the early update
-            positives = torch.zeros_like(scores, dtype=torch.bool)
-            for r, i in enumerate(batch):
-                positives[r, rows[i]] = True
-            loss, n_skipped = early_update_loss(scores.gather(1, top), positives.gather(1, top), config.temperature)
-            skipped, seen = skipped + n_skipped, seen + len(batch)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", skipped=f"{skipped / seen:.3f}")
-            if step % config.eval_every == 0 or step == config.steps:
-                scores_dev = dev_accuracy(model, tokenizer, spec, dev_q, dev_rows, blocks, config)
-                history.append({"step": step, "train_loss": sum(losses) / len(losses),
-                                "skipped_fraction": skipped / seen, **scores_dev})  # fmt: skip
-                bar.write(f"step {step}: dev Acc@1 {scores_dev['acc@1']:.4f}, Acc@20 {scores_dev['acc@20']:.4f}, "
-                          f"skipped {skipped / seen:.3f} of questions")  # fmt: skip
-                losses, skipped, seen = [], 0, 0
-                if scores_dev["acc@1"] > best:
-                    best, best_step = scores_dev["acc@1"], step
-                    save(tmp)
-        bar.close()
-        report = {
-            "config": asdict(config), "init": init, "index": str(index_dir), "bf16": bf16, "top_c": top_c,
-            "train_questions": len(train_set), "dev_questions": n_dev,
-            "dev_qids": sorted(topics[i].qid for i in dev), "questions_without_answer_block": never,
-            "history": history, "best_step": best_step, "best_dev_acc@1": best,
-            "seconds": round(time.perf_counter() - start, 1),
-        }  # fmt: skip
-        (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    task = EarlyUpdateTask(
+        init, config, blocks, topics, rows, dev, pair=(meta.encoder["name"], index_document_sha(meta.encoder))
+    )
+    if task.model.config.hidden_size != blocks.shape[1]:
+        raise UserError(f"encoder {init} makes {task.model.config.hidden_size}-d vectors but index {index_dir} "
+                        f"holds {blocks.shape[1]}-d vectors")  # fmt: skip
+    about = {"config": asdict(config), "init": init, "index": str(index_dir), "top_c": task.top_c,
+             "train_questions": len(train_set), "dev_questions": len(dev),
+             "dev_qids": sorted(topics[i].qid for i in dev), "questions_without_answer_block": never}  # fmt: skip
+    return Trainer(task, LoopSettings.of(config)).fit(train_set, output, about)

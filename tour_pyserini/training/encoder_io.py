@@ -42,6 +42,14 @@ def encode(model, tokenizer, texts: list[str], *, max_length: int, pooling: str,
     return torch.nn.functional.normalize(vectors, dim=-1) if l2_norm else vectors
 
 
+def encode_batches(model, tokenizer, texts: list[str], spec: EncoderSpec, max_length: int, size: int = 64):
+    """:func:`encode` with ``spec``'s pooling and normalisation, ``size`` texts at a time, concatenated."""
+    import torch
+
+    return torch.cat([encode(model, tokenizer, texts[i : i + size], max_length=max_length, pooling=spec.pooling,
+                             l2_norm=spec.l2_norm) for i in range(0, len(texts), size)])  # fmt: skip
+
+
 def save_encoder(model, tokenizer, out_dir: str | Path, spec: EncoderSpec) -> Path:
     """Write a sentence-transformers directory with ``spec``'s pooling, normalisation and maximum length."""
     out = Path(out_dir)

@@ -22,14 +22,14 @@ questions. Writes ``OUTPUT/query`` (the question encoder, paired with the index)
 from __future__ import annotations
 
 import copy
-import json
-import random
-import time
+import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import check_fractions, check_positive
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +47,7 @@ class OrqaConfig:
     max_answer_length: int = 10
     dev_fraction: float = 0.1
     eval_every: int = 30
+    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast)
     seed: int = 13
 
     def check(self) -> None:
@@ -86,162 +87,159 @@ def full_update_loss(retrieval, start, end, context, targets, max_answer_length:
     return log_all - log_matched, True
 
 
-def _question_windows(tokenizer, question, texts, config: OrqaConfig):
-    from tour_pyserini.reader.windows import make_windows
+class OrqaTask:
+    """The training loop's task: the question encoder and the reader, over the frozen ``blocks`` (the index's
+    vectors) and their ``texts``; ``rows[i]`` are the answer-bearing blocks of ``topics[i]``, training items
+    topic positions. The saved question encoder is paired with ``pair``, the index's document encoder."""
 
-    return make_windows(tokenizer, [question] * len(texts), texts, max_length=config.max_length, stride=config.stride)
+    name, metric = "orqa joint", "dev_em"
+
+    def __init__(self, init: str, reader_init: str, config: OrqaConfig, index: tuple, topics, rows, dev: list[int], *,
+                 pair: tuple[str, str | None]):  # fmt: skip
+        import torch
+        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+        from tour_pyserini.training.encoder_io import load_encoder
+
+        torch.manual_seed(config.seed)
+        self.config, self.topics, self.rows, self.dev, self.pair = config, topics, rows, dev, pair
+        self.blocks, self.docids, self.texts = index
+        self.top_c, self.k = min(config.top_c, len(self.docids)), min(config.k, len(self.docids))
+        self.spec, self.q_tokenizer, self.encoder = load_encoder(init)
+        self.r_tokenizer = AutoTokenizer.from_pretrained(reader_init)
+        self.reader = AutoModelForQuestionAnswering.from_pretrained(reader_init, dtype=torch.float32)
+        self.modules = [self.encoder, self.reader]
+
+    def parameters(self) -> list:
+        return list(self.encoder.parameters()) + list(self.reader.parameters())
+
+    def retrieve(self, questions: list[str], run):
+        """Cosines (questions, blocks) of the current question encoder."""
+        from tour_pyserini.training.encoder_io import encode
+
+        with run.autocast():
+            q = encode(self.encoder, self.q_tokenizer, questions, max_length=self.config.query_max_length,
+                       pooling=self.spec.pooling, l2_norm=self.spec.l2_norm)  # fmt: skip
+        return q.float() @ self.blocks.T
+
+    def loss(self, batch: list[int], run):
+        """The early update over the top-c blocks plus the full update's mean over the questions it matches."""
+        import torch
+
+        from tour_pyserini.training.losses import early_update_loss
+
+        cosines = self.retrieve([self.topics[i].text for i in batch], run)
+        top = cosines.detach().topk(self.top_c, dim=1).indices
+        positives = torch.zeros_like(cosines, dtype=torch.bool)
+        for r, i in enumerate(batch):
+            positives[r, self.rows[i]] = True
+        early, skipped_early = early_update_loss(cosines.gather(1, top), positives.gather(1, top),
+                                                 self.config.temperature)  # fmt: skip
+        full = self.full_update(batch, cosines / self.config.temperature, top[:, : self.k], run)
+        loss = early + (torch.stack(full).mean() if full else 0.0)
+        return loss, {"skipped_early": skipped_early / len(batch), "skipped_full": 1 - len(full) / len(batch)}
+
+    def full_update(self, batch: list[int], scores, beams, run) -> list:
+        """The full-update loss of each question of ``batch`` with a matching derivation among the spans of its
+        ``beams`` (top-k block rows); ``scores`` is S_retr of every block."""
+        import torch
+
+        from tour_pyserini.reader.windows import collate, make_windows
+        from tour_pyserini.training.reader import occurrences
+
+        c, tokenizer = self.config, self.r_tokenizer
+        windows, owners = [], []
+        for r, i in enumerate(batch):
+            beam = beams[r].tolist()
+            ws = make_windows(tokenizer, [self.topics[i].text] * len(beam), [self.texts[b] for b in beam],
+                              max_length=c.max_length, stride=c.stride)  # fmt: skip
+            windows += ws
+            owners += [(r, beam[w.pair]) for w in ws]
+        inputs = {key: torch.from_numpy(v) for key, v in collate(windows, tokenizer.pad_token_id or 0).items()}
+        with run.autocast():
+            out = self.reader(**inputs)
+        start, end = out.start_logits.float(), out.end_logits.float()
+        context = torch.from_numpy(collate_context(windows, start.shape[1]))
+        losses = []
+        for r, i in enumerate(batch):
+            mine = [w for w, (owner, _) in enumerate(owners) if owner == r]
+            answer_ids = [a for a in (tokenizer(x, add_special_tokens=False)["input_ids"]
+                          for x in self.topics[i].answers) if a]  # fmt: skip
+            targets = torch.zeros((len(mine), start.shape[1], start.shape[1]), dtype=torch.bool)
+            for row, w in enumerate(mine):
+                for s, e in occurrences(windows[w].input_ids, windows[w].context, answer_ids):
+                    targets[row, s, e] = True
+            retrieval = torch.stack([scores[r, owners[w][1]] for w in mine])
+            loss, matched = full_update_loss(retrieval, start[mine], end[mine], context[mine], targets,
+                                             c.max_answer_length)  # fmt: skip
+            if matched:
+                losses.append(loss)
+        return losses
+
+    def evaluate(self, run) -> dict[str, float]:
+        """Dev EM of the whole system: retrieve with the current encoder, read its top k with the orqa rule."""
+        import torch
+
+        from tour_pyserini.eval.exact_match import evaluate_predictions
+        from tour_pyserini.reader import Passage, Question, Reader, ReaderOptions
+
+        c, dev = self.config, self.dev
+        scores = torch.cat([self.retrieve([self.topics[i].text for i in dev[j : j + 64]], run)
+                            for j in range(0, len(dev), 64)])  # fmt: skip
+        top = scores.topk(self.k, dim=1)
+        questions = [Question(self.topics[i].qid, self.topics[i].text,
+                              tuple(Passage(self.docids[b], self.texts[b], float(s))
+                                    for b, s in zip(top.indices[r].tolist(), top.values[r].tolist())))
+                     for r, i in enumerate(dev)]  # fmt: skip
+        options = ReaderOptions(k=self.k, max_length=c.max_length, stride=c.stride,
+                                max_answer_length=c.max_answer_length, retrieval_weight=1 / c.temperature)  # fmt: skip
+        read = Reader("", options, model=self.reader, tokenizer=self.r_tokenizer)
+        predictions = {p.qid: p for j in range(0, len(questions), 16) for p in read.read(questions[j : j + 16])}
+        return {"dev_em": evaluate_predictions(predictions, [self.topics[i] for i in dev]).means["EM"]}
+
+    def save(self, where: Path) -> None:
+        from tour_pyserini.encoders.pairing import write_pair
+        from tour_pyserini.training.encoder_io import save_encoder
+
+        save_encoder(self.encoder, self.q_tokenizer, where / "query", self.spec)
+        write_pair(where / "query", *self.pair)
+        copy.deepcopy(self.reader).half().save_pretrained(where / "reader")
+        self.r_tokenizer.save_pretrained(where / "reader")
 
 
-def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, config: OrqaConfig, *,
-          bf16: bool) -> dict:  # fmt: skip
+def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, config: OrqaConfig) -> dict:
     """Train from the question encoder ``init`` and the reader ``reader_init`` on ``topics`` (with answers)."""
     import torch
-    from tqdm import tqdm
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.encoders.pairing import check_pair, index_document_sha, write_pair
+    from tour_pyserini.encoders.pairing import check_pair, index_document_sha
     from tour_pyserini.eval.answers import AnswerMatcher
-    from tour_pyserini.eval.exact_match import evaluate_predictions
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
-    from tour_pyserini.reader import Passage, Question, Reader, ReaderOptions
-    from tour_pyserini.reader.windows import collate
     from tour_pyserini.training.answers import answer_bearing, check_trainable
-    from tour_pyserini.training.encoder_io import encode, load_encoder, save_encoder
-    from tour_pyserini.training.losses import early_update_loss
-    from tour_pyserini.training.reader import occurrences
-    from tour_pyserini.training.schedule import autocast, optimizer
-    from tour_pyserini.training.splits import grouped_split
+    from tour_pyserini.training.early_update import answer_split
+    from tour_pyserini.training.loop import LoopSettings, Trainer
 
     config.check()
-    start_time = time.perf_counter()
     meta = IndexMeta.read(index_dir)
     check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
     vectors, docids = read_vectors(index_dir)
-    blocks = torch.from_numpy(vectors)
     docstore = DocStore(index_dir / DOCSTORE_FILE)
     texts = [d.contents for d in docstore.get(list(docids))]
-    top_c, k = min(config.top_c, len(docids)), min(config.k, len(docids))
     rows = answer_bearing(topics, docids, AnswerMatcher(docstore))
-    train_idx, dev_idx = grouped_split(list(range(len(topics))), {i: set(r) for i, r in enumerate(rows)},
-                                       dev_fraction=config.dev_fraction, seed=config.seed)  # fmt: skip
+    train_idx, dev_idx = answer_split(rows, config.dev_fraction, config.seed)
     if not train_idx:
         raise UserError("too few training questions for a dev split")
     check_trainable(rows, train_idx, index_dir)
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
-    spec, q_tokenizer, encoder = load_encoder(init)
-    r_tokenizer = AutoTokenizer.from_pretrained(reader_init)
-    reader = AutoModelForQuestionAnswering.from_pretrained(reader_init, dtype=torch.float32)
-    reader.train()
-    params = list(encoder.parameters()) + list(reader.parameters())
-    opt, scheduler = optimizer(params, lr=config.lr, steps=config.steps, warmup_fraction=config.warmup)
-
-    def retrieve(questions: list[str]):
-        with autocast(bf16):
-            q = encode(encoder, q_tokenizer, questions, max_length=config.query_max_length, pooling=spec.pooling,
-                       l2_norm=spec.l2_norm)  # fmt: skip
-        return q.float() @ blocks.T
-
-    def dev_em() -> float:
-        encoder.eval()
-        with torch.inference_mode():
-            scores = torch.cat([retrieve([topics[i].text for i in dev_idx[j : j + 64]])
-                                for j in range(0, len(dev_idx), 64)])  # fmt: skip
-        encoder.train()
-        top = scores.topk(k, dim=1)
-        questions = [Question(topics[i].qid, topics[i].text, tuple(Passage(docids[b], texts[b], float(s))
-                     for b, s in zip(top.indices[r].tolist(), top.values[r].tolist())))
-                     for r, i in enumerate(dev_idx)]  # fmt: skip
-        options = ReaderOptions(k=k, max_length=config.max_length, stride=config.stride,
-                                max_answer_length=config.max_answer_length,
-                                retrieval_weight=1 / config.temperature)  # fmt: skip
-        read = Reader("", options, model=reader, tokenizer=r_tokenizer)
-        predictions = {p.qid: p for j in range(0, len(questions), 16) for p in read.read(questions[j : j + 16])}
-        return evaluate_predictions(predictions, [topics[i] for i in dev_idx]).means["EM"]
-
-    history = [{"step": 0, "dev_em": dev_em()}]
-    best, best_step = history[0]["dev_em"], 0
-    best_state = (copy.deepcopy(encoder.state_dict()), copy.deepcopy(reader.state_dict()))
-    print(f"{len(train_idx)} training and {len(dev_idx)} dev questions; dev EM before training {best:.4f}", flush=True)
-    queue, losses, skipped_early, skipped_full, seen = [], [], 0, 0, 0
-    with staged_directory(output, "the model") as tmp:
-        bar = tqdm(range(1, config.steps + 1), desc="orqa joint", unit="step")
-        for step in bar:
-            if len(queue) < config.batch_size:
-                queue = queue + rng.sample(train_idx, len(train_idx))
-            batch, queue = queue[: config.batch_size], queue[config.batch_size :]
-            cosines = retrieve([topics[i].text for i in batch])
-            scores = cosines / config.temperature  # S_retr
-            top = cosines.detach().topk(top_c, dim=1).indices
-            positives = torch.zeros_like(scores, dtype=torch.bool)
-            for r, i in enumerate(batch):
-                positives[r, rows[i]] = True
-            early, n_skipped = early_update_loss(cosines.gather(1, top), positives.gather(1, top), config.temperature)
-            windows, owners = [], []
-            for r, i in enumerate(batch):
-                beam = top[r, :k].tolist()
-                ws = _question_windows(r_tokenizer, topics[i].text, [texts[b] for b in beam], config)
-                windows += ws
-                owners += [(r, beam[w.pair]) for w in ws]
-            inputs = {key: torch.from_numpy(v) for key, v in collate(windows, r_tokenizer.pad_token_id or 0).items()}
-            with autocast(bf16):
-                out = reader(**inputs)
-            start_logits, end_logits = out.start_logits.float(), out.end_logits.float()
-            context = torch.from_numpy(collate_context(windows, start_logits.shape[1]))
-            full_losses = []
-            for r, i in enumerate(batch):
-                mine = [w for w, (owner, _) in enumerate(owners) if owner == r]
-                answer_ids = [a for a in (r_tokenizer(x, add_special_tokens=False)["input_ids"]
-                              for x in topics[i].answers) if a]  # fmt: skip
-                targets = torch.zeros((len(mine), start_logits.shape[1], start_logits.shape[1]), dtype=torch.bool)
-                for row, w in enumerate(mine):
-                    for s, e in occurrences(windows[w].input_ids, windows[w].context, answer_ids):
-                        targets[row, s, e] = True
-                retrieval = torch.stack([scores[r, owners[w][1]] for w in mine])
-                loss, matched = full_update_loss(retrieval, start_logits[mine], end_logits[mine], context[mine],
-                                                 targets, config.max_answer_length)  # fmt: skip
-                if matched:
-                    full_losses.append(loss)
-            skipped_early, skipped_full = skipped_early + n_skipped, skipped_full + len(batch) - len(full_losses)
-            seen += len(batch)
-            loss = early + (torch.stack(full_losses).mean() if full_losses else 0.0)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-            if step % config.eval_every == 0 or step == config.steps:
-                em = dev_em()
-                history.append({"step": step, "train_loss": sum(losses) / len(losses), "dev_em": em,
-                                "skipped_early": skipped_early / seen, "skipped_full": skipped_full / seen,
-                                "seconds": round(time.perf_counter() - start_time, 1)})  # fmt: skip
-                bar.write(f"step {step}: dev EM {em:.4f} (train loss {history[-1]['train_loss']:.3f})")
-                losses, skipped_early, skipped_full, seen = [], 0, 0, 0
-                if em > best:
-                    best, best_step = em, step
-                    best_state = (copy.deepcopy(encoder.state_dict()), copy.deepcopy(reader.state_dict()))
-        bar.close()
-        encoder.load_state_dict(best_state[0])
-        reader.load_state_dict(best_state[1])
-        save_encoder(encoder, q_tokenizer, tmp / "query", spec)
-        write_pair(tmp / "query", meta.encoder["name"], index_document_sha(meta.encoder))
-        copy.deepcopy(reader).half().save_pretrained(tmp / "reader")
-        r_tokenizer.save_pretrained(tmp / "reader")
-        report = {
-            "config": asdict(config), "init": init, "reader_init": reader_init, "index": str(index_dir),
-            "bf16": bf16, "top_c": top_c, "train_questions": len(train_idx), "dev_questions": len(dev_idx),
-            "dev_qids": sorted(topics[i].qid for i in dev_idx), "history": history, "best_step": best_step,
-            "best_dev_em": best, "retrieval_weight": 1 / config.temperature,
-            "seconds": round(time.perf_counter() - start_time, 1),
-        }  # fmt: skip
-        (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    log.info(f"{len(train_idx)} training and {len(dev_idx)} dev questions")
+    task = OrqaTask(init, reader_init, config, (torch.from_numpy(vectors), docids, texts), topics, rows, dev_idx,
+                    pair=(meta.encoder["name"], index_document_sha(meta.encoder)))  # fmt: skip
+    about = {"config": asdict(config), "init": init, "reader_init": reader_init, "index": str(index_dir),
+             "top_c": task.top_c, "train_questions": len(train_idx), "dev_questions": len(dev_idx),
+             "dev_qids": sorted(topics[i].qid for i in dev_idx),
+             "retrieval_weight": 1 / config.temperature}  # fmt: skip
+    return Trainer(task, LoopSettings.of(config)).fit(train_idx, output, about)
 
 
 def collate_context(windows, width: int):

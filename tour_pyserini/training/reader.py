@@ -25,9 +25,8 @@ answers over the dev questions' top ``--dev-k`` passages). The model is saved in
 from __future__ import annotations
 
 import copy
-import json
+import logging
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from pathlib import Path
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import check_fractions, check_positive
 from tour_pyserini.reader.spans import DEFAULT_RULE, RULES
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ReaderTrainConfig:
     rule: str = DEFAULT_RULE  # how dev answers are chosen
     retrieval_weight: float = 1.0  # the orqa rule's w for dev answers (the shipped reader's checkpoint: 1)
     eval_every: int = 60
+    precision: str = "fp32"  # of the training forward passes (dev reads in fp32): auto, fp32 or bf16 (autocast)
     seed: int = 13
 
     def check(self) -> None:
@@ -191,20 +193,45 @@ def nothing_to_train_on(bearing: dict[str, set[str]], train_ids: Sequence[str], 
             f"passage part (--max-length {config.max_length}), or matched only after DPR's normalisation")  # fmt: skip
 
 
-def train(questions, topics, matcher, output: Path, init: str, config: ReaderTrainConfig, *, bf16: bool) -> dict:
+class ReaderTask:
+    """The training loop's task: an extractive QA model, its span + selection loss, dev exact match."""
+
+    name, metric = "train reader", "dev_em"
+
+    def __init__(self, init: str, config: ReaderTrainConfig, tokenizer, dev_questions: list, dev_topics: list):
+        import torch
+        from transformers import AutoModelForQuestionAnswering
+
+        torch.manual_seed(config.seed)
+        self.config, self.tokenizer, self.dev_questions, self.dev_topics = config, tokenizer, dev_questions, dev_topics
+        self.model = AutoModelForQuestionAnswering.from_pretrained(init, dtype=torch.float32)
+        self.modules = [self.model]
+
+    def parameters(self) -> list:
+        return list(self.model.parameters())
+
+    def loss(self, batch: list[Example], run):
+        with run.autocast():
+            return step_loss(self.model, batch, self.config, run.rng, self.tokenizer.pad_token_id or 0), {}
+
+    def evaluate(self, run) -> dict[str, float]:
+        return {"dev_em": dev_exact_match(self.model, self.tokenizer, self.dev_questions, self.dev_topics, self.config)}
+
+    def save(self, where: Path) -> None:
+        copy.deepcopy(self.model).half().save_pretrained(where)  # float16: half the size; the reader loads float32
+        self.tokenizer.save_pretrained(where)
+
+
+def train(questions, topics, matcher, output: Path, init: str, config: ReaderTrainConfig) -> dict:
     """Train from ``init`` on ``questions`` (``reader.Question``s over the training topics' top-k; ``topics``
     hold their answers); ``matcher`` is an ``eval.answers.AnswerMatcher``. Writes ``output`` (float16 model,
     tokenizer, ``training.json``) and returns the report."""
-    import torch
-    from tqdm import tqdm
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from tour_pyserini.data.staging import staged_directory
-    from tour_pyserini.training.schedule import autocast, optimizer
+    from tour_pyserini.training.loop import LoopSettings, Trainer
     from tour_pyserini.training.splits import grouped_split
 
     config.check()
-    start_time = time.perf_counter()
     answers = {t.qid: t.answers for t in topics}
     tokenizer = AutoTokenizer.from_pretrained(init)
     bearing = {q.qid: {p.docid for p in q.passages[: config.k] if matcher.has_answer(p.docid, p.text, answers[q.qid])}
@@ -212,53 +239,16 @@ def train(questions, topics, matcher, output: Path, init: str, config: ReaderTra
     qids = [q.qid for q in questions]
     train_ids, dev_ids = grouped_split(qids, bearing, dev_fraction=config.dev_fraction, seed=config.seed)
     by_qid = {q.qid: q for q in questions}
-    dev_questions = [by_qid[q] for q in dev_ids]
-    dev_topics = [t for t in topics if t.qid in set(dev_ids)]
     examples = build_examples(tokenizer, [by_qid[q] for q in train_ids], answers, bearing, config)
     skipped = 1 - len(examples) / max(1, len(train_ids))
     if not examples:
         raise UserError(nothing_to_train_on(bearing, train_ids, answers, config))
-    print(f"{len(train_ids)} training questions ({len(examples)} with an answer-bearing window, {skipped:.1%} "
-          f"skipped), {len(dev_ids)} dev questions", flush=True)  # fmt: skip
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
-    model = AutoModelForQuestionAnswering.from_pretrained(init, dtype=torch.float32)
-    opt, scheduler = optimizer(model.parameters(), lr=config.lr, steps=config.steps, warmup_fraction=config.warmup)
-    history, best, best_step, best_state, losses, queue = [], -1.0, 0, None, [], []
-    with staged_directory(output, "the reader") as tmp:
-        model.train()
-        bar = tqdm(range(1, config.steps + 1), desc="train reader", unit="step")
-        for step in bar:
-            if len(queue) < config.batch_size:
-                queue = queue + rng.sample(examples, len(examples))
-            batch, queue = queue[: config.batch_size], queue[config.batch_size :]
-            with autocast(bf16):
-                loss = step_loss(model, batch, config, rng, tokenizer.pad_token_id or 0)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-            if step % config.eval_every == 0 or step == config.steps:
-                em = dev_exact_match(model, tokenizer, dev_questions, dev_topics, config)
-                history.append({"step": step, "train_loss": sum(losses) / len(losses), "dev_em": em,
-                                "seconds": round(time.perf_counter() - start_time, 1)})  # fmt: skip
-                bar.write(f"step {step}: dev EM {em:.4f} (train loss {history[-1]['train_loss']:.3f})")
-                losses = []
-                if em > best:
-                    best, best_step = em, step
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        bar.close()
-        model.load_state_dict(best_state)
-        copy.deepcopy(model).half().save_pretrained(tmp)  # float16: half the size; the reader loads it as float32
-        tokenizer.save_pretrained(tmp)
-        report = {
-            "config": asdict(config), "init": init, "bf16": bf16, "train_questions": len(train_ids),
-            "trained_questions": len(examples), "skipped_fraction": skipped, "dev_questions": len(dev_ids),
-            "dev_qids": sorted(dev_ids), "history": history, "best_step": best_step, "best_dev_em": best,
-            "seconds": round(time.perf_counter() - start_time, 1),
-        }  # fmt: skip
-        (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    log.info(f"{len(train_ids)} training questions ({len(examples)} with an answer-bearing window, {skipped:.1%} "
+             f"skipped), {len(dev_ids)} dev questions")  # fmt: skip
+    dev_topics = [t for t in topics if t.qid in set(dev_ids)]
+    task = ReaderTask(init, config, tokenizer, [by_qid[q] for q in dev_ids], dev_topics)
+    about = {"config": asdict(config), "init": init, "train_questions": len(train_ids),
+             "trained_questions": len(examples), "skipped_fraction": skipped, "dev_questions": len(dev_ids),
+             "dev_qids": sorted(dev_ids)}  # fmt: skip
+    # the untrained reader (a new span head) is not evaluated
+    return Trainer(task, LoopSettings.of(config, initial="skipped")).fit(examples, output, about, "the reader")

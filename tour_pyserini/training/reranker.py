@@ -19,20 +19,18 @@ relevant document with a training query. The best is saved where ``cross-encoder
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import check_fractions, check_positive
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
+from tour_pyserini.training.loop import LoopSettings
 
 
 @dataclass
@@ -65,6 +63,15 @@ class TrainConfig:
             raise UserError(f"--pseudo must be one of {', '.join(PSEUDO)}, got {self.pseudo!r}")
         if self.extra_per_step < 0 or self.max_steps < 0:
             raise UserError("--extra-per-step and --max-steps must be at least 0")
+
+    def loop(self, examples: int) -> LoopSettings:
+        """The loop's settings for ``examples`` training examples: epochs of shuffled batches, evaluated
+        ``evals_per_epoch`` times each; step 0 (the retriever's ranking, when residual) is reported only."""
+        per_epoch = math.ceil(examples / self.queries_per_step)
+        return LoopSettings(steps=per_epoch * self.epochs, batch_size=self.queries_per_step, lr=self.lr,
+                            warmup=self.warmup, eval_every=max(1, per_epoch // self.evals_per_epoch), seed=self.seed,
+                            precision=self.precision, max_grad_norm=None, epochs=self.epochs,
+                            stop_after=self.max_steps, initial="reported")  # fmt: skip
 
 
 PSEUDO = ("none", "ict", "ensemble")
@@ -104,22 +111,31 @@ def mine_examples(searcher, bm25, topics, qrels, *, depth: int, hits: int = 100)
     return build_examples(topics, positives, hard, bm25_top), dense_top, positives
 
 
-class ListwiseTrainer:
-    """Fine-tunes a sequence-classification model so that its (residual) score puts the positive first."""
+class ListwiseTask:
+    """The training loop's task: a sequence-classification model whose (residual) score puts the positive first.
 
-    def __init__(self, base_model: str, docstore, dense, config: TrainConfig, *, steps: int, encoder: dict | None):
+    A batch is training examples; each step also reads the next ``config.extra_per_step`` of ``extra``
+    (``--pseudo`` or ``--extra-topics`` examples, drawn from ``extra_rng``). Dev re-ranks each ``dev``
+    query's candidates, judged by ``dev_qrels`` with ``dev_measure``.
+    """
+
+    name = "train"
+
+    def __init__(self, base_model: str, docstore, dense, config: TrainConfig, *, encoder: dict | None,
+                 dev: list | None = None, dev_qrels: dict | None = None, dev_measure: str = "nDCG@10"):  # fmt: skip
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from tour_pyserini.training.schedule import optimizer
-
         torch.manual_seed(config.seed)
         self.config = config
-        self.bf16 = resolve_precision(config.precision, "cpu", "--precision") == "bf16"
         self.docstore = docstore
         self.dense = dense  # the retriever's similarity, added at residual_scale
         self.encoder = encoder or {}  # the index's document encoder, for texts the index does not hold
         self.document_encoder = None  # (spec, tokenizer, model), loaded on first use
+        self.dev, self.dev_qrels, self.dev_measure = dev or [], dev_qrels or {}, dev_measure
+        self.metric = f"dev_{dev_measure}"
+        self.extra: list[Example] = []
+        self.extra_rng = random.Random(config.seed + 1)  # its own stream: the training queries' draws stay as without
         self.tokenizer = AutoTokenizer.from_pretrained(base_model)
         # no dropout on attention probabilities lets torch's fused attention run: 1.5x faster training here
         self.model = AutoModelForSequenceClassification.from_pretrained(
@@ -128,15 +144,18 @@ class ListwiseTrainer:
         if config.residual_scale > 0:  # the score starts as the retriever's: the head's output is 0
             torch.nn.init.zeros_(self.model.classifier.weight)
             torch.nn.init.zeros_(self.model.classifier.bias)
+        self.modules = [self.model]
+
+    def parameters(self) -> list[dict]:
         # Adam moves every weight by about lr per step: a head started at zero needs larger steps than the
         # pretrained body to contribute within a few hundred steps
         head = {id(p) for m in (self.model.classifier, self.model.base_model.pooler) if m is not None
                 for p in m.parameters()}  # fmt: skip
-        groups = [{"params": [p for p in self.model.parameters() if id(p) not in head]},
-                  {"params": [p for p in self.model.parameters() if id(p) in head], "lr": config.head_lr}]  # fmt: skip
-        self.optimizer, self.scheduler = optimizer(groups, lr=config.lr, steps=steps, warmup_fraction=config.warmup)
+        params = list(self.model.parameters())
+        return [{"params": [p for p in params if id(p) not in head]},
+                {"params": [p for p in params if id(p) in head], "lr": self.config.head_lr}]  # fmt: skip
 
-    def scores(self, lists: list[TrainingList]):
+    def scores(self, lists: list[TrainingList], bf16: bool = False):
         """(lists, candidates) score matrix: the model's logits plus residual_scale x similarity.
 
         A list's ``texts`` replace the stored texts of those candidates, which need not be in this index.
@@ -153,7 +172,7 @@ class ListwiseTrainer:
             read = {doc.docid: pair_text(doc) for doc in self.docstore.get(own)}
             texts += [x.texts[d] if d in x.texts else read[d] for d in x.docids]
         queries = [x.query for x in lists for _ in x.docids]
-        with autocast(self.bf16):
+        with autocast(bf16):
             logits = self.model(**pair_inputs(self.tokenizer, queries, texts, self.config.max_length)).logits
         scores = logits.float()[:, 0].view(len(lists), -1)
         if self.config.residual_scale > 0:
@@ -185,45 +204,47 @@ class ListwiseTrainer:
                              l2_norm=spec.l2_norm).numpy()  # fmt: skip
         return dict(zip(texts, (vectors @ self.dense.query_encoder.encode([query])[0]).tolist()))
 
-    def step(self, lists: list[tuple[str, list[str]]]) -> float:
+    def loss(self, batch: list[Example], run):
+        """The listwise loss of a random positive and ``negatives`` hard negatives per example: -log softmax at
+        the positive, averaged over the step's lists (``batch``'s and the step's extra examples')."""
         import torch
 
         from tour_pyserini.training.losses import marginal_nll
 
-        self.model.train()
-        scores = self.scores(lists)
+        n, negatives = self.config.extra_per_step, self.config.negatives
+        mixed = self.extra[(run.step - 1) * n : run.step * n]
+        lists = draw_lists(batch, negatives, run.rng) + draw_lists(mixed, negatives, self.extra_rng)
+        scores = self.scores(lists, run.bf16)
         first = torch.zeros_like(scores, dtype=torch.bool)
         first[:, 0] = True  # the positive
-        loss = marginal_nll(scores, first)[0].mean()
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        self.scheduler.step()
-        return float(loss.detach())
+        return marginal_nll(scores, first)[0].mean(), {}
 
-    def rerank(self, dev: list[tuple[str, str, list[str]]]) -> dict[str, dict[str, float]]:
+    def evaluate(self, run) -> dict[str, float]:
+        from tour_pyserini.eval import evaluate
+
+        run_of_dev = self.rerank(self.dev, run.bf16)
+        return {self.metric: evaluate(self.dev_qrels, run_of_dev, [self.dev_measure]).means[self.dev_measure]}
+
+    def rerank(self, dev: list[tuple[str, str, list[str]]], bf16: bool = False) -> dict[str, dict[str, float]]:
         """Run {qid: {docid: score}} of the dev queries' candidates, scored as the saved teacher scores them."""
-        import torch
         from tqdm import tqdm
 
-        self.model.eval()
         run = {}
-        with torch.inference_mode():
-            for start in tqdm(range(0, len(dev), 4), desc="dev", unit="batch", leave=False):
-                chunk = dev[start : start + 4]
-                for (qid, _, docids), row in zip(chunk, self.scores([TrainingList(q, d, {}) for _, q, d in chunk])):
-                    run[qid] = dict(zip(docids, row.tolist()))
+        for start in tqdm(range(0, len(dev), 4), desc="dev", unit="batch", leave=False):
+            chunk = dev[start : start + 4]
+            for (qid, _, docids), row in zip(chunk, self.scores([TrainingList(q, d, {}) for _, q, d in chunk], bf16)):
+                run[qid] = dict(zip(docids, row.tolist()))
         return run
 
-    def save(self, output: Path, encoder: dict | None) -> None:
+    def save(self, output: Path) -> None:
         """The model in float16 and, if residual, which bi-encoder (the index's) it was trained on top of."""
         from tour_pyserini.encoders.pairing import index_document_sha
         from tour_pyserini.teachers.cross_encoder import write_residual
 
         save_compact(self.model, self.tokenizer, output, self.config.max_length)
         if self.config.residual_scale > 0:
-            write_residual(output, scale=self.config.residual_scale, encoder=(encoder or {}).get("name", "?"),
-                           encoder_sha256=index_document_sha(encoder))  # fmt: skip
+            write_residual(output, scale=self.config.residual_scale, encoder=self.encoder.get("name", "?"),
+                           encoder_sha256=index_document_sha(self.encoder))  # fmt: skip
 
 
 def save_compact(model, tokenizer, output: Path, max_length: int) -> None:
@@ -293,12 +314,6 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
     return (examples * math.ceil(count / len(examples)))[:count]
 
 
-def dev_metric(qrels, run, name: str) -> float:
-    from tour_pyserini.eval import evaluate
-
-    return evaluate(qrels, run, [name]).means[name]
-
-
 def train(index: str, topics, qrels, output: str | Path, base_model: str, config: TrainConfig, *,
           questions: tuple | None = None) -> dict:  # fmt: skip
     """Train and save the best checkpoint at ``output``; returns the training report (also in training.json).
@@ -306,96 +321,57 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     ``questions``, (index, topics, qrels or None) of another collection, adds its training questions to
     every step, ``config.extra_per_step`` at a time.
     """
-    from tqdm import tqdm
-
-    from tour_pyserini.data.staging import staged_directory
     from tour_pyserini.index.layout import IndexMeta
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.search.bm25 import Bm25Searcher
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
     from tour_pyserini.teachers.dense import DenseTeacher
-    from tour_pyserini.training.splits import grouped_split
+    from tour_pyserini.training.loop import Trainer
 
     config.check()  # the command line checked its flags already; a library caller gets the same rules
     check_model("base model", base_model)  # before the index is read and candidates are mined
-    output = Path(output)
     searcher = TourSearcher.from_index(index)
     if searcher.docstore is None:
         raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
     examples, dense_top, positives = mine_examples(searcher, bm25, topics, qrels, depth=config.hard_depth,
                                                    hits=max(config.dev_depth, 100))  # fmt: skip
-    metric = "nDCG@10" if qrels is not None else "Success@1"  # Success@1 on answer qrels is Acc@1
+    measure = "nDCG@10" if qrels is not None else "Success@1"  # Success@1 on answer qrels is Acc@1
     judged = {q: {d: 1 for d in docs} for q, docs in positives.items()} if qrels is None else qrels
     if len(examples) < 2:
         raise UserError("fewer than two training queries with a relevant document and a retrieved negative")
+    train_set, dev_qids = split_examples(examples, config)
+    dev = [(q, text, [h.docid for h in dense_top[q][: config.dev_depth]]) for q, text in dev_qids.items()]
+    settings = config.loop(len(train_set))
+    meta = IndexMeta.read(index)
+    encoder = meta.encoder if meta else None
+    dense = DenseTeacher.of(index) if config.residual_scale > 0 else None  # a second copy of the index
+    task = ListwiseTask(base_model, searcher.docstore, dense, config, encoder=encoder, dev=dev,
+                        dev_qrels={q: judged.get(q, {}) for q in dev_qids}, dev_measure=measure)  # fmt: skip
+    count = settings.last * config.extra_per_step
+    if config.pseudo != "none":
+        task.extra = pseudo_examples(config.pseudo, count, searcher, bm25, depth=config.hard_depth, rng=task.extra_rng)
+    elif questions is not None:
+        task.extra = question_examples(*questions, count, depth=config.hard_depth, rng=task.extra_rng,
+                                       encoder=encoder if dense is not None else None)  # fmt: skip
+    about = {
+        "config": asdict(config), "base_model": base_model, "index": str(index), "train_queries": len(train_set),
+        "extra_examples": len(task.extra),
+        "extra_questions": None if questions is None else {
+            "index": str(questions[0]), "topics": len(questions[1]),
+            "similarities": "stored vectors" if task.extra and task.extra[0].similarities else "encoded each step"},
+        # the dev queries are never trained on: safe for tuning what uses this teacher
+        "dev_queries": len(dev), "dev_qids": sorted(dev_qids),
+        "dev_metric": measure,
+    }  # fmt: skip
+    return Trainer(task, settings).fit(train_set, output, about)
+
+
+def split_examples(examples: list[Example], config: TrainConfig) -> tuple[list[Example], dict[str, str]]:
+    """(training examples, {dev qid: query}): a grouped dev split, no dev query sharing a positive with training."""
+    from tour_pyserini.training.splits import grouped_split
+
     by_qid = {ex.qid: ex for ex in examples}
     train_qids, dev_qids = grouped_split(list(by_qid), {q: set(ex.positives) for q, ex in by_qid.items()},
                                          dev_fraction=config.dev_fraction, seed=config.seed)  # fmt: skip
-    train_set = [by_qid[q] for q in train_qids]
-    dev = [(q, by_qid[q].query, [h.docid for h in dense_top[q][: config.dev_depth]]) for q in dev_qids]
-    dev_qrels = {q: judged.get(q, {}) for q in dev_qids}
-    steps_per_epoch = math.ceil(len(train_set) / config.queries_per_step)
-    total = steps_per_epoch * config.epochs
-    last = min(total, config.max_steps) if config.max_steps else total
-    eval_every = max(1, steps_per_epoch // config.evals_per_epoch)
-    meta = IndexMeta.read(index)
-    dense = DenseTeacher.of(index) if config.residual_scale > 0 else None  # a second copy of the index
-    trainer = ListwiseTrainer(base_model, searcher.docstore, dense, config, steps=total,
-                              encoder=meta.encoder if meta else None)  # fmt: skip
-    rng = random.Random(config.seed)
-    extra_rng = random.Random(config.seed + 1)  # its own stream: the training queries' draws stay as without it
-    count = last * config.extra_per_step
-    if config.pseudo != "none":
-        extra = pseudo_examples(config.pseudo, count, searcher, bm25, depth=config.hard_depth, rng=extra_rng)
-    elif questions is not None:
-        extra = question_examples(*questions, count, depth=config.hard_depth, rng=extra_rng,
-                                  encoder=meta.encoder if dense is not None and meta else None)  # fmt: skip
-    else:
-        extra = []
-    tick = time.perf_counter()
-    history = [{"step": 0, f"dev_{metric}": dev_metric(dev_qrels, trainer.rerank(dev), metric)}]
-    print(f"step 0: dev {metric} {history[0][f'dev_{metric}']:.4f} (re-ranking the dense top {config.dev_depth} of "
-          f"{len(dev)} dev queries: {time.perf_counter() - tick:.0f} s)", flush=True)  # fmt: skip
-    best, losses, start = -1.0, [], time.perf_counter()
-    with staged_directory(output, "the model") as tmp, tqdm(total=last, desc="train", unit="step") as bar:
-        step = 0
-        for _ in range(config.epochs):
-            order = train_set[:]
-            rng.shuffle(order)
-            for i in range(0, len(order), config.queries_per_step):
-                if step == last:
-                    break
-                mixed = extra[step * config.extra_per_step : (step + 1) * config.extra_per_step]
-                lists = draw_lists(order[i : i + config.queries_per_step], config.negatives, rng)
-                losses.append(trainer.step(lists + draw_lists(mixed, config.negatives, extra_rng)))
-                step += 1
-                bar.update()
-                if step % eval_every and step != last:
-                    continue
-                value = dev_metric(dev_qrels, trainer.rerank(dev), metric)
-                history.append({"step": step, "train_loss": sum(losses) / len(losses), f"dev_{metric}": value})
-                bar.write(f"step {step}: train loss {history[-1]['train_loss']:.4f}, dev {metric} {value:.4f}")
-                losses = []
-                if value > best:
-                    best = value
-                    trainer.save(tmp, meta.encoder if meta else None)
-        report = {
-            "config": asdict(config),
-            "bf16": trainer.bf16,
-            "base_model": base_model,
-            "index": str(index),
-            "train_queries": len(train_set),
-            "extra_examples": len(extra),
-            "extra_questions": None if questions is None else {
-                "index": str(questions[0]), "topics": len(questions[1]),
-                "similarities": "stored vectors" if extra and extra[0].similarities else "encoded each step"},
-            "dev_queries": len(dev),
-            "dev_qids": sorted(dev_qids),  # never trained on: safe for tuning what uses this teacher
-            "dev_metric": metric,
-            "history": history,
-            f"best_dev_{metric}": best,
-            "seconds": round(time.perf_counter() - start, 1),
-        }
-        (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return [by_qid[q] for q in train_qids], {q: by_qid[q].query for q in dev_qids}

@@ -1,0 +1,217 @@
+"""tour-pyserini serve over real HTTP: the search command's rankings, Pyserini's response shape, one-line
+refusals, batching across clients, a full queue, and a graceful stop."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from serve_server import Server, get_url
+
+from tour_pyserini.data.runs import read_run
+from tour_pyserini.data.sameness import diff_runs
+from tour_pyserini.data.topics import read_topics
+
+pytestmark = pytest.mark.slow
+
+HITS = 20
+# the search command's flags, and the same search as request parameters
+CONFIGS = {
+    "dense": ([], {}),
+    "rocchio": (["--rewriter", "rocchio"], {"rewriter": "rocchio"}),
+    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "20"],
+                       {"rewriter": "tour-soft", "teacher": "bm25", "k": "20"}),
+    "ttt-embed": (["--rewriter", "ttt-embed", "--state", "{state}"], {"rewriter": "ttt-embed"}),
+}  # fmt: skip
+
+
+def http_run(server: Server, index: str, topics, params: dict) -> dict[str, dict[str, float]]:
+    """Every topic searched over HTTP at once, from 8 clients: the rankings as a run."""
+
+    def one(topic):
+        body = server.search(index, topic.text, qid=topic.qid, hits=HITS, **params)
+        return topic.qid, {c["docid"]: c["score"] for c in body["candidates"]}
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(pool.map(one, topics))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_http_search_is_the_search_commands_run(name, server, dense_index, mini_scifact, state_file, tmp_path):
+    from tour_pyserini.commands import search
+
+    flags, params = CONFIGS[name]
+    flags = [f.format(state=state_file) for f in flags]
+    search.main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output",
+                 str(tmp_path / "cli.trec"), "--hits", str(HITS), "--threads", "1", *flags])  # fmt: skip
+    cli = read_run(tmp_path / "cli.trec")
+    topics = read_topics(mini_scifact["topics"])
+    diff = diff_runs(cli, http_run(server, dense_index.name, topics, params))
+    assert diff.same, diff.summary()
+    assert diff.queries == len(topics)
+
+
+def test_pyserinis_response_shape_and_documents(server, dense_index, bm25_index):
+    body = server.search(dense_index.name, "vitamin D and bone density", hits=5)
+    assert set(body) >= {"api", "index", "query", "candidates"}
+    assert (body["api"], body["index"]) == ("v1", dense_index.name)
+    assert body["query"] == {"text": "vitamin D and bone density"}
+    assert [c["rank"] for c in body["candidates"]] == [1, 2, 3, 4, 5]
+    assert all(set(c) == {"docid", "score", "rank", "doc"} and c["doc"] for c in body["candidates"])
+    first = body["candidates"][0]
+    status, doc, _ = server.get(f"/v1/{dense_index.name}/doc/{urllib.parse.quote(first['docid'])}")
+    assert status == 200 and doc["doc"] == first["doc"] and doc["docid"] == first["docid"]
+    assert server.search(bm25_index.name, "vitamin D and bone density", hits=3)["candidates"][0]["score"] > 0
+    status, listing, _ = server.get("/v1/indexes")
+    assert {i["name"]: i["kind"] for i in listing["indexes"]} == {dense_index.name: "dense", bm25_index.name: "bm25"}
+    status, spec, _ = server.get("/openapi.json")
+    assert status == 200 and "/v1/{index}/search" in spec["paths"]
+
+
+def test_the_trace_on_request(server, dense_index):
+    plain = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", k=10)
+    traced = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", k=10, trace="true")
+    assert "trace" not in plain
+    assert traced["trace"]["teacher_calls"] >= 10 and len(traced["trace"]["judgments"]) >= 10
+
+
+BAD = [
+    ({"query": "a", "hits": "0"}, 400, "'hits' must be in [1,"),
+    ({"query": "a", "hits": str(10**9)}, 400, "'hits' must be in [1,"),
+    ({"query": "a", "hits": "ten"}, 400, "'hits' must be an integer"),
+    ({"query": ""}, 400, "'query' is required"),
+    ({"query": "   "}, 400, "'query' is required"),
+    ({}, 400, "'query' is required"),
+    ({"query": "a" * 1_000_000}, 413, "1000000 characters"),
+    ({"query": "a", "rewriter": "nope"}, 400, "unknown rewriter 'nope'"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "nope"}, 400, "unknown teacher 'nope'"),
+    ({"query": "a", "rewriter": "tour-soft"}, 400, "needs a teacher"),
+    ({"query": "a", "teacher": "bm25"}, 400, "asks none"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "0"}, 400, "k must be positive"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "100000"}, 400, "larger than the index"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "lr must be finite"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "preset": "x"}, 400, "must be one of"),
+    ({"query": "a", "rewriter": "rocchio", "lr": "1"}, 400, "not an option of rewriter 'rocchio'"),
+    ({"query": "a", "qid": "two words"}, 400, "qid"),
+    ({"query": "a", "rewriter": "online"}, 400, "started with --budget"),
+]
+
+
+@pytest.mark.parametrize("params, status, message", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_a_bad_request_is_one_json_line(params, status, message, server, dense_index):
+    got, body, headers = server.get(f"/v1/{dense_index.name}/search", **params)
+    assert got == status and set(body) == {"error"} and message in body["error"], body
+    assert "\n" not in body["error"] and "Traceback" not in body["error"]
+    assert headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("path, status, message", [
+    ("/v1/nope/search?query=a", 404, "unknown index 'nope'"),
+    ("/v1/{dense}/search?query=%FF%FE", 400, "not valid UTF-8"),
+    ("/v1/{dense}/search?query=ok&qid=%C3%28", 400, "not valid UTF-8"),
+    ("/v1/{dense}/doc/%FF", 400, "not valid UTF-8"),
+    ("/v1/{dense}/doc/no-such-doc", 404, "not in index"),
+    ("/v1/{bm25}/search?query=a&rewriter=tour-soft&teacher=bm25", 400, "is BM25"),
+    ("/v1/{dense}/search?query=a&rewriter=ttt-embed&state=/etc/passwd", 400, "not an option"),
+    ("/no/such/route", 404, "Not Found"),
+])  # fmt: skip
+def test_bad_paths_and_bytes_are_one_json_line(path, status, message, server, dense_index, bm25_index):
+    got, body, _ = get_url(server.url + path.format(dense=dense_index.name, bm25=bm25_index.name))
+    assert got == status and set(body) == {"error"} and message in body["error"], body
+
+
+def test_clients_requests_are_batched_together(server, dense_index, mini_scifact):
+    topics = read_topics(mini_scifact["topics"])
+    _, before, _ = server.get("/v1/status")
+    barrier = threading.Barrier(16)
+
+    def one(topic):
+        barrier.wait()
+        return server.search(dense_index.name, topic.text, rewriter="tour-soft", teacher="bm25", k=10)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, topics[:16]))
+    _, after, _ = server.get("/v1/status")
+    batches = after["batches"] - before["batches"]
+    assert after["batched_requests"] - before["batched_requests"] == 16
+    assert batches < 16  # several clients' queries shared an encoder call and a teacher call
+
+
+def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_flight(dense_index, bm25_index,
+                                                                                    tmp_path):  # fmt: skip
+    slow = {"rewriter": "tour-soft", "teacher": "bm25", "k": "300", "iterations": "20", "no-early-stop": "true",
+            "hits": "5"}  # fmt: skip
+    with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
+                "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp") as server:  # fmt: skip
+
+        def one(i):
+            return server.get(f"/v1/{dense_index.name}/search", query=f"protein folding {i}", **slow)
+
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(one, range(12)))
+        statuses = [status for status, _, _ in answers]
+        assert set(statuses) == {200, 503}, statuses
+        refused = next(a for a in answers if a[0] == 503)
+        assert refused[2]["retry-after"] == "1" and "requests are waiting" in refused[1]["error"]
+
+        in_flight: list = []
+        sender = threading.Thread(target=lambda: in_flight.append(server.get(
+            f"/v1/{dense_index.name}/search", query="protein folding", **{**slow, "iterations": "3000"})))  # fmt: skip
+        sender.start()
+        time.sleep(0.5)
+        assert not in_flight  # still being searched when the signal comes
+        assert server.stop(signal.SIGTERM) == 143
+        sender.join(30)
+        assert in_flight and in_flight[0][0] == 200 and len(in_flight[0][1]["candidates"]) == 5
+
+
+def test_a_request_past_the_timeout_is_504(dense_index, bm25_index, tmp_path):
+    with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
+                "--timeout", "0.001", "--no-mcp") as server:  # fmt: skip
+        status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", rewriter="tour-soft",
+                                     teacher="bm25", k="300", iterations="10")  # fmt: skip
+        assert status == 504 and "--timeout" in body["error"]
+
+
+def test_bad_flags_are_one_line_before_anything_loads(dense_index, tmp_path, capsys):
+    from tour_pyserini.commands import main
+
+    for argv, message in [
+        (["--index", str(tmp_path / "none")], "no such directory"),
+        (["--index", str(dense_index), "--learn", "task"], "give --budget"),
+        (["--index", str(dense_index), "--budget", "2"], "give --teacher"),
+        (["--index", str(dense_index), "--teacher", "nope"], "unknown teacher"),
+        (["--index", str(dense_index), "--state", str(tmp_path / "none.safetensors")], "does not exist"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", *argv])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_a_restart_pays_for_no_pair_twice(dense_index, tmp_path):
+    from openai_server import start_server, url
+
+    judge = start_server()
+    spec = f"openai:{url(judge)}"
+    args = ("--index", str(dense_index), "--teacher", spec, "--teacher-model", "judge-1", "--teacher-judge",
+            "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--no-mcp")  # fmt: skip
+    queries = ["vitamin D and bone density", "statins and muscle pain"]
+    try:
+        with Server(*args) as server:
+            first = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, k=10) for q in queries]
+            assert server.stop() == 143
+        paid = len(judge.requests)
+        assert paid == 20 and all(a["teacher_calls"] == 10 for a in first)
+        with Server(*args) as server:
+            again = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, k=10) for q in queries]
+        assert len(judge.requests) == paid  # every judgment came from the score store
+        assert [a["candidates"] for a in again] == [a["candidates"] for a in first]
+    finally:
+        judge.shutdown()
+        judge.server_close()

@@ -1,0 +1,288 @@
+"""What the server searches with: its indexes, one query encoder per encoder, the teachers with their score
+stores, and the batch step that runs checked requests (:class:`~tour_pyserini.serve.requests.Plan`).
+
+Everything here is opened and used by the one thread that searches (:class:`~tour_pyserini.serve.batching.
+Batcher`): the encoder, Faiss, the teachers and SQLite all run there, so requests never oversubscribe the
+cores, and a batch of many clients' queries is encoded, searched and judged together.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tour_pyserini.encoders.query import QueryEncoders
+from tour_pyserini.errors import UserError
+from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.index.faiss_index import OpenIndexes
+from tour_pyserini.index.layout import DOCSTORE_FILE, index_kind
+from tour_pyserini.results import SearchResult, Trace, timed
+from tour_pyserini.rewriters import Rewriter, check_rewriter
+from tour_pyserini.serve.allocation import Allocator
+from tour_pyserini.serve.learning import OnlineLearner, Reward
+from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
+from tour_pyserini.teachers import ScoreStore, Teacher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """A server's indexes, teachers and policy. ``budget`` (judgments per served query) makes requests that
+    name no rewriter follow the server's policy: the first teacher judges the top candidates of the share of
+    queries the budget pays for, and re-ranks them; ``learn`` (a TTT-Embed scope) also keeps those judgments
+    and refits a state from them, which moves every later query."""
+
+    indexes: tuple[str, ...]
+    teachers: tuple[str, ...] = ()
+    data_dir: str = "serve-data"  # score stores (scores/), and with learn the states and rewards (learn/)
+    state: str | None = None  # the TTT-Embed state rewriter=ttt-embed searches with
+    budget: float | None = None
+    learn: str | None = None
+    judge_depth: int = 10  # judgments per judged query, breadth first (the paper's 10)
+    max_depth: int = 100
+    refit_steps: int = 100  # warm-started refits; the first fit takes FitConfig's 300
+    threads: int | None = None  # torch's (encoder, cross-encoder teachers); Faiss 1 when None, as the search command
+    device: str = "cpu"
+    teacher_options: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class ServedIndex:
+    name: str  # the directory's base name, as routes name it
+    path: Path
+    dense: bool
+    searcher: object  # TourSearcher, or Bm25Searcher for a BM25 index
+    num_docs: int
+    docstore: DocStore | None
+    teachers: dict[str, Teacher]
+    stores: dict[str, ScoreStore | None]
+
+
+def slug(text: str) -> str:
+    """A file name for ``text`` (a teacher spec): readable, and unique by a short hash."""
+    import hashlib
+
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:60]
+    return f"{readable}.{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
+
+
+def index_names(paths: Sequence[str]) -> list[str]:
+    """Route names of ``paths`` (their base names), refused when two would share one."""
+    names = [Path(p).name for p in paths]
+    if len(set(names)) != len(names):
+        raise UserError(f"--index: two indexes are named {next(n for n in names if names.count(n) > 1)!r}; "
+                        "routes name an index by its directory's base name")  # fmt: skip
+    return names
+
+
+def open_index(path: str, config: ServeConfig, encoders: QueryEncoders, opened: OpenIndexes) -> ServedIndex:
+    """One index with its searcher, and with its teachers and score stores where it is dense; ``encoders`` and
+    ``opened``: the process's query encoders and dense indexes, which the searchers and teachers share."""
+    from tour_pyserini.search.configure import SearchConfig, open_score_store, teacher_context
+
+    name = Path(path).name
+    store_path = Path(path) / DOCSTORE_FILE
+    docstore = DocStore(store_path) if store_path.exists() else None
+    if index_kind(path) == "bm25":
+        from tour_pyserini.search.bm25 import Bm25Searcher
+
+        searcher = Bm25Searcher.from_index(path, threads=config.threads or 1)
+        return ServedIndex(name, Path(path), False, searcher, searcher.lucene.num_docs, docstore, {}, {})
+    from tour_pyserini.index.query_side import index_query_encoder
+    from tour_pyserini.search.searcher import TourSearcher
+    from tour_pyserini.teachers import get_teacher
+
+    index = opened.get(path)
+    encoder = encoders.get(index_query_encoder(index.directory, index.meta), config.device)
+    searcher = TourSearcher.from_open_index(index, encoder, threads=config.threads or 1)
+    teachers, stores = {}, {}
+    for spec_text in config.teachers:
+        search = SearchConfig(index=path, teacher=spec_text, teacher_options=config.teacher_options,
+                              device=config.device)  # fmt: skip
+        teacher = get_teacher(spec_text, teacher_context(search, encoders, opened))
+        teachers[spec_text] = teacher
+        stores[spec_text] = None
+        if teacher.pairwise:  # judgments kept across requests and restarts: no pair is paid for twice
+            stores[spec_text] = open_score_store(str(Path(config.data_dir) / "scores" / f"{name}.{slug(spec_text)}"
+                                                     ".sqlite"), teacher)  # fmt: skip
+        else:
+            log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", spec_text)
+    return ServedIndex(name, Path(path), True, searcher, searcher.num_docs, docstore, teachers, stores)
+
+
+def unique_rounds(requests: Sequence[SearchRequest]) -> list[list[int]]:
+    """Positions of ``requests`` in rounds whose qids are unique (two clients may send the same query at once)."""
+    rounds: list[list[int]] = []
+    seen: list[set[str]] = []
+    for i, request in enumerate(requests):
+        r = next((r for r, qids in enumerate(seen) if request.qid not in qids), len(rounds))
+        if r == len(rounds):
+            rounds.append([])
+            seen.append(set())
+        rounds[r].append(i)
+        seen[r].add(request.qid)
+    return rounds
+
+
+@dataclass
+class Served:
+    """One request's ranking, and what served it: the state version (0: none) and the teacher's judgments."""
+
+    result: SearchResult
+    state_version: int | None = None
+
+
+class Engine:
+    """The server's searchers, teachers, stores and policy; one thread builds and uses it."""
+
+    def __init__(self, config: ServeConfig):
+        self.config = config
+        index_names(config.indexes)
+        if config.threads:  # as the search command: the encoder and a cross-encoder teacher share torch's pool
+            import torch
+
+            torch.set_num_threads(config.threads)
+        encoders, opened = QueryEncoders(), OpenIndexes()
+        self.indexes = {Path(p).name: open_index(p, config, encoders, opened) for p in config.indexes}
+        self.rewriters: dict[tuple, Rewriter] = {}
+        self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
+        self.learner = self.open_learner() if config.learn else None
+
+    @property
+    def judge(self) -> str | None:
+        """The teacher the server's policy asks: the first one it was started with."""
+        return self.config.teachers[0] if self.config.teachers else None
+
+    def open_learner(self) -> OnlineLearner:
+        from tour_pyserini.encoders import encoder_identity
+        from tour_pyserini.ttt.vectors import DocVectors
+
+        dense = [h for h in self.indexes.values() if h.dense]
+        identities = {h.name: encoder_identity(h.searcher.encoder) for h in dense}
+        if len({repr(sorted(i.items())) for i in identities.values()}) > 1:
+            raise UserError("--learn: the dense indexes are encoded with different encoders; one state serves one")
+        vectors = {h.name: DocVectors(h.path) for h in dense}
+        identity = next(iter(identities.values()))
+        learner = OnlineLearner(Path(self.config.data_dir) / "learn", self.config.learn, identity,
+                                encode=lambda task, texts: self.indexes[task].searcher.encode(texts),
+                                doc_vectors=lambda task, docids: vectors[task].get(docids),
+                                refit_steps=self.config.refit_steps)  # fmt: skip
+        learner.start()
+        return learner
+
+    def rewriter(self, handle: ServedIndex, plan: Plan) -> Rewriter:
+        """The rewriter of ``plan`` (built once per index and plan: rewriters keep no state between searches)."""
+        key = (handle.name, plan.rewriter, plan.options, plan.teacher)
+        if key not in self.rewriters:
+            cls, config = check_rewriter(plan.rewriter, dict(plan.options), teacher=plan.teacher is not None)
+            if plan.teacher is None:
+                self.rewriters[key] = cls(config=config)
+            else:
+                self.rewriters[key] = cls(handle.teachers[plan.teacher], config=config,
+                                          store=handle.stores[plan.teacher])  # fmt: skip
+        return self.rewriters[key]
+
+    def run(self, requests: Sequence[SearchRequest]) -> list[Served]:
+        """Search ``requests`` (any indexes and plans), in order: each index's texts are encoded together, then
+        each plan's queries are rewritten and searched together."""
+        out: list[Served | None] = [None] * len(requests)
+        for name in dict.fromkeys(r.plan.index for r in requests):
+            members = [i for i, r in enumerate(requests) if r.plan.index == name]
+            handle = self.indexes[name]
+            for round_ in unique_rounds([requests[i] for i in members]):
+                positions = [members[i] for i in round_]
+                for i, served in zip(positions, self.run_index(handle, [requests[i] for i in positions])):
+                    out[i] = served
+        return out  # type: ignore[return-value]
+
+    def run_index(self, handle: ServedIndex, requests: Sequence[SearchRequest]) -> list[Served]:
+        texts, qids = [r.query for r in requests], [r.qid for r in requests]
+        if not handle.dense:
+            out: list[Served | None] = [None] * len(requests)
+            for hits in dict.fromkeys(r.plan.hits for r in requests):
+                at = [i for i, r in enumerate(requests) if r.plan.hits == hits]
+                for i, result in zip(at, handle.searcher.retrieve([texts[i] for i in at], [qids[i] for i in at], hits)):
+                    out[i] = Served(result)
+            return out  # type: ignore[return-value]
+        traces = [Trace() for _ in requests]
+        with timed(traces, "encode"):
+            vectors = handle.searcher.encode(texts)
+        out = [None] * len(requests)
+        for plan in dict.fromkeys(r.plan for r in requests):
+            at = [i for i, r in enumerate(requests) if r.plan == plan]
+            group = [texts[i] for i in at], [qids[i] for i in at], vectors[at], [traces[i] for i in at]
+            try:
+                served = (
+                    self.run_online(handle, plan, *group)
+                    if plan.rewriter == ONLINE
+                    else [
+                        Served(r)
+                        for r in handle.searcher.retrieve_vectors(
+                            *group[:3], plan.hits, traces=group[3], rewriter=self.rewriter(handle, plan)
+                        )
+                    ]
+                )
+            except Exception as e:  # noqa: BLE001 - this plan's clients get the error; the batch's others go on
+                if not isinstance(e, UserError):
+                    log.exception("searching %d queries of plan %s failed", len(at), plan)
+                served = [e] * len(at)  # type: ignore[list-item]
+            for i, s in zip(at, served):
+                out[i] = s
+        return out  # type: ignore[return-value]
+
+    def run_online(self, handle: ServedIndex, plan: Plan, texts: list[str], qids: list[str], vectors: np.ndarray,
+                   traces: list[Trace]) -> list[Served]:  # fmt: skip
+        """The server's policy: the current state moves the queries; the budget's share is judged and re-ranked
+        (its judgments kept as rewards when learning)."""
+        version, raw = None, vectors
+        if self.learner is not None:
+            vectors, version = self.learner.shift(handle.name, qids, vectors)
+        grants = [self.allocator.next(handle.name) for _ in qids] if self.allocator else [0] * len(qids)
+        out: list[Served | None] = [None] * len(qids)
+        rewards, rewarded = [], []
+        for depth in dict.fromkeys(grants):
+            at = [i for i, g in enumerate(grants) if g == depth]
+            rewriter = None
+            if depth:
+                judged = Plan(handle.name, plan.hits, "rerank", (("depth", depth),), self.judge)
+                rewriter = self.rewriter(handle, judged)
+            results = handle.searcher.retrieve_vectors([texts[i] for i in at], [qids[i] for i in at], vectors[at],
+                                                       plan.hits, rewriter=rewriter,
+                                                       traces=[traces[i] for i in at])  # fmt: skip
+            for i, result in zip(at, results):
+                out[i] = Served(result, version)
+                if depth:
+                    rewards.append(Reward(handle.name, qids[i], texts[i], dict(result.trace.judgments)))
+                    rewarded.append(i)
+        if self.learner is not None:
+            self.learner.add(rewards, raw[rewarded])  # on disk before the answers leave
+        return out  # type: ignore[return-value]
+
+    def explain(self, plan: Plan, query: str, qid: str) -> dict:
+        """TOUR's stages on one query and re-ranking at its teacher calls (:mod:`tour_pyserini.serve.explain`)."""
+        from tour_pyserini.serve.explain import explain
+
+        handle = self.indexes[plan.index]
+        depth = dict(plan.options).get("depth", 100)
+
+        def rerank_at(calls: int) -> Rewriter:
+            options = (("depth", min(calls, handle.num_docs)),)
+            return self.rewriter(handle, Plan(plan.index, plan.hits, "rerank", options, plan.teacher))
+
+        show = min(max(plan.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
+        return explain(handle.searcher, handle.searcher.encode([query]), query, qid, tour=self.rewriter(handle, plan),
+                       rerank_at=rerank_at, hits=show, show=show)  # fmt: skip
+
+    def close(self) -> None:
+        if self.learner is not None:
+            self.learner.close()
+        for handle in self.indexes.values():
+            for store in handle.stores.values():
+                if store is not None:
+                    store.close()
