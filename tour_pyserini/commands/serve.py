@@ -90,7 +90,7 @@ def check_args(args: argparse.Namespace) -> None:
 def teacher_option_values(args: argparse.Namespace) -> dict:
     from tour_pyserini.teachers import teacher_options
 
-    return {o.param: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
+    return {o.name: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
