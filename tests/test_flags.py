@@ -363,13 +363,26 @@ def test_fit_ensemble_without_a_relevant_document_is_refused_before_the_teachers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index", "q.txt", "t.tsv"]
 
 
+def test_ttt_fit_flags_say_the_fit_config_defaults():
+    from dataclasses import asdict
+
+    from tour_pyserini.ttt.objectives import FitConfig
+
+    fit = parsers()["ttt fit"]
+    helps = {a.option_strings[0]: " ".join((a.help or "").split()) for a in fit._actions if a.option_strings}
+    for name in ("objective", "tau_teacher", "tau_student", "ridge", "steps", "lr"):
+        assert f"(default: {asdict(FitConfig())[name]})" in helps[f"--{name.replace('_', '-')}"], name
+
+
 def test_the_fit_config_names_the_value_it_refuses():
     from tour_pyserini.ttt.allocation import allocate
     from tour_pyserini.ttt.objectives import FitConfig
 
-    with pytest.raises(UserError, match="FitConfig tau_teacher must be positive and finite, got 0"):
+    with pytest.raises(UserError, match="--tau-teacher must be positive and finite, got 0"):
         FitConfig(tau_teacher=0)
-    with pytest.raises(UserError, match="FitConfig lr must be positive and finite, got nan"):
+    with pytest.raises(UserError, match="--lr must be positive and finite, got nan"):
         FitConfig(lr=float("nan"))
+    with pytest.raises(UserError, match="--objective must be one of kd, rkl, grpo, got 'kl'"):
+        FitConfig(objective="kl")
     with pytest.raises(UserError, match="budget must be a finite number"):
         allocate([["1", "2"]], float("inf"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -137,24 +138,34 @@ def test_bad_settings_are_refused_before_anything_trains():
         Trainer(ScriptedTask([]), settings(precision="fp16"))
 
 
-@pytest.mark.parametrize("command, config, needed", [
+TRAINERS = [
     ("train_ict", "ict_training.IctConfig", ["--collection", "c"]),
     ("train_qa", "early_update.QaConfig", ["--index", "i", "--topics", "t"]),
     ("train_orqa", "orqa_joint.OrqaConfig", ["--index", "i", "--topics", "t", "--reader", "r"]),
     ("train_reader", "reader.ReaderTrainConfig", ["--run", "r", "--topics", "t", "--collection", "c"]),
     ("train_reranker", "reranker.TrainConfig", ["--index", "i", "--topics", "t"]),
-])  # fmt: skip
-def test_every_trainer_spells_precision_one_way_and_still_reads_bf16(command, config, needed, capsys):
+]  # fmt: skip
+
+
+def trainer(command: str, config: str):
+    """A trainer command's module and its config class."""
     import importlib
 
-    from tour_pyserini.commands.flags import apply_renamed, config_from
-
-    ap = importlib.import_module(f"tour_pyserini.commands.{command}").parser()
     module, name = config.split(".")
     cls = getattr(importlib.import_module(f"tour_pyserini.training.{module}"), name)
+    return importlib.import_module(f"tour_pyserini.commands.{command}"), cls
+
+
+@pytest.mark.parametrize("command, config, needed", TRAINERS)
+def test_every_trainer_spells_precision_one_way_and_still_reads_bf16(command, config, needed, capsys):
+    from tour_pyserini.commands.flags import apply_renamed, config_from_flags
+
+    module, cls = trainer(command, config)
+    ap = module.parser()
 
     def parsed(*flags: str):
-        return config_from(cls, apply_renamed(ap, ap.parse_args([*needed, "--output", "o", *flags])))
+        args = apply_renamed(ap, ap.parse_args([*needed, "--output", "o", *flags]))
+        return config_from_flags(cls, args, precision=args.precision)
 
     assert parsed().precision == cls.precision and parsed("--precision", "bf16").precision == "bf16"
     capsys.readouterr()
@@ -164,3 +175,37 @@ def test_every_trainer_spells_precision_one_way_and_still_reads_bf16(command, co
         parsed("--bf16", "--precision", "fp32")
     assert "--bf16 is the old name of --precision: give one of them" in capsys.readouterr().err
     assert "--bf16" not in ap.format_help() and "--precision" in ap.format_help()
+
+
+def out_of_range(kind) -> str:
+    """A value the range ``kind`` refuses, as typed."""
+    return next(text for text in ("0", "-1", "1", "1.5") if not kind.ok(kind(text)))
+
+
+@pytest.mark.parametrize("command, config, needed", TRAINERS)
+def test_every_trainer_flag_says_its_config_default_and_refuses_a_value_out_of_range_in_one_line(
+        command, config, needed, tmp_path, capsys):  # fmt: skip
+    """Each config field is a flag whose help says the default the config has; a value out of its range is one
+    line naming the flag, from the command line (before anything is read) and from the library alike."""
+    from dataclasses import asdict
+
+    from tour_pyserini.commands.runner import run_cli
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.numbers import Number, params_of
+
+    module, cls = trainer(command, config)
+    helps = {a.option_strings[0]: " ".join(a.help.split()) for a in module.parser()._actions if a.option_strings}
+    for name, default in asdict(cls()).items():
+        assert f"(default: {default})" in helps[f"--{name.replace('_', '-')}"], name
+    ranged = [(p.name, p.type) for p in params_of(cls) if isinstance(p.type, Number)]
+    assert len(ranged) >= 10
+    for name, kind in ranged:
+        flag, bad = f"--{name.replace('_', '-')}", out_of_range(kind)
+        with pytest.raises(SystemExit) as exited:
+            run_cli(module.main, [*needed, "--output", str(tmp_path / "o"), flag, bad])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.startswith(f"error: {flag} must be {kind.rule}, got ") and \
+            err.count("\n") == 1, err  # fmt: skip
+        with pytest.raises(UserError, match=f"^{flag} must be {re.escape(kind.rule)}, got "):
+            cls(**{name: kind(bad)}).check()
+    assert not list(tmp_path.iterdir())

@@ -1,10 +1,10 @@
 """Parameters a user sets, each declared once: its name, type with its range, default and help.
 
 A :class:`Number` is a numeric type that parses its text and knows the range its value must lie in. A
-:class:`Param` declares one parameter of a library object (a rewriter, a teacher): the command line's flag, its
-help (which says the default, read from the declaration) and the range check all derive from it. A configuration
-dataclass declares its fields with :func:`param` and is checked by :func:`check_fields`, so the dataclass is the
-one declaration of its parameters, as ir_measures declares a measure's parameters as data.
+:class:`Param` declares one parameter of a library object (a rewriter, a teacher, a trainer): the command
+line's flag, its help (which says the default, read from the declaration) and the range check all derive from
+it. A configuration dataclass declares its fields with :func:`param` and is checked by :func:`check_fields`, so
+the dataclass is the one declaration of its parameters, as ir_measures declares a measure's parameters as data.
 """
 
 from __future__ import annotations
@@ -149,28 +149,3 @@ def configure(config_class, values: dict[str, Any], what: str = "the configurati
     if hasattr(config, "check"):
         config.check()
     return config
-
-
-# ---- a configuration's numbers, each failure one line naming the flag ----
-
-
-def _flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
-
-
-def check_positive(config, names: tuple[str, ...]) -> None:
-    """Each field of ``config`` in ``names`` is > 0."""
-    for name in names:
-        if not getattr(config, name) > 0:
-            raise UserError(f"{_flag(name)} must be positive, got {getattr(config, name)}")
-
-
-def check_fractions(config, open_names: tuple[str, ...] = (), closed_names: tuple[str, ...] = ()) -> None:
-    """Each field in ``open_names`` is in (0, 1) (a dev split that leaves training queries), each in
-    ``closed_names`` in [0, 1] (a warm-up share, a mask rate)."""
-    for name in open_names:
-        if not 0.0 < getattr(config, name) < 1.0:
-            raise UserError(f"{_flag(name)} must be in (0, 1), got {getattr(config, name)}")
-    for name in closed_names:
-        if not 0.0 <= getattr(config, name) <= 1.0:
-            raise UserError(f"{_flag(name)} must be in [0, 1], got {getattr(config, name)}")

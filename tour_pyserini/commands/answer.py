@@ -17,10 +17,10 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser
+from tour_pyserini.commands.flags import ArgumentParser, add_param_flags, config_from_flags
 from tour_pyserini.commands.outputs import check_output
 from tour_pyserini.devices import PRECISIONS, check_device, resolve_precision
-from tour_pyserini.numbers import params_of, positive_int
+from tour_pyserini.numbers import positive_int
 from tour_pyserini.reader import ReaderOptions
 
 
@@ -39,8 +39,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--questions-per-batch", type=positive_int, default=16,
                     help="questions read, and written, together (the unit an interrupted run resumes at)")  # fmt: skip
     ap.add_argument("--no-resume", action="store_true", help="start over even if a partial output exists")
-    for option in params_of(ReaderOptions):
-        option.add_to(ap)
+    add_param_flags(ap, ReaderOptions)
     return ap
 
 
@@ -55,9 +54,8 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     device = check_device(args.device)
-    given = {o.name: getattr(args, o.dest) for o in params_of(ReaderOptions) if getattr(args, o.dest) is not None}
-    options = ReaderOptions(**given, precision=resolve_precision(args.precision, device, "--precision"), device=device)
-    options.check()
+    options = config_from_flags(ReaderOptions, args, precision=resolve_precision(args.precision, device, "--precision"),
+                                device=device)  # fmt: skip
     output = check_output(args.output)
     signature = {"run": str(Path(args.run).resolve()), "topics": str(Path(args.topics).resolve()),
                  "reader": args.reader, "options": asdict(options),

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 
 from tour_pyserini.devices import PRECISIONS
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import Number, positive_int
+from tour_pyserini.numbers import Number, configure, params_of, positive_int
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -36,15 +35,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} ({self.prog} --help lists the flags)\n")
 
 
-def add_config_flags(ap: argparse.ArgumentParser, config, numbers: dict[str, Number],
-                     helps: dict[str, str] | None = None, skip: tuple[str, ...] = ()) -> None:  # fmt: skip
-    """A ``--field-name`` flag for each field of the dataclass ``config`` (its value the default); a numeric
-    field takes its type from ``numbers``, so one added without a range fails here, when the parser is built."""
-    for name, value in asdict(config).items():
-        if name in skip:
-            continue
-        kind = numbers[name] if isinstance(value, (int, float)) else type(value)
-        ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=value, help=(helps or {}).get(name))
+def add_param_flags(ap, config_class) -> None:
+    """A flag for each parameter the dataclass ``config_class`` declares with :func:`~tour_pyserini.numbers.param`
+    (its help says the default; its range is checked as it is parsed); each stays None when not given."""
+    for p in params_of(config_class):
+        p.add_to(ap)
+
+
+def config_from_flags(config_class, args: argparse.Namespace, **values):
+    """``config_class`` from the flags :func:`add_param_flags` added and ``values`` (fields with flags of their own,
+    e.g. precision), checked once; a value not given (None) keeps its default."""
+    return configure(config_class, {**{p.name: getattr(args, p.dest) for p in params_of(config_class)}, **values})
 
 
 def add_teacher_flags(ap) -> None:
@@ -97,17 +98,12 @@ def apply_renamed(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argp
 
 def add_precision_flag(ap: argparse.ArgumentParser, default: str) -> None:
     """A trainer's ``--precision`` (``default`` where not given) and ``--bf16``, its old spelling, both read by
-    :func:`apply_renamed`; :func:`config_from` fills in the default."""
+    :func:`apply_renamed`; :func:`config_from_flags` fills in the default."""
     ap.add_argument("--precision", choices=PRECISIONS, help="arithmetic of the forward passes: bf16 (bfloat16 "
                     "autocast, about twice as fast on CPUs with bfloat16 units, less exact; refused where torch "
-                    "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them); "
-                    f"default {default}")  # fmt: skip
+                    "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them) "
+                    f"(default: {default})")  # fmt: skip
     add_renamed(ap, "--bf16", action="store_const", const="bf16")
-
-
-def config_from(cls, args: argparse.Namespace):
-    """The dataclass ``cls`` from the flags named after its fields; a flag not given (None) keeps its default."""
-    return cls(**{k: getattr(args, k) for k in asdict(cls()) if getattr(args, k, None) is not None})
 
 
 def _dest(flag: str) -> str:

@@ -9,22 +9,15 @@ import argparse
 
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_config_flags,
+    add_param_flags,
     add_precision_flag,
     apply_renamed,
-    config_from,
+    config_from_flags,
 )
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
-from tour_pyserini.numbers import at_least, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import ict_training
 from tour_pyserini.training.ict_training import IctConfig, train
-
-NUMBERS = {
-    "steps": positive_int, "batch_size": at_least(2), "lr": positive_float, "warmup": probability,
-    "mask_rate": probability, "max_wordpieces": positive_int, "query_max_length": positive_int,
-    "temperature": positive_float, "held_out": positive_int, "eval_every": positive_int, "seed": non_negative_int,
-}  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
     add_precision_flag(ap, IctConfig.precision)
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    add_config_flags(ap, IctConfig(), NUMBERS, skip=("precision",))
+    add_param_flags(ap, IctConfig)
     return ap
 
 
@@ -47,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = parser()
     args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from(IctConfig, args)
+    config = config_from_flags(IctConfig, args, precision=args.precision)
     resolve_precision(config.precision, "cpu", "--precision")
     check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
     with locked_output_directory(args.output, args.overwrite) as output:

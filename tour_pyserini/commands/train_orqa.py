@@ -14,22 +14,14 @@ from tour_pyserini.commands.answer_training import (
 )
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_config_flags,
+    add_param_flags,
     add_precision_flag,
     apply_renamed,
-    config_from,
+    config_from_flags,
 )
 from tour_pyserini.devices import resolve_precision
-from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import orqa_joint
 from tour_pyserini.training.orqa_joint import OrqaConfig, train
-
-NUMBERS = {
-    "steps": positive_int, "batch_size": positive_int, "k": positive_int, "top_c": positive_int,
-    "lr": positive_float, "warmup": probability, "temperature": positive_float, "query_max_length": positive_int,
-    "max_length": positive_int, "stride": positive_int, "max_answer_length": positive_int, "dev_fraction": fraction,
-    "eval_every": positive_int, "seed": non_negative_int,
-}  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     add_answer_training_flags(ap)
     add_precision_flag(ap, OrqaConfig.precision)
-    add_config_flags(ap, OrqaConfig(), NUMBERS, skip=("precision",))
+    add_param_flags(ap, OrqaConfig)
     return ap
 
 
@@ -54,8 +46,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = parser()
     args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from(OrqaConfig, args)
-    config.check()
+    config = config_from_flags(OrqaConfig, args, precision=args.precision)
     resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     index_dir, meta = dense_index_with_encoder(args.index, "joint training retrieves from a dense one")
     topics = answered_questions(args, "joint training needs them")

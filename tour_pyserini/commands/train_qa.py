@@ -14,21 +14,14 @@ from tour_pyserini.commands.answer_training import (
 )
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_config_flags,
+    add_param_flags,
     add_precision_flag,
     apply_renamed,
-    config_from,
+    config_from_flags,
 )
 from tour_pyserini.devices import resolve_precision
-from tour_pyserini.numbers import fraction, non_negative_int, positive_float, positive_int, probability
 from tour_pyserini.training import early_update
 from tour_pyserini.training.early_update import QaConfig, train
-
-NUMBERS = {
-    "steps": positive_int, "batch_size": positive_int, "lr": positive_float, "warmup": probability,
-    "top_c": positive_int, "temperature": positive_float, "query_max_length": positive_int,
-    "dev_fraction": fraction, "eval_every": positive_int, "seed": non_negative_int,
-}  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     add_answer_training_flags(ap)
     add_precision_flag(ap, QaConfig.precision)
-    add_config_flags(ap, QaConfig(), NUMBERS, skip=("precision",))
+    add_param_flags(ap, QaConfig)
     return ap
 
 
@@ -51,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = parser()
     args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from(QaConfig, args)
+    config = config_from_flags(QaConfig, args, precision=args.precision)
     resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     index_dir, meta = dense_index_with_encoder(args.index, "the early update needs a dense one")
     topics = answered_questions(args, "the early update needs answer strings")

@@ -11,31 +11,16 @@ from contextlib import ExitStack
 from tour_pyserini.commands.answer_training import add_answer_training_flags, answered_questions
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_config_flags,
+    add_param_flags,
     add_precision_flag,
     apply_renamed,
-    config_from,
+    config_from_flags,
 )
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.index.docstore import open_passages
-from tour_pyserini.numbers import (
-    fraction,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    probability,
-)
-from tour_pyserini.reader import RULES, questions_to_read
+from tour_pyserini.reader import questions_to_read
 from tour_pyserini.training import reader as reader_training
 from tour_pyserini.training.reader import ReaderTrainConfig, train
-
-NUMBERS = {
-    "steps": positive_int, "batch_size": positive_int, "passages": positive_int, "lr": positive_float,
-    "warmup": probability, "k": positive_int, "max_length": positive_int, "stride": positive_int,
-    "max_answer_length": positive_int, "dev_fraction": fraction, "dev_k": positive_int, "eval_every": positive_int,
-    "seed": non_negative_int, "retrieval_weight": non_negative_float,
-}  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,8 +35,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", help="encoder to start from (default: the bundled MiniLM; any BERT-like directory)")
     add_answer_training_flags(ap)
     add_precision_flag(ap, ReaderTrainConfig.precision)
-    add_config_flags(ap, ReaderTrainConfig(), NUMBERS, skip=("rule", "precision"))
-    ap.add_argument("--rule", choices=RULES, default=ReaderTrainConfig.rule, help="selection rule of the dev answers")
+    add_param_flags(ap, ReaderTrainConfig)
     return ap
 
 
@@ -64,8 +48,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = parser()
     args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from(ReaderTrainConfig, args)
-    config.check()
+    config = config_from_flags(ReaderTrainConfig, args, precision=args.precision)
     resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     with ExitStack() as stack:
         output = stack.enter_context(locked_output_directory(args.output, args.overwrite))

@@ -9,37 +9,15 @@ import argparse
 
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_config_flags,
+    add_param_flags,
     add_precision_flag,
     apply_renamed,
-    config_from,
+    config_from_flags,
 )
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import (
-    fraction,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    probability,
-)
 from tour_pyserini.training import reranker
-from tour_pyserini.training.reranker import PSEUDO, TrainConfig, train
-
-NUMBERS = {
-    "epochs": positive_int, "queries_per_step": positive_int, "negatives": positive_int, "lr": positive_float,
-    "head_lr": positive_float, "warmup": probability, "max_length": positive_int, "hard_depth": positive_int,
-    "residual_scale": non_negative_float, "dev_fraction": fraction, "dev_depth": positive_int,
-    "evals_per_epoch": positive_int, "extra_per_step": non_negative_int, "max_steps": non_negative_int,
-    "seed": non_negative_int,
-}  # fmt: skip
-HELPS = {
-    "max_steps": "stop after this many steps, on the schedule of the full run (default 0: no limit, every epoch)",
-    "residual_scale": "times the retriever's similarity, added to the model's logit (0: a plain cross-encoder)",
-    "warmup": "fraction of the steps the learning rate warms up over",
-    "dev_fraction": "fraction of the training queries held out as the dev split",
-}
+from tour_pyserini.training.reranker import TrainConfig, train
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,11 +39,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
     ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
     add_precision_flag(ap, TrainConfig.precision)
-    ap.add_argument("--pseudo", choices=PSEUDO, default=TrainConfig.pseudo, help="corpus-only pseudo-queries "
-                    "(sentences of documents) mixed into every step: ict (the sentence's own document, read "
-                    "without it) or ensemble (the document BM25 and the retriever rank first, the sentence's own "
-                    "left out)")  # fmt: skip
-    add_config_flags(ap, TrainConfig(), NUMBERS, HELPS, skip=("precision", "pseudo"))
+    add_param_flags(ap, TrainConfig)
     return ap
 
 
@@ -76,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = parser()
     args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from(TrainConfig, args)
+    config = config_from_flags(TrainConfig, args, precision=args.precision)
     resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
     if bool(args.extra_topics) != bool(args.extra_index):
         raise UserError("--extra-topics and --extra-index go together")

@@ -14,12 +14,18 @@ import shlex
 import sys
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser, add_teacher_flags, teacher_flags
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_param_flags,
+    add_teacher_flags,
+    config_from_flags,
+    teacher_flags,
+)
 from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import non_negative_float, non_negative_int, positive_float, positive_int
-from tour_pyserini.ttt.objectives import OBJECTIVES, FitConfig
+from tour_pyserini.numbers import non_negative_int, positive_float, positive_int
+from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
 
@@ -54,13 +60,7 @@ def parser() -> argparse.ArgumentParser:
     ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
     ft.add_argument("--output", required=True, help="state file to write (safetensors)")
     ft.add_argument("--scope", required=True, choices=SCOPES)
-    defaults = FitConfig()
-    ft.add_argument("--objective", choices=OBJECTIVES, default=defaults.objective)
-    ft.add_argument("--tau-teacher", type=positive_float, default=defaults.tau_teacher)
-    ft.add_argument("--tau-student", type=positive_float, default=defaults.tau_student)
-    ft.add_argument("--ridge", type=non_negative_float, default=defaults.ridge, help="lambda of lambda ||v||^2")
-    ft.add_argument("--steps", type=non_negative_int, default=defaults.steps, help="full-batch Adam steps")
-    ft.add_argument("--lr", type=positive_float, default=defaults.lr)
+    add_param_flags(ft, FitConfig)
     ft.add_argument("--init", metavar="STATE", help="warm start: each residual begins at its value in this "
                     "state file (same scope and encoder), e.g. the state fitted before the latest rewards")  # fmt: skip
     return ap
@@ -136,7 +136,7 @@ def fit_command(args: argparse.Namespace) -> None:
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.ttt.rewards import read_rewards
 
-    config = FitConfig(args.objective, args.tau_teacher, args.tau_student, args.ridge, args.steps, args.lr)
+    config = config_from_flags(FitConfig, args)
     with locked_output(args.output):
         init = read_init(args.init, args.scope) if args.init else None
         rewards = read_rewards(args.rewards)

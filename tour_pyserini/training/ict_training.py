@@ -22,32 +22,41 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import check_fractions, check_positive
+from tour_pyserini.numbers import (
+    at_least,
+    check_fields,
+    non_negative_int,
+    param,
+    positive_float,
+    positive_int,
+    probability,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class IctConfig:
-    steps: int = 300
-    batch_size: int = 32  # examples per step; the other 31 blocks are each query's negatives
-    lr: float = 2e-5
-    warmup: float = 0.1  # fraction of the steps
-    mask_rate: float = 0.9
-    max_wordpieces: int = 288
-    query_max_length: int = 64
-    temperature: float = 0.05  # scores are cosines: softmax(cos / 0.05)
-    held_out: int = 256  # held-out examples scored against each other's blocks for selection
-    eval_every: int = 50
-    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast)
-    seed: int = 13
+    """The pre-training's parameters, each declared once: train-ict's flags, their help and ranges derive from it."""
+
+    steps: int = param(300, positive_int, "optimiser steps")
+    batch_size: int = param(32, at_least(2), "examples per step; the other blocks of the batch are each query's "
+                            "negatives")  # fmt: skip
+    lr: float = param(2e-5, positive_float, "AdamW learning rate")
+    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    mask_rate: float = param(0.9, probability, "fraction of the examples whose query sentence is removed from its "
+                             "block")  # fmt: skip
+    max_wordpieces: int = param(288, positive_int, "block size limit, title and special tokens included")
+    query_max_length: int = param(64, positive_int, "tokens of a pseudo-query")
+    temperature: float = param(0.05, positive_float, "scores are cosines divided by it before the softmax")
+    held_out: int = param(256, positive_int, "held-out examples scored against each other's blocks to choose the "
+                          "checkpoint")  # fmt: skip
+    eval_every: int = param(50, positive_int, "steps between held-out evaluations")
+    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast); its own flag
+    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
-        check_positive(self, ("steps", "lr", "max_wordpieces", "query_max_length", "temperature", "held_out",
-                              "eval_every"))  # fmt: skip
-        if self.batch_size < 2:
-            raise UserError(f"--batch-size must be at least 2 (in-batch negatives), got {self.batch_size}")
-        check_fractions(self, closed_names=("mask_rate", "warmup"))
+        check_fields(self)
 
 
 class IctTask:

@@ -27,33 +27,42 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import check_fractions, check_positive
+from tour_pyserini.numbers import (
+    check_fields,
+    fraction,
+    non_negative_int,
+    param,
+    positive_float,
+    positive_int,
+    probability,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class OrqaConfig:
-    steps: int = 60
-    batch_size: int = 8  # questions per step
-    k: int = 5  # blocks the reader reads (ORQA: 5)
-    top_c: int = 5000  # blocks of the early update (capped at the index size)
-    lr: float = 1e-5
-    warmup: float = 0.1
-    temperature: float = 0.05
-    query_max_length: int = 64
-    max_length: int = 192
-    stride: int = 48
-    max_answer_length: int = 10
-    dev_fraction: float = 0.1
-    eval_every: int = 30
-    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast)
-    seed: int = 13
+    """The joint training's parameters, each declared once: train-orqa's flags, their help and ranges derive
+    from it."""
+
+    steps: int = param(60, positive_int, "optimiser steps")
+    batch_size: int = param(8, positive_int, "questions per step")
+    k: int = param(5, positive_int, "blocks the reader reads: the full update's beam (ORQA: 5)")
+    top_c: int = param(5000, positive_int, "blocks of the early update (capped at the index size)")
+    lr: float = param(1e-5, positive_float, "AdamW learning rate")
+    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    temperature: float = param(0.05, positive_float, "S_retr is the cosine divided by it")
+    query_max_length: int = param(64, positive_int, "tokens of a question")
+    max_length: int = param(192, positive_int, "tokens per reader window (question and special tokens included)")
+    stride: int = param(48, positive_int, "tokens shared by consecutive windows of a long block")
+    max_answer_length: int = param(10, positive_int, "longest answer span, in tokens")
+    dev_fraction: float = param(0.1, fraction, "fraction of the training questions held out as the dev split")
+    eval_every: int = param(30, positive_int, "steps between dev evaluations")
+    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast); its own flag
+    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
-        check_positive(self, ("steps", "batch_size", "k", "top_c", "lr", "temperature", "query_max_length",
-                              "max_length", "stride", "max_answer_length", "eval_every"))  # fmt: skip
-        check_fractions(self, ("dev_fraction",), ("warmup",))
+        check_fields(self)
         if self.stride >= self.max_length // 2:
             raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
 

@@ -32,7 +32,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import check_fractions, check_positive
+from tour_pyserini.numbers import (
+    check_fields,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    param,
+    positive_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.reader.spans import DEFAULT_RULE, RULES
 
 log = logging.getLogger(__name__)
@@ -40,32 +49,33 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ReaderTrainConfig:
-    # defaults sized for 2 CPU cores: 240 steps of 16 questions are about 2.5 passes over nq-oracle's training set
-    steps: int = 240
-    batch_size: int = 16  # questions per step
-    passages: int = 2  # windows per question: one positive and the rest negatives (DPR: 24)
-    lr: float = 5e-5
-    warmup: float = 0.1
-    k: int = 20  # the run's passages searched for positives and negatives
-    max_length: int = 192  # nq-oracle's passages: 118 tokens median, 149 at the 90th percentile
-    stride: int = 48
-    max_answer_length: int = 10
-    dev_fraction: float = 0.1
-    dev_k: int = 5  # passages read per dev question
-    rule: str = DEFAULT_RULE  # how dev answers are chosen
-    retrieval_weight: float = 1.0  # the orqa rule's w for dev answers (the shipped reader's checkpoint: 1)
-    eval_every: int = 60
-    precision: str = "fp32"  # of the training forward passes (dev reads in fp32): auto, fp32 or bf16 (autocast)
-    seed: int = 13
+    """The reader training's parameters, each declared once: train-reader's flags, their help and ranges derive
+    from it. The defaults are sized for 2 CPU cores: 240 steps of 16 questions are about 2.5 passes over
+    nq-oracle's training set."""
+
+    steps: int = param(240, positive_int, "optimiser steps")
+    batch_size: int = param(16, positive_int, "questions per step")
+    passages: int = param(2, positive_int, "windows per question: one positive and the rest negatives (DPR: 24)")
+    lr: float = param(5e-5, positive_float, "AdamW learning rate")
+    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    k: int = param(20, positive_int, "the run's passages searched for positives and negatives")
+    # nq-oracle's passages: 118 tokens median, 149 at the 90th percentile
+    max_length: int = param(192, positive_int, "tokens per window (question and special tokens included)")
+    stride: int = param(48, positive_int, "tokens shared by consecutive windows of a long passage")
+    max_answer_length: int = param(10, positive_int, "longest answer span, in tokens")
+    dev_fraction: float = param(0.1, fraction, "fraction of the training questions held out as the dev split")
+    dev_k: int = param(5, positive_int, "passages read per dev question")
+    rule: str = param(DEFAULT_RULE, str, "selection rule of the dev answers", choices=RULES)
+    # the shipped reader's checkpoint was chosen at 1
+    retrieval_weight: float = param(1.0, non_negative_float, "the orqa rule's w for the dev answers")
+    eval_every: int = param(60, positive_int, "steps between dev evaluations")
+    precision: str = "fp32"  # of the training forward passes (dev reads in fp32): auto, fp32 or bf16; its own flag
+    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
-        check_positive(self, ("steps", "batch_size", "passages", "lr", "k", "max_length", "stride",
-                              "max_answer_length", "dev_k", "eval_every"))  # fmt: skip
-        check_fractions(self, ("dev_fraction",), ("warmup",))
+        check_fields(self)
         if self.stride >= self.max_length // 2:
             raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
-        if self.rule not in RULES:
-            raise UserError(f"--rule {self.rule!r}: choose one of {', '.join(RULES)}")
 
 
 # ---- the losses: pure functions on logits ----

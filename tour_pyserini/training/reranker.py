@@ -28,41 +28,52 @@ import numpy as np
 
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import check_fractions, check_positive
+from tour_pyserini.numbers import (
+    check_fields,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    param,
+    positive_float,
+    positive_int,
+    probability,
+)
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 from tour_pyserini.training.loop import LoopSettings
+
+PSEUDO = ("none", "ict", "ensemble")
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 3
-    queries_per_step: int = 8
-    negatives: int = 7  # hard negatives per positive
-    lr: float = 4e-5
-    head_lr: float = 1e-3  # the new head (pooler and classifier), which starts at zero
-    warmup: float = 0.1  # fraction of steps
-    max_length: int = 256
-    hard_depth: int = 30  # negatives come from the dense and BM25 top hard_depth
-    residual_scale: float = 20.0  # MiniLM's training scale (cos / 0.05); 0 trains a plain cross-encoder
-    dev_fraction: float = 0.2
-    dev_depth: int = 20  # dev queries re-rank the dense top dev_depth
-    evals_per_epoch: int = 2
-    pseudo: str = "none"  # corpus-only pseudo-queries mixed into every step: none, ict or ensemble
-    extra_per_step: int = 4  # lists per step from --pseudo or --extra-topics
-    max_steps: int = 0  # stop after this many steps (0: all epochs); the schedule still spans all epochs
-    precision: str = "auto"  # of the forward and backward passes: auto, fp32 or bf16 (autocast)
-    seed: int = 13
+    """The training's parameters, each declared once: train-reranker's flags, their help and ranges derive from it."""
+
+    epochs: int = param(3, positive_int, "passes over the training queries")
+    queries_per_step: int = param(8, positive_int, "training queries per optimiser step")
+    negatives: int = param(7, positive_int, "hard negatives per positive")
+    lr: float = param(4e-5, positive_float, "AdamW learning rate of the encoder")
+    head_lr: float = param(1e-3, positive_float, "learning rate of the new head (pooler and classifier), which "
+                           "starts at zero")  # fmt: skip
+    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    max_length: int = param(256, positive_int, "tokens of a query and document pair")
+    hard_depth: int = param(30, positive_int, "negatives come from the dense and BM25 top hard-depth")
+    # MiniLM's training scale (cos / 0.05)
+    residual_scale: float = param(20.0, non_negative_float, "times the retriever's similarity, added to the model's "
+                                  "logit (0: a plain cross-encoder)")  # fmt: skip
+    dev_fraction: float = param(0.2, fraction, "fraction of the training queries held out as the dev split")
+    dev_depth: int = param(20, positive_int, "dev queries re-rank the dense top dev-depth")
+    evals_per_epoch: int = param(2, positive_int, "dev evaluations per epoch")
+    pseudo: str = param("none", str, "corpus-only pseudo-queries (sentences of documents) mixed into every step: ict "
+                        "(the sentence's own document, read without it) or ensemble (the document BM25 and the "
+                        "retriever rank first, the sentence's own left out)", choices=PSEUDO)  # fmt: skip
+    extra_per_step: int = param(4, non_negative_int, "lists per step from --pseudo or --extra-topics")
+    max_steps: int = param(0, non_negative_int, "stop after this many steps, on the schedule of the full run (0: no "
+                           "limit, every epoch)")  # fmt: skip
+    precision: str = "auto"  # of the forward and backward passes: auto, fp32 or bf16 (autocast); its own flag
+    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
-        check_positive(self, ("epochs", "queries_per_step", "negatives", "lr", "head_lr", "max_length", "hard_depth",
-                              "dev_depth", "evals_per_epoch"))  # fmt: skip
-        check_fractions(self, ("dev_fraction",))
-        if not 0.0 <= self.warmup <= 1.0 or not self.residual_scale >= 0.0:
-            raise UserError("--warmup must be in [0, 1] and --residual-scale at least 0")
-        if self.pseudo not in PSEUDO:
-            raise UserError(f"--pseudo must be one of {', '.join(PSEUDO)}, got {self.pseudo!r}")
-        if self.extra_per_step < 0 or self.max_steps < 0:
-            raise UserError("--extra-per-step and --max-steps must be at least 0")
+        check_fields(self)
 
     def loop(self, examples: int) -> LoopSettings:
         """The loop's settings for ``examples`` training examples: epochs of shuffled batches, evaluated
@@ -72,9 +83,6 @@ class TrainConfig:
                             warmup=self.warmup, eval_every=max(1, per_epoch // self.evals_per_epoch), seed=self.seed,
                             precision=self.precision, max_grad_norm=None, epochs=self.epochs,
                             stop_after=self.max_steps, initial="reported")  # fmt: skip
-
-
-PSEUDO = ("none", "ict", "ensemble")
 
 
 def positives_of(rankings: dict[str, list], topics, qrels, docstore=None) -> dict[str, list[str]]:

@@ -13,38 +13,32 @@ of its own.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import check_fields, non_negative_float, non_negative_int, param, positive_float
 
 OBJECTIVES = ("kd", "rkl", "grpo")
 
 
 @dataclass(frozen=True)
 class FitConfig:
-    """The objective and its hyper-parameters (the defaults are those of TTT-Embed)."""
+    """The objective and its hyper-parameters (the defaults are those of TTT-Embed), each declared once: ``ttt
+    fit``'s flags, their help and ranges derive from it."""
 
-    objective: str = "kd"
-    tau_teacher: float = 0.02  # τ_T: teacher temperature on rewards in [0, 1]
-    tau_student: float = 0.05  # τ_S: student (and GRPO policy) temperature on cosine scores
-    ridge: float = 0.3  # λ in λ‖v‖²
-    steps: int = 300
-    lr: float = 0.01
+    objective: str = param("kd", str, "kd: KL(teacher || student); rkl: the reverse KL; grpo: Softmax-GRPO",
+                           choices=OBJECTIVES)  # fmt: skip
+    tau_teacher: float = param(0.02, positive_float, "tau_T: teacher temperature on rewards in [0, 1]")
+    tau_student: float = param(0.05, positive_float, "tau_S: student (and GRPO policy) temperature on cosine scores")
+    ridge: float = param(0.3, non_negative_float, "lambda of lambda ||v||^2")
+    steps: int = param(300, non_negative_int, "full-batch Adam steps")
+    lr: float = param(0.01, positive_float, "Adam learning rate")
     clip: float = 0.2  # GRPO ratio clipping ε
     std_floor: float = 1e-4  # GRPO: advantages are (r - mean) / max(std, floor)
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise UserError(f"unknown objective {self.objective!r}; choose one of: {', '.join(OBJECTIVES)}")
-        for name, rule, ok in (("tau_teacher", "positive", self.tau_teacher > 0),
-                               ("tau_student", "positive", self.tau_student > 0), ("lr", "positive", self.lr > 0),
-                               ("ridge", "at least 0", self.ridge >= 0),
-                               ("steps", "at least 0", self.steps >= 0)):  # fmt: skip
-            if not (ok and math.isfinite(getattr(self, name))):
-                raise UserError(f"FitConfig {name} must be {rule} and finite, got {getattr(self, name)}")
+        check_fields(self)
 
     def to_json(self) -> dict:
         return asdict(self)
