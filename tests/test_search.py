@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -28,6 +30,16 @@ def test_index_layout_and_docstore(dense_index, mini_scifact):
     assert doc.docid == first and doc.title and doc.text
     with pytest.raises(UserError, match="not-a-doc"):
         store.get([first, "not-a-doc"])
+
+
+def test_docstore_lookups_from_many_threads_at_once(dense_index):
+    """A server's and a batch search's threads share one store: every lookup still gets its own documents."""
+    store = DocStore(dense_index / "docstore.sqlite")
+    docids = (dense_index / "docid").read_text().split()
+    chunks = [docids[i : i + 20] for i in range(0, len(docids), 20)] * 10
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(store.get, chunks))
+    assert [[d.docid for d in docs] for docs in got] == chunks
 
 
 def test_document_vectors_are_unit_length(searcher, mini_scifact):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -26,8 +27,10 @@ class DocStore:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"no document store at {self.path}")
-        # check_same_thread=False: read-only lookups are safe from the threads of a batch search
+        # one connection shared by the threads of a batch search or a server: Python's sqlite3 does not
+        # serialise statements on a shared connection, so concurrent lookups take turns
         self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        self._lock = threading.Lock()
 
     @staticmethod
     def build(path: str | Path, docs: Iterable[Document]) -> int:
@@ -40,19 +43,23 @@ class DocStore:
             (n,) = db.execute("SELECT COUNT(*) FROM docs").fetchone()
         return n
 
+    def _rows(self, sql: str, params: Sequence[str] = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
+        return self._rows("SELECT COUNT(*) FROM docs")[0][0]
 
     def __contains__(self, docid: str) -> bool:
-        return self._db.execute("SELECT 1 FROM docs WHERE docid = ?", (docid,)).fetchone() is not None
+        return bool(self._rows("SELECT 1 FROM docs WHERE docid = ?", (docid,)))
 
     def get(self, docids: Sequence[str]) -> list[Document]:
-        """Documents in the order asked for; an unknown docid raises ``KeyError``."""
+        """Documents in the order asked for; an unknown docid raises ``UserError``."""
         found: dict[str, Document] = {}
         for start in range(0, len(docids), 500):  # SQLite caps the number of bound parameters
             chunk = list(docids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            for row in self._db.execute(f"SELECT docid, title, text FROM docs WHERE docid IN ({marks})", chunk):
+            for row in self._rows(f"SELECT docid, title, text FROM docs WHERE docid IN ({marks})", chunk):
                 found[row[0]] = Document(*row)
         missing = [d for d in docids if d not in found]
         if missing:
