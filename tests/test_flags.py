@@ -143,7 +143,7 @@ def test_a_rewriter_flag_out_of_range_is_refused_before_the_searcher_opens(tmp_p
 def test_max_steps_0_is_documented_as_no_limit():
     from tour_pyserini.commands.train_reranker import parser
 
-    assert "default 0: no limit" in " ".join(parser().format_help().split())
+    assert "(0: no limit, every epoch) (default: 0)" in " ".join(parser().format_help().split())
 
 
 # --- outputs ------------------------------------------------------------------------------------------

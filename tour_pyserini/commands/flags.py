@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tour_pyserini.devices import PRECISIONS
+from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, configure, params_of, positive_int
 
@@ -96,14 +96,24 @@ def apply_renamed(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argp
     return args
 
 
-def add_precision_flag(ap: argparse.ArgumentParser, default: str) -> None:
-    """A trainer's ``--precision`` (``default`` where not given) and ``--bf16``, its old spelling, both read by
-    :func:`apply_renamed`; :func:`config_from_flags` fills in the default."""
+def add_trainer_flags(ap: argparse.ArgumentParser, config_class) -> None:
+    """A trainer's ``--precision`` (with ``--bf16``, its old spelling) and a flag for each parameter its config
+    dataclass declares; :func:`trainer_config` reads them back."""
     ap.add_argument("--precision", choices=PRECISIONS, help="arithmetic of the forward passes: bf16 (bfloat16 "
                     "autocast, about twice as fast on CPUs with bfloat16 units, less exact; refused where torch "
                     "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them) "
-                    f"(default: {default})")  # fmt: skip
+                    f"(default: {config_class.precision})")  # fmt: skip
     add_renamed(ap, "--bf16", action="store_const", const="bf16")
+    add_param_flags(ap, config_class)
+
+
+def trainer_config(ap: argparse.ArgumentParser, argv: list[str] | None, config_class):
+    """The parsed flags of a trainer and its config, checked once; a precision torch cannot run here is refused
+    now, before any model loads."""
+    args = apply_renamed(ap, ap.parse_args(argv))
+    config = config_from_flags(config_class, args, precision=args.precision)
+    resolve_precision(config.precision, "cpu", "--precision")
+    return args, config
 
 
 def _dest(flag: str) -> str:
@@ -130,10 +140,17 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
                        help=f"Pyserini's encoder class: {', '.join(choices)}; default: inferred as Pyserini infers "
                        "it (a class name in the encoder's name, else auto)" + (", or the index's own" if query
                        else ""))  # fmt: skip
-    group.add_argument("--pooling", choices=["cls", "mean", "last", "eos"],
-                       help="auto class: pooling (default: the model's sentence-transformers config, else cls)")
-    group.add_argument("--l2-norm", action=argparse.BooleanOptionalAction, default=None,
-                       help="auto and qwen3 classes: normalise the vectors (default: the model's config, else no)")
+    group.add_argument(
+        "--pooling",
+        choices=["cls", "mean", "last", "eos"],
+        help="auto class: pooling (default: the model's sentence-transformers config, else cls)",
+    )
+    group.add_argument(
+        "--l2-norm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="auto and qwen3 classes: normalise the vectors (default: the model's config, else no)",
+    )
     group.add_argument("--query-prefix", metavar="TEXT", help="text put before each query (auto: with a space, "
                        "qwen3 and st-pipeline: as is), e.g. E5's 'query:' or BGE's instruction" +
                        ("" if query else "; recorded in the index for its searches"))  # fmt: skip
@@ -148,8 +165,13 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
         group.add_argument("--encoded-queries", metavar="DIR", help="pre-encoded queries in Pyserini's format "
                            "(embedding.pkl) instead of an encoder")  # fmt: skip
     else:
-        group.add_argument("--doc-prefix", "--prefix", dest="doc_prefix", metavar="TEXT",
-                           help="text put before each document (auto, qwen3, st-pipeline), e.g. E5's 'passage:'")
+        group.add_argument(
+            "--doc-prefix",
+            "--prefix",
+            dest="doc_prefix",
+            metavar="TEXT",
+            help="text put before each document (auto, qwen3, st-pipeline), e.g. E5's 'passage:'",
+        )
         group.add_argument("--max-length", type=positive_int, help="document tokens (default: the model's "
                            "sentence-transformers config, else 512)")  # fmt: skip
 

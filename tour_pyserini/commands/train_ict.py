@@ -9,12 +9,9 @@ import argparse
 
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_param_flags,
-    add_precision_flag,
-    apply_renamed,
-    config_from_flags,
+    add_trainer_flags,
+    trainer_config,
 )
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec
 from tour_pyserini.training import ict_training
 from tour_pyserini.training.ict_training import IctConfig, train
@@ -28,9 +25,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
                     "HuggingFace directory")  # fmt: skip
     ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
-    add_precision_flag(ap, IctConfig.precision)
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    add_param_flags(ap, IctConfig)
+    add_trainer_flags(ap, IctConfig)
     return ap
 
 
@@ -39,9 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.index.corpus import check_corpus, corpus_file
 
     ap = parser()
-    args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from_flags(IctConfig, args, precision=args.precision)
-    resolve_precision(config.precision, "cpu", "--precision")
+    args, config = trainer_config(ap, argv, IctConfig)  # refused before any model loads
     check_corpus(corpus_file(args.collection))  # a missing or malformed corpus fails before any model loads
     with locked_output_directory(args.output, args.overwrite) as output:
         EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise

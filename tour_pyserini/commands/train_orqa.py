@@ -14,12 +14,9 @@ from tour_pyserini.commands.answer_training import (
 )
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_param_flags,
-    add_precision_flag,
-    apply_renamed,
-    config_from_flags,
+    add_trainer_flags,
+    trainer_config,
 )
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.training import orqa_joint
 from tour_pyserini.training.orqa_joint import OrqaConfig, train
 
@@ -34,8 +31,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     add_answer_training_flags(ap)
-    add_precision_flag(ap, OrqaConfig.precision)
-    add_param_flags(ap, OrqaConfig)
+    add_trainer_flags(ap, OrqaConfig)
     return ap
 
 
@@ -45,9 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.reader import check_reader
 
     ap = parser()
-    args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from_flags(OrqaConfig, args, precision=args.precision)
-    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
+    args, config = trainer_config(ap, argv, OrqaConfig)  # refused before any model loads
     index_dir, meta = dense_index_with_encoder(args.index, "joint training retrieves from a dense one")
     topics = answered_questions(args, "joint training needs them")
     with locked_output_directory(args.output, args.overwrite) as output:

@@ -14,12 +14,9 @@ from tour_pyserini.commands.answer_training import (
 )
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_param_flags,
-    add_precision_flag,
-    apply_renamed,
-    config_from_flags,
+    add_trainer_flags,
+    trainer_config,
 )
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.training import early_update
 from tour_pyserini.training.early_update import QaConfig, train
 
@@ -33,8 +30,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
                     "after ICT, its OUTPUT/query)")  # fmt: skip
     add_answer_training_flags(ap)
-    add_precision_flag(ap, QaConfig.precision)
-    add_param_flags(ap, QaConfig)
+    add_trainer_flags(ap, QaConfig)
     return ap
 
 
@@ -43,9 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.encoders import EncoderSpec
 
     ap = parser()
-    args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from_flags(QaConfig, args, precision=args.precision)
-    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
+    args, config = trainer_config(ap, argv, QaConfig)  # refused before any model loads
     index_dir, meta = dense_index_with_encoder(args.index, "the early update needs a dense one")
     topics = answered_questions(args, "the early update needs answer strings")
     with locked_output_directory(args.output, args.overwrite) as output:

@@ -11,12 +11,9 @@ from contextlib import ExitStack
 from tour_pyserini.commands.answer_training import add_answer_training_flags, answered_questions
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_param_flags,
-    add_precision_flag,
-    apply_renamed,
-    config_from_flags,
+    add_trainer_flags,
+    trainer_config,
 )
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.index.docstore import open_passages
 from tour_pyserini.reader import questions_to_read
 from tour_pyserini.training import reader as reader_training
@@ -34,8 +31,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", required=True, help="reader directory to write")
     ap.add_argument("--init", help="encoder to start from (default: the bundled MiniLM; any BERT-like directory)")
     add_answer_training_flags(ap)
-    add_precision_flag(ap, ReaderTrainConfig.precision)
-    add_param_flags(ap, ReaderTrainConfig)
+    add_trainer_flags(ap, ReaderTrainConfig)
     return ap
 
 
@@ -47,9 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.eval.answers import AnswerMatcher
 
     ap = parser()
-    args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from_flags(ReaderTrainConfig, args, precision=args.precision)
-    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
+    args, config = trainer_config(ap, argv, ReaderTrainConfig)  # refused before any model loads
     with ExitStack() as stack:
         output = stack.enter_context(locked_output_directory(args.output, args.overwrite))
         topics = answered_questions(args, "distant supervision needs them")

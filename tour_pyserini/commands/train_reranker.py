@@ -9,12 +9,9 @@ import argparse
 
 from tour_pyserini.commands.flags import (
     ArgumentParser,
-    add_param_flags,
-    add_precision_flag,
-    apply_renamed,
-    config_from_flags,
+    add_trainer_flags,
+    trainer_config,
 )
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.training import reranker
 from tour_pyserini.training.reranker import TrainConfig, train
@@ -38,8 +35,7 @@ def parser() -> argparse.ArgumentParser:
                     "every step (--extra-per-step at a time); never in the dev split")  # fmt: skip
     ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
     ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
-    add_precision_flag(ap, TrainConfig.precision)
-    add_param_flags(ap, TrainConfig)
+    add_trainer_flags(ap, TrainConfig)
     return ap
 
 
@@ -49,9 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     from tour_pyserini.encoders import bundled_model_dir
 
     ap = parser()
-    args = apply_renamed(ap, ap.parse_args(argv))
-    config = config_from_flags(TrainConfig, args, precision=args.precision)
-    resolve_precision(config.precision, "cpu", "--precision")  # refused before any model loads
+    args, config = trainer_config(ap, argv, TrainConfig)  # refused before any model loads
     if bool(args.extra_topics) != bool(args.extra_index):
         raise UserError("--extra-topics and --extra-index go together")
     if args.extra_topics and config.pseudo != "none":
