@@ -47,7 +47,7 @@ NDCG_BOUND, TAU_BOUND = 0.002, 0.99
 
 def scifact_pairs(n_queries: int, depth: int) -> list[dict]:
     """Each query's text, its dense top ``depth`` docids, their texts and their similarities to the query."""
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.teachers.cross_encoder import pair_text
 
@@ -267,8 +267,8 @@ def quality(pairs: list[dict], names: list[str]) -> dict:
     import torch
     from scipy.stats import kendalltau
 
-    from tour_pyserini.data import read_qrels
     from tour_pyserini.eval import evaluate
+    from tour_pyserini.files import read_qrels
     from tour_pyserini.teachers.cross_encoder import read_residual
 
     torch.set_num_threads(2)

@@ -35,8 +35,8 @@ def main() -> None:
 
     from tqdm import tqdm
 
-    from tour_pyserini.data import read_topics
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
+    from tour_pyserini.files import read_topics
     from tour_pyserini.rewriters import Identity
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
     from tour_pyserini.search import TourSearcher

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from tour_pyserini.data import read_qrels, read_topics
-from tour_pyserini.data.runs import read_run
 from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 from tour_pyserini.eval.judge import QrelsJudge
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
+from tour_pyserini.files import read_qrels, read_topics
+from tour_pyserini.files.runs import read_run
 from tour_pyserini.index.docstore import DocStore
 
 RUNS, MODELS = Path("runs/orqa"), Path("models/orqa")

@@ -41,9 +41,9 @@ def prf_parity(tmp: Path) -> dict:
 
 
 def answer_parity(tmp: Path) -> dict:
-    from tour_pyserini.data import read_topics
-    from tour_pyserini.data.runs import read_run
     from tour_pyserini.eval.answers import AnswerMatcher, answer_accuracy
+    from tour_pyserini.files import read_topics
+    from tour_pyserini.files.runs import read_run
     from tour_pyserini.index import DocStore
 
     topics = read_topics("collections/nq-oracle/topics.test.jsonl")
@@ -78,9 +78,9 @@ def answer_parity(tmp: Path) -> dict:
 
 
 def trec_eval_parity(tmp: Path) -> dict:
-    from tour_pyserini.data import read_qrels
-    from tour_pyserini.data.runs import read_run
     from tour_pyserini.eval import evaluate
+    from tour_pyserini.files import read_qrels
+    from tour_pyserini.files.runs import read_run
 
     full = tmp / "scifact.minilm.trec"
     timed_run([PY, "-m", "tour_pyserini.search", "--index", "indexes/scifact.minilm", "--topics",

@@ -29,12 +29,12 @@ import sys
 import time
 from pathlib import Path
 
-from tour_pyserini.data import read_topics
-from tour_pyserini.data.predictions import read_predictions
-from tour_pyserini.data.runs import read_run, write_run
 from tour_pyserini.eval.answers import AnswerMatcher
 from tour_pyserini.eval.exact_match import evaluate_predictions
 from tour_pyserini.eval.significance import holm, paired_t_test, randomization_test, win_tie_loss
+from tour_pyserini.files import read_topics
+from tour_pyserini.files.predictions import read_predictions
+from tour_pyserini.files.runs import read_run, write_run
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.results import Hit
 

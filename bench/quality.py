@@ -98,9 +98,9 @@ def calibrate(teacher, bench: Bench, queries: int = 10, depth: int = 100) -> flo
 
 def make_judge(col: Collection, topics, qrels_path: str | None, docstore):
     """ir-measures on qrels, or DPR answer accuracy on answer strings, for exactly these topics."""
-    from tour_pyserini.data import read_qrels
     from tour_pyserini.eval import QrelsJudge
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
+    from tour_pyserini.files import read_qrels
 
     if qrels_path:
         return QrelsJudge(read_qrels(qrels_path), col.metrics, qids=[t.qid for t in topics])
@@ -133,7 +133,7 @@ class Bench:
     """
 
     def __init__(self, col: Collection, batch_size: int, val_topics):
-        from tour_pyserini.data import read_topics
+        from tour_pyserini.files import read_topics
         from tour_pyserini.search import Bm25Searcher, TourSearcher
         from tour_pyserini.teachers.cross_encoder import resolve_precision
 
@@ -168,7 +168,7 @@ class Bench:
         """
         from tqdm import tqdm
 
-        from tour_pyserini.data.runs import read_run, write_run
+        from tour_pyserini.files.runs import read_run, write_run
 
         if not tuning and system in self.rows:
             return self.rows[system]
@@ -363,7 +363,7 @@ class Stores:
 
 
 def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tuple[list[dict], dict]:
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.rewriters import Identity
     from tour_pyserini.rewriters.prf import Rocchio
     from tour_pyserini.teachers import StoredTeacher, TeacherContext, get_teacher

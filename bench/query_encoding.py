@@ -43,8 +43,8 @@ def best_seconds(way, repeats: int) -> float:
 def speed(index: str, topics: str, threads: int = 2, repeats: int = 3) -> dict:
     import torch
 
-    from tour_pyserini.data import read_topics
     from tour_pyserini.encoders.query import QueryEncoder, same_length_groups
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.query_side import query_encoder_spec
 
     torch.set_num_threads(threads)
@@ -102,10 +102,10 @@ def quality(index: str, topics: str, qrels: str | None, depth: int = 100) -> dic
     float32 top ``depth``."""
     from scipy.stats import kendalltau
 
-    from tour_pyserini.data import read_qrels, read_topics
     from tour_pyserini.encoders.query import QueryEncoder
     from tour_pyserini.eval import evaluate
     from tour_pyserini.eval.answers import AnswerMatcher, answer_qrels
+    from tour_pyserini.files import read_qrels, read_topics
     from tour_pyserini.index.query_side import query_encoder_spec
     from tour_pyserini.search import TourSearcher
 

@@ -21,8 +21,8 @@ import time
 
 from wrapper_overhead import ROOT, ensure_indexes
 
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.sameness import diff_runs
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.sameness import diff_runs
 
 INDEX, TOPICS = "indexes/scifact.minilm", "collections/scifact/topics.test.tsv"
 

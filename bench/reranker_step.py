@@ -21,8 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.encoders import bundled_model_dir
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index.layout import IndexMeta
 from tour_pyserini.search import TourSearcher
 from tour_pyserini.search.bm25 import Bm25Searcher

@@ -125,10 +125,10 @@ def real_rows(name: str) -> list[dict]:
     """Every index type of one real collection: build, search cost, recall, dense and TOUR quality."""
     import faiss
 
-    from tour_pyserini.data import read_qrels, read_topics
-    from tour_pyserini.data.runs import read_run
     from tour_pyserini.eval import QrelsJudge
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
+    from tour_pyserini.files import read_qrels, read_topics
+    from tour_pyserini.files.runs import read_run
     from tour_pyserini.index import faiss_index
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.layout import IndexMeta
@@ -240,7 +240,7 @@ def main() -> None:
     (ROOT / "runs" / "scale").mkdir(parents=True, exist_ok=True)
     rows = [] if args.skip_real else [row for name in REAL for row in real_rows(name)]
     base = document_vectors(ROOT / "indexes/scifact.minilm/index")
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.search import TourSearcher
 
     topics = read_topics(ROOT / REAL["scifact"]["topics"])

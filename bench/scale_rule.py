@@ -32,9 +32,9 @@ COLLECTIONS = {
 
 
 def judge_for(collection: dict, split: str, topics, docstore):
-    from tour_pyserini.data import read_qrels
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
     from tour_pyserini.eval.judge import QrelsJudge
+    from tour_pyserini.files import read_qrels
 
     if "qrels" in collection:
         qrels = read_qrels(collection["qrels"][split])
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--output", default="runs/bench-scale-rule.json")
     args = ap.parse_args()
 
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.rewriters import Identity, get_rewriter
     from tour_pyserini.search import TourSearcher

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.data import read_topics
+from tour_pyserini.files import read_topics
 from tour_pyserini.ttt.state import State
 
 INDEX = "indexes/scifact.minilm"

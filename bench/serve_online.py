@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 from tour_pyserini.eval.judge import QrelsJudge
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index.docstore import DocStore
 
 COLLECTIONS = {

@@ -3,7 +3,7 @@
 The search command writes a run for dense search, Rocchio, tour-soft (k 20) with the BM25 teacher and a
 TTT-Embed task state (fitted on BM25 rewards of the training claims, 2 judgments per claim); a `tour-pyserini
 serve` on 127.0.0.1 answers every test claim with the same parameters, from 8 clients at once (so its batches
-are not the command's); tour_pyserini.data.sameness compares them. Both run with --threads 1.
+are not the command's); tour_pyserini.files.sameness compares them. Both run with --threads 1.
 
 Writes runs/bench-serve-sameness.json. Usage: python bench/serve_sameness.py
 """
@@ -19,9 +19,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.sameness import diff_runs
-from tour_pyserini.data.topics import read_topics
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.sameness import diff_runs
+from tour_pyserini.files.topics import read_topics
 
 INDEX = "indexes/scifact.minilm"
 TOPICS = "collections/scifact/topics.test.tsv"

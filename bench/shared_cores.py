@@ -39,7 +39,7 @@ def workload(name: str, way: str, repeats: int) -> dict:
         os.environ.update(OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(max(1, len(os.sched_getaffinity(0)) - busy)))
     import torch
 
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.rewriters.tour import TourSoft
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher

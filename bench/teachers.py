@@ -64,8 +64,8 @@ def command(teacher_spec: str | None, rewriter: str, out: str, *, k: int | None 
 
 class Bench:
     def __init__(self, model: str, precision: str):
-        from tour_pyserini.data import read_qrels, read_topics
         from tour_pyserini.eval import QrelsJudge
+        from tour_pyserini.files import read_qrels, read_topics
         from tour_pyserini.search import Bm25Searcher, TourSearcher
 
         self.model, self.precision = model, precision
@@ -98,7 +98,7 @@ class Bench:
 
     def run(self, name: str, split: str, rewriter=None) -> dict:
         """Run the split's topics (BM25 when ``rewriter`` is None), write the run, return metrics and calls."""
-        from tour_pyserini.data.runs import write_run
+        from tour_pyserini.files.runs import write_run
 
         topics = self.test if split == "test" else self.dev
         qids, texts = [t.qid for t in topics], [t.text for t in topics]

@@ -41,7 +41,7 @@ from query_encoding import print_report as print_encoding
 from query_encoding import query_encoding
 from wrapper_overhead import compare_rankings, ensure_indexes, timed_run
 
-from tour_pyserini.data.sameness import diff_runs
+from tour_pyserini.files.sameness import diff_runs
 
 
 def update_cost_ms(k: int = 100, d: int = 768, repeats: int = 2000) -> dict:
@@ -74,7 +74,7 @@ class TourRun:
     queries encoded once, so that timings compare the rewriting loop alone."""
 
     def __init__(self, index: str, topics: str, n_queries: int, teacher_spec: str = "bm25"):
-        from tour_pyserini.data import read_topics
+        from tour_pyserini.files import read_topics
         from tour_pyserini.rewriters.tour import TourHard
         from tour_pyserini.search import TourSearcher
         from tour_pyserini.teachers import TeacherContext, get_teacher
@@ -152,7 +152,7 @@ def bm25_teacher_per_pair(bm25_index: str, topics: str, n_queries: int, depth: i
     them in one call for all queries (as batched TOUR asks) and in one call per query. Its scores must
     equal Anserini's: the largest difference over all pairs is reported.
     """
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.search import Bm25Searcher
     from tour_pyserini.teachers import ScoreRequest
     from tour_pyserini.teachers.bm25 import AnseriniBm25Teacher, Bm25Teacher
@@ -230,8 +230,8 @@ PHASES = ("encode", "search", "teacher", "update")
 
 def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, batch: int = 32) -> dict:
     """tour-soft, bm25 teacher, k 20, 100 hits, every topic, texts encoded per batch: batch 1 against ``batch``."""
-    from tour_pyserini.data import read_topics
     from tour_pyserini.encoders.query import QueryEncoder
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.query_side import query_encoder_spec
     from tour_pyserini.rewriters.tour import TourSoft
     from tour_pyserini.search import TourSearcher

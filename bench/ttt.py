@@ -77,7 +77,7 @@ class Task:
     """One task's judged queries, their vectors, base rankings, candidate vectors, teachers and judge."""
 
     def __init__(self, spec: TaskSpec, searcher=None, split: str = "test"):
-        from tour_pyserini.data import read_qrels, read_topics
+        from tour_pyserini.files import read_qrels, read_topics
         from tour_pyserini.search import TourSearcher
         from tour_pyserini.ttt.vectors import DocVectors
 

@@ -3,7 +3,7 @@
 For the same dense index, topics and encoder settings, runs ``python -m tour_pyserini.search`` and
 ``python -m pyserini.search.faiss`` (through ``python -m tour_pyserini run-pyserini``) alternately, ``--repeats``
 times each, checks that the rankings are the same (up to ties within
-1e-5, by ``tour_pyserini.data.sameness``), and reports the median wall-time ratio. It also
+1e-5, by ``tour_pyserini.files.sameness``), and reports the median wall-time ratio. It also
 times the in-process search alone (``TourSearcher.batch_search`` against ``FaissSearcher.batch_search``
 on the same searcher), which leaves out process start-up. Results go to ``runs/bench-wrapper.json``.
 
@@ -47,14 +47,14 @@ def compare_rankings(ours: Path, theirs: Path) -> dict:
     """How our run differs from Pyserini's by the library's sameness rule (identical, the same up to ties
     within 1e-5, different): Pyserini encodes one text at a time, we encode texts of one length together,
     so vectors differ by about 1e-7 and near-tied documents may swap."""
-    from tour_pyserini.data.runs import read_run
-    from tour_pyserini.data.sameness import diff_runs
+    from tour_pyserini.files.runs import read_run
+    from tour_pyserini.files.sameness import diff_runs
 
     return diff_runs(read_run(ours), read_run(theirs)).to_json()
 
 
 def in_process_ratio(index: str, topics: str, hits: int, repeats: int) -> dict:
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.search import TourSearcher
 
     searcher = TourSearcher.from_index(index)

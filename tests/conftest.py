@@ -21,7 +21,7 @@ N_DISTRACTORS = 600  # other SciFact abstracts
 @pytest.fixture(scope="session")
 def mini_scifact(tmp_path_factory) -> dict[str, Path]:
     """The first judged SciFact test queries, their relevant abstracts and some others, as a collection."""
-    from tour_pyserini.data import read_qrels, read_topics
+    from tour_pyserini.files import read_qrels, read_topics
 
     out = tmp_path_factory.mktemp("mini-scifact")
     qrels = read_qrels(SCIFACT_QRELS)
@@ -108,7 +108,7 @@ NQ_ORACLE = ROOT / "collections" / "nq-oracle"
 @pytest.fixture(scope="session")
 def mini_nq(tmp_path_factory) -> dict[str, Path]:
     """120 nq-oracle test questions with their gold passages and 300 other passages, BM25-indexed."""
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.bm25 import write_bm25_index
     from tour_pyserini.index.build import build_index
 

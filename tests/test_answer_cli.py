@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from test_reader import tiny_qa_model
 
+from tour_pyserini.answer import Reader
 from tour_pyserini.commands.answer import main as answer_main
 from tour_pyserini.commands.eval import main as eval_main
 from tour_pyserini.commands.runner import run_cli
-from tour_pyserini.data import read_topics
-from tour_pyserini.data.predictions import PredictionWriter, read_predictions
 from tour_pyserini.encoders import bundled_model_dir
 from tour_pyserini.errors import UserError
-from tour_pyserini.reader import Reader
+from tour_pyserini.files import read_topics
+from tour_pyserini.files.predictions import PredictionWriter, read_predictions
 
 NQ = "collections/nq-oracle"
 TOPICS = f"{NQ}/topics.test.jsonl"

@@ -11,10 +11,10 @@ from test_cli import run_module
 
 from tour_pyserini.commands.eval import main as eval_main
 from tour_pyserini.commands.search import main as search_main
-from tour_pyserini.data import read_topics
-from tour_pyserini.data.runs import read_run
 from tour_pyserini.eval import evaluate
 from tour_pyserini.eval.answers import AnswerMatcher, answer_accuracy, answer_qrels
+from tour_pyserini.files import read_topics
+from tour_pyserini.files.runs import read_run
 from tour_pyserini.index import DocStore
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def pyserini_accuracy(run_path, topics, store, tmp_path, regex=False) -> dict[st
 def test_accuracy_equals_pyserini(regex, mini_nq, nq_run, tmp_path):
     topics = read_topics(mini_nq["topics"])
     if regex:  # the same answers as escaped patterns exercise the CuratedTrec code path
-        from tour_pyserini.data.topics import Topic
+        from tour_pyserini.files.topics import Topic
 
         topics = [Topic(t.qid, t.text, tuple(re.escape(a) for a in t.answers)) for t in topics]
     store = DocStore(mini_nq["bm25"] / "docstore.sqlite")

@@ -118,7 +118,7 @@ def test_term_matrix_is_the_lucene_index(bm25_index):
 
 def _requests(bm25_index, mini_scifact, teacher):
     """Every fixture query with its BM25 top 20 and 10 random documents, and three queries made to be hard."""
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.search import Bm25Searcher
 
     topics = read_topics(mini_scifact["topics"])
@@ -159,7 +159,7 @@ def test_one_call_for_many_queries_equals_one_call_each(teachers, bm25_index, mi
 
 @pytest.mark.slow
 def test_queries_analysed_together_equal_queries_analysed_alone(teachers, mini_scifact):
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.teachers.bm25 import SEPARATOR
 
     fast, _ = teachers

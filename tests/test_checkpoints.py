@@ -82,7 +82,7 @@ def test_an_encoder_without_a_pooler_loads_and_a_head_it_does_not_read_is_a_warn
 
 def test_teachers_and_the_reader_refuse_a_checkpoint_without_their_head(bert, tmp_path):
     """The llm teacher on a BERT (a causal-LM head it lacks), and configs that claim a head their weights lack."""
-    from tour_pyserini.reader.model import Reader, ReaderOptions
+    from tour_pyserini.answer.model import Reader, ReaderOptions
     from tour_pyserini.teachers import get_teacher
 
     with pytest.raises(UserError, match=r"llm teacher .*: its checkpoint lacks 6 of the \d+ parameters of "

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tour_pyserini.commands.search import main as search_main
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.sameness import diff_runs
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.sameness import diff_runs
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     """Interrupted in the middle of a batch, the rerun redoes that whole batch: byte-identical to a run
     never interrupted (at the same batch size and threads), although the batch's first queries were in
     the file already and a query's vector depends in its last bits on its batch."""
-    from tour_pyserini.data.runs import RunWriter
+    from tour_pyserini.files.runs import RunWriter
 
     out = tmp_path / "resumed.trec"
     args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),

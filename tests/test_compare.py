@@ -10,9 +10,9 @@ import pytest
 from scipy.stats import ttest_rel
 
 from tour_pyserini.commands.compare import main as compare_main
-from tour_pyserini.data.runs import read_run
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
+from tour_pyserini.files.runs import read_run
 
 
 def test_t_test_agrees_with_scipy():

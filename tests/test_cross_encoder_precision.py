@@ -11,9 +11,9 @@ import pytest
 from conftest import ROOT, SCIFACT
 from scipy.stats import kendalltau
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.devices import DEFAULT_PRECISION, native_bf16, resolve_precision
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index.corpus import read_jsonl_corpus
 from tour_pyserini.teachers import TeacherContext, get_teacher
 from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, head_modules, pair_text

@@ -10,8 +10,8 @@ import sys
 import pytest
 from conftest import ROOT, SCIFACT, SCIFACT_QRELS
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_qrels, read_topics
 
 SHARED = ROOT.parent / "shared" / "data" / "scifact"
 
@@ -212,7 +212,7 @@ def test_prepare_scripts_reproduce_committed_files(script, source, outputs, tmp_
 
 
 def _readers():
-    from tour_pyserini.data.runs import read_run
+    from tour_pyserini.files.runs import read_run
     from tour_pyserini.index.corpus import read_jsonl_corpus
     from tour_pyserini.ttt.rewards import read_rewards
 

@@ -62,7 +62,7 @@ def test_ray_runs_are_identical_to_one_process(dense_index, bm25_index, mini_sci
 def killed_worker_case(argv: list[str]) -> None:
     """In a fresh process: one-process results, then Ray's with one worker's process killed mid-run."""
     from tour_pyserini.commands.search import parser, search_config
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.search.configure import open_searcher
     from tour_pyserini.search.distributed import RayPool
 

@@ -320,7 +320,7 @@ def test_encoded_queries_in_pyserinis_format(searcher, dense_index, mini_scifact
     text has no vector is one line."""
     import pandas as pd
 
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     topics = read_topics(mini_scifact["topics"])
     vectors = searcher.encode([t.text for t in topics])

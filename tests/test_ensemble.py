@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tour_pyserini.data import read_topics
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_topics
 from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
 from tour_pyserini.teachers.ensemble import read_ensemble, resolve_part, write_ensemble
 from tour_pyserini.training.ensemble_fit import ensemble_loss, fit_weights
@@ -92,8 +92,8 @@ def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, min
     assert [p["teacher"] for p in record["parts"]] == ["dense", "bm25"]
     assert record["fitted_on"]["queries"] == len(topics)
     # "dense alone" is the retriever's own top-20 ranking, scored over the fit queries only
-    from tour_pyserini.data import read_qrels
     from tour_pyserini.eval import evaluate
+    from tour_pyserini.files import read_qrels
     from tour_pyserini.search import TourSearcher
 
     ranked = TourSearcher.from_index(dense_index).batch_search([t.text for t in topics], [t.qid for t in topics], 20)

@@ -72,8 +72,8 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
 
     from test_cli import run_module
 
-    from tour_pyserini.data import read_qrels, read_topics
-    from tour_pyserini.data.runs import read_run, write_run
+    from tour_pyserini.files import read_qrels, read_topics
+    from tour_pyserini.files.runs import read_run, write_run
 
     topics = read_topics(mini_scifact["topics"])
     kept = topics[: 3 * len(topics) // 4]

@@ -13,9 +13,6 @@ import pytest
 from tour_pyserini.commands.compare import main as compare_main
 from tour_pyserini.commands.eval import main as eval_main
 from tour_pyserini.commands.runner import run_cli
-from tour_pyserini.data import read_topics
-from tour_pyserini.data.predictions import Prediction, PredictionWriter, read_predictions
-from tour_pyserini.data.topics import Topic
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.exact_match import (
     answer_scores,
@@ -25,6 +22,9 @@ from tour_pyserini.eval.exact_match import (
     regex_match,
     token_f1,
 )
+from tour_pyserini.files import read_topics
+from tour_pyserini.files.predictions import Prediction, PredictionWriter, read_predictions
+from tour_pyserini.files.topics import Topic
 
 # ---- the reference code, as SQuAD v1.1's evaluate-v1.1.py and DPR's dpr/data/qa_validation.py define it ----
 

@@ -23,7 +23,7 @@ DEPTH = 50
 
 @pytest.fixture(scope="module")
 def queries(searcher, mini_scifact):
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     return searcher.encode([t.text for t in read_topics(mini_scifact["topics"])])
 

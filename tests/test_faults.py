@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tour_pyserini.data.runs import read_run
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.runs import read_run
 
 pytestmark = pytest.mark.slow
 
@@ -395,7 +395,7 @@ def test_unknown_index_and_topics_names_are_refused():
     them, so offline every name is one line saying the catalogue could not be fetched (tests/test_hosts.py)."""
     # in-process: looking a name up in Pyserini's catalogues starts the JVM, which prints its own start-up line
     from tour_pyserini._java import pyserini_version
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.pyserini_catalogue import is_prebuilt_name, resolve_index
 
     if pyserini_version().startswith("1."):

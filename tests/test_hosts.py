@@ -53,7 +53,7 @@ def test_pyserini_imports_offline_and_says_once_that_its_names_need_the_network(
     from tour_pyserini._java import import_pyserini
     from tour_pyserini.errors import UserError
     from tour_pyserini.index.pyserini_catalogue import resolve_index
-    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.files.topics import read_topics
     for module in ("pyserini.search.faiss", "pyserini.search.lucene", "pyserini.encode", "pyserini.index",
                    "pyserini.search"):
         import_pyserini(module)

@@ -155,7 +155,7 @@ TINY_QA = ["--steps", "2", "--batch-size", "4", "--eval-every", "1", "--top-c", 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """50 SciFact abstracts, and 60 nq-oracle passages with the 20 training questions answered in them."""
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.training.answers import alnum
 
     out = tmp_path_factory.mktemp("tiny")
@@ -186,8 +186,8 @@ def cli(module: str, argv: list[str]) -> None:
 
 
 def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
-    from tour_pyserini.data.runs import read_run
     from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.files.runs import read_run
 
     out = tmp_path / "ict"
     cli(TRAIN_ICT, ["--collection", tiny["scifact"], "--output", out, *TINY_ICT])
@@ -243,9 +243,9 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
 
 
 def test_train_qa_end_to_end(tiny, tmp_path, capsys):
-    from tour_pyserini.data import read_topics
     from tour_pyserini.encoders.pairing import read_pair
     from tour_pyserini.eval.answers import AnswerMatcher
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.training.answers import answer_bearing
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import SCIFACT
 
-from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
+from tour_pyserini.files.digest import file_sha256
 from tour_pyserini.index.build import build_index
 from tour_pyserini.index.dense import write_dense_index
 from tour_pyserini.index.prebuilt import MANIFEST, PREBUILT_DIR, export_prebuilt, find_prebuilt

@@ -11,10 +11,10 @@ import time
 import numpy as np
 import pytest
 
-from tour_pyserini.data import read_topics
 from tour_pyserini.devices import native_bf16
 from tour_pyserini.encoders.query import AUTO_PRECISION, QueryEncoder, padded_chunks, resolve_query_precision
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_topics
 
 
 def test_padded_chunks_sort_by_length_and_keep_ties_in_order():

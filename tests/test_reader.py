@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from tour_pyserini.answer import Passage, Question, Reader, ReaderOptions
+from tour_pyserini.answer.spans import Candidate, Span, best_span, choose
+from tour_pyserini.answer.windows import length_sorted_batches, make_windows
 from tour_pyserini.encoders import bundled_model_dir
-from tour_pyserini.reader import Passage, Question, Reader, ReaderOptions
-from tour_pyserini.reader.spans import Candidate, Span, best_span, choose
-from tour_pyserini.reader.windows import length_sorted_batches, make_windows
 
 LONG = " ".join(f"word{i} is followed by number {i * 7} and then" for i in range(60))  # about 600 tokens
 
@@ -379,7 +379,7 @@ def test_joint_gradients_reach_the_question_encoder_and_the_reader_but_not_the_b
     import torch
     from transformers import AutoModel, AutoModelForQuestionAnswering, AutoTokenizer
 
-    from tour_pyserini.reader.windows import collate
+    from tour_pyserini.answer.windows import collate
     from tour_pyserini.training.losses import early_update_loss
     from tour_pyserini.training.orqa_joint import collate_context, full_update_loss
     from tour_pyserini.training.reader import occurrences

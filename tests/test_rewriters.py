@@ -9,12 +9,12 @@ import pytest
 from test_cli import run_module
 
 from tour_pyserini.commands.search import main as search_main
-from tour_pyserini.data import read_qrels, read_topics
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.sameness import diff_runs
 from tour_pyserini.encoders import bundled_model_dir
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval import evaluate
+from tour_pyserini.files import read_qrels, read_topics
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.sameness import diff_runs
 from tour_pyserini.rewriters import Identity, get_rewriter
 from tour_pyserini.rewriters.prf import AveragePrf, Rocchio
 from tour_pyserini.rewriters.rerank import Rerank

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tour_pyserini.data.runs import RunWriter, read_run, strictly_decreasing, write_run
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.runs import RunWriter, read_run, strictly_decreasing, write_run
 from tour_pyserini.results import Hit
 
 

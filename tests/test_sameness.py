@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tour_pyserini.data.sameness import diff_runs
+from tour_pyserini.files.sameness import diff_runs
 
 BASE = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.7, "d4": 0.6}, "q2": {"d5": 0.5, "d6": 0.4}}
 

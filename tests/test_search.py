@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tour_pyserini.data import read_qrels, read_topics
-from tour_pyserini.data.sameness import diff_runs
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval import evaluate
+from tour_pyserini.files import read_qrels, read_topics
+from tour_pyserini.files.sameness import diff_runs
 from tour_pyserini.index import DocStore, IndexMeta, MissingIndexError
 from tour_pyserini.rewriters import Identity, get_rewriter
 from tour_pyserini.search import Bm25Searcher, DimensionMismatchError, TourSearcher

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from serve_server import Server, get_url
 
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.sameness import diff_runs
-from tour_pyserini.data.topics import read_topics
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.sameness import diff_runs
+from tour_pyserini.files.topics import read_topics
 
 pytestmark = pytest.mark.slow
 

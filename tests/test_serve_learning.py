@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from serve_server import Server, wait_until
 
-from tour_pyserini.data.topics import read_topics
+from tour_pyserini.files.topics import read_topics
 from tour_pyserini.serve.allocation import Allocator, grant
 from tour_pyserini.serve.learning import Reward, RewardsLog, StateVersions, shift_by_state
 from tour_pyserini.ttt.state import State

@@ -9,8 +9,8 @@ import json
 import pytest
 from conftest import ROOT
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.eval import evaluate
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.rewriters.rerank import Rerank
 from tour_pyserini.teachers import TeacherContext, get_teacher
 

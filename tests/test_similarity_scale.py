@@ -57,7 +57,7 @@ def test_scale_of_unit_vectors_is_exactly_one_and_of_long_ones_their_norms():
 
 @pytest.mark.parametrize("rewriter", ["tour-hard", "tour-soft"])
 def test_longer_vectors_give_the_same_search_under_the_rule(rewriter, searcher, dense_index, bm25_index, mini_scifact):
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
     from tour_pyserini.index.faiss_index import read_vectors
     from tour_pyserini.teachers import TeacherContext, get_teacher
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import ROOT
 
-from tour_pyserini.data import read_qrels, read_topics
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.training.splits import grouped_split, query_groups
 
 

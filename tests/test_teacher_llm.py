@@ -212,7 +212,7 @@ def gemma_pairs() -> list[tuple[str, str]]:
     server computes logits at every prompt position: short prompts keep it quick)."""
     from conftest import SCIFACT, SCIFACT_QRELS
 
-    from tour_pyserini.data import read_qrels, read_topics
+    from tour_pyserini.files import read_qrels, read_topics
 
     qrels = read_qrels(SCIFACT_QRELS)
     topics = [t for t in read_topics(SCIFACT / "topics.test.tsv") if t.qid in qrels][:3]
@@ -366,7 +366,7 @@ def run_module(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_search_reranks_with_the_llm_teacher_and_stores_its_scores(dense_index, mini_scifact, tiny_chat_lm, tmp_path):
-    from tour_pyserini.data.runs import read_run
+    from tour_pyserini.files.runs import read_run
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.layout import DOCSTORE_FILE
 
@@ -427,7 +427,7 @@ def test_ttt_rewards_take_the_llm_teacher(dense_index, mini_scifact, tiny_chat_l
 def test_fit_ensemble_takes_an_llm_part_and_the_ensemble_scores_with_it(dense_index, mini_scifact, tiny_chat_lm,
                                                                          tmp_path):  # fmt: skip
     from tour_pyserini.commands.fit_ensemble import main
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
     topics = read_topics(mini_scifact["topics"])[:10]
@@ -437,7 +437,7 @@ def test_fit_ensemble_takes_an_llm_part_and_the_ensemble_scores_with_it(dense_in
     record = json.loads(out.read_text())
     assert [p["teacher"] for p in record["parts"]] == ["dense", f"llm:{tiny_chat_lm}"]
     ensemble = get_teacher(f"ensemble:{out}", TeacherContext(index_dir=str(dense_index), precision="fp32"))
-    from tour_pyserini.data import read_qrels
+    from tour_pyserini.files import read_qrels
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.layout import DOCSTORE_FILE
 

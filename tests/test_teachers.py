@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.encoders import bundled_model_dir
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index import DocStore
 from tour_pyserini.results import Trace
 from tour_pyserini.teachers import (

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
 from tour_pyserini.training.examples import draw_lists
 from tour_pyserini.training.reranker import TrainConfig, build_examples, positives_of, train

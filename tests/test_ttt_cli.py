@@ -38,7 +38,7 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
         run_cli(main, ["fit", "--rewards", str(rewards), "--output", str(tmp_path / "g.safetensors"),
                        "--scope", "global", "--init", str(state_file)])  # fmt: skip
     assert exited.value.code == 2 and "holds a task state; this fit is of the global scope" in capsys.readouterr().err
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     topics = read_topics(mini_scifact["topics"])
     batch = QueryBatch([t.qid for t in topics], [t.text for t in topics], searcher.encode([t.text for t in topics]))
@@ -47,7 +47,7 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     assert sum([h.docid for h in a.hits] != [h.docid for h in b.hits] for a, b in zip(moved, plain)) > 0
     # the same state from the search command line
     from tour_pyserini.commands.search import main as search_main
-    from tour_pyserini.data.runs import read_run
+    from tour_pyserini.files.runs import read_run
 
     run = tmp_path / "ttt.trec"
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
@@ -96,7 +96,7 @@ def test_recycle_a_searchs_judgments_into_rewards(dense_index, bm25_index, mini_
     assert judged.provenance[str(rewards)]["teacher"] == "bm25"
     first = records[0]
     teacher = get_teacher("bm25", TeacherContext(index_dir=str(dense_index)))
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     text = next(t.text for t in read_topics(mini_scifact["topics"]) if t.qid == first["qid"])
     docids = list(first["judgments"])

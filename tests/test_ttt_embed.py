@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def batch(searcher, mini_scifact):
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     topics = read_topics(mini_scifact["topics"])[:12]
     return QueryBatch([t.qid for t in topics], [t.text for t in topics], searcher.encode([t.text for t in topics]))

@@ -12,8 +12,8 @@ import pytest
 from openai_server import start_server, url
 
 from tour_pyserini.commands.search import main as search_main
-from tour_pyserini.data import read_qrels, read_topics
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.results import NOT_RERANKED
 from tour_pyserini.rewriters import Identity
 from tour_pyserini.rewriters.rerank import Rerank

@@ -22,8 +22,8 @@ _LAZY = {
     "Trace": "tour_pyserini.results",
     "Rewriter": "tour_pyserini.rewriters",
     "get_rewriter": "tour_pyserini.rewriters",
-    "read_topics": "tour_pyserini.data",
-    "read_qrels": "tour_pyserini.data",
+    "read_topics": "tour_pyserini.files",
+    "read_qrels": "tour_pyserini.files",
     "evaluate": "tour_pyserini.eval",
 }
 __all__ = [
@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from tour_pyserini.data import read_qrels, read_topics
     from tour_pyserini.eval import evaluate
+    from tour_pyserini.files import read_qrels, read_topics
     from tour_pyserini.results import Hit, SearchResult, Trace
     from tour_pyserini.rewriters import Rewriter, get_rewriter
     from tour_pyserini.search.bm25 import Bm25Searcher

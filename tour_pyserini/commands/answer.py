@@ -17,11 +17,11 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
+from tour_pyserini.answer import ReaderOptions
 from tour_pyserini.commands.flags import ArgumentParser, add_param_flags, config_from_flags
 from tour_pyserini.commands.outputs import check_output
 from tour_pyserini.devices import PRECISIONS, check_device, resolve_precision
 from tour_pyserini.numbers import positive_int
-from tour_pyserini.reader import ReaderOptions
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,11 +46,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
-    from tour_pyserini.data.predictions import PredictionWriter
-    from tour_pyserini.data.runs import read_run
-    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.answer import Reader, check_reader, questions_to_read
+    from tour_pyserini.files.predictions import PredictionWriter
+    from tour_pyserini.files.runs import read_run
+    from tour_pyserini.files.topics import read_topics
     from tour_pyserini.index.docstore import open_passages
-    from tour_pyserini.reader import Reader, check_reader, questions_to_read
 
     args = parser().parse_args(argv)
     device = check_device(args.device)

@@ -17,7 +17,7 @@ def add_answer_training_flags(ap: argparse.ArgumentParser) -> None:
 def answered_questions(args: argparse.Namespace, needs: str) -> list:
     """``--topics`` without the texts of ``--exclude-texts-from``, those with answers; at least two, else one
     line saying what ``needs`` them."""
-    from tour_pyserini.data import read_topics
+    from tour_pyserini.files import read_topics
 
     topics = read_topics(args.topics)
     if args.exclude_texts_from:

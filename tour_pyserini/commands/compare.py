@@ -22,11 +22,11 @@ from pathlib import Path
 from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.judging import add_judgement_arguments, judgements
 from tour_pyserini.commands.outputs import check_output, staged_output
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.sameness import diff_runs
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.compare import compare, plot, render
 from tour_pyserini.eval.scoring import score_runs
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.sameness import diff_runs
 from tour_pyserini.numbers import non_negative_int, positive_int
 
 

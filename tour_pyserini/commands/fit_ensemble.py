@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data import read_qrels, read_topics
+    from tour_pyserini.files import read_qrels, read_topics
 
     args = parser().parse_args(argv)
     if len(args.teachers) < 2:

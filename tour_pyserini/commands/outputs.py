@@ -1,6 +1,6 @@
 """Output files of the commands, checked before any work and written so that a crash never leaves half a file.
 
-:func:`check_output` and :func:`check_outputs` apply the rules of :mod:`tour_pyserini.data.staging`.
+:func:`check_output` and :func:`check_outputs` apply the rules of :mod:`tour_pyserini.files.staging`.
 :func:`staged_output` hands out a temporary name beside the output, renamed onto it when the work succeeds
 and removed when it fails. :func:`locked_output` holds ``<output>.partial``, the name the run, rewards and
 state writers stage in, under an exclusive lock for the whole command.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tour_pyserini.data.staging import check_output, check_outputs, output_lock
+from tour_pyserini.files.staging import check_output, check_outputs, output_lock
 
 __all__ = ["check_output", "check_outputs", "locked_output", "staged_output"]
 

@@ -24,11 +24,11 @@ from tour_pyserini.commands.flags import (
     teacher_flags,
 )
 from tour_pyserini.commands.outputs import check_outputs
-from tour_pyserini.data.runs import RunWriter
-from tour_pyserini.data.topics import read_topics
 from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
 from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.runs import RunWriter
+from tour_pyserini.files.topics import read_topics
 from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
 from tour_pyserini.results import NOT_RERANKED, SearchResult

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                            timeout=args.timeout)  # fmt: skip
     relevance = topics = None
     if args.topics:
-        from tour_pyserini.data import read_qrels, read_topics
+        from tour_pyserini.files import read_qrels, read_topics
 
         topics = read_topics(args.topics)
         relevance = read_qrels(args.qrels) if args.qrels else None

@@ -31,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data.staging import locked_output_directory
+    from tour_pyserini.files.staging import locked_output_directory
     from tour_pyserini.index.corpus import check_corpus, corpus_file
 
     ap = parser()

@@ -36,9 +36,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data.staging import locked_output_directory
+    from tour_pyserini.answer import check_reader
     from tour_pyserini.encoders import EncoderSpec
-    from tour_pyserini.reader import check_reader
+    from tour_pyserini.files.staging import locked_output_directory
 
     ap = parser()
     args, config = trainer_config(ap, argv, OrqaConfig)  # refused before any model loads

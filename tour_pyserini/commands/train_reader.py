@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from contextlib import ExitStack
 
+from tour_pyserini.answer import questions_to_read
 from tour_pyserini.commands.answer_training import add_answer_training_flags, answered_questions
 from tour_pyserini.commands.flags import (
     ArgumentParser,
@@ -15,7 +16,6 @@ from tour_pyserini.commands.flags import (
     trainer_config,
 )
 from tour_pyserini.index.docstore import open_passages
-from tour_pyserini.reader import questions_to_read
 from tour_pyserini.training import reader as reader_training
 from tour_pyserini.training.reader import ReaderTrainConfig, train
 
@@ -36,11 +36,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data.runs import read_run
-    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import bundled_model_dir
     from tour_pyserini.encoders.spec import check_model
     from tour_pyserini.eval.answers import AnswerMatcher
+    from tour_pyserini.files.runs import read_run
+    from tour_pyserini.files.staging import locked_output_directory
 
     ap = parser()
     args, config = trainer_config(ap, argv, ReaderTrainConfig)  # refused before any model loads

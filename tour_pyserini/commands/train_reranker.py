@@ -40,9 +40,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tour_pyserini.data import read_qrels, read_topics
-    from tour_pyserini.data.staging import locked_output_directory
     from tour_pyserini.encoders import bundled_model_dir
+    from tour_pyserini.files import read_qrels, read_topics
+    from tour_pyserini.files.staging import locked_output_directory
 
     ap = parser()
     args, config = trainer_config(ap, argv, TrainConfig)  # refused before any model loads

@@ -76,7 +76,7 @@ def task_name(args: argparse.Namespace) -> str:
 
 
 def make_rewards(args: argparse.Namespace) -> None:
-    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.files.topics import read_topics
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.ttt.allocation import allocate
 
@@ -112,7 +112,7 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
 
 
 def recycle(args: argparse.Namespace) -> None:
-    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.files.topics import read_topics
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.ttt.rewards import TaskSource, rewards_from_traces, write_rewards
 
@@ -132,7 +132,7 @@ def recycle(args: argparse.Namespace) -> None:
 
 
 def fit_command(args: argparse.Namespace) -> None:
-    from tour_pyserini.data.topics import read_topics
+    from tour_pyserini.files.topics import read_topics
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.ttt.rewards import read_rewards
 

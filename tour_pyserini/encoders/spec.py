@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from tour_pyserini.data.digest import files_sha256
-from tour_pyserini.data.lines import read_text
 from tour_pyserini.encoders.classes import CLASSES, check_class_options, family, get_class, infer_class
 from tour_pyserini.errors import UserError, warn_once
+from tour_pyserini.files.digest import files_sha256
+from tour_pyserini.files.lines import read_text
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_ENCODER, "all-MiniLM-L6-v2"}

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 
 from tour_pyserini._java import import_pyserini
-from tour_pyserini.data.topics import Topic
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.judge import Evaluation, Judge
+from tour_pyserini.files.topics import Topic
 from tour_pyserini.index.docstore import DocStore
 
 

@@ -18,10 +18,10 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from tour_pyserini.data.predictions import Prediction
-from tour_pyserini.data.topics import Topic
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.judge import Evaluation
+from tour_pyserini.files.predictions import Prediction
+from tour_pyserini.files.topics import Topic
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)

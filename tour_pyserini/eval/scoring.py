@@ -7,11 +7,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.qrels import read_qrels
-from tour_pyserini.data.runs import read_run
-from tour_pyserini.data.topics import read_topics
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.judge import DEFAULT_METRICS, Judge, QrelsJudge
+from tour_pyserini.files.qrels import read_qrels
+from tour_pyserini.files.runs import read_run
+from tour_pyserini.files.topics import read_topics
 from tour_pyserini.index.docstore import DocStore, open_passages
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,9 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
 
 def score_predictions(paths: list[str], answers: str | None, regex: bool) -> tuple[dict, list[str]]:
     """EM and F1 of each predictions file against the answers of the topics file ``answers``, and the qids."""
-    from tour_pyserini.data.predictions import read_predictions
-    from tour_pyserini.data.topics import read_topics
     from tour_pyserini.eval.exact_match import answer_topics, evaluate_predictions
+    from tour_pyserini.files.predictions import read_predictions
+    from tour_pyserini.files.topics import read_topics
 
     if not answers:
         raise UserError("--predictions needs --answers TOPICS (the gold answers)")

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.digest import file_sha256
-from tour_pyserini.data.staging import check_place, output_lock, staged_directory
 from tour_pyserini.encoders import same_encoder, setting_differences
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.digest import file_sha256
+from tour_pyserini.files.staging import check_place, output_lock, staged_directory
 from tour_pyserini.index.corpus import corpus_file
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import IndexMeta, unreadable_reason

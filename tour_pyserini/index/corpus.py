@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.lines import BOM, text_lines
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import BOM, text_lines
 
 ID_KEYS = ("id", "_id", "docid")
 TEXT_KEYS = ("title", "text", "contents")

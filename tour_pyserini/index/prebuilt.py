@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.encoders import describe, same_encoder
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.digest import file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tour_pyserini._java import allow_long_queries, import_pyserini
-from tour_pyserini.data.topics import check_queries
+from tour_pyserini.files.topics import check_queries
 from tour_pyserini.index.layout import MissingIndexError, check_readable, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.search.api import PyseriniSearch, hits_is_k

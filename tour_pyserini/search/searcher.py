@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini._java import import_pyserini
-from tour_pyserini.data.topics import check_queries
 from tour_pyserini.encoders import EncoderSpec
 from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.topics import check_queries
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes

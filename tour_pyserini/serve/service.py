@@ -13,8 +13,8 @@ import queue
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tour_pyserini.data.runs import strictly_decreasing
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.runs import strictly_decreasing
 from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import read_text
 from tour_pyserini.numbers import Param
 from tour_pyserini.teachers.base import (
     TEACHERS,

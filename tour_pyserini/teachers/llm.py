@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.data.digest import file_sha256
 from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.digest import file_sha256
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, ScoreSink, Teacher, TeacherContext
 from tour_pyserini.teachers.cross_encoder import pair_text, run_in_float32
 from tour_pyserini.teachers.prompts import (

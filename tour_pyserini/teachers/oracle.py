@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tour_pyserini.data.qrels import read_qrels
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.qrels import read_qrels
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 
 

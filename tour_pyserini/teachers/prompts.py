@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.lines import read_text
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import read_text
 from tour_pyserini.numbers import Param
 
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"

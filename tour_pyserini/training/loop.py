@@ -174,7 +174,7 @@ class Trainer:
         from tqdm import tqdm
         from tqdm.contrib.logging import logging_redirect_tqdm
 
-        from tour_pyserini.data.staging import staged_directory
+        from tour_pyserini.files.staging import staged_directory
 
         s, start = self.settings, time.perf_counter()
         history, best, batches = [], None, self.batches(items)

@@ -153,7 +153,7 @@ class OrqaTask:
         ``beams`` (top-k block rows); ``scores`` is S_retr of every block."""
         import torch
 
-        from tour_pyserini.reader.windows import collate, make_windows
+        from tour_pyserini.answer.windows import collate, make_windows
         from tour_pyserini.training.reader import occurrences
 
         c, tokenizer = self.config, self.r_tokenizer
@@ -189,8 +189,8 @@ class OrqaTask:
         """Dev EM of the whole system: retrieve with the current encoder, read its top k with the orqa rule."""
         import torch
 
+        from tour_pyserini.answer import Passage, Question, Reader, ReaderOptions
         from tour_pyserini.eval.exact_match import evaluate_predictions
-        from tour_pyserini.reader import Passage, Question, Reader, ReaderOptions
 
         c, dev = self.config, self.dev
         scores = torch.cat([self.retrieve([self.topics[i].text for i in dev[j : j + 64]], run)

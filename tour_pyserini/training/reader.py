@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tour_pyserini.answer.spans import DEFAULT_RULE, RULES
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
     check_fields,
@@ -42,7 +43,6 @@ from tour_pyserini.numbers import (
     positive_int,
     probability,
 )
-from tour_pyserini.reader.spans import DEFAULT_RULE, RULES
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def build_examples(tokenizer, questions, answers: dict[str, tuple[str, ...]], be
                    config: ReaderTrainConfig) -> list[Example]:  # fmt: skip
     """``questions`` (``reader.Question``s with their top-k passages) as :class:`Example`s; ``bearing`` holds
     each question's answer-bearing docids. A question without a positive window is left out."""
-    from tour_pyserini.reader.windows import make_windows
+    from tour_pyserini.answer.windows import make_windows
 
     examples = []
     for q in questions:
@@ -153,7 +153,7 @@ def step_loss(model, examples: Sequence[Example], config: ReaderTrainConfig, rng
     ``passages - 1`` sampled negatives per question (one forward pass for the whole batch)."""
     import torch
 
-    from tour_pyserini.reader.windows import collate
+    from tour_pyserini.answer.windows import collate
 
     windows, plan = [], []
     for ex in examples:
@@ -176,8 +176,8 @@ def step_loss(model, examples: Sequence[Example], config: ReaderTrainConfig, rng
 
 
 def dev_exact_match(model, tokenizer, questions, topics, config: ReaderTrainConfig) -> float:
+    from tour_pyserini.answer import Reader, ReaderOptions
     from tour_pyserini.eval.exact_match import evaluate_predictions
-    from tour_pyserini.reader import Reader, ReaderOptions
 
     options = ReaderOptions(k=config.dev_k, max_length=config.max_length, stride=config.stride,
                             max_answer_length=config.max_answer_length, rule=config.rule,

@@ -22,8 +22,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tour_pyserini.data.lines import parse_finite, text_lines
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import parse_finite, text_lines
 
 HEADER = "# ttt-embed rewards: qid<TAB>docid<TAB>reward<TAB>task"
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from tour_pyserini.data.staging import check_outputs, open_locked, open_writable
+from tour_pyserini.files.staging import check_outputs, open_locked, open_writable
 
 
 def partial_name(path: Path, suffix: str) -> Path:

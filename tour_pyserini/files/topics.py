@@ -23,8 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.lines import read_text, text_lines
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import read_text, text_lines
 
 _QID_KEYS = ("qid", "_id", "id", "query_id")
 _TEXT_KEYS = ("question", "text", "query", "title")

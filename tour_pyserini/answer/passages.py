@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tour_pyserini.answer.model import Passage, Question
 from tour_pyserini.errors import UserError
-from tour_pyserini.reader.model import Passage, Question
 
 
 def questions_to_read(run: dict, topics: list, docstore, k: int, run_path: str, where: str) -> list[Question]:

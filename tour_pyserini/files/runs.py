@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.data.lines import parse_finite, read_fields
-from tour_pyserini.data.resumable import ResumableWriter
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import parse_finite, read_fields
+from tour_pyserini.files.resumable import ResumableWriter
 from tour_pyserini.results import Hit
 
 DECIMALS = 6
@@ -45,7 +45,7 @@ def format_run_lines(qid: str, hits: Sequence[Hit], tag: str, decimals: int = DE
 
 class RunWriter(ResumableWriter):
     """Write a run (and optionally its per-query trace) so that ``path`` only ever appears complete, resumably:
-    the protocol of :mod:`tour_pyserini.data.resumable`. ``write`` is a batch of one; ``trace`` names a JSON-lines
+    the protocol of :mod:`tour_pyserini.files.resumable`. ``write`` is a batch of one; ``trace`` names a JSON-lines
     file of one record per query that follows the run's rules."""
 
     def __init__(self, path: str | Path, tag: str = "tour_pyserini", signature: dict | None = None,

@@ -1,5 +1,5 @@
 """Answer predictions: JSON lines ``{"qid", "answer", "docid", "score"}``, one per question, written as runs are
-(:mod:`tour_pyserini.data.resumable`: atomic, locked, resumed after the last whole batch)."""
+(:mod:`tour_pyserini.files.resumable`: atomic, locked, resumed after the last whole batch)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tour_pyserini.data.lines import text_lines
-from tour_pyserini.data.resumable import ResumableWriter
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import text_lines
+from tour_pyserini.files.resumable import ResumableWriter
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tour_pyserini.data.predictions import Prediction
-from tour_pyserini.encoders.checkpoints import checked_loading
-from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import check_fields, non_negative_float, param, positive_int
-from tour_pyserini.reader.spans import (
+from tour_pyserini.answer.spans import (
     DEFAULT_RETRIEVAL_WEIGHT,
     DEFAULT_RULE,
     RULES,
@@ -24,7 +20,11 @@ from tour_pyserini.reader.spans import (
     choose,
     passage_candidate,
 )
-from tour_pyserini.reader.windows import Window, collate, length_sorted_batches, make_windows, question_budget
+from tour_pyserini.answer.windows import Window, collate, length_sorted_batches, make_windows, question_budget
+from tour_pyserini.encoders.checkpoints import checked_loading
+from tour_pyserini.errors import UserError
+from tour_pyserini.files.predictions import Prediction
+from tour_pyserini.numbers import check_fields, non_negative_float, param, positive_int
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tour_pyserini.data.lines import read_fields
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.lines import read_fields
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
