@@ -105,7 +105,7 @@ def test_the_demos_prebuilt_index_is_written_then_reused(tmp_path):
     out = tmp_path / "scifact.minilm"
     first = index_cli("--collection", SCIFACT, "--output", out)
     assert first.returncode == 0, first.stderr
-    assert "using prebuilt scifact.minilm" in first.stderr
+    assert "using prebuilt scifact.minilm" in first.stdout
     second = index_cli("--collection", SCIFACT, "--output", out)
     assert second.returncode == 0 and second.stdout.startswith("reusing dense (flat) index"), second.stderr
 

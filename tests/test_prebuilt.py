@@ -30,7 +30,7 @@ def test_an_index_built_from_the_prebuilt_vectors_ranks_as_the_encoded_one(
     spec = EncoderSpec.resolve()
     out = tmp_path / "from-prebuilt"
     collection = mini_scifact["collection"]
-    with caplog.at_level(logging.INFO, logger="tour_pyserini"):
+    with caplog.at_level(logging.DEBUG, logger="tour_pyserini"):
         meta = build_index(out, lambda tmp: write_dense_index(collection, tmp, spec, prebuilt=prebuilt_root))
     assert "using prebuilt" in caplog.text
     assert meta.extra["prebuilt"].endswith("mini.minilm") and meta.num_docs == mini_scifact["num_docs"]

@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
                         faiss_spec=spec, device=check_device(args.device),
                         **({"prebuilt": None} if args.no_prebuilt else {}))  # fmt: skip
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite, request=request)
+    if not reused and meta.extra.get("prebuilt"):
+        print(f"using prebuilt {meta.extra['prebuilt']}: vectors of {meta.num_docs} documents, encoder checked")
     print(("reusing " if reused else "") + describe(args.output, meta))
 
 

@@ -47,7 +47,7 @@ def write_dense_index(
     identity = encoder_identity(encoder)
     found = find_prebuilt(corpus, identity, list(fields), prebuilt) if prebuilt else None
     if found is not None:
-        log.info("using prebuilt %s: vectors of %d documents, encoder checked", found.path.name,
+        log.debug("using prebuilt %s: vectors of %d documents, encoder checked", found.path.name,
                  found.manifest["num_docs"])  # fmt: skip
         indexed, dimension = found.write_faiss(out_dir)
     else:
