@@ -103,7 +103,7 @@ def cpu_name() -> str:
 def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int) -> str:
     """The search command re-ranking the dense top 20 with ``teacher`` through ``way``; its command line."""
     runtime, precision = WAYS[way]
-    cmd = [sys.executable, "-m", "tour_pyserini.search", "--index", index, "--topics", topics, "--hits", "100",
+    cmd = [sys.executable, "-m", "tour_pyserini.search", "--index", index, "--topics", topics, "--hits", "1000",
            "--teacher", f"cross-encoder:{teacher}", "--teacher-runtime", runtime, "--teacher-precision", precision,
            "--rewriter", "rerank", "--k", "20", "--threads", str(threads), "--output", str(out)]  # fmt: skip
     cmd.append("--remove-query")  # a SciFact claim's id is no document of its own
