@@ -14,7 +14,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime
 
 install: $(VENV)/.installed
 
@@ -126,6 +126,12 @@ bench: install
 	$(PY) bench/cross_encoder_speed.py
 	$(PY) bench/odqa_smoothing.py
 	$(PY) bench/shared_cores.py
+
+# the cross-encoder teacher through torch and ONNX Runtime (fp32, bf16, int8): pairs per second under the machine's
+# kernels and torch's AVX2 set, and int8's rerank@20 nDCG@10 against fp32 (runs/bench-runtime.json)
+bench-runtime: install
+	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) bench/runtime_speed.py
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install

@@ -24,7 +24,7 @@ from tour_pyserini.commands.flags import (
     teacher_flags,
 )
 from tour_pyserini.commands.outputs import check_outputs
-from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
+from tour_pyserini.devices import DEFAULT_PRECISION
 from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import RunWriter
@@ -33,6 +33,7 @@ from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
 from tour_pyserini.results import NOT_RERANKED, SearchResult
 from tour_pyserini.rewriters import available_rewriters, get_rewriter_class
+from tour_pyserini.runtime import ONNX_AUTO, RUNTIME_PRECISIONS
 from tour_pyserini.search.configure import SearchConfig, SearchPlan, TeacherInfo, open_searcher, plan_search
 from tour_pyserini.teachers import teacher_usages
 from tour_pyserini.teachers.cache import mostly_unscored
@@ -96,14 +97,15 @@ def parser() -> argparse.ArgumentParser:
         help="tokens a cross-encoder teacher reads "
         "(default: the model's own limit, which the trainer sets to its training length; at most 512)",
     )
-    rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's "
+    rw.add_argument("--teacher-precision", choices=RUNTIME_PRECISIONS, help="a cross-encoder teacher's "
                     "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
-                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, or auto (bf16 where torch "
-                    f"multiplies in bfloat16 natively, else fp32; default {DEFAULT_PRECISION})")  # fmt: skip
+                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
+                    "8-bit weights), or auto (torch: bf16 where it multiplies in bfloat16 natively, else fp32; "
+                    f"onnx: {ONNX_AUTO}; default {DEFAULT_PRECISION})")  # fmt: skip
     add_teacher_flags(rw)
     add_renamed(rw, "--reranker")
     add_renamed(rw, "--reranker-max-length", type=positive_int)
-    add_renamed(rw, "--reranker-precision", choices=PRECISIONS)
+    add_renamed(rw, "--reranker-precision", choices=RUNTIME_PRECISIONS)
     rw.add_argument("--allow-unscored", action="store_true", help="keep searching when the teacher gives no score "
                     "for most pairs of a batch (an API answering nothing usable); a query it scored none of keeps the "
                     "retriever's ranking and scores, as its trace says. Without it such a batch stops the search, "

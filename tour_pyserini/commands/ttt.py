@@ -22,9 +22,10 @@ from tour_pyserini.commands.flags import (
     teacher_flags,
 )
 from tour_pyserini.commands.outputs import locked_output
-from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS
+from tour_pyserini.devices import DEFAULT_PRECISION
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import non_negative_int, positive_float, positive_int
+from tour_pyserini.runtime import RUNTIME_PRECISIONS
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
@@ -47,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--max-depth", type=positive_int, default=100,
                     help="base candidates a query can be judged on (100)")  # fmt: skip
     rw.add_argument("--teacher-max-length", type=positive_int, help="tokens a cross-encoder teacher reads")
-    rw.add_argument("--teacher-precision", choices=PRECISIONS, help="a cross-encoder teacher's arithmetic "
+    rw.add_argument("--teacher-precision", choices=RUNTIME_PRECISIONS, help="a cross-encoder teacher's arithmetic "
                     f"(default {DEFAULT_PRECISION})")  # fmt: skip
     add_teacher_flags(rw)
     rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tour_pyserini.devices import check_device, resolve_precision
+from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import EncoderSettings, EncoderSpec, encoder_identity
 from tour_pyserini.encoders.query import QueryEncoder, QueryEncoders, check_encoded_queries, resolve_query_precision
 from tour_pyserini.errors import UserError
@@ -26,6 +26,8 @@ from tour_pyserini.index.layout import check_readable, index_kind
 from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.rewriters import Rewriter, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import StateShift
+from tour_pyserini.runtime import resolve_runtime_precision
+from tour_pyserini.teachers.cross_encoder import RUNTIME
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +130,10 @@ def plan_search(config: SearchConfig) -> SearchPlan:
             start.state.check_encoder(encoder_identity(spec), f"--state {state}")
     check_device(config.device)
     precision = resolve_query_precision(config.encoder_precision, config.device)
-    if config.teacher_precision:
-        resolve_precision(config.teacher_precision, config.device, "--teacher-precision")
+    runtime = config.teacher_options.get(RUNTIME.name)
+    if config.teacher_precision or runtime:
+        resolve_runtime_precision(config.teacher_precision or "auto", runtime or RUNTIME.default, config.device,
+                                  "--teacher-precision", RUNTIME.option)  # fmt: skip
     return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, start)
 
 

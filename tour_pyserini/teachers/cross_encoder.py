@@ -14,16 +14,21 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.devices import DEFAULT_PRECISION, check_precision, resolve_precision
+from tour_pyserini.devices import DEFAULT_PRECISION
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
+from tour_pyserini.numbers import Param
+from tour_pyserini.runtime import RUNTIMES, resolve_runtime_precision
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
+RUNTIME = Param("runtime", str, "torch", flag="--teacher-runtime", choices=RUNTIMES,
+                help="what runs a cross-encoder teacher: torch, or onnx (ONNX Runtime on the CPU: the model exported "
+                     "once, cached beside its weights; --teacher-precision fp32, int8 or auto; the runtime extra)")
 
 
 def pair_text(doc: Document) -> str:
@@ -103,29 +108,68 @@ def residual_dense(model_dir: str, residual: dict, context: TeacherContext) -> D
     return DenseTeacher.of(index_dir, context)
 
 
+def check_runtime(precision: str, runtime: str, device: str) -> str:
+    """The arithmetic of a cross-encoder at ``precision`` through ``runtime``, or one line naming the flag."""
+    return resolve_runtime_precision(precision, runtime, device, "cross-encoder precision", RUNTIME.option)
+
+
+def load_classifier(path: str, device: str):
+    """The sequence classifier at ``path`` in float32 (whatever the stored precision: CPU kernels for float16 are
+    slow or missing), in eval mode on ``device``."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    with checked_loading(f"cross-encoder {path!r}"):
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+    return model.eval().to(device)
+
+
+def onnx_classifier(path: str, tokenizer, precision: str):
+    """The classifier at ``path`` through ONNX Runtime at ``precision``: its graph from the cache beside the
+    weights, exported there the first time (the torch model loads only then)."""
+    from tour_pyserini.runtime import OnnxModel, cached_graph, export_graph
+
+    def export(graph: Path) -> None:
+        examples = pair_inputs(tokenizer, ["a query", "another query"], ["a document", "a longer document text"], 32)
+        export_graph(load_classifier(path, "cpu"), examples, "logits", graph)
+
+    sha = weights_sha256(path)
+    if sha is None:
+        raise UserError(f"cross-encoder {path!r} has no weight files to export")
+    return OnnxModel(cached_graph(path, sha, precision, export))
+
+
 @TEACHERS.register
 class CrossEncoderTeacher(Teacher):
     """Scores (query, "title text") pairs with a sequence-classification model.
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
-    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``precision`` is one of
-    :data:`PRECISIONS`: ``bf16`` runs the encoder under bfloat16 autocast and the head in float32;
-    ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32.
+    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``runtime`` is torch or
+    onnx (ONNX Runtime, CPU). ``precision`` is one of :data:`~tour_pyserini.runtime.RUNTIME_PRECISIONS`:
+    ``bf16`` (torch) runs the encoder under bfloat16 autocast and the head in float32; ``int8`` (onnx) the
+    graph with 8-bit weights;
+    ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32, through torch, and
+    :data:`~tour_pyserini.runtime.ONNX_AUTO` through ONNX Runtime.
     """
 
     name = "cross-encoder"
     usage = "cross-encoder:PATH"
+    options = (RUNTIME,)
 
     def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
                  precision: str = DEFAULT_PRECISION, dense: DenseTeacher | None = None,
-                 dense_scale: float = 0.0):  # fmt: skip
+                 dense_scale: float = 0.0, runtime: str = RUNTIME.default):  # fmt: skip
         import torch
-        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         path = str(path)
-        self.precision = resolve_precision(precision, device, "cross-encoder precision")
+        self.precision = check_runtime(precision, runtime, device)
+        self.runtime = runtime
         check_model("cross-encoder", path)
+        if runtime == "onnx" and not Path(path).expanduser().is_dir():
+            raise UserError(f"cross-encoder {path!r}: --teacher-runtime onnx caches the exported model beside its "
+                            "weights; give a local model directory")  # fmt: skip
         try:
             config = AutoConfig.from_pretrained(path)
         except OSError as e:
@@ -138,14 +182,15 @@ class CrossEncoderTeacher(Teacher):
             )
         self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        # float32 whatever the stored precision: CPU kernels for float16 are slow or missing
-        with checked_loading(f"cross-encoder {path!r}"):
-            model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
-        self.model = model.eval().to(device)
         self.device = device
-        if self.precision == "bf16":
-            for module in head_modules(self.model):
-                run_in_float32(module, torch.device(device).type)
+        self.model = self.graph = None
+        if runtime == "onnx":
+            self.graph = onnx_classifier(path, self.tokenizer, self.precision)
+        else:
+            self.model = load_classifier(path, device)
+            if self.precision == "bf16":
+                for module in head_modules(self.model):
+                    run_in_float32(module, torch.device(device).type)
         self.max_length = min(max_length, self.tokenizer.model_max_length)
         self.batch_size = batch_size
         self.dense = dense  # a residual cross-encoder's retriever similarity, times dense_scale
@@ -156,8 +201,9 @@ class CrossEncoderTeacher(Teacher):
         if not argument:
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
         options = {} if context.max_length is None else {"max_length": context.max_length}
-        if context.precision is not None:
-            options["precision"] = check_precision(context.precision, "cross-encoder precision")  # before the index
+        options["runtime"] = RUNTIME.check(context.option(RUNTIME))
+        options["precision"] = context.precision or DEFAULT_PRECISION
+        check_runtime(options["precision"], options["runtime"], context.device)  # before the index opens
         residual = read_residual(argument)
         if residual:
             options["dense"] = residual_dense(argument, residual, context)
@@ -175,8 +221,14 @@ class CrossEncoderTeacher(Teacher):
                 idx = order[start : start + self.batch_size]
                 inputs = pair_inputs(self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
                                      self.max_length).to(self.device)  # fmt: skip
-                scores[idx] = logits_to_scores(self.model(**inputs).logits.float()).cpu().numpy()
+                scores[idx] = logits_to_scores(self.logits(inputs))
         return scores
+
+    def logits(self, inputs) -> np.ndarray:
+        """The classifier's logits of a batch of :func:`pair_inputs`."""
+        if self.graph is not None:
+            return self.graph(inputs)
+        return self.model(**inputs).logits.float().cpu().numpy()
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         queries = [r.query for r in requests for _ in r.docids]
@@ -196,11 +248,13 @@ class CrossEncoderTeacher(Teacher):
     def fingerprint(self) -> str:
         """The label, the length read, the precision and the weights' hash: a retrained, re-cut or
         differently rounded teacher never reuses scores. float32 is the precision left unnamed, so stores
-        written before precisions existed (float32 scores) stay usable. A residual teacher adds the dense
+        written before precisions existed (float32 scores) stay usable; a runtime other than torch is named.
+        A residual teacher adds the dense
         scorer's own fingerprint (its index's content and encoder), so its scores on one index are never
         served on another, even one of the same name."""
         sha = weights_sha256(self.path)
         precision = "" if self.precision == "fp32" else f" precision {self.precision}"
+        precision += "" if self.runtime == "torch" else f" runtime {self.runtime}"
         residual = f" + {self.dense_scale} x {self.dense.fingerprint}" if self.dense is not None else ""
         weights = sha[:16] if sha else self.path
         return f"{self.label} max_length {self.max_length}{precision} weights {weights}{residual}"

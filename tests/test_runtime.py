@@ -1,0 +1,181 @@
+"""The cross-encoder teacher through ONNX Runtime: float32 scores as torch's, the exported graph cached beside the
+weights once, int8 the same bytes every run, stores that never mix runtimes, bad input one line."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.files import read_qrels, read_topics
+from tour_pyserini.index.corpus import read_jsonl_corpus
+from tour_pyserini.runtime.onnx import CACHE, OnnxModel
+from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, pair_text
+
+MODEL = ROOT / "models" / "scifact-rce"
+
+
+@pytest.fixture(scope="module")
+def pairs(mini_scifact) -> list[tuple[str, list[str]]]:
+    """Three judged SciFact test claims, each with its relevant abstracts and the same 8 others."""
+    qrels = read_qrels(mini_scifact["qrels"])
+    docs = {doc.docid: pair_text(doc) for doc in read_jsonl_corpus(mini_scifact["collection"] / "corpus.jsonl")}
+    others = [d for d in docs if not any(d in judged for judged in qrels.values())][:8]
+    return [(t.text, [docs[d] for d in [*qrels[t.qid], *others]]) for t in read_topics(mini_scifact["topics"])[:3]]
+
+
+def scores(teacher: CrossEncoderTeacher, pairs) -> np.ndarray:
+    return np.concatenate([teacher.score_pairs([query] * len(texts), texts) for query, texts in pairs])
+
+
+def copy_model(source, target):
+    """A model directory of its own (the cache is written beside the weights), without any graph cached."""
+    return shutil.copytree(source, target, ignore=shutil.ignore_patterns(CACHE))
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    return copy_model(MODEL, tmp_path_factory.mktemp("rt") / "scifact-rce")
+
+
+@pytest.mark.parametrize("which", ["shipped", "tiny"])
+def test_onnx_float32_scores_equal_torchs(which, shipped, cross_encoder_dir, pairs, tmp_path):
+    """The shipped teacher's classifier and a random-headed MiniLM: every score within 1e-5 of torch's."""
+    path = shipped if which == "shipped" else copy_model(cross_encoder_dir, tmp_path / "tiny")
+    exact = scores(CrossEncoderTeacher(path, precision="fp32"), pairs)
+    through = scores(CrossEncoderTeacher(path, precision="fp32", runtime="onnx"), pairs)
+    assert np.abs(exact - through).max() < 1e-5
+    assert np.ptp(exact) > 1e-2  # scores that spread 1,000 times the tolerance: the comparison means something
+
+
+def test_the_graph_is_exported_once_and_a_changed_weight_gets_a_new_one(cross_encoder_dir, pairs, tmp_path, caplog):
+    path = copy_model(cross_encoder_dir, tmp_path / "model")
+    caplog.set_level(logging.INFO, logger="tour_pyserini.runtime")
+    first = CrossEncoderTeacher(path, precision="fp32", runtime="onnx")
+    graph = first.graph.path
+    assert graph.is_relative_to(path / CACHE) and "exporting" in caplog.text
+    stamp = graph.stat().st_mtime_ns
+    caplog.clear()
+    again = CrossEncoderTeacher(path, precision="fp32", runtime="onnx")
+    assert again.graph.path == graph and graph.stat().st_mtime_ns == stamp and "exporting" not in caplog.text
+    assert np.array_equal(scores(first, pairs), scores(again, pairs))
+    assert sorted(p.name for p in (path / CACHE).iterdir()) == [graph.parent.name]  # staged, then renamed
+
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(path)
+    with torch.no_grad():
+        model.classifier.bias += 1.0
+    model.save_pretrained(path)
+    changed = CrossEncoderTeacher(path, precision="fp32", runtime="onnx")
+    assert changed.graph.path.parent != graph.parent and "exporting" in caplog.text
+    assert np.allclose(scores(changed, pairs), scores(first, pairs) + 1.0, atol=1e-5)
+
+
+def test_int8_is_the_same_bytes_every_time_and_quantises(shipped, pairs, tmp_path):
+    """Two copies of the model, each exported and quantised on its own: the same graph, the same scores to the
+    bit; scores that are not float32's (the weights were quantised) but close to them."""
+    other = copy_model(MODEL, tmp_path / "again")
+    first, second = (CrossEncoderTeacher(p, precision="int8", runtime="onnx") for p in (shipped, other))
+    assert first.graph.path.read_bytes() == second.graph.path.read_bytes()
+    fp32 = first.graph.path.parents[1] / first.graph.path.parent.name.replace("int8", "fp32") / "model.onnx"
+    assert first.graph.path.stat().st_size < fp32.stat().st_size / 3  # 8-bit weights
+    a, b = scores(first, pairs), scores(second, pairs)
+    assert np.array_equal(a, b)
+    exact = scores(CrossEncoderTeacher(shipped, precision="fp32"), pairs)
+    assert not np.array_equal(a, exact) and np.abs(a - exact).max() < 1.0
+
+
+def test_a_search_through_int8_writes_the_same_bytes_twice(shipped, dense_index, mini_scifact, tmp_path):
+    """The residual teacher (logit through ONNX Runtime, plus 20 x the retriever's similarity) re-ranking by
+    the search command: the same run, byte for byte, from a fresh graph and from the cached one."""
+    from tour_pyserini.commands.search import main
+
+    runs = [tmp_path / "first.trec", tmp_path / "second.trec"]
+    for run in runs:
+        main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
+              "--teacher", f"cross-encoder:{shipped}", "--teacher-runtime", "onnx", "--teacher-precision", "int8",
+              "--rewriter", "rerank", "--k", "5", "--hits", "10"])  # fmt: skip
+    assert runs[0].read_bytes() == runs[1].read_bytes() and runs[0].stat().st_size > 0
+
+
+def test_fingerprints_name_the_runtime_and_precision(cross_encoder_dir):
+    prints = {(r, p): CrossEncoderTeacher(cross_encoder_dir, precision=p, runtime=r).fingerprint
+              for r, p in [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")]}  # fmt: skip
+    assert len(set(prints.values())) == 3
+    assert "runtime" not in prints["torch", "fp32"]  # as before runtimes existed: float32 stores stay usable
+    assert prints["onnx", "fp32"] == prints["torch", "fp32"].replace(" weights", " runtime onnx weights")
+    assert " precision int8 runtime onnx weights" in prints["onnx", "int8"]
+
+
+def test_auto_through_onnx_is_float32_the_precision_within_the_bounds(cross_encoder_dir):
+    """int8 missed SciFact's rerank@20 nDCG@10 bound (docs/benchmarks.md), so auto is fp32 through ONNX Runtime."""
+    teacher = CrossEncoderTeacher(cross_encoder_dir, runtime="onnx")
+    assert teacher.precision == "fp32" and teacher.graph.path.parent.name.endswith("-fp32")
+
+
+def test_onnx_runtime_runs_torchs_thread_count(cross_encoder_dir, tmp_path):
+    """What the process chose for torch (``--threads``, else its default), not what the machine's load leaves."""
+    graph = CrossEncoderTeacher(copy_model(cross_encoder_dir, tmp_path / "m"), precision="fp32", runtime="onnx").graph
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            assert OnnxModel(graph.path).session.get_session_options().intra_op_num_threads == n
+    finally:
+        torch.set_num_threads(threads)
+
+
+def search(dense_index, mini_scifact, tmp_path, *flags):
+    """The search command's exit status, as a shell sees it, on flags it refuses."""
+    from tour_pyserini.commands.runner import run_cli
+    from tour_pyserini.commands.search import main
+
+    out = tmp_path / "run.trec"
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
+              "--rewriter", "rerank", *flags])  # fmt: skip
+    assert not out.exists() and not out.with_name("run.trec.partial").exists()
+    return exit_info.value.code
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--teacher-precision", "int8"], "error: --teacher-precision int8 runs through ONNX Runtime only "
+                                          "(--teacher-runtime onnx)"),
+        (["--teacher-runtime", "onnx", "--teacher-precision", "bf16"], "error: --teacher-precision bf16: ONNX "
+         "Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto"),
+    ],
+)  # fmt: skip
+def test_bad_runtime_and_precision_are_one_line_before_any_model_loads(flags, message, dense_index, mini_scifact,
+                                                                       tmp_path, capsys):  # fmt: skip
+    code = search(dense_index, mini_scifact, tmp_path, "--teacher", "cross-encoder:/no/such/model", *flags)
+    err = capsys.readouterr().err
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [message]
+    assert "Traceback" not in err
+
+
+def test_an_unknown_runtime_and_a_runtime_for_another_teacher_are_refused(dense_index, mini_scifact, tmp_path, capsys):
+    assert search(dense_index, mini_scifact, tmp_path, "--teacher", f"cross-encoder:{MODEL}",
+                  "--teacher-runtime", "tensorrt") == 2  # fmt: skip
+    assert "--teacher-runtime: invalid choice: 'tensorrt'" in capsys.readouterr().err
+    assert search(dense_index, mini_scifact, tmp_path, "--teacher", "bm25", "--teacher-runtime", "onnx") == 2
+    assert "error: --teacher-runtime: not an option of the bm25 teacher" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--teacher-runtime must be one of torch, onnx, got 'tvm'"):
+        CrossEncoderTeacher("/no/such/model", runtime="tvm")  # the library's own check, before the path's
+
+
+def test_without_onnxruntime_the_error_names_the_extra(dense_index, mini_scifact, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    code = search(dense_index, mini_scifact, tmp_path, "--teacher", f"cross-encoder:{MODEL}", "--teacher-runtime",
+                  "onnx")  # fmt: skip
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == ["error: --teacher-runtime onnx needs the runtime extra (onnxruntime is not "
+                                    "installed): pip install 'tour-pyserini[runtime]'"]  # fmt: skip
