@@ -7,16 +7,15 @@ the states it writes. ``fit_state`` encodes the rewarded queries with each task'
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 
 from tour_pyserini.encoders import describe, encoder_identity, same_encoder
 from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.digest import file_sha256
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
 from tour_pyserini.ttt.objectives import FitConfig
@@ -78,12 +77,12 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
     start = time.perf_counter()
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
     seconds = time.perf_counter() - start
-    provenance = {path: {**info, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+    provenance = {path: {**info, "sha256": file_sha256(path)}
                   for path, info in rewards.provenance.items()}  # fmt: skip
     if init is not None:
         provenance["warm start"] = {
             "state": init_path,
-            "sha256": hashlib.sha256(Path(init_path).read_bytes()).hexdigest(),
+            "sha256": file_sha256(init_path),
         }
     state = State(scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance)
     return state, seconds
