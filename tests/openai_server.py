@@ -39,6 +39,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             server.requests.append((self.path, body))
             server.in_flight += 1
             server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            self.counted = True
             failing = server.fail_next > 0
             server.fail_next -= failing
         try:
@@ -77,11 +78,19 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                 )
             return self.answer(404, {"error": "no such endpoint"})
         finally:
-            with server.lock:
-                server.in_flight -= 1
+            self.done()
+
+    def done(self) -> None:
+        """This request is no longer in flight: said before its answer is written, since a client may send its next
+        request the moment it reads this one's answer, before this thread would otherwise count it done."""
+        if getattr(self, "counted", False):
+            self.counted = False
+            with self.server.lock:
+                self.server.in_flight -= 1
 
     def answer(self, status: int, body: dict | str, headers: dict | None = None):
         data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.done()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
