@@ -101,7 +101,7 @@ teachers: install
 	    --exclude-texts-from $(NQ)/topics.test.jsonl --epochs 1 --evals-per-epoch 4 --output models/nq-oracle-rce
 
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 # the explorer page's browser test (tests/test_serve_explorer.py) drives Debian's chromium headless through
 # chromedriver; a machine without them gets them from Debian (as root; CI runs this before the tests)
