@@ -128,9 +128,11 @@ bench: install
 	$(PY) bench/shared_cores.py
 
 # the cross-encoder teacher through torch and ONNX Runtime (fp32, bf16, int8): pairs per second under the machine's
-# kernels and torch's AVX2 set, and int8's rerank@20 nDCG@10 against fp32 (runs/bench-runtime.json)
+# kernels and torch's AVX2 set, and int8's rerank@20 SciFact nDCG@10 and nq-oracle Acc@1 against fp32
+# (runs/bench-runtime.json)
 bench-runtime: install
 	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
 	$(PY) bench/runtime_speed.py
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test

@@ -9,8 +9,8 @@
    torch's kernels only: ONNX Runtime's (MLAS) pick their instruction set from the processor and have no such
    switch, so its rows under "avx2" run the machine's own kernels (docs/benchmarks.md says what that leaves open).
 2. Quality (``--part quality``): the search command re-ranks the dense top 20 of SciFact's 300 test claims with
-   the shipped teacher through torch fp32 and through onnx int8 (and onnx fp32); nDCG@10 of each. Bound: int8
-   within 0.002 of fp32.
+   the shipped teacher (nDCG@10), and of nq-oracle's 1,000 test questions with ``models/nq-oracle-ce`` (DPR
+   answer Acc@1), through torch fp32, onnx fp32 and onnx int8. Bound: within 0.002 of torch fp32.
 
 Writes runs/bench-runtime.json (a part re-measured keeps the other). Usage:
 python bench/runtime_speed.py [--part both] [--sample 64] [--passes 3] [--rounds 3] [--threads 2]
@@ -100,13 +100,12 @@ def cpu_name() -> str:
         return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
 
 
-def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int) -> str:
+def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int, *flags: str) -> str:
     """The search command re-ranking the dense top 20 with ``teacher`` through ``way``; its command line."""
     runtime, precision = WAYS[way]
     cmd = [sys.executable, "-m", "tour_pyserini.search", "--index", index, "--topics", topics, "--hits", "1000",
            "--teacher", f"cross-encoder:{teacher}", "--teacher-runtime", runtime, "--teacher-precision", precision,
-           "--rewriter", "rerank", "--k", "20", "--threads", str(threads), "--output", str(out)]  # fmt: skip
-    cmd.append("--remove-query")  # a SciFact claim's id is no document of its own
+           "--rewriter", "rerank", "--k", "20", "--threads", str(threads), "--output", str(out), *flags]  # fmt: skip
     out.unlink(missing_ok=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return shlex.join(["python", *cmd[1:]])
@@ -117,17 +116,33 @@ def quality(threads: int) -> dict:
 
     runs = ROOT / "runs" / "bench-runtime"
     runs.mkdir(parents=True, exist_ok=True)
-    parts = {}
+    ways = ("torch fp32", "onnx fp32", "onnx int8")
     qrels = list(ir_measures.read_trec_qrels(str(ROOT / "qrels" / "scifact.test.txt")))
     rows = []
-    for way in ("torch fp32", "onnx fp32", "onnx int8"):
+    for way in ways:
         out = runs / f"scifact.rerank-20.{way.replace(' ', '-')}.trec"
-        cmd = rerank("indexes/scifact.minilm", "collections/scifact/topics.test.tsv", str(MODEL.relative_to(ROOT)),
-                     way, out, threads)  # fmt: skip
+        # a SciFact claim's id is no document of its own
+        cmd = rerank("indexes/scifact.minilm", "collections/scifact/topics.test.tsv", "models/scifact-rce", way, out,
+                     threads, "--remove-query")  # fmt: skip
         value = ir_measures.calc_aggregate([ir_measures.nDCG @ 10], qrels, ir_measures.read_trec_run(str(out)))
         rows.append({"way": way, "nDCG@10": round(float(next(iter(value.values()))), 4), "command": cmd})
-    parts["scifact"] = bounded(rows, "nDCG@10")
+    parts = {"scifact": bounded(rows, "nDCG@10")}
+    rows = []
+    for way in ways:
+        out = runs / f"nq-oracle.rerank-20.{way.replace(' ', '-')}.trec"
+        cmd = rerank("indexes/nq-oracle.minilm", "collections/nq-oracle/topics.test.jsonl", "models/nq-oracle-ce",
+                     way, out, threads)  # fmt: skip
+        rows.append({"way": way, "Acc@1": round(answer_accuracy(out), 4), "command": cmd})
+    parts["nq-oracle"] = bounded(rows, "Acc@1")
     return parts
+
+
+def answer_accuracy(run: Path) -> float:
+    """DPR Acc@1 of an nq-oracle test run, as the eval command gives it."""
+    cmd = [sys.executable, "-m", "tour_pyserini.eval", "--answers", "collections/nq-oracle/topics.test.jsonl",
+           "--collection", "collections/nq-oracle", "--run", str(run), "--topk", "1", "--json"]  # fmt: skip
+    out = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True).stdout
+    return float(json.loads(out.splitlines()[-1])["Acc@1"])
 
 
 def bounded(rows: list[dict], measure: str) -> dict:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 from conftest import ROOT
+from transformers import AutoConfig, AutoTokenizer
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files import read_qrels, read_topics
@@ -49,9 +51,39 @@ def test_onnx_float32_scores_equal_torchs(which, shipped, cross_encoder_dir, pai
     """The shipped teacher's classifier and a random-headed MiniLM: every score within 1e-5 of torch's."""
     path = shipped if which == "shipped" else copy_model(cross_encoder_dir, tmp_path / "tiny")
     exact = scores(CrossEncoderTeacher(path, precision="fp32"), pairs)
-    through = scores(CrossEncoderTeacher(path, precision="fp32", runtime="onnx"), pairs)
-    assert np.abs(exact - through).max() < 1e-5
+    teacher = CrossEncoderTeacher(path, precision="fp32", runtime="onnx")
+    assert np.abs(exact - scores(teacher, pairs)).max() < 1e-5
     assert np.ptp(exact) > 1e-2  # scores that spread 1,000 times the tolerance: the comparison means something
+    layers = AutoConfig.from_pretrained(path).num_hidden_layers
+    assert operators(teacher.graph.path)["Attention"] == layers  # every layer's attention one fused kernel
+
+
+def operators(graph) -> Counter:
+    import onnx
+
+    return Counter(node.op_type for node in onnx.load(str(graph)).graph.node)
+
+
+def test_a_fusion_that_changes_the_output_beyond_the_tolerance_is_not_kept(cross_encoder_dir, tmp_path, monkeypatch,
+                                                                          caplog):  # fmt: skip
+    """With no difference tolerated, the fused graph (within 1e-5 of torch, not equal to the plain graph) is
+    refused: the plain graph stays as exported, bit for bit, and the log says so."""
+    from tour_pyserini.runtime import onnx as runtime
+    from tour_pyserini.teachers.cross_encoder import load_classifier, pair_inputs
+
+    tokenizer = AutoTokenizer.from_pretrained(cross_encoder_dir)
+    examples = pair_inputs(tokenizer, ["a query", "another query"], ["a document", "a longer text"], 32)
+    model = load_classifier(str(cross_encoder_dir), "cpu", attn_implementation="eager")
+    runtime.trace_graph(model, examples, "logits", tmp_path / "plain.onnx")
+    plain = (tmp_path / "plain.onnx").read_bytes()
+    config = model.config
+    monkeypatch.setattr(runtime, "FUSED_TOLERANCE", 0.0)
+    assert not runtime.fuse_graph(tmp_path / "plain.onnx", config.num_attention_heads, config.hidden_size, examples)
+    assert (tmp_path / "plain.onnx").read_bytes() == plain and "Attention" not in operators(tmp_path / "plain.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.onnx"] and "keeping its unfused graph" in caplog.text
+    monkeypatch.undo()
+    assert runtime.fuse_graph(tmp_path / "plain.onnx", config.num_attention_heads, config.hidden_size, examples)
+    assert operators(tmp_path / "plain.onnx")["Attention"] == config.num_hidden_layers
 
 
 def test_the_graph_is_exported_once_and_a_changed_weight_gets_a_new_one(cross_encoder_dir, pairs, tmp_path, caplog):
@@ -110,14 +142,14 @@ def test_fingerprints_name_the_runtime_and_precision(cross_encoder_dir):
               for r, p in [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")]}  # fmt: skip
     assert len(set(prints.values())) == 3
     assert "runtime" not in prints["torch", "fp32"]  # as before runtimes existed: float32 stores stay usable
-    assert prints["onnx", "fp32"] == prints["torch", "fp32"].replace(" weights", " runtime onnx weights")
-    assert " precision int8 runtime onnx weights" in prints["onnx", "int8"]
+    assert prints["onnx", "fp32"] == prints["torch", "fp32"].replace(" weights", " runtime onnx fused weights")
+    assert " precision int8 runtime onnx fused weights" in prints["onnx", "int8"]
 
 
 def test_auto_through_onnx_is_float32_the_precision_within_the_bounds(cross_encoder_dir):
     """int8 missed SciFact's rerank@20 nDCG@10 bound (docs/benchmarks.md), so auto is fp32 through ONNX Runtime."""
     teacher = CrossEncoderTeacher(cross_encoder_dir, runtime="onnx")
-    assert teacher.precision == "fp32" and teacher.graph.path.parent.name.endswith("-fp32")
+    assert teacher.precision == "fp32" and teacher.graph.path.parent.name.endswith("-fp32-fused")
 
 
 def test_onnx_runtime_runs_torchs_thread_count(cross_encoder_dir, tmp_path):

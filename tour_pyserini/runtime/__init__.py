@@ -1,9 +1,10 @@
 """Inference runtimes besides torch: a model the user gives, exported once to an ONNX graph (int8: its weights
-quantised), cached beside its weights and run by ONNX Runtime on the CPU (``onnx``)."""
+quantised) and fused, cached beside its weights and run by ONNX Runtime on the CPU (``onnx``)."""
 
 from tour_pyserini.runtime.onnx import (
     INT8,
     ONNX_AUTO,
+    RECIPE,
     RUNTIME_PRECISIONS,
     RUNTIMES,
     OnnxModel,
@@ -12,5 +13,5 @@ from tour_pyserini.runtime.onnx import (
     resolve_runtime_precision,
 )
 
-__all__ = ["INT8", "ONNX_AUTO", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "cached_graph", "export_graph",
+__all__ = ["INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "cached_graph", "export_graph",
            "resolve_runtime_precision"]  # fmt: skip

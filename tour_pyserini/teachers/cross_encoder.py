@@ -21,7 +21,7 @@ from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.numbers import Param
-from tour_pyserini.runtime import RUNTIMES, resolve_runtime_precision
+from tour_pyserini.runtime import RECIPE, RUNTIMES, resolve_runtime_precision
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.dense import DenseTeacher
 
@@ -113,14 +113,14 @@ def check_runtime(precision: str, runtime: str, device: str) -> str:
     return resolve_runtime_precision(precision, runtime, device, "cross-encoder precision", RUNTIME.option)
 
 
-def load_classifier(path: str, device: str):
+def load_classifier(path: str, device: str, **options):
     """The sequence classifier at ``path`` in float32 (whatever the stored precision: CPU kernels for float16 are
-    slow or missing), in eval mode on ``device``."""
+    slow or missing), in eval mode on ``device``; ``options`` go to ``from_pretrained``."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
     with checked_loading(f"cross-encoder {path!r}"):
-        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32, **options)
     return model.eval().to(device)
 
 
@@ -131,7 +131,8 @@ def onnx_classifier(path: str, tokenizer, precision: str):
 
     def export(graph: Path) -> None:
         examples = pair_inputs(tokenizer, ["a query", "another query"], ["a document", "a longer document text"], 32)
-        export_graph(load_classifier(path, "cpu"), examples, "logits", graph)
+        # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
+        export_graph(load_classifier(path, "cpu", attn_implementation="eager"), examples, "logits", graph)
 
     sha = weights_sha256(path)
     if sha is None:
@@ -254,7 +255,7 @@ class CrossEncoderTeacher(Teacher):
         served on another, even one of the same name."""
         sha = weights_sha256(self.path)
         precision = "" if self.precision == "fp32" else f" precision {self.precision}"
-        precision += "" if self.runtime == "torch" else f" runtime {self.runtime}"
+        precision += "" if self.runtime == "torch" else f" runtime {self.runtime} {RECIPE}"
         residual = f" + {self.dense_scale} x {self.dense.fingerprint}" if self.dense is not None else ""
         weights = sha[:16] if sha else self.path
         return f"{self.label} max_length {self.max_length}{precision} weights {weights}{residual}"
