@@ -150,7 +150,7 @@ def bounded(rows: list[dict], measure: str) -> dict:
     base = rows[0][measure]
     for row in rows[1:]:
         row["delta"] = round(row[measure] - base, 4)
-        row["within_bound"] = abs(row[measure] - base) <= BOUND
+        row["within_bound"] = abs(row["delta"]) <= BOUND  # the rounded delta: 2 of 1,000 is 0.002, not 0.002000..2
     return {"measure": measure, "bound": BOUND, "rows": rows}
 
 
