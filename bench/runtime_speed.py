@@ -1,16 +1,18 @@
-"""The cross-encoder teacher through torch and through ONNX Runtime: pairs per second, and what int8 costs in ranking.
+"""The cross-encoder teacher through torch, ONNX Runtime and OpenVINO: pairs per second, and the cost in ranking.
 
 1. Speed (``--part speed``), side by side in one run: each way scores the same ``--sample`` pairs of SciFact test
    claims and abstracts (the shipped ``models/scifact-rce`` at its trained 256 tokens, batch 32, ``--threads``
    threads) in a process of its own, best of ``--passes`` passes after a warm-up; ``--rounds`` rounds alternate
    the ways, and each way's best round is reported. Ways: torch fp32, torch bf16 (where torch multiplies in
-   bfloat16 natively), onnx fp32, onnx int8; each under the machine's own kernels and under torch's AVX2 set
-   (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``). Those variables lower
-   torch's kernels only: ONNX Runtime's (MLAS) pick their instruction set from the processor and have no such
-   switch, so its rows under "avx2" run the machine's own kernels (docs/benchmarks.md says what that leaves open).
+   bfloat16 natively), onnx fp32, onnx int8, openvino fp32, openvino bf16 (where native); each under the
+   machine's own kernels and under torch's AVX2 set (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+   MKL_ENABLE_INSTRUCTIONS=AVX2``). Those variables lower torch's kernels and OpenVINO's oneDNN ones (partly);
+   ONNX Runtime's (MLAS) pick their instruction set from the processor and have no such switch, so its rows
+   under "avx2" run the machine's own kernels (docs/benchmarks.md says what that leaves open).
 2. Quality (``--part quality``): the search command re-ranks the dense top 20 of SciFact's 300 test claims with
    the shipped teacher (nDCG@10), and of nq-oracle's 1,000 test questions with ``models/nq-oracle-ce`` (DPR
-   answer Acc@1), through torch fp32, onnx fp32 and onnx int8. Bound: within 0.002 of torch fp32.
+   answer Acc@1), through torch fp32, onnx fp32, onnx int8, openvino fp32 and openvino bf16 (where native).
+   Bound: within 0.002 of torch fp32.
 
 Writes runs/bench-runtime.json (a part re-measured keeps the other). Usage:
 python bench/runtime_speed.py [--part both] [--sample 64] [--passes 3] [--rounds 3] [--threads 2]
@@ -32,7 +34,9 @@ MODEL = ROOT / "models" / "scifact-rce"
 OUT = ROOT / "runs" / "bench-runtime.json"
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 WAYS = {"torch fp32": ("torch", "fp32"), "torch bf16": ("torch", "bf16"), "onnx fp32": ("onnx", "fp32"),
-        "onnx int8": ("onnx", "int8")}  # fmt: skip
+        "onnx int8": ("onnx", "int8"), "openvino fp32": ("openvino", "fp32"),
+        "openvino bf16": ("openvino", "bf16")}  # fmt: skip
+BF16_WAYS = ("torch bf16", "openvino bf16")  # where the CPU multiplies in bfloat16 natively
 BOUND = 0.002
 
 
@@ -77,11 +81,11 @@ def speed(sample: int, passes: int, rounds: int, threads: int) -> dict:
     """Every way under both kernel sets, each in its own process, rounds alternating them; the best round."""
     from tour_pyserini.devices import native_bf16
 
-    ways = [w for w in WAYS if w != "torch bf16" or native_bf16("cpu")]
+    ways = [w for w in WAYS if w not in BF16_WAYS or native_bf16("cpu")]
     best: dict[tuple[str, str], float] = {}
     for _ in range(rounds):
         for kernels, env in (("native", {}), ("avx2", AVX2)):
-            for way in ways if kernels == "native" else [w for w in ways if w != "torch bf16"]:
+            for way in ways if kernels == "native" else [w for w in ways if w not in BF16_WAYS]:
                 cmd = [sys.executable, __file__, "--one", way, "--sample", str(sample), "--passes", str(passes),
                        "--threads", str(threads)]  # fmt: skip
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env})
@@ -116,7 +120,9 @@ def quality(threads: int) -> dict:
 
     runs = ROOT / "runs" / "bench-runtime"
     runs.mkdir(parents=True, exist_ok=True)
-    ways = ("torch fp32", "onnx fp32", "onnx int8")
+    from tour_pyserini.devices import native_bf16
+
+    ways = [w for w in WAYS if w != "torch bf16" and (w not in BF16_WAYS or native_bf16("cpu"))]
     qrels = list(ir_measures.read_trec_qrels(str(ROOT / "qrels" / "scifact.test.txt")))
     rows = []
     for way in ways:

@@ -14,10 +14,12 @@ import torch
 from conftest import ROOT
 from transformers import AutoConfig, AutoTokenizer
 
+from tour_pyserini.devices import native_bf16
 from tour_pyserini.errors import UserError
 from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index.corpus import read_jsonl_corpus
 from tour_pyserini.runtime.onnx import CACHE, OnnxModel
+from tour_pyserini.runtime.openvino import OpenVinoModel
 from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, pair_text
 
 MODEL = ROOT / "models" / "scifact-rce"
@@ -46,16 +48,31 @@ def shipped(tmp_path_factory):
     return copy_model(MODEL, tmp_path_factory.mktemp("rt") / "scifact-rce")
 
 
+@pytest.mark.parametrize("runtime", ["onnx", "openvino"])
 @pytest.mark.parametrize("which", ["shipped", "tiny"])
-def test_onnx_float32_scores_equal_torchs(which, shipped, cross_encoder_dir, pairs, tmp_path):
-    """The shipped teacher's classifier and a random-headed MiniLM: every score within 1e-5 of torch's."""
+def test_float32_scores_through_a_runtime_equal_torchs(which, runtime, shipped, cross_encoder_dir, pairs, tmp_path):
+    """The shipped teacher's classifier and a random-headed MiniLM: every score within 1e-5 of torch's, through
+    ONNX Runtime's fused graph and through OpenVINO compiling the graph as traced."""
     path = shipped if which == "shipped" else copy_model(cross_encoder_dir, tmp_path / "tiny")
     exact = scores(CrossEncoderTeacher(path, precision="fp32"), pairs)
-    teacher = CrossEncoderTeacher(path, precision="fp32", runtime="onnx")
+    teacher = CrossEncoderTeacher(path, precision="fp32", runtime=runtime)
     assert np.abs(exact - scores(teacher, pairs)).max() < 1e-5
     assert np.ptp(exact) > 1e-2  # scores that spread 1,000 times the tolerance: the comparison means something
     layers = AutoConfig.from_pretrained(path).num_hidden_layers
-    assert operators(teacher.graph.path)["Attention"] == layers  # every layer's attention one fused kernel
+    fused = operators(teacher.graph.path)["Attention"]
+    assert fused == (layers if runtime == "onnx" else 0)  # ONNX Runtime's graph fused; OpenVINO fuses its own
+    assert teacher.graph.path.parent.name.endswith("-fused" if runtime == "onnx" else "-fp32-plain")
+
+
+@pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16 arithmetic")
+def test_openvino_bf16_rounds_and_repeats_itself(shipped, pairs):
+    """OpenVINO's bfloat16 hint: scores that are not float32's but near them, the same twice, and auto's choice
+    where the CPU multiplies in bfloat16 (torch's rule)."""
+    exact = scores(CrossEncoderTeacher(shipped, precision="fp32"), pairs)
+    teacher = CrossEncoderTeacher(shipped, precision="bf16", runtime="openvino")
+    a, b = scores(teacher, pairs), scores(teacher, pairs)
+    assert np.array_equal(a, b) and not np.array_equal(a, exact) and np.abs(a - exact).max() < 0.2
+    assert CrossEncoderTeacher(shipped, runtime="openvino").precision == "bf16"
 
 
 def operators(graph) -> Counter:
@@ -139,8 +156,9 @@ def test_a_search_through_int8_writes_the_same_bytes_twice(shipped, dense_index,
 
 def test_fingerprints_name_the_runtime_and_precision(cross_encoder_dir):
     prints = {(r, p): CrossEncoderTeacher(cross_encoder_dir, precision=p, runtime=r).fingerprint
-              for r, p in [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")]}  # fmt: skip
-    assert len(set(prints.values())) == 3
+              for r, p in [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"), ("openvino", "fp32")]}  # fmt: skip
+    assert len(set(prints.values())) == 4
+    assert prints["openvino", "fp32"] == prints["torch", "fp32"].replace(" weights", " runtime openvino weights")
     assert "runtime" not in prints["torch", "fp32"]  # as before runtimes existed: float32 stores stay usable
     assert prints["onnx", "fp32"] == prints["torch", "fp32"].replace(" weights", " runtime onnx fused weights")
     assert " precision int8 runtime onnx fused weights" in prints["onnx", "int8"]
@@ -154,14 +172,18 @@ def test_auto_through_onnx_is_int8_the_fastest_precision_within_the_bounds(cross
     assert CrossEncoderTeacher(cross_encoder_dir).precision in ("fp32", "bf16")
 
 
-def test_onnx_runtime_runs_torchs_thread_count(cross_encoder_dir, tmp_path):
+def test_the_runtimes_run_torchs_thread_count(cross_encoder_dir, tmp_path):
     """What the process chose for torch (``--threads``, else its default), not what the machine's load leaves."""
-    graph = CrossEncoderTeacher(copy_model(cross_encoder_dir, tmp_path / "m"), precision="fp32", runtime="onnx").graph
+    path = copy_model(cross_encoder_dir, tmp_path / "m")
+    onnx = CrossEncoderTeacher(path, precision="fp32", runtime="onnx").graph
+    openvino = CrossEncoderTeacher(path, precision="fp32", runtime="openvino").graph
     threads = torch.get_num_threads()
     try:
         for n in (1, 2):
             torch.set_num_threads(n)
-            assert OnnxModel(graph.path).session.get_session_options().intra_op_num_threads == n
+            assert OnnxModel(onnx.path).session.get_session_options().intra_op_num_threads == n
+            compiled = OpenVinoModel(openvino.path, "fp32").compiled
+            assert compiled.get_property("INFERENCE_NUM_THREADS") == n
     finally:
         torch.set_num_threads(threads)
 
@@ -186,6 +208,8 @@ def search(dense_index, mini_scifact, tmp_path, *flags):
                                           "(--teacher-runtime onnx)"),
         (["--teacher-runtime", "onnx", "--teacher-precision", "bf16"], "error: --teacher-precision bf16: ONNX "
          "Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto"),
+        (["--teacher-runtime", "openvino", "--teacher-precision", "int8"], "error: --teacher-precision int8 runs "
+         "through ONNX Runtime only (--teacher-runtime onnx)"),
     ],
 )  # fmt: skip
 def test_bad_runtime_and_precision_are_one_line_before_any_model_loads(flags, message, dense_index, mini_scifact,
@@ -202,14 +226,16 @@ def test_an_unknown_runtime_and_a_runtime_for_another_teacher_are_refused(dense_
     assert "--teacher-runtime: invalid choice: 'tensorrt'" in capsys.readouterr().err
     assert search(dense_index, mini_scifact, tmp_path, "--teacher", "bm25", "--teacher-runtime", "onnx") == 2
     assert "error: --teacher-runtime: not an option of the bm25 teacher" in capsys.readouterr().err
-    with pytest.raises(UserError, match="--teacher-runtime must be one of torch, onnx, got 'tvm'"):
+    with pytest.raises(UserError, match="--teacher-runtime must be one of torch, onnx, openvino, got 'tvm'"):
         CrossEncoderTeacher("/no/such/model", runtime="tvm")  # the library's own check, before the path's
 
 
-def test_without_onnxruntime_the_error_names_the_extra(dense_index, mini_scifact, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+@pytest.mark.parametrize("runtime, module", [("onnx", "onnxruntime"), ("openvino", "openvino")])
+def test_without_the_runtime_the_error_names_the_extra(runtime, module, dense_index, mini_scifact, tmp_path, capsys,
+                                                       monkeypatch):  # fmt: skip
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     code = search(dense_index, mini_scifact, tmp_path, "--teacher", f"cross-encoder:{MODEL}", "--teacher-runtime",
-                  "onnx")  # fmt: skip
+                  runtime, "--teacher-precision", "fp32")  # fmt: skip
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 2 and errors == ["error: --teacher-runtime onnx needs the runtime extra (onnxruntime is not "
+    assert code == 2 and errors == [f"error: --teacher-runtime {runtime} needs the runtime extra ({module} is not "
                                     "installed): pip install 'tour-pyserini[runtime]'"]  # fmt: skip

@@ -1,17 +1,16 @@
-"""Inference runtimes besides torch: a model the user gives, exported once to an ONNX graph (int8: its weights
-quantised) and fused, cached beside its weights and run by ONNX Runtime on the CPU (``onnx``)."""
+"""Inference runtimes besides torch: a model the user gives, exported once to an ONNX graph, cached beside its
+weights, and run on the CPU by ONNX Runtime (``onnx``: fused, fp32 or int8) or OpenVINO (``openvino``: fp32 or
+bf16); which runtime and precision a flag means is checked first (:mod:`.choice`)."""
 
-from tour_pyserini.runtime.onnx import (
+from tour_pyserini.runtime.choice import (
     INT8,
     ONNX_AUTO,
-    RECIPE,
     RUNTIME_PRECISIONS,
     RUNTIMES,
-    OnnxModel,
-    cached_graph,
-    export_graph,
     resolve_runtime_precision,
 )
+from tour_pyserini.runtime.onnx import PLAIN, RECIPE, OnnxModel, cached_graph, export_graph, trace_graph
+from tour_pyserini.runtime.openvino import OpenVinoModel
 
-__all__ = ["INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "cached_graph", "export_graph",
-           "resolve_runtime_precision"]  # fmt: skip
+__all__ = ["INT8", "ONNX_AUTO", "PLAIN", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "OpenVinoModel",
+           "cached_graph", "export_graph", "resolve_runtime_precision", "trace_graph"]  # fmt: skip

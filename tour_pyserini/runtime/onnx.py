@@ -24,60 +24,21 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.devices import PRECISIONS, resolve_precision
-from tour_pyserini.errors import UserError
 from tour_pyserini.files.staging import staged_directory
+from tour_pyserini.runtime.choice import INT8
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = ("torch", "onnx")
-INT8 = "int8"
-RUNTIME_PRECISIONS = (*PRECISIONS, INT8)  # int8 runs through ONNX Runtime only
-# what auto means through ONNX Runtime: the fastest precision within the ranking bounds. int8 (per output column)
-# re-ranks the dense top 20 within 0.002 of float32: SciFact test nDCG@10 -0.0002, nq-oracle test Acc@1 -0.0020,
-# at 1.6x float32's pairs per second (docs/benchmarks.md)
-ONNX_AUTO = INT8
 CACHE = "tour_pyserini_onnx"
 OPSET = 17
 RECIPE = "fused"  # names the export's steps in the cache folder: graphs made another way are never read back
+PLAIN = "plain"  # the graph as traced, for runtimes that fuse it themselves (OpenVINO)
 FUSED_TOLERANCE = 1e-4  # the most a fused graph's output may differ from the plain graph's on the examples
-INSTALL = "pip install 'tour-pyserini[runtime]'"
 
 
-def require_onnxruntime(runtime_flag: str) -> None:
-    """ONNX Runtime and onnx importable, or one line naming the extra that installs them."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError as e:
-        raise UserError(f"{runtime_flag} onnx needs the runtime extra ({e.name} is not installed): {INSTALL}") from None
-
-
-def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str) -> str:
-    """The arithmetic ``precision`` means through ``runtime`` on ``device`` (``flag`` and ``runtime_flag`` name
-    them in errors): torch's as :func:`~tour_pyserini.devices.resolve_precision` says; ONNX Runtime runs fp32 or
-    int8 on the CPU, auto being :data:`ONNX_AUTO`. Everything refused is one line, before any model loads."""
-    if runtime not in RUNTIMES:
-        raise UserError(f"{runtime_flag} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
-    if precision not in RUNTIME_PRECISIONS:
-        raise UserError(f"{flag} {precision!r}: choose one of {', '.join(RUNTIME_PRECISIONS)}")
-    if runtime == "torch":
-        if precision == INT8:
-            raise UserError(f"{flag} int8 runs through ONNX Runtime only ({runtime_flag} onnx)")
-        return resolve_precision(precision, device, flag)
-    if device != "cpu":
-        raise UserError(f"{runtime_flag} onnx runs on the CPU (the onnxruntime wheel has no GPU kernels), "
-                        f"not on {device}")  # fmt: skip
-    if precision == "bf16":
-        raise UserError(f"{flag} bf16: ONNX Runtime's CPU kernels have no bfloat16 matrix products; "
-                        "use fp32, int8 or auto")  # fmt: skip
-    require_onnxruntime(runtime_flag)
-    return ONNX_AUTO if precision == "auto" else precision
-
-
-def graph_path(model_dir: str | Path, weights_sha256: str, precision: str) -> Path:
+def graph_path(model_dir: str | Path, weights_sha256: str, precision: str, recipe: str = RECIPE) -> Path:
     """Where the graph of the model in ``model_dir`` with these weights is cached at ``precision``."""
-    return Path(model_dir) / CACHE / f"{weights_sha256[:16]}-{precision}-{RECIPE}" / "model.onnx"
+    return Path(model_dir) / CACHE / f"{weights_sha256[:16]}-{precision}-{recipe}" / "model.onnx"
 
 
 def traceable(model, names: list[str], output: str):
@@ -162,30 +123,33 @@ def quantize_graph(fp32: Path, path: Path) -> None:
                          extra_options={"DefaultTensorType": TensorProto.FLOAT})
 
 
-def cached_graph(model_dir: str | Path, weights_sha256: str, precision: str, export: Callable[[Path], None]) -> Path:
+def cached_graph(model_dir: str | Path, weights_sha256: str, precision: str, export: Callable[[Path], None],
+                 recipe: str = RECIPE) -> Path:  # fmt: skip
     """The graph at ``precision`` (fp32 or int8) of the model in ``model_dir``: read from the cache, else made
-    there once: ``export(path)`` writes the fp32 graph, int8 quantises it."""
-    path = graph_path(model_dir, weights_sha256, precision)
+    there once: ``export(path)`` writes the fp32 graph, int8 quantises it. ``recipe`` names how ``export``
+    makes it (:data:`RECIPE`, or :data:`PLAIN` for the graph as traced)."""
+    path = graph_path(model_dir, weights_sha256, precision, recipe)
     if path.is_file():
         return path
-    source = cached_graph(model_dir, weights_sha256, "fp32", export) if precision == INT8 else None
+    source = cached_graph(model_dir, weights_sha256, "fp32", export, recipe) if precision == INT8 else None
     log.info("exporting %s to ONNX (%s), once: %s", model_dir, precision, path.parent)
     with staged_directory(path.parent, "the ONNX graph cache") as staged:
         if source is None:
             export(staged / path.name)
         else:
             quantize_graph(source, staged / path.name)
-        (staged / "graph.json").write_text(json.dumps(graph_record(weights_sha256, precision), indent=2) + "\n")
+        record = graph_record(weights_sha256, precision, recipe)
+        (staged / "graph.json").write_text(json.dumps(record, indent=2) + "\n")
     return path
 
 
-def graph_record(weights_sha256: str, precision: str) -> dict:
+def graph_record(weights_sha256: str, precision: str, recipe: str) -> dict:
     """What made a cached graph: the weights, the precision and the versions of the tools."""
     import onnx
     import onnxruntime
     import torch
 
-    return {"weights_sha256": weights_sha256, "precision": precision, "recipe": RECIPE, "opset": OPSET,
+    return {"weights_sha256": weights_sha256, "precision": precision, "recipe": recipe, "opset": OPSET,
             "torch": torch.__version__,
             "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}  # fmt: skip
 

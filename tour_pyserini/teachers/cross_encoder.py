@@ -27,8 +27,11 @@ from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
 RUNTIME = Param("runtime", str, "torch", flag="--teacher-runtime", choices=RUNTIMES,
-                help="what runs a cross-encoder teacher: torch, or onnx (ONNX Runtime on the CPU: the model exported "
-                     "once, cached beside its weights; --teacher-precision fp32, int8 or auto; the runtime extra)")
+                help="what runs a cross-encoder teacher: torch, onnx (ONNX Runtime on the CPU: the model exported "
+                     "once, fused, cached beside its weights; --teacher-precision fp32, int8 or auto) or openvino "
+                     "(OpenVINO on the CPU, the same export unfused; fp32, bf16 or auto); both need the runtime extra")
+# how a fingerprint names a runtime's scores: the way the graph was made is part of them
+RUNTIME_NAMES = {"onnx": f"onnx {RECIPE}", "openvino": "openvino"}
 
 
 def pair_text(doc: Document) -> str:
@@ -124,20 +127,26 @@ def load_classifier(path: str, device: str, **options):
     return model.eval().to(device)
 
 
-def onnx_classifier(path: str, tokenizer, precision: str):
-    """The classifier at ``path`` through ONNX Runtime at ``precision``: its graph from the cache beside the
-    weights, exported there the first time (the torch model loads only then)."""
-    from tour_pyserini.runtime import OnnxModel, cached_graph, export_graph
+def exported_classifier(path: str, tokenizer, precision: str, runtime: str):
+    """The classifier at ``path`` through ``runtime`` (onnx or openvino) at ``precision``: its graph from the cache
+    beside the weights, exported there the first time (the torch model loads only then); ONNX Runtime's fused,
+    OpenVINO's as traced."""
+    from tour_pyserini.runtime import PLAIN, OnnxModel, OpenVinoModel, cached_graph, export_graph, trace_graph
+
+    fused = runtime == "onnx"
 
     def export(graph: Path) -> None:
         examples = pair_inputs(tokenizer, ["a query", "another query"], ["a document", "a longer document text"], 32)
         # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
-        export_graph(load_classifier(path, "cpu", attn_implementation="eager"), examples, "logits", graph)
+        model = load_classifier(path, "cpu", attn_implementation="eager")
+        (export_graph if fused else trace_graph)(model, examples, "logits", graph)
 
     sha = weights_sha256(path)
     if sha is None:
         raise UserError(f"cross-encoder {path!r} has no weight files to export")
-    return OnnxModel(cached_graph(path, sha, precision, export))
+    if fused:
+        return OnnxModel(cached_graph(path, sha, precision, export, RECIPE))
+    return OpenVinoModel(cached_graph(path, sha, "fp32", export, PLAIN), precision)
 
 
 @TEACHERS.register
@@ -146,12 +155,13 @@ class CrossEncoderTeacher(Teacher):
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
-    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``runtime`` is torch or
-    onnx (ONNX Runtime, CPU). ``precision`` is one of :data:`~tour_pyserini.runtime.RUNTIME_PRECISIONS`:
+    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``runtime`` is torch,
+    onnx (ONNX Runtime, CPU) or openvino (OpenVINO, CPU). ``precision`` is one of
+    :data:`~tour_pyserini.runtime.RUNTIME_PRECISIONS`:
     ``bf16`` (torch) runs the encoder under bfloat16 autocast and the head in float32; ``int8`` (onnx) the
-    graph with 8-bit weights;
-    ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32, through torch, and
-    :data:`~tour_pyserini.runtime.ONNX_AUTO` through ONNX Runtime.
+    graph with 8-bit weights; bf16 (openvino) OpenVINO's bfloat16 inference precision;
+    ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32, through torch and
+    OpenVINO, and :data:`~tour_pyserini.runtime.ONNX_AUTO` through ONNX Runtime.
     """
 
     name = "cross-encoder"
@@ -168,9 +178,9 @@ class CrossEncoderTeacher(Teacher):
         self.precision = check_runtime(precision, runtime, device)
         self.runtime = runtime
         check_model("cross-encoder", path)
-        if runtime == "onnx" and not Path(path).expanduser().is_dir():
-            raise UserError(f"cross-encoder {path!r}: --teacher-runtime onnx caches the exported model beside its "
-                            "weights; give a local model directory")  # fmt: skip
+        if runtime != "torch" and not Path(path).expanduser().is_dir():
+            raise UserError(f"cross-encoder {path!r}: --teacher-runtime {runtime} caches the exported model beside "
+                            "its weights; give a local model directory")  # fmt: skip
         try:
             config = AutoConfig.from_pretrained(path)
         except OSError as e:
@@ -185,8 +195,8 @@ class CrossEncoderTeacher(Teacher):
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.device = device
         self.model = self.graph = None
-        if runtime == "onnx":
-            self.graph = onnx_classifier(path, self.tokenizer, self.precision)
+        if runtime != "torch":
+            self.graph = exported_classifier(path, self.tokenizer, self.precision, runtime)
         else:
             self.model = load_classifier(path, device)
             if self.precision == "bf16":
@@ -216,7 +226,8 @@ class CrossEncoderTeacher(Teacher):
 
         order = sorted(range(len(texts)), key=lambda i: len(queries[i]) + len(texts[i]))
         scores = np.empty(len(texts))
-        bf16 = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        bf16 = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16,
+                              enabled=self.model is not None and self.precision == "bf16")  # fmt: skip
         with torch.inference_mode(), bf16:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
@@ -255,7 +266,7 @@ class CrossEncoderTeacher(Teacher):
         served on another, even one of the same name."""
         sha = weights_sha256(self.path)
         precision = "" if self.precision == "fp32" else f" precision {self.precision}"
-        precision += "" if self.runtime == "torch" else f" runtime {self.runtime} {RECIPE}"
+        precision += "" if self.runtime == "torch" else f" runtime {RUNTIME_NAMES[self.runtime]}"
         residual = f" + {self.dense_scale} x {self.dense.fingerprint}" if self.dense is not None else ""
         weights = sha[:16] if sha else self.path
         return f"{self.label} max_length {self.max_length}{precision} weights {weights}{residual}"

@@ -1,0 +1,58 @@
+"""Which runtime runs a model, and what a precision means through it: checked in one line before any model loads.
+
+torch runs fp32 or bf16 (where the device multiplies in bfloat16 natively); ONNX Runtime runs fp32 or int8 on the
+CPU; OpenVINO runs fp32 or bf16 on the CPU, bf16 where the CPU multiplies in bfloat16 natively, as torch's rule.
+"""
+
+from __future__ import annotations
+
+from tour_pyserini.devices import PRECISIONS, resolve_precision
+from tour_pyserini.errors import UserError
+
+RUNTIMES = ("torch", "onnx", "openvino")
+INT8 = "int8"
+RUNTIME_PRECISIONS = (*PRECISIONS, INT8)  # int8 runs through ONNX Runtime only
+# what auto means through ONNX Runtime: the fastest precision within the ranking bounds. int8 (per output column)
+# re-ranks the dense top 20 within 0.002 of float32: SciFact test nDCG@10 -0.0002, nq-oracle test Acc@1 -0.0020,
+# at 1.6x float32's pairs per second (docs/benchmarks.md)
+ONNX_AUTO = INT8
+INSTALL = "pip install 'tour-pyserini[runtime]'"
+MODULES = {"onnx": ("onnx", "onnxruntime"), "openvino": ("onnx", "openvino")}  # onnx: torch's exporter needs it
+
+
+def require_runtime(runtime: str, runtime_flag: str) -> None:
+    """The packages ``runtime`` needs importable, or one line naming the extra that installs them."""
+    import importlib
+
+    try:
+        for module in MODULES[runtime]:
+            importlib.import_module(module)
+    except ImportError as e:
+        raise UserError(f"{runtime_flag} {runtime} needs the runtime extra ({e.name} is not installed): "
+                        f"{INSTALL}") from None  # fmt: skip
+
+
+def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str) -> str:
+    """The arithmetic ``precision`` means through ``runtime`` on ``device`` (``flag`` and ``runtime_flag`` name
+    them in errors): torch's and OpenVINO's as :func:`~tour_pyserini.devices.resolve_precision` says (OpenVINO on
+    the CPU only); ONNX Runtime runs fp32 or int8 on the CPU, auto being :data:`ONNX_AUTO`. Everything refused is
+    one line, before any model loads."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"{runtime_flag} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if precision not in RUNTIME_PRECISIONS:
+        raise UserError(f"{flag} {precision!r}: choose one of {', '.join(RUNTIME_PRECISIONS)}")
+    if runtime != "onnx" and precision == INT8:
+        raise UserError(f"{flag} int8 runs through ONNX Runtime only ({runtime_flag} onnx)")
+    if runtime == "torch":
+        return resolve_precision(precision, device, flag)
+    if device != "cpu":
+        raise UserError(f"{runtime_flag} {runtime} runs on the CPU here (its wheel's GPU support is not used), "
+                        f"not on {device}")  # fmt: skip
+    if runtime == "openvino":
+        require_runtime(runtime, runtime_flag)
+        return resolve_precision(precision, device, flag)
+    if precision == "bf16":
+        raise UserError(f"{flag} bf16: ONNX Runtime's CPU kernels have no bfloat16 matrix products; "
+                        "use fp32, int8 or auto")  # fmt: skip
+    require_runtime(runtime, runtime_flag)
+    return ONNX_AUTO if precision == "auto" else precision
