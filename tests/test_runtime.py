@@ -230,6 +230,21 @@ def test_an_unknown_runtime_and_a_runtime_for_another_teacher_are_refused(dense_
         CrossEncoderTeacher("/no/such/model", runtime="tvm")  # the library's own check, before the path's
 
 
+def test_openvino_exports_and_runs_without_onnx_runtime(cross_encoder_dir, pairs, tmp_path, monkeypatch):
+    """The plain graph OpenVINO reads is torch's export alone: with ONNX Runtime missing it is made, recorded
+    without ONNX Runtime's version, and scores as torch does."""
+    import json
+
+    path = copy_model(cross_encoder_dir, tmp_path / "m")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    teacher = CrossEncoderTeacher(path, precision="fp32", runtime="openvino")
+    record = json.loads((teacher.graph.path.parent / "graph.json").read_text())
+    assert record["recipe"] == "plain" and "onnxruntime" not in record and "onnx" in record
+    monkeypatch.undo()
+    exact = scores(CrossEncoderTeacher(path, precision="fp32"), pairs)
+    assert np.abs(exact - scores(teacher, pairs)).max() < 1e-5
+
+
 @pytest.mark.parametrize("runtime, module", [("onnx", "onnxruntime"), ("openvino", "openvino")])
 def test_without_the_runtime_the_error_names_the_extra(runtime, module, dense_index, mini_scifact, tmp_path, capsys,
                                                        monkeypatch):  # fmt: skip

@@ -144,14 +144,18 @@ def cached_graph(model_dir: str | Path, weights_sha256: str, precision: str, exp
 
 
 def graph_record(weights_sha256: str, precision: str, recipe: str) -> dict:
-    """What made a cached graph: the weights, the precision and the versions of the tools."""
+    """What made a cached graph: the weights, the precision, the recipe and the versions of the tools that made
+    it (ONNX Runtime's only where it fused or quantised the graph: a plain graph needs no ONNX Runtime)."""
     import onnx
-    import onnxruntime
     import torch
 
-    return {"weights_sha256": weights_sha256, "precision": precision, "recipe": recipe, "opset": OPSET,
-            "torch": torch.__version__,
-            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}  # fmt: skip
+    record = {"weights_sha256": weights_sha256, "precision": precision, "recipe": recipe, "opset": OPSET,
+              "torch": torch.__version__, "onnx": onnx.__version__}  # fmt: skip
+    if recipe != PLAIN:
+        import onnxruntime
+
+        record["onnxruntime"] = onnxruntime.__version__
+    return record
 
 
 class OnnxModel:
