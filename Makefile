@@ -127,13 +127,15 @@ bench: install
 	$(PY) bench/odqa_smoothing.py
 	$(PY) bench/shared_cores.py
 
-# the cross-encoder teacher through torch and ONNX Runtime (fp32, bf16, int8): pairs per second under the machine's
-# kernels and torch's AVX2 set, and int8's rerank@20 SciFact nDCG@10 and nq-oracle Acc@1 against fp32
-# (runs/bench-runtime.json)
+# the cross-encoder teacher and the query encoder through torch, ONNX Runtime and OpenVINO (fp32, bf16, int8):
+# speed under the machine's kernels and the AVX2 set, and each precision's ranking bounds against fp32 on SciFact
+# and nq-oracle (runs/bench-runtime.json, runs/bench-encoder-runtime.json)
 bench-runtime: install
 	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
+	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
 	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
 	$(PY) bench/runtime_speed.py
+	$(PY) bench/encoder_runtime.py
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install

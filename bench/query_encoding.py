@@ -97,9 +97,17 @@ def speed(index: str, topics: str, threads: int = 2, repeats: int = 3) -> dict:
             "pyserini_one_text_per_call_ms": pyserini_ms, "ways": rows}  # fmt: skip
 
 
-def quality(index: str, topics: str, qrels: str | None, depth: int = 100) -> dict:
-    """nDCG@10 of float32 and bfloat16 query vectors (padded chunks), and each query's Kendall tau over the
-    float32 top ``depth``."""
+def label(way: tuple[str, str]) -> str:
+    """How reports name a (runtime, precision) way: torch's by its precision alone, as before runtimes existed."""
+    runtime, precision = way
+    return precision if runtime == "torch" else f"{runtime} {precision}"
+
+
+def quality(index: str, topics: str, qrels: str | None, depth: int = 100, way: tuple[str, str] = ("torch", "bf16"),
+            threads: int = 2) -> dict:  # fmt: skip
+    """nDCG@10 of torch's float32 query vectors (padded chunks) and of ``way``'s (runtime, precision), and each
+    query's Kendall tau over the float32 top ``depth``."""
+    import torch
     from scipy.stats import kendalltau
 
     from tour_pyserini.encoders.query import QueryEncoder
@@ -109,35 +117,38 @@ def quality(index: str, topics: str, qrels: str | None, depth: int = 100) -> dic
     from tour_pyserini.index.query_side import query_encoder_spec
     from tour_pyserini.search import TourSearcher
 
+    torch.set_num_threads(threads)
     spec = query_encoder_spec(index, None)
     topic_list = read_topics(topics)
     texts, qids = [t.text for t in topic_list], [t.qid for t in topic_list]
+    other = label(way)
     vectors, runs = {}, {}
-    for precision in ("fp32", "bf16"):
-        searcher = TourSearcher.from_index(index, encoder=QueryEncoder.build(spec, precision=precision))
-        vectors[precision] = searcher.encode(texts)
-        found = searcher.search_vectors(vectors[precision], depth, return_vector=True)
-        runs[precision] = {qid: {h.docid: h.score for h in hits} for qid, hits in zip(qids, found)}
-        if precision == "fp32":
+    for name, (runtime, precision) in (("fp32", ("torch", "fp32")), (other, way)):
+        encoder = QueryEncoder.build(spec, precision=precision, runtime=runtime)
+        searcher = TourSearcher.from_index(index, encoder=encoder)
+        vectors[name] = searcher.encode(texts)
+        found = searcher.search_vectors(vectors[name], depth, return_vector=True)
+        runs[name] = {qid: {h.docid: h.score for h in hits} for qid, hits in zip(qids, found)}
+        if name == "fp32":
             candidates = [np.stack([h.vector for h in hits]) for hits in found]
-    taus = np.array([kendalltau(c @ vectors["bf16"][i], c @ vectors["fp32"][i]).statistic
+    taus = np.array([kendalltau(c @ vectors[other][i], c @ vectors["fp32"][i]).statistic
                      for i, c in enumerate(candidates)])  # fmt: skip
     if qrels:
         judged = read_qrels(qrels)
     else:  # answer strings: every passage either run retrieved, judged by DPR's answer matching
-        union = {q: runs["fp32"][q] | runs["bf16"][q] for q in qids}
+        union = {q: runs["fp32"][q] | runs[other][q] for q in qids}
         judged = answer_qrels(union, topic_list, AnswerMatcher(searcher.docstore), 2 * depth)
     judged = {q: judged[q] for q in qids if q in judged}
     ndcg = {p: evaluate(judged, run, ["nDCG@10"]).means["nDCG@10"] for p, run in runs.items()}
     return {
         "queries": len(qids),
         "nDCG@10": ndcg,
-        "ndcg10_difference": ndcg["bf16"] - ndcg["fp32"],
+        "ndcg10_difference": ndcg[other] - ndcg["fp32"],
         "tau_min": float(taus.min()),
         "tau_mean": float(taus.mean()),
         "queries_below_tau_bound": int((taus < TAU_BOUND).sum()),
-        "max_abs_vector_diff": float(np.abs(vectors["bf16"] - vectors["fp32"]).max()),
-        "meets_bounds": bool(abs(ndcg["bf16"] - ndcg["fp32"]) <= NDCG_BOUND and (taus >= TAU_BOUND).all()),
+        "max_abs_vector_diff": float(np.abs(vectors[other] - vectors["fp32"]).max()),
+        "meets_bounds": bool(abs(ndcg[other] - ndcg["fp32"]) <= NDCG_BOUND and (taus >= TAU_BOUND).all()),
     }
 
 

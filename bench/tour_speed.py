@@ -228,8 +228,10 @@ def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str 
 PHASES = ("encode", "search", "teacher", "update")
 
 
-def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, batch: int = 32) -> dict:
-    """tour-soft, bm25 teacher, k 20, 100 hits, every topic, texts encoded per batch: batch 1 against ``batch``."""
+def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, batch: int = 32,
+                     runtime: str = "torch") -> dict:  # fmt: skip
+    """tour-soft, bm25 teacher, k 20, 100 hits, every topic, texts encoded per batch (by ``runtime`` at
+    ``precision``): batch 1 against ``batch``."""
     from tour_pyserini.encoders.query import QueryEncoder
     from tour_pyserini.files import read_topics
     from tour_pyserini.index.query_side import query_encoder_spec
@@ -237,7 +239,7 @@ def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, 
     from tour_pyserini.search import TourSearcher
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
-    encoder = QueryEncoder.build(query_encoder_spec(index, None), precision=precision)
+    encoder = QueryEncoder.build(query_encoder_spec(index, None), precision=precision, runtime=runtime)
     searcher = TourSearcher.from_index(index, encoder=encoder)
     rewriter = TourSoft(get_teacher("bm25", TeacherContext(index_dir=index)), preset="passage", depth=20)
     queries = read_topics(topics)
@@ -258,7 +260,7 @@ def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, 
         spent = {phase: sum(r.trace.seconds[phase] for r in out) for phase in PHASES}
         phases[size] = {phase: t / sum(spent.values()) for phase, t in spent.items()}
     diff = diff_runs(*({r.qid: {h.docid: h.score for h in r.hits} for r in results[size]} for size in (1, batch)))
-    return {"precision": precision, "queries": len(qids), "batch_size": batch, "ms_per_query": ms,
+    return {"runtime": runtime, "precision": precision, "queries": len(qids), "batch_size": batch, "ms_per_query": ms,
             "speedup": ms[1] / ms[batch], "share_of_time_by_phase": phases, "same_run": diff.same,
             "identical_queries": diff.identical, "max_score_difference": diff.max_score_diff}  # fmt: skip
 

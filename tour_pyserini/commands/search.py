@@ -190,7 +190,8 @@ def rewriter_flags(args: argparse.Namespace) -> dict:
 def search_config(args: argparse.Namespace) -> SearchConfig:
     return SearchConfig(
         index=args.index, encoder=args.encoder, encoder_settings=encoder_settings(args),
-        encoded_queries=args.encoded_queries, encoder_precision=args.encoder_precision, rewriter=args.rewriter,
+        encoded_queries=args.encoded_queries, encoder_precision=args.encoder_precision,
+        encoder_runtime=args.encoder_runtime, rewriter=args.rewriter,
         rewriter_options=rewriter_flags(args),
         teacher=args.teacher, teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
         teacher_options=teacher_flags(args),

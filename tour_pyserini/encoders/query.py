@@ -12,6 +12,9 @@ take one text per call.
 
 ``precision`` bf16 runs the model's matrix products in bfloat16 (autocast), about 2x faster in batches on a
 CPU with bfloat16 units; its vectors differ from float32's by about 1e-3 (docs/algorithms.md, "Query encoding").
+``runtime`` onnx or openvino runs the auto classes' transformer through that runtime (:mod:`.exported`), every
+chunk padded and pooled here: fp32 vectors within about 3e-7 of torch's, int8 (onnx) or bf16 (openvino) as the
+precision says.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini._java import import_pyserini
-from tour_pyserini.devices import resolve_precision
 from tour_pyserini.encoders.checkpoints import POOLER, checked_loading
 from tour_pyserini.encoders.classes import CLASSES
+from tour_pyserini.encoders.exported import INPUTS, exported_transformer
 from tour_pyserini.encoders.pyserini_compat import add_post_init, encoded_queries, encoded_table
 from tour_pyserini.encoders.spec import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
+from tour_pyserini.runtime import resolve_runtime_precision
 
 PYSERINI_QUERY_MAX_LENGTH = 256  # python -m pyserini.search.faiss's --max-length default
 AUTO_FAMILY = ("auto", "sentence", "contriever")
@@ -43,12 +47,13 @@ PADDED_CHUNK = 16
 AUTO_PRECISION = "fp32"
 
 
-def resolve_query_precision(precision: str | None, device: str = "cpu") -> str:
-    """fp32 or bf16 for ``--encoder-precision`` (None: auto); an explicit bf16 torch cannot run natively on
-    ``device`` is the user's error, in one line, before any model loads."""
+def resolve_query_precision(precision: str | None, device: str = "cpu", runtime: str = "torch") -> str:
+    """The arithmetic ``--encoder-precision`` (None: auto) means through ``runtime`` (``--encoder-runtime``) on
+    ``device``: auto is :data:`AUTO_PRECISION` through every runtime; a precision the runtime or the device
+    cannot run is the user's error, in one line, before any model loads."""
     if precision in (None, "auto"):
-        return AUTO_PRECISION
-    return resolve_precision(precision, device, "--encoder-precision")
+        precision = AUTO_PRECISION
+    return resolve_runtime_precision(precision, runtime, device, "--encoder-precision", "--encoder-runtime")
 
 
 def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -104,27 +109,37 @@ class QueryEncoder:
     ``spec`` says which class the object is and which prefix goes before each text (None when unknown: one
     text per call, as Pyserini calls it). ``threads`` is the torch thread count set before each call
     (default: torch's own when made): torch and Faiss may share one OpenMP runtime, so a search on other
-    threads would silently change it.
+    threads would silently change it. ``graph``: the transformer through another runtime
+    (:func:`~tour_pyserini.encoders.exported.exported_transformer`), which then runs every chunk; ``runtime``
+    names it.
     """
 
     def __init__(self, pyserini_encoder, spec: EncoderSpec | None = None, threads: int | None = None,
-                 precision: str = "fp32"):  # fmt: skip
+                 precision: str = "fp32", graph=None, runtime: str = "torch"):  # fmt: skip
         import torch
 
-        if precision not in ("fp32", "bf16"):
-            raise UserError(f"query encoder precision {precision!r}: fp32 or bf16 (resolve 'auto' first)")
+        if precision not in ("fp32", "bf16", "int8"):
+            raise UserError(f"query encoder precision {precision!r}: fp32, bf16 or int8 (resolve 'auto' first)")
         self.pyserini = pyserini_encoder
         self.spec = spec  # what the vectors are (TTT-Embed states and pairings check it); None when unknown
         self.threads = threads or torch.get_num_threads()
         self.precision = precision
+        self.graph = graph
+        self.runtime = runtime
         self.chunk = PADDED_CHUNK  # texts per padded forward pass (auto classes)
         self._dimension: int | None = None
 
     @classmethod
-    def build(cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32") -> QueryEncoder:
+    def build(cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32",
+              runtime: str = "torch") -> QueryEncoder:  # fmt: skip
         """Pyserini's query encoder class for ``spec`` (pooling, normalisation and prefix as it says), on
-        ``device``, its matrix products in ``precision`` (fp32 or bf16)."""
-        return cls(pyserini_query_encoder(spec, device), spec, precision=precision)
+        ``device``, its matrix products in ``precision`` as ``runtime`` runs it (resolved and checked by
+        :func:`resolve_query_precision` and :func:`~tour_pyserini.encoders.exported.check_exportable`)."""
+        pyserini = pyserini_query_encoder(spec, device)
+        graph = None
+        if runtime != "torch":
+            graph = exported_transformer(pyserini.model, pyserini.tokenizer, spec.path, precision, runtime)
+        return cls(pyserini, spec, precision=precision, graph=graph, runtime=runtime)
 
     @classmethod
     def from_encoded(cls, directory: str | Path) -> QueryEncoder:
@@ -160,8 +175,8 @@ class QueryEncoder:
             return self._look_up(texts)
         klass = CLASSES.get(self.spec.encoder_class) if self.spec else None
         device = getattr(self.pyserini, "device", "cpu")
-        with torch.inference_mode(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
-                                                    enabled=self.precision == "bf16"):  # fmt: skip
+        bf16 = self.precision == "bf16" and self.graph is None  # a runtime's bf16 is its own
+        with torch.inference_mode(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             if klass is not None and klass.name == "st-pipeline":
                 return self.pyserini.encode(texts)
             if klass is None or not klass.batched:
@@ -197,7 +212,7 @@ class QueryEncoder:
         import torch
 
         width = max(map(len, ids))
-        if all(len(i) == width for i in ids):
+        if self.graph is None and all(len(i) == width for i in ids):
             return self._pyserini_batch(texts)
         encoder = self.pyserini
         input_ids = torch.full((len(ids), width), encoder.tokenizer.pad_token_id or 0, dtype=torch.long)
@@ -205,8 +220,11 @@ class QueryEncoder:
         for j, row in enumerate(ids):
             input_ids[j, : len(row)] = torch.tensor(row)
             mask[j, : len(row)] = 1
-        hidden = encoder.model(input_ids=input_ids.to(encoder.device), attention_mask=mask.to(encoder.device))[0]
-        hidden = hidden.float().cpu()
+        if self.graph is not None:
+            hidden = torch.from_numpy(self.graph(dict(zip(INPUTS, (input_ids, mask)))))
+        else:
+            hidden = encoder.model(input_ids=input_ids.to(encoder.device), attention_mask=mask.to(encoder.device))[0]
+            hidden = hidden.float().cpu()
         if encoder.pooling == "mean":
             weights = mask.unsqueeze(-1).float()
             pooled = ((hidden * weights).sum(dim=1) / weights.sum(dim=1)).numpy()
@@ -240,19 +258,20 @@ class QueryEncoders:
         self._built: dict[tuple, QueryEncoder] = {}
 
     @staticmethod
-    def key(spec: EncoderSpec, device: str, precision: str) -> tuple:
-        return json.dumps(encoder_identity(spec), sort_keys=True), device, precision
+    def key(spec: EncoderSpec, device: str, precision: str, runtime: str) -> tuple:
+        return json.dumps(encoder_identity(spec), sort_keys=True), device, precision, runtime
 
     def add(self, encoder: QueryEncoder, device: str = "cpu") -> QueryEncoder:
         """Share ``encoder`` (built elsewhere) with those asking for its spec on ``device``."""
         if encoder.spec is not None:
-            self._built.setdefault(self.key(encoder.spec, device, encoder.precision), encoder)
+            self._built.setdefault(self.key(encoder.spec, device, encoder.precision, encoder.runtime), encoder)
         return encoder
 
-    def get(self, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32") -> QueryEncoder:
-        key = self.key(spec, device, precision)
+    def get(self, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32",
+            runtime: str = "torch") -> QueryEncoder:  # fmt: skip
+        key = self.key(spec, device, precision, runtime)
         if key not in self._built:
-            self._built[key] = QueryEncoder.build(spec, device, precision)
+            self._built[key] = QueryEncoder.build(spec, device, precision, runtime)
         return self._built[key]
 
 

@@ -1,15 +1,15 @@
 """A torch model through ONNX Runtime: exported once, cached beside its weights, run with the process's threads.
 
-The graph of a model directory lives in
-``<model>/tour_pyserini_onnx/<weights SHA-256, 16 digits>-<precision>-<recipe>/`` (``model.onnx`` and
-``graph.json``, the versions that wrote it): written whole or not at all (staged, then renamed), read on later
-runs; weights that change get a new folder. The fp32 graph is the model exported with eager attention, then
-rewritten by ONNX Runtime's transformer fusions (each attention layer one ``Attention`` kernel, layer norms and
-GELUs fused), kept only where its outputs on the export's examples match the plain graph's. ``int8`` is the fp32
-graph with its matrix products' weights quantised to signed 8 bits (per output column) and their inputs quantised
-as they arrive (dynamic quantisation): see docs/algorithms.md. ONNX Runtime runs as many threads as torch was given
-(the command's ``--threads``, else torch's default), so what else runs on the machine does not change its
-arithmetic.
+The graph of a model directory lives in ``<model>/tour_pyserini_onnx/<weights SHA-256, 16
+digits>-<precision>-<recipe>/`` (``model.onnx`` and ``graph.json``, the versions that wrote it), or under
+``$XDG_CACHE_HOME/tour_pyserini/tour_pyserini_onnx/`` (by default ``~/.cache``) where the model's directory is
+read-only (a model installed as a package): written whole or not at all (staged, then renamed), read on later runs;
+weights that change get a new folder. The fp32 graph is the model exported with eager attention, then rewritten by
+ONNX Runtime's transformer fusions (each attention layer one ``Attention`` kernel, layer norms and GELUs fused),
+kept only where its outputs on the export's examples match the plain graph's. ``int8`` is the fp32 graph with its
+matrix products' weights quantised to signed 8 bits (per output column) and their inputs quantised as they arrive
+(dynamic quantisation): see docs/algorithms.md. ONNX Runtime runs as many threads as torch was given (the command's
+``--threads``, else torch's default), so what else runs on the machine does not change its arithmetic.
 """
 
 from __future__ import annotations
@@ -37,8 +37,15 @@ FUSED_TOLERANCE = 1e-4  # the most a fused graph's output may differ from the pl
 
 
 def graph_path(model_dir: str | Path, weights_sha256: str, precision: str, recipe: str = RECIPE) -> Path:
-    """Where the graph of the model in ``model_dir`` with these weights is cached at ``precision``."""
-    return Path(model_dir) / CACHE / f"{weights_sha256[:16]}-{precision}-{recipe}" / "model.onnx"
+    """Where the graph of the model in ``model_dir`` with these weights is cached at ``precision``: beside the
+    weights, or in the user's cache where their directory is read-only (the weights' hash keys both)."""
+    model_dir = Path(model_dir)
+    beside = model_dir / CACHE
+    if beside.is_dir() or os.access(model_dir, os.W_OK | os.X_OK):
+        root = beside
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tour_pyserini" / CACHE
+    return root / f"{weights_sha256[:16]}-{precision}-{recipe}" / "model.onnx"
 
 
 def traceable(model, names: list[str], output: str):

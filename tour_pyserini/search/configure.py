@@ -19,6 +19,7 @@ from typing import Any
 
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import EncoderSettings, EncoderSpec, encoder_identity
+from tour_pyserini.encoders.exported import check_exportable
 from tour_pyserini.encoders.query import QueryEncoder, QueryEncoders, check_encoded_queries, resolve_query_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes, set_search_params
@@ -54,7 +55,8 @@ class SearchConfig:
     encoder: str | None = None  # default: the one the index was built with
     encoder_settings: EncoderSettings = EncoderSettings()  # class, pooling, prefix, ... as the flags give them
     encoded_queries: str | None = None  # Pyserini's pre-encoded queries instead of an encoder
-    encoder_precision: str | None = None  # the query encoder's arithmetic: auto (None), fp32 or bf16
+    encoder_precision: str | None = None  # the query encoder's arithmetic: auto (None), fp32, bf16 or int8
+    encoder_runtime: str = "torch"  # what runs the query encoder: torch, onnx or openvino
     rewriter: str = "none"
     rewriter_options: Mapping[str, object] = field(default_factory=dict)  # parameters the rewriter declares
     teacher: str | None = None
@@ -82,6 +84,7 @@ class SearchPlan:
     opened: OpenIndexes = field(default_factory=OpenIndexes)  # the index (and any a teacher reads), opened once
     encoder: EncoderSpec | None = None  # None: pre-encoded queries
     encoder_precision: str = "fp32"
+    encoder_runtime: str = "torch"
     start: StateShift | None = None  # the TTT-Embed state the rewriter searches with or starts from, read
 
     @property
@@ -118,7 +121,8 @@ def plan_search(config: SearchConfig) -> SearchPlan:
     start = StateShift.load(state, rewriter_config.task) if state else None
     spec = None
     if config.encoded_queries:
-        if config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision:
+        if (config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision
+                or config.encoder_runtime != "torch"):  # fmt: skip
             raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
         check_encoded_queries(config.encoded_queries, dimension=index.index.d)
         if start:
@@ -128,13 +132,15 @@ def plan_search(config: SearchConfig) -> SearchPlan:
         spec = index_query_encoder(index.directory, index.meta, config.encoder, config.encoder_settings)
         if start:  # a TTT-Embed state of another encoder
             start.state.check_encoder(encoder_identity(spec), f"--state {state}")
+        check_exportable(spec, config.encoder_runtime)
     check_device(config.device)
-    precision = resolve_query_precision(config.encoder_precision, config.device)
+    precision = resolve_query_precision(config.encoder_precision, config.device, config.encoder_runtime)
     runtime = config.teacher_options.get(RUNTIME.name)
     if config.teacher_precision or runtime:
         resolve_runtime_precision(config.teacher_precision or "auto", runtime or RUNTIME.default, config.device,
                                   "--teacher-precision", RUNTIME.option)  # fmt: skip
-    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, start)
+    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, config.encoder_runtime,
+                      start)  # fmt: skip
 
 
 def open_searcher(plan: SearchPlan | SearchConfig):
@@ -163,7 +169,7 @@ def open_searcher(plan: SearchPlan | SearchConfig):
     if plan.encoder is None:
         encoder = QueryEncoder.from_encoded(config.encoded_queries)
     else:  # the one a teacher built already, where it reads the same encoder
-        encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision)
+        encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision, plan.encoder_runtime)
     searcher = TourSearcher.from_open_index(plan.index, encoder, rewriter=rewriter, threads=threads)
     if teacher is not None and teacher.oracle:
         log.warning("ORACLE teacher — these results read the relevance judgements (an upper bound, not a system); "
