@@ -118,6 +118,8 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_output(tmp_path):
         ("bad-stride", "--stride 60 must be below half of --max-length 96"),
         ("no-room", "--max-length 6 with --stride 2 leaves no room for a question"),
         ("no-weights", "has a config but no weights (none of model.safetensors"),
+        ("onnx-bf16", "--precision bf16: ONNX Runtime's CPU kernels have no bfloat16 matrix products"),
+        ("openvino-int8", "--precision int8 runs through ONNX Runtime only (--runtime onnx)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, run, tiny, monkeypatch, capsys,
@@ -139,6 +141,10 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, run, 
         extra = ["--stride", "60"]
     elif case == "no-room":
         extra = ["--max-length", "6", "--stride", "2"]
+    elif case == "onnx-bf16":
+        extra = ["--runtime", "onnx", "--precision", "bf16"]
+    elif case == "openvino-int8":
+        extra = ["--runtime", "openvino", "--precision", "int8"]
     elif case == "no-weights":
         reader = str(tmp_path / "no-weights")
         (tmp_path / "no-weights").mkdir()

@@ -2,7 +2,8 @@
 
 Every (question, passage) pair is cut into windows (``windows.py``), the windows of a whole batch of
 questions run through the model in length-sorted batches, each window's best span is found
-(``spans.best_span``), and a selection rule picks one answer per question (``spans.choose``).
+(``spans.best_span``), and a selection rule picks one answer per question (``spans.choose``). The model runs
+through torch or, exported once and cached beside its weights, ONNX Runtime or OpenVINO (``runtime``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.predictions import Prediction
 from tour_pyserini.numbers import check_fields, non_negative_float, param, positive_int
+from tour_pyserini.runtime import RUNTIMES
 
 
 @dataclass
@@ -40,15 +42,18 @@ class ReaderOptions:
                       "(any QA model); dpr = passage by selection logit, then its best span", choices=RULES)
     retrieval_weight: float = param(DEFAULT_RETRIEVAL_WEIGHT, non_negative_float, "w in S = w * retrieval score + "
                                     "span score (--rule orqa)")  # fmt: skip
-    precision: str = "fp32"  # fp32 or bf16 (autocast), as devices.resolve_precision resolves it
+    precision: str = "fp32"  # fp32, bf16 (torch's autocast, OpenVINO's hint) or int8 (ONNX Runtime), resolved
+    runtime: str = "torch"  # what runs the model: torch, onnx or openvino (the CPU)
     device: str = "cpu"
 
     def check(self) -> None:
         check_fields(self)
         if self.stride >= self.max_length // 2:
             raise UserError(f"--stride {self.stride} must be below half of --max-length {self.max_length}")
-        if self.precision not in ("fp32", "bf16"):
-            raise UserError(f"precision {self.precision!r}: fp32 or bf16 (resolve 'auto' first)")
+        if self.precision not in ("fp32", "bf16", "int8"):
+            raise UserError(f"precision {self.precision!r}: fp32, bf16 or int8 (resolve 'auto' first)")
+        if self.runtime not in RUNTIMES:
+            raise UserError(f"runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
 
 
 @dataclass(frozen=True)
@@ -80,10 +85,12 @@ def has_weights(name: str) -> bool:
     return any(isinstance(try_to_load_from_cache(name, f), str) for f in WEIGHT_FILES)
 
 
-def check_reader(name: str, *, max_length: int | None = None, stride: int | None = None) -> None:
+def check_reader(name: str, *, max_length: int | None = None, stride: int | None = None,
+                 runtime: str = "torch") -> None:  # fmt: skip
     """``name`` must be an extractive QA model with weights and a fast tokenizer (offsets map spans back to
-    text), and windows of ``max_length`` tokens overlapping by ``stride`` must leave it room for a question;
-    one line otherwise, read from its config and tokenizer before any weights load."""
+    text), a local directory where ``runtime`` is not torch (the exported graph is cached beside it), and windows
+    of ``max_length`` tokens overlapping by ``stride`` must leave it room for a question; one line otherwise, read
+    from its config and tokenizer before any weights load."""
     from transformers import AutoConfig, AutoTokenizer
 
     from tour_pyserini.encoders.spec import check_model
@@ -100,6 +107,9 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
                         "(train one with train-reader)")  # fmt: skip
     if not has_weights(name):
         raise UserError(f"reader {name!r} has a config but no weights (none of {', '.join(WEIGHT_FILES)})")
+    if runtime != "torch" and not Path(name).expanduser().is_dir():
+        raise UserError(f"reader {name!r}: --runtime {runtime} caches the exported model beside its weights; "
+                        "give a local model directory")  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(name)
     if not tokenizer.is_fast:
         raise UserError(f"reader {name!r}: its tokenizer has no fast version (needed for character offsets)")
@@ -107,48 +117,103 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
         question_budget(tokenizer, max_length=max_length, stride=stride)
 
 
+SPAN_LOGITS = "span_logits"  # an exported reader's one output: start and end logits, stacked on the last axis
+
+
+def load_reader(name: str, **options):
+    """The QA model ``name`` in float32 whatever the checkpoint stores (a float16 one is half the size on disk);
+    ``options`` go to ``from_pretrained``."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering
+
+    with checked_loading(f"reader {name!r}"):
+        return AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options)
+
+
+def exported_reader(name: str, tokenizer, precision: str, runtime: str):
+    """The QA model in directory ``name`` through ``runtime`` (onnx or openvino) at ``precision``: a callable from
+    :func:`~tour_pyserini.answer.windows.collate`'s arrays to (windows, tokens, 2) start and end logits. The graph
+    comes from the cache beside the weights, exported there the first time (the torch model loads only then)."""
+    import torch
+
+    from tour_pyserini.encoders.spec import weights_sha256
+    from tour_pyserini.runtime import exported_model
+
+    class SpanLogits(torch.nn.Module):
+        """The model with one output, as a traced graph has: its start and end logits side by side."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+            self.config = model.config  # the fusions read its heads and width
+
+        def forward(self, **inputs):
+            out = self.model(**inputs)
+            return {SPAN_LOGITS: torch.stack((out.start_logits, out.end_logits), dim=-1)}
+
+    def export(write, graph: Path) -> None:
+        windows = make_windows(tokenizer, ["a question", "another, longer question"],
+                               ["a passage", "a longer passage of text"], max_length=64, stride=16)  # fmt: skip
+        examples = {k: torch.from_numpy(v) for k, v in collate(windows, tokenizer.pad_token_id or 0).items()}
+        # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
+        write(SpanLogits(load_reader(name, attn_implementation="eager")).eval(), examples, SPAN_LOGITS, graph)
+
+    return exported_model(name, weights_sha256(name), precision, runtime, export, f"reader {name!r}")
+
+
 class Reader:
-    """A loaded QA model and tokenizer; :meth:`read` answers a batch of questions."""
+    """A loaded QA model and tokenizer; :meth:`read` answers a batch of questions. ``model`` (a torch model, for
+    the trainers) runs as given; else ``name`` loads through ``options.runtime``."""
 
     def __init__(self, name: str, options: ReaderOptions, model=None, tokenizer=None):
-        import torch
-        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+        from transformers import AutoTokenizer
 
         options.check()
         self.options = options
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
-        # float32 whatever the checkpoint stores (a float16 one is half the size on disk)
-        if model is None:
-            with checked_loading(f"reader {name!r}"):
-                model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
-        self.model = model.to(options.device)
+        self.model = self.graph = None
+        if model is None and options.runtime != "torch":
+            self.graph = exported_reader(name, self.tokenizer, options.precision, options.runtime)
+        else:
+            self.model = (model or load_reader(name)).to(options.device)
 
-    def _autocast(self):
+    @contextlib.contextmanager
+    def _running(self):
+        """The torch model in eval mode under inference mode (and bf16 autocast where asked), its mode restored."""
         import torch
 
-        if self.options.precision != "bf16":
-            return contextlib.nullcontext()
-        return torch.autocast(torch.device(self.options.device).type, dtype=torch.bfloat16)
+        if self.model is None:
+            yield
+            return
+        was_training = self.model.training
+        self.model.eval()
+        bf16 = self.options.precision == "bf16"
+        try:
+            with torch.inference_mode(), torch.autocast(torch.device(self.options.device).type,
+                                                        dtype=torch.bfloat16, enabled=bf16):  # fmt: skip
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def _span_logits(self, inputs: dict) -> tuple:
+        """(start, end) logits of a batch of :func:`collate`'s arrays, float32 numpy (windows, tokens)."""
+        import torch
+
+        if self.graph is not None:
+            both = self.graph(inputs)
+            return both[..., 0], both[..., 1]
+        result = self.model(**{k: torch.from_numpy(v).to(self.options.device) for k, v in inputs.items()})
+        return result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
 
     def logits(self, windows: Sequence[Window]) -> list[tuple]:
         """(start, end) logits of each window, float32 numpy arrays of its length."""
-        import torch
-
         out: list = [None] * len(windows)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode(), self._autocast():
-                for batch in length_sorted_batches(windows, self.options.batch_size):
-                    inputs = collate([windows[i] for i in batch], self.tokenizer.pad_token_id or 0)
-                    inputs = {k: torch.from_numpy(v).to(self.options.device) for k, v in inputs.items()}
-                    result = self.model(**inputs)
-                    start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
-                    for row, i in enumerate(batch):
-                        n = len(windows[i].input_ids)
-                        out[i] = (start[row, :n], end[row, :n])
-        finally:
-            self.model.train(was_training)
+        with self._running():
+            for batch in length_sorted_batches(windows, self.options.batch_size):
+                start, end = self._span_logits(collate([windows[i] for i in batch], self.tokenizer.pad_token_id or 0))
+                for row, i in enumerate(batch):
+                    n = len(windows[i].input_ids)
+                    out[i] = (start[row, :n], end[row, :n])
         return out
 
     def read(self, questions: Sequence[Question]) -> list[Prediction]:

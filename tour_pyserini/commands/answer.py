@@ -20,8 +20,9 @@ from pathlib import Path
 from tour_pyserini.answer import ReaderOptions
 from tour_pyserini.commands.flags import ArgumentParser, add_param_flags, config_from_flags
 from tour_pyserini.commands.outputs import check_output
-from tour_pyserini.devices import PRECISIONS, check_device, resolve_precision
+from tour_pyserini.devices import check_device
 from tour_pyserini.numbers import positive_int
+from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES, resolve_runtime_precision
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,7 +35,12 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--index", help="index directory whose document store holds the run's passages")
     ap.add_argument("--reader", required=True, help="extractive QA model: directory or Hugging Face id")
     ap.add_argument("--output", required=True, help="predictions file to write (JSON lines)")
-    ap.add_argument("--precision", choices=PRECISIONS, default="fp32", help="bf16: bfloat16 autocast")
+    ap.add_argument("--precision", choices=RUNTIME_PRECISIONS, default="fp32",
+                    help="the reader's arithmetic: bf16 (torch's autocast, OpenVINO's hint) where the CPU multiplies "
+                    "in bfloat16, int8 (--runtime onnx), auto (the fastest within the reader's bounds)")  # fmt: skip
+    ap.add_argument("--runtime", choices=RUNTIMES, default="torch",
+                    help="what runs the reader: torch, or (the runtime extra; a local model directory) onnx or "
+                    "openvino, exported once and cached beside its weights")  # fmt: skip
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--questions-per-batch", type=positive_int, default=16,
                     help="questions read, and written, together (the unit an interrupted run resumes at)")  # fmt: skip
@@ -54,8 +60,8 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     device = check_device(args.device)
-    options = config_from_flags(ReaderOptions, args, precision=resolve_precision(args.precision, device, "--precision"),
-                                device=device)  # fmt: skip
+    precision = resolve_runtime_precision(args.precision, args.runtime, device, "--precision", "--runtime")
+    options = config_from_flags(ReaderOptions, args, precision=precision, runtime=args.runtime, device=device)
     output = check_output(args.output)
     signature = {"run": str(Path(args.run).resolve()), "topics": str(Path(args.topics).resolve()),
                  "reader": args.reader, "options": asdict(options),
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
             run = read_run(args.run)
             docstore = open_passages(stack, index=args.index, collection=args.collection)
             questions = questions_to_read(run, topics, docstore, options.k, args.run, args.index or args.collection)
-            check_reader(args.reader, max_length=options.max_length, stride=options.stride)
+            check_reader(args.reader, max_length=options.max_length, stride=options.stride, runtime=options.runtime)
             todo = [q for q in questions if q.qid not in writer.done]
             if writer.done:
                 print(f"resuming {output}: {len(writer.done)} of {len(questions)} questions already answered",

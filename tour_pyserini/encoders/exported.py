@@ -35,13 +35,10 @@ def check_exportable(spec: EncoderSpec, runtime: str, flag: str = "--encoder-run
 def exported_transformer(model, tokenizer, path: str | Path, precision: str, runtime: str):
     """``model`` (the torch transformer of the encoder in ``path``) through ``runtime`` (onnx or openvino) at
     ``precision``: a callable from ``{"input_ids", "attention_mask"}`` (integer arrays) to the last hidden states
-    (batch, tokens, width), float32. The graph comes from the cache beside the weights, exported the first time:
-    ONNX Runtime's fused, OpenVINO's as traced."""
-    from tour_pyserini.runtime import PLAIN, RECIPE, OnnxModel, OpenVinoModel, cached_graph, export_graph, trace_graph
+    (batch, tokens, width), float32. The graph comes from the cache beside the weights, exported the first time."""
+    from tour_pyserini.runtime import exported_model
 
-    fused = runtime == "onnx"
-
-    def export(graph: Path) -> None:
+    def export(write, graph: Path) -> None:
         examples = tokenizer(["a query", "another, longer query"], padding=True, return_tensors="pt",
                              return_token_type_ids=False)  # fmt: skip
         examples = {name: examples[name] for name in INPUTS}
@@ -49,13 +46,8 @@ def exported_transformer(model, tokenizer, path: str | Path, precision: str, run
         # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
         model.set_attn_implementation("eager")
         try:
-            (export_graph if fused else trace_graph)(model.eval(), examples, OUTPUT, graph)
+            write(model.eval(), examples, OUTPUT, graph)
         finally:
             model.set_attn_implementation(attention)
 
-    sha = weights_sha256(path)
-    if sha is None:
-        raise UserError(f"--encoder {path}: no weight files to export")
-    if fused:
-        return OnnxModel(cached_graph(path, sha, precision, export, RECIPE))
-    return OpenVinoModel(cached_graph(path, sha, "fp32", export, PLAIN), precision)
+    return exported_model(path, weights_sha256(path), precision, runtime, export, f"--encoder {path}")

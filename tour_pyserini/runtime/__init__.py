@@ -9,8 +9,9 @@ from tour_pyserini.runtime.choice import (
     RUNTIMES,
     resolve_runtime_precision,
 )
-from tour_pyserini.runtime.onnx import PLAIN, RECIPE, OnnxModel, cached_graph, export_graph, trace_graph
+from tour_pyserini.runtime.exported import exported_model
+from tour_pyserini.runtime.onnx import RECIPE, OnnxModel
 from tour_pyserini.runtime.openvino import OpenVinoModel
 
-__all__ = ["INT8", "ONNX_AUTO", "PLAIN", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "OpenVinoModel",
-           "cached_graph", "export_graph", "resolve_runtime_precision", "trace_graph"]  # fmt: skip
+__all__ = ["INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "OpenVinoModel",
+           "exported_model", "resolve_runtime_precision"]  # fmt: skip

@@ -49,8 +49,8 @@ def graph_path(model_dir: str | Path, weights_sha256: str, precision: str, recip
 
 
 def traceable(model, names: list[str], output: str):
-    """``model`` (a HuggingFace model) as the exporter traces it: inputs by position, in the order of ``names``,
-    and one output, ``output`` (a model's output is no tensor)."""
+    """``model`` (a HuggingFace model, or a module returning a dict) as the exporter traces it: inputs by position,
+    in the order of ``names``, and one output, ``output`` (a model's output is no tensor)."""
     import torch
 
     class Traced(torch.nn.Module):
@@ -59,7 +59,7 @@ def traceable(model, names: list[str], output: str):
             self.model = model
 
         def forward(self, *tensors):
-            return getattr(self.model(**dict(zip(names, tensors))), output)
+            return self.model(**dict(zip(names, tensors)))[output]
 
     # in eval mode: the exporter restores the mode it found, which would otherwise switch the model's dropout on
     return Traced().eval()

@@ -129,24 +129,15 @@ def load_classifier(path: str, device: str, **options):
 
 def exported_classifier(path: str, tokenizer, precision: str, runtime: str):
     """The classifier at ``path`` through ``runtime`` (onnx or openvino) at ``precision``: its graph from the cache
-    beside the weights, exported there the first time (the torch model loads only then); ONNX Runtime's fused,
-    OpenVINO's as traced."""
-    from tour_pyserini.runtime import PLAIN, OnnxModel, OpenVinoModel, cached_graph, export_graph, trace_graph
+    beside the weights, exported there the first time (the torch model loads only then)."""
+    from tour_pyserini.runtime import exported_model
 
-    fused = runtime == "onnx"
-
-    def export(graph: Path) -> None:
+    def export(write, graph: Path) -> None:
         examples = pair_inputs(tokenizer, ["a query", "another query"], ["a document", "a longer document text"], 32)
         # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
-        model = load_classifier(path, "cpu", attn_implementation="eager")
-        (export_graph if fused else trace_graph)(model, examples, "logits", graph)
+        write(load_classifier(path, "cpu", attn_implementation="eager"), examples, "logits", graph)
 
-    sha = weights_sha256(path)
-    if sha is None:
-        raise UserError(f"cross-encoder {path!r} has no weight files to export")
-    if fused:
-        return OnnxModel(cached_graph(path, sha, precision, export, RECIPE))
-    return OpenVinoModel(cached_graph(path, sha, "fp32", export, PLAIN), precision)
+    return exported_model(path, weights_sha256(path), precision, runtime, export, f"cross-encoder {path!r}")
 
 
 @TEACHERS.register
