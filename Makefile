@@ -127,15 +127,16 @@ bench: install
 	$(PY) bench/odqa_smoothing.py
 	$(PY) bench/shared_cores.py
 
-# the cross-encoder teacher and the query encoder through torch, ONNX Runtime and OpenVINO (fp32, bf16, int8):
-# speed under the machine's kernels and the AVX2 set, and each precision's ranking bounds against fp32 on SciFact
-# and nq-oracle (runs/bench-runtime.json, runs/bench-encoder-runtime.json)
+# the cross-encoder teacher, the query encoder and the reader through torch, ONNX Runtime and OpenVINO (fp32, bf16,
+# int8): speed under the machine's kernels and the AVX2 set, and each precision's bounds against fp32 on SciFact
+# and nq-oracle (runs/bench-runtime.json, runs/bench-encoder-runtime.json, runs/bench-reader-runtime.json)
 bench-runtime: install
 	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
 	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
 	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
 	$(PY) bench/runtime_speed.py
 	$(PY) bench/encoder_runtime.py
+	$(PY) bench/reader_runtime.py
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install

@@ -103,3 +103,15 @@ def test_the_shipped_reader_answers_as_torch_through_openvino(tmp_path):
     assert [(p["qid"], p["answer"]) for p in ours] == [(p["qid"], p["answer"]) for p in torch_preds]
     assert sum(bool(p["answer"]) for p in ours) == len(topics)
     np.testing.assert_allclose([p["score"] for p in ours], [p["score"] for p in torch_preds], rtol=0, atol=1e-4)
+
+
+def test_auto_is_the_fastest_precision_within_the_readers_bounds():
+    """int8 failed the reader's bound, so auto through ONNX Runtime is fp32; through torch and OpenVINO it is bf16
+    where native, as for a teacher."""
+    from tour_pyserini.answer import resolve_reader_precision
+
+    native = "bf16" if native_bf16("cpu") else "fp32"
+    assert resolve_reader_precision("auto", "onnx", "cpu") == "fp32"
+    assert resolve_reader_precision("int8", "onnx", "cpu") == "int8"
+    assert resolve_reader_precision("auto", "torch", "cpu") == native
+    assert resolve_reader_precision("auto", "openvino", "cpu") == native

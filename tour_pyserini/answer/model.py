@@ -26,7 +26,7 @@ from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.predictions import Prediction
 from tour_pyserini.numbers import check_fields, non_negative_float, param, positive_int
-from tour_pyserini.runtime import RUNTIMES
+from tour_pyserini.runtime import RUNTIMES, resolve_runtime_precision
 
 
 @dataclass
@@ -115,6 +115,16 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
         raise UserError(f"reader {name!r}: its tokenizer has no fast version (needed for character offsets)")
     if max_length is not None and stride is not None:
         question_budget(tokenizer, max_length=max_length, stride=stride)
+
+
+def resolve_reader_precision(precision: str, runtime: str, device: str) -> str:
+    """What the answer command's ``--precision`` means through ``--runtime`` on ``device``: torch's and OpenVINO's
+    as for a teacher (``auto``: bf16 where the device multiplies in bfloat16 natively; it answers within 0.002 EM
+    and F1 of float32 on nq-oracle through both), but ``auto`` through ONNX Runtime is fp32: int8 moved F1 by
+    -0.0025 there (docs/benchmarks.md). One line for anything refused, before any model loads."""
+    if runtime == "onnx" and precision == "auto":
+        precision = "fp32"
+    return resolve_runtime_precision(precision, runtime, device, "--precision", "--runtime")
 
 
 SPAN_LOGITS = "span_logits"  # an exported reader's one output: start and end logits, stacked on the last axis

@@ -17,12 +17,12 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from tour_pyserini.answer import ReaderOptions
+from tour_pyserini.answer import ReaderOptions, resolve_reader_precision
 from tour_pyserini.commands.flags import ArgumentParser, add_param_flags, config_from_flags
 from tour_pyserini.commands.outputs import check_output
 from tour_pyserini.devices import check_device
 from tour_pyserini.numbers import positive_int
-from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES, resolve_runtime_precision
+from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +37,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", required=True, help="predictions file to write (JSON lines)")
     ap.add_argument("--precision", choices=RUNTIME_PRECISIONS, default="fp32",
                     help="the reader's arithmetic: bf16 (torch's autocast, OpenVINO's hint) where the CPU multiplies "
-                    "in bfloat16, int8 (--runtime onnx), auto (the fastest within the reader's bounds)")  # fmt: skip
+                    "in bfloat16, int8 (--runtime onnx), auto (the fastest within the reader's bounds: bf16 where "
+                    "native through torch or OpenVINO, fp32 through ONNX Runtime)")  # fmt: skip
     ap.add_argument("--runtime", choices=RUNTIMES, default="torch",
                     help="what runs the reader: torch, or (the runtime extra; a local model directory) onnx or "
                     "openvino, exported once and cached beside its weights")  # fmt: skip
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     device = check_device(args.device)
-    precision = resolve_runtime_precision(args.precision, args.runtime, device, "--precision", "--runtime")
+    precision = resolve_reader_precision(args.precision, args.runtime, device)
     options = config_from_flags(ReaderOptions, args, precision=precision, runtime=args.runtime, device=device)
     output = check_output(args.output)
     signature = {"run": str(Path(args.run).resolve()), "topics": str(Path(args.topics).resolve()),
