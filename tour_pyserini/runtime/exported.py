@@ -16,10 +16,10 @@ Writer = Callable[..., None]  # export_graph or trace_graph: (model, inputs, out
 def exported_model(model_dir: str | Path, weights_sha256: str | None, precision: str, runtime: str,
                    export: Callable[[Writer, Path], None], what: str):  # fmt: skip
     """The model in ``model_dir`` (weights hashed ``weights_sha256``; None: no weight files, one line naming
-    ``what``) through ``runtime`` (onnx or openvino) at
-    ``precision``: a callable from input arrays by name to the graph's output. ONNX Runtime reads its fused graph
-    (int8 quantised from it), OpenVINO the graph as traced (it fuses for itself). ``export(write, path)`` loads
-    the torch model and calls ``write(model, examples, output, path)``, only when the cache lacks the graph."""
+    ``what``) through ``runtime`` (onnx or openvino) at ``precision``: a callable from input arrays by name to the
+    graph's output. ONNX Runtime reads its fused graph (int8 quantised from it), OpenVINO the graph as traced (it
+    fuses for itself). ``export(write, path)`` loads the torch model and calls ``write(model, examples, output,
+    path)``, only when the cache lacks the graph."""
     if weights_sha256 is None:
         raise UserError(f"{what} has no weight files to export")
     if runtime == "onnx":
