@@ -115,3 +115,16 @@ def test_auto_is_the_fastest_precision_within_the_readers_bounds():
     assert resolve_reader_precision("int8", "onnx", "cpu") == "int8"
     assert resolve_reader_precision("auto", "torch", "cpu") == native
     assert resolve_reader_precision("auto", "openvino", "cpu") == native
+
+
+def test_a_runtime_needs_a_local_model_directory(tmp_path):
+    """The graph is cached beside the weights: a hub id (no such directory) is one line through a runtime, and
+    anything goes through torch."""
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.runtime import check_model_directory
+
+    check_model_directory("org/some-reader", "torch", "--runtime", "reader 'org/some-reader'")
+    check_model_directory(tmp_path, "onnx", "--runtime", "reader")
+    with pytest.raises(UserError, match=r"^reader 'org/some-reader': --runtime openvino caches the exported model "
+                                        r"beside its weights; give a local model directory$"):  # fmt: skip
+        check_model_directory("org/some-reader", "openvino", "--runtime", "reader 'org/some-reader'")

@@ -26,7 +26,7 @@ from tour_pyserini.encoders.checkpoints import checked_loading
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.predictions import Prediction
 from tour_pyserini.numbers import check_fields, non_negative_float, param, positive_int
-from tour_pyserini.runtime import RUNTIMES, resolve_runtime_precision
+from tour_pyserini.runtime import RUNTIMES, check_model_directory, resolve_runtime_precision
 
 
 @dataclass
@@ -107,9 +107,7 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
                         "(train one with train-reader)")  # fmt: skip
     if not has_weights(name):
         raise UserError(f"reader {name!r} has a config but no weights (none of {', '.join(WEIGHT_FILES)})")
-    if runtime != "torch" and not Path(name).expanduser().is_dir():
-        raise UserError(f"reader {name!r}: --runtime {runtime} caches the exported model beside its weights; "
-                        "give a local model directory")  # fmt: skip
+    check_model_directory(name, runtime, "--runtime", f"reader {name!r}")
     tokenizer = AutoTokenizer.from_pretrained(name)
     if not tokenizer.is_fast:
         raise UserError(f"reader {name!r}: its tokenizer has no fast version (needed for character offsets)")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tour_pyserini.encoders.spec import EncoderSpec, weights_sha256
 from tour_pyserini.errors import UserError
+from tour_pyserini.runtime import check_model_directory
 
 EXPORTABLE = ("auto", "sentence", "contriever")  # the classes whose model is a plain transformer
 OUTPUT = "last_hidden_state"
@@ -27,9 +28,7 @@ def check_exportable(spec: EncoderSpec, runtime: str, flag: str = "--encoder-run
     if spec.encoder_class not in EXPORTABLE:
         raise UserError(f"{flag} {runtime} runs the {', '.join(EXPORTABLE)} encoder classes; --encoder {spec.name} "
                         f"is Pyserini's {spec.encoder_class} class, which runs through torch only")  # fmt: skip
-    if not Path(spec.path).is_dir():
-        raise UserError(f"{flag} {runtime} exports the encoder's weights once and caches the graph by their "
-                        f"hash; --encoder {spec.name} is not a local model directory")  # fmt: skip
+    check_model_directory(spec.path, runtime, flag, f"--encoder {spec.name}")
 
 
 def exported_transformer(model, tokenizer, path: str | Path, precision: str, runtime: str):

@@ -7,6 +7,7 @@ from tour_pyserini.runtime.choice import (
     ONNX_AUTO,
     RUNTIME_PRECISIONS,
     RUNTIMES,
+    check_model_directory,
     resolve_runtime_precision,
 )
 from tour_pyserini.runtime.exported import exported_model
@@ -14,4 +15,4 @@ from tour_pyserini.runtime.onnx import RECIPE, OnnxModel
 from tour_pyserini.runtime.openvino import OpenVinoModel
 
 __all__ = ["INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "OpenVinoModel",
-           "exported_model", "resolve_runtime_precision"]  # fmt: skip
+           "check_model_directory", "exported_model", "resolve_runtime_precision"]  # fmt: skip

@@ -6,6 +6,8 @@ CPU; OpenVINO runs fp32 or bf16 on the CPU, bf16 where the CPU multiplies in bfl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.errors import UserError
 
@@ -30,6 +32,14 @@ def require_runtime(runtime: str, runtime_flag: str) -> None:
     except ImportError as e:
         raise UserError(f"{runtime_flag} {runtime} needs the runtime extra ({e.name} is not installed): "
                         f"{INSTALL}") from None  # fmt: skip
+
+
+def check_model_directory(path: str | Path, runtime: str, runtime_flag: str, what: str) -> None:
+    """A model ``runtime`` runs (other than torch) must be a local directory: its exported graph is cached by its
+    weights' hash beside them. One line naming ``what`` otherwise."""
+    if runtime != "torch" and not Path(path).expanduser().is_dir():
+        raise UserError(f"{what}: {runtime_flag} {runtime} caches the exported model beside its weights; give a "
+                        "local model directory")  # fmt: skip
 
 
 def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str) -> str:

@@ -21,7 +21,7 @@ from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.numbers import Param
-from tour_pyserini.runtime import RECIPE, RUNTIMES, resolve_runtime_precision
+from tour_pyserini.runtime import RECIPE, RUNTIMES, check_model_directory, resolve_runtime_precision
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.dense import DenseTeacher
 
@@ -169,9 +169,7 @@ class CrossEncoderTeacher(Teacher):
         self.precision = check_runtime(precision, runtime, device)
         self.runtime = runtime
         check_model("cross-encoder", path)
-        if runtime != "torch" and not Path(path).expanduser().is_dir():
-            raise UserError(f"cross-encoder {path!r}: --teacher-runtime {runtime} caches the exported model beside "
-                            "its weights; give a local model directory")  # fmt: skip
+        check_model_directory(path, runtime, RUNTIME.option, f"cross-encoder {path!r}")
         try:
             config = AutoConfig.from_pretrained(path)
         except OSError as e:
