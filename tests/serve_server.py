@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,3 +87,14 @@ def wait_until(condition, timeout: float = 60.0, every: float = 0.2):
             return value
         time.sleep(every)
     raise AssertionError(f"not within {timeout} s")
+
+
+def http_run(server: Server, index: str, topics, params: dict, hits: int) -> dict[str, dict[str, float]]:
+    """Every topic searched over HTTP at once, from 8 clients: the rankings as a run."""
+
+    def one(topic):
+        body = server.search(index, topic.text, qid=topic.qid, hits=hits, **params)
+        return topic.qid, {c["docid"]: c["score"] for c in body["candidates"]}
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(pool.map(one, topics))

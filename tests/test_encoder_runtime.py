@@ -165,3 +165,31 @@ def test_bad_encoder_runtime_flags_are_one_line_before_any_model_loads(flags, me
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [message]
     assert "Traceback" not in err and "Loading weights" not in err and not out.exists()
+
+
+@pytest.mark.slow
+def test_a_server_through_openvino_ranks_as_the_search_command_through_it(mini_scifact, bm25_index, model, tmp_path):
+    """``serve --encoder-runtime openvino`` exports the index's encoder (no graph is there before it starts), its
+    rankings are the search command's with the same flags, and /v1/status names the runtime."""
+    from serve_server import Server, http_run
+
+    from tour_pyserini.files.runs import read_run
+    from tour_pyserini.files.sameness import diff_runs
+    from tour_pyserini.index.build import build_index
+    from tour_pyserini.index.dense import write_dense_index
+
+    own = Path(shutil.copytree(model, tmp_path / "minilm", ignore=shutil.ignore_patterns(CACHE)))
+    index = tmp_path / "mini.minilm"
+    build_index(index, lambda tmp: write_dense_index(mini_scifact["collection"], tmp, EncoderSpec.resolve(str(own))))
+    teacher = f"bm25:{bm25_index}"
+    topics = read_topics(mini_scifact["topics"])
+    with Server("--index", str(index), "--teacher", teacher, "--encoder-runtime", "openvino", "--threads", "1",
+                "--data-dir", str(tmp_path / "serve-data")) as server:  # fmt: skip
+        assert (own / CACHE).is_dir()
+        served = http_run(server, index.name, topics, {"rewriter": "tour-soft", "teacher": teacher, "k": "10"}, 20)
+        status = server.get("/v1/status")[1]
+    assert status["query_encoder"] == {"runtime": "openvino", "precision": "fp32"}
+    cli = search(index, mini_scifact, tmp_path / "cli.trec", "--rewriter", "tour-soft", "--teacher", teacher, "--k",
+                 "10", "--encoder-runtime", "openvino", "--threads", "1")  # fmt: skip
+    diff = diff_runs(read_run(cli), served)
+    assert diff.same and diff.queries == len(topics), diff.summary()

@@ -10,7 +10,7 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from serve_server import Server, get_url
+from serve_server import Server, get_url, http_run
 
 from tour_pyserini.files.runs import read_run
 from tour_pyserini.files.sameness import diff_runs
@@ -29,17 +29,6 @@ CONFIGS = {
 }  # fmt: skip
 
 
-def http_run(server: Server, index: str, topics, params: dict) -> dict[str, dict[str, float]]:
-    """Every topic searched over HTTP at once, from 8 clients: the rankings as a run."""
-
-    def one(topic):
-        body = server.search(index, topic.text, qid=topic.qid, hits=HITS, **params)
-        return topic.qid, {c["docid"]: c["score"] for c in body["candidates"]}
-
-    with ThreadPoolExecutor(8) as pool:
-        return dict(pool.map(one, topics))
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_http_search_is_the_search_commands_run(name, server, dense_index, mini_scifact, state_file, tmp_path):
     from tour_pyserini.commands import search
@@ -50,7 +39,7 @@ def test_http_search_is_the_search_commands_run(name, server, dense_index, mini_
                  str(tmp_path / "cli.trec"), "--hits", str(HITS), "--threads", "1", *flags])  # fmt: skip
     cli = read_run(tmp_path / "cli.trec")
     topics = read_topics(mini_scifact["topics"])
-    diff = diff_runs(cli, http_run(server, dense_index.name, topics, params))
+    diff = diff_runs(cli, http_run(server, dense_index.name, topics, params, HITS))
     assert diff.same, diff.summary()
     assert diff.queries == len(topics)
 
@@ -186,6 +175,9 @@ def test_bad_flags_are_one_line_before_anything_loads(dense_index, tmp_path, cap
         (["--index", str(dense_index), "--budget", "2"], "give --teacher"),
         (["--index", str(dense_index), "--teacher", "nope"], "unknown teacher"),
         (["--index", str(dense_index), "--state", str(tmp_path / "none.safetensors")], "does not exist"),
+        (["--index", str(dense_index), "--encoder-precision", "int8"], "runs through ONNX Runtime only"),
+        (["--index", str(dense_index), "--encoder-runtime", "onnx", "--encoder-precision", "bf16"], "no bfloat16"),
+        (["--index", str(dense_index), "--device", "tpu"], "--device must be cpu, cuda or cuda:N"),
     ]:
         with pytest.raises(SystemExit) as exit_:
             main(["serve", *argv])

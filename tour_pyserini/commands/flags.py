@@ -159,16 +159,7 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
         group.add_argument("--tokenizer", metavar="NAME_OR_DIR", help="tokenizer, if not the encoder's own")
         group.add_argument("--max-length", type=positive_int,
                            help="qwen3 and openai-api: query tokens (Pyserini's default 256)")  # fmt: skip
-        group.add_argument("--encoder-precision", choices=RUNTIME_PRECISIONS,
-                           help="the query encoder's arithmetic: bf16 (torch: bfloat16 autocast, openvino: its "
-                           "bfloat16 inference; about 2x faster on CPUs with AVX512-BF16 or AMX, vectors within "
-                           "about 1.5e-3 of fp32), int8 (onnx: 8-bit weights), fp32, or auto (default: fp32 through "
-                           "every runtime, since bf16 and int8 reorder near-tied documents; docs/algorithms.md)")
-        group.add_argument("--encoder-runtime", choices=RUNTIMES, default="torch",
-                           help="what runs the query encoder (auto, sentence and contriever classes): torch "
-                           "(default), onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside "
-                           "its weights) or openvino (OpenVINO on the CPU, the same export unfused: fp32 about 1.2x "
-                           "torch's speed); both need the runtime extra")  # fmt: skip
+        add_encoder_runtime_flags(group)
         group.add_argument("--encoded-queries", metavar="DIR", help="pre-encoded queries in Pyserini's format "
                            "(embedding.pkl) instead of an encoder")  # fmt: skip
     else:
@@ -181,6 +172,20 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
         )
         group.add_argument("--max-length", type=positive_int, help="document tokens (default: the model's "
                            "sentence-transformers config, else 512)")  # fmt: skip
+
+
+def add_encoder_runtime_flags(group) -> None:
+    """``--encoder-precision`` and ``--encoder-runtime``: how the query encoder runs (search and serve)."""
+    group.add_argument("--encoder-precision", choices=RUNTIME_PRECISIONS,
+                       help="the query encoder's arithmetic: bf16 (torch: bfloat16 autocast, openvino: its "
+                       "bfloat16 inference; about 2x faster on CPUs with AVX512-BF16 or AMX, vectors within "
+                       "about 1.5e-3 of fp32), int8 (onnx: 8-bit weights), fp32, or auto (default: fp32 through "
+                       "every runtime, since bf16 and int8 reorder near-tied documents; docs/algorithms.md)")
+    group.add_argument("--encoder-runtime", choices=RUNTIMES, default="torch",
+                       help="what runs the query encoder (auto, sentence and contriever classes): torch "
+                       "(default), onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside "
+                       "its weights) or openvino (OpenVINO on the CPU, the same export unfused: fp32 about 1.2x "
+                       "torch's speed); both need the runtime extra")  # fmt: skip
 
 
 def encoder_settings(args: argparse.Namespace):

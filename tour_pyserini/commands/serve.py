@@ -13,7 +13,7 @@ import argparse
 import socket
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser, add_teacher_flags
+from tour_pyserini.commands.flags import ArgumentParser, add_encoder_runtime_flags, add_teacher_flags
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import non_negative_float, non_negative_int, positive_float, positive_int
 from tour_pyserini.ttt.state import SCOPES
@@ -56,19 +56,26 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                     help="a request not answered by then gets 504 (60)")  # fmt: skip
     ap.add_argument("--no-mcp", action="store_true", help="serve no MCP tools")
+    add_encoder_runtime_flags(ap.add_argument_group("query encoder (of every dense index)"))
     add_teacher_flags(ap)
     return ap
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """What can be refused before any model loads."""
+def serve_config(args: argparse.Namespace):
+    """The server's :class:`ServeConfig`, checked: everything that can be refused before any model loads."""
+    from tour_pyserini.devices import check_device
+    from tour_pyserini.encoders.exported import check_exportable
+    from tour_pyserini.encoders.query import resolve_query_precision
     from tour_pyserini.index.layout import index_kind
+    from tour_pyserini.index.query_side import query_encoder_spec
+    from tour_pyserini.serve.engine import ServeConfig
     from tour_pyserini.teachers import available_teachers, check_teacher_options
 
     for path in args.index:
         if not Path(path).is_dir():
             raise UserError(f"--index {path}: no such directory")
-        index_kind(path)
+        if index_kind(path) == "dense":
+            check_exportable(query_encoder_spec(path), args.encoder_runtime)
     for spec in args.teacher:
         if spec.partition(":")[0] not in available_teachers():
             raise UserError(f"--teacher {spec}: unknown teacher; choose one of: {', '.join(available_teachers())}")
@@ -85,6 +92,14 @@ def check_args(args: argparse.Namespace) -> None:
         State.load(args.state)
     if args.qrels and not args.topics:
         raise UserError("--qrels marks the relevant documents of --topics queries: give --topics")
+    check_device(args.device)
+    return ServeConfig(indexes=tuple(args.index), teachers=tuple(args.teacher), data_dir=args.data_dir,
+                       state=args.state, budget=args.budget, learn=args.learn, judge_depth=args.judge_depth,
+                       max_depth=args.max_depth, refit_steps=args.refit_steps, threads=args.threads,
+                       device=args.device, teacher_options=teacher_option_values(args),
+                       encoder_precision=resolve_query_precision(args.encoder_precision, args.device,
+                                                                 args.encoder_runtime),
+                       encoder_runtime=args.encoder_runtime)  # fmt: skip
 
 
 def teacher_option_values(args: argparse.Namespace) -> dict:
@@ -108,14 +123,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    check_args(args)
-    from tour_pyserini.serve.engine import ServeConfig
+    config = serve_config(args)
     from tour_pyserini.serve.service import SearchService, ServiceLimits
 
-    config = ServeConfig(indexes=tuple(args.index), teachers=tuple(args.teacher), data_dir=args.data_dir,
-                         state=args.state, budget=args.budget, learn=args.learn, judge_depth=args.judge_depth,
-                         max_depth=args.max_depth, refit_steps=args.refit_steps, threads=args.threads,
-                         device=args.device, teacher_options=teacher_option_values(args))  # fmt: skip
     limits = ServiceLimits(window=args.batch_window, max_batch=args.max_batch, max_queue=args.max_queue,
                            timeout=args.timeout)  # fmt: skip
     relevance = topics = None

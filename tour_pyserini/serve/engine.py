@@ -50,6 +50,8 @@ class ServeConfig:
     threads: int | None = None  # torch's (encoder, cross-encoder teachers); Faiss 1 when None, as the search command
     device: str = "cpu"
     teacher_options: Mapping[str, object] = field(default_factory=dict)
+    encoder_precision: str = "fp32"  # the query encoders' arithmetic, resolved (fp32, bf16 or int8)
+    encoder_runtime: str = "torch"  # what runs them: torch, onnx or openvino
 
 
 @dataclass
@@ -99,7 +101,8 @@ def open_index(path: str, config: ServeConfig, encoders: QueryEncoders, opened: 
     from tour_pyserini.teachers import get_teacher
 
     index = opened.get(path)
-    encoder = encoders.get(index_query_encoder(index.directory, index.meta), config.device)
+    encoder = encoders.get(index_query_encoder(index.directory, index.meta), config.device, config.encoder_precision,
+                           config.encoder_runtime)  # fmt: skip
     searcher = TourSearcher.from_open_index(index, encoder, threads=config.threads or 1)
     teachers, stores = {}, {}
     for spec_text in config.teachers:

@@ -191,4 +191,6 @@ class SearchService:
                 "budget": None if engine.allocator is None else {"judgments_per_query": engine.allocator.budget,
                                                                  "served": engine.allocator.served,
                                                                  "judgments": engine.allocator.spent},
+                "query_encoder": {"runtime": engine.config.encoder_runtime,
+                                  "precision": engine.config.encoder_precision},
                 "learning": engine.learner.status() if engine.learner else None}  # fmt: skip
