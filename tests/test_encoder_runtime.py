@@ -14,7 +14,7 @@ import pytest
 from tour_pyserini.devices import native_bf16
 from tour_pyserini.encoders import EncoderSettings, EncoderSpec, bundled_model_dir
 from tour_pyserini.encoders.exported import check_exportable
-from tour_pyserini.encoders.query import QueryEncoder, resolve_query_precision
+from tour_pyserini.encoders.query import QueryEncoder, QueryEncoders, resolve_query_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.files import read_topics
 from tour_pyserini.runtime.onnx import CACHE, graph_path
@@ -110,12 +110,49 @@ def test_auto_is_float32_through_every_runtime_and_bad_pairs_are_one_line():
         resolve_query_precision("fp32", "cpu", "tvm")
 
 
+def test_ways_of_one_model_share_its_loaded_weights(model, texts, exact):
+    """A teacher's torch float32 encoder beside the searcher's OpenVINO one: no second copy of the model is
+    loaded, and its vectors are still torch's own, bit for bit."""
+    encoders = QueryEncoders()
+    spec = EncoderSpec.resolve(str(model))
+    through = encoders.get(spec, runtime="openvino")
+    plain = encoders.get(spec)
+    assert plain is not through and plain.graph is None and plain.pyserini is through.pyserini
+    assert encoders.get(spec) is plain
+    assert np.array_equal(plain.encode(texts), exact)
+
+
+@pytest.mark.slow
+def test_a_search_through_a_runtime_with_the_dense_teacher_loads_the_encoder_once(mini_scifact, model, tmp_path,
+                                                                                  monkeypatch):  # fmt: skip
+    """The dense teacher keeps torch's float32 (its scores are its fingerprint's); the searcher's OpenVINO graph
+    is exported from the same loaded model."""
+    import tour_pyserini.encoders.query as query
+
+    index = dense_index_of(model, mini_scifact, tmp_path / "mini.minilm")
+    loads = []
+    real = query.pyserini_query_encoder
+    monkeypatch.setattr(query, "pyserini_query_encoder", lambda *a: loads.append(a) or real(*a))
+    search(index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher", "dense", "--k", "10",
+           "--encoder-runtime", "openvino")  # fmt: skip
+    assert len(loads) == 1
+
+
 def test_only_the_plain_transformer_classes_run_through_a_runtime(model):
     check_exportable(EncoderSpec.resolve(str(model)), "onnx")
     dpr = EncoderSpec.resolve(str(model), settings=EncoderSettings(encoder_class="dpr"))
     check_exportable(dpr, "torch")
     with pytest.raises(UserError, match="--encoder-runtime onnx runs the auto, sentence, contriever encoder classes"):
         check_exportable(dpr, "onnx")
+
+
+def dense_index_of(model: Path, mini_scifact, out: Path) -> Path:
+    """The fixture collection's dense index encoded by ``model`` (whose graphs it may cache)."""
+    from tour_pyserini.index.build import build_index
+    from tour_pyserini.index.dense import write_dense_index
+
+    build_index(out, lambda tmp: write_dense_index(mini_scifact["collection"], tmp, EncoderSpec.resolve(str(model))))
+    return out
 
 
 def search(dense_index, mini_scifact, out: Path, *flags) -> Path:
@@ -175,12 +212,9 @@ def test_a_server_through_openvino_ranks_as_the_search_command_through_it(mini_s
 
     from tour_pyserini.files.runs import read_run
     from tour_pyserini.files.sameness import diff_runs
-    from tour_pyserini.index.build import build_index
-    from tour_pyserini.index.dense import write_dense_index
 
     own = Path(shutil.copytree(model, tmp_path / "minilm", ignore=shutil.ignore_patterns(CACHE)))
-    index = tmp_path / "mini.minilm"
-    build_index(index, lambda tmp: write_dense_index(mini_scifact["collection"], tmp, EncoderSpec.resolve(str(own))))
+    index = dense_index_of(own, mini_scifact, tmp_path / "mini.minilm")
     teacher = f"bm25:{bm25_index}"
     topics = read_topics(mini_scifact["topics"])
     with Server("--index", str(index), "--teacher", teacher, "--encoder-runtime", "openvino", "--threads", "1",

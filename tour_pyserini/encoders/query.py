@@ -130,12 +130,13 @@ class QueryEncoder:
         self._dimension: int | None = None
 
     @classmethod
-    def build(cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32",
-              runtime: str = "torch") -> QueryEncoder:  # fmt: skip
+    def build(cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32", runtime: str = "torch",
+              loaded=None) -> QueryEncoder:  # fmt: skip
         """Pyserini's query encoder class for ``spec`` (pooling, normalisation and prefix as it says), on
         ``device``, its matrix products in ``precision`` as ``runtime`` runs it (resolved and checked by
-        :func:`resolve_query_precision` and :func:`~tour_pyserini.encoders.exported.check_exportable`)."""
-        pyserini = pyserini_query_encoder(spec, device)
+        :func:`resolve_query_precision` and :func:`~tour_pyserini.encoders.exported.check_exportable`);
+        ``loaded``: that Pyserini object, already loaded for ``spec`` on ``device``, to share."""
+        pyserini = loaded if loaded is not None else pyserini_query_encoder(spec, device)
         graph = None
         if runtime != "torch":
             graph = exported_transformer(pyserini.model, pyserini.tokenizer, spec.path, precision, runtime)
@@ -251,8 +252,10 @@ _NOT_A_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, Attrib
 
 class QueryEncoders:
     """The query encoders one process uses, each built once: the searcher's, and that of every teacher asking for
-    the same encoder (its identity, weights hashed), device and precision — the dense teacher, a residual
-    cross-encoder's similarity, an ensemble's parts. Loading a model is seconds and its memory; one copy serves all."""
+    the same encoder (its identity, weights hashed), device, precision and runtime — the dense teacher, a residual
+    cross-encoder's similarity, an ensemble's parts. Loading a model is seconds and its memory; one copy serves all,
+    and ways of running one model (a teacher's torch float32 beside the searcher's OpenVINO graph) share its
+    loaded weights."""
 
     def __init__(self) -> None:
         self._built: dict[tuple, QueryEncoder] = {}
@@ -271,7 +274,8 @@ class QueryEncoders:
             runtime: str = "torch") -> QueryEncoder:  # fmt: skip
         key = self.key(spec, device, precision, runtime)
         if key not in self._built:
-            self._built[key] = QueryEncoder.build(spec, device, precision, runtime)
+            loaded = next((e.pyserini for k, e in self._built.items() if k[:2] == key[:2]), None)
+            self._built[key] = QueryEncoder.build(spec, device, precision, runtime, loaded=loaded)
         return self._built[key]
 
 
