@@ -6,16 +6,15 @@ ranking bound of each precision.
    process of its own, best of three passes after a warm-up; then TOUR as the search command runs it (tour-soft,
    BM25 teacher, k 20, 100 hits, batch 32) with that encoder. ``--rounds`` rounds alternate the ways; each way's
    best round is kept. Ways: torch fp32, torch bf16 (where torch multiplies in bfloat16 natively), onnx fp32, onnx
-   int8, openvino fp32, openvino bf16 (where native); each under the machine's own kernels and under the AVX2 set
-   (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``: torch's kernels and
-   OpenVINO's oneDNN ones, partly; ONNX Runtime's pick theirs from the processor). Floors: the model's FLOPs on the
+   int8, openvino fp32, openvino bf16 (where native); each under every kernel set of bench/runtime_rounds.py (the
+   machine's own, the AVX2 set, and an AVX2-only CPU where CPUID can fault). Floors: the model's FLOPs on the
    claims' real tokens at the peak of a 4096x1024x1024 matrix product: torch's float32 and bfloat16, ONNX Runtime's
    int8 (its dynamically quantised product, the kernel int8 runs).
 2. Quality (``--part quality``): every way but torch fp32 against torch fp32, the query encoder's bound: nDCG@10
    within 0.002 and every query's Kendall tau >= 0.99 over the float32 top 100, on SciFact test (qrels) and
    nq-oracle test (passages holding an answer string are relevant).
 
-Writes runs/bench-encoder-runtime.json (a part re-measured keeps the other). Usage:
+Writes runs/bench-encoder-runtime.json (a part re-measured keeps the other, and speed keeps other CPUs'). Usage:
 python bench/encoder_runtime.py [--part both] [--rounds 3] [--threads 2]
 """
 
@@ -25,7 +24,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cross_encoder_speed import layer_flops, matmul_gflops  # noqa: E402
 from query_encoding import best_seconds, label, quality  # noqa: E402
-from runtime_speed import AVX2, cpu_name  # noqa: E402
+from runtime_rounds import best_rounds, cpu_name, keep_speed  # noqa: E402
 from tour_speed import tour_as_searched  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,20 +118,8 @@ def one_way(runtime: str, precision: str, threads: int) -> dict:
 
 def speed(rounds: int, threads: int) -> dict:
     """Every way under both kernel sets, each in its own process, rounds alternating them; the best round."""
-    from tour_pyserini.devices import native_bf16
-
-    ways = [w for w in WAYS if w[1] != "bf16" or native_bf16("cpu")]
-    best: dict[tuple[str, str], dict] = {}
-    for _ in range(rounds):
-        for kernels, env in (("native", {}), ("avx2", AVX2)):
-            for runtime, precision in ways if kernels == "native" else [w for w in ways if w[1] != "bf16"]:
-                cmd = [sys.executable, __file__, "--one", runtime, precision, "--threads", str(threads)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT,
-                                      env={**os.environ, **env})  # fmt: skip
-                row = json.loads(proc.stdout.splitlines()[-1])
-                key = kernels, label((runtime, precision))
-                if key not in best or row["ms_per_claim"] < best[key]["ms_per_claim"]:
-                    best[key] = row
+    ways = {label(way): ["--one", *way, "--threads", str(threads)] for way in WAYS}
+    best = best_rounds(__file__, ways, rounds, "ms_per_claim")
     floor = floors(threads)
     rows = []
     for (kernels, way), row in best.items():
@@ -179,10 +165,11 @@ def main() -> None:
     report["command"] = shlex.join(["python", "bench/encoder_runtime.py", *sys.argv[1:]])
     started = time.perf_counter()
     if args.part in ("speed", "both"):
-        report["speed"] = speed(args.rounds, args.threads)
-        floor = report["speed"]["floors"]["floor_ms_per_claim"]
+        measured = speed(args.rounds, args.threads)
+        keep_speed(report, measured)
+        floor = measured["floors"]["floor_ms_per_claim"]
         print("floors (ms/claim): " + ", ".join(f"{p} {ms:.2f}" for p, ms in floor.items()))
-        for row in report["speed"]["rows"]:
+        for row in measured["rows"]:
             print(f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_claim']:6.2f} ms/claim "
                   f"x{row['x_torch_fp32']:.2f} torch fp32, {row['times_floor']}x floor; "
                   f"TOUR {row['tour_ms_per_query']:.2f} ms/query "

@@ -4,15 +4,15 @@
    64 test questions (their dense top 5, 256-token windows, stride 64), read in batches of 32 by
    models/nq-oracle-reader on ``--threads`` threads, each way in a process of its own, best of three passes after
    a warm-up; ``--rounds`` rounds alternate the ways, each way's best round kept. Ways: torch fp32, torch bf16
-   (where native), onnx fp32, onnx int8, openvino fp32, openvino bf16 (where native); each under the machine's own
-   kernels and under the AVX2 set (as bench/runtime_speed.py sets it: torch's kernels and OpenVINO's oneDNN ones,
-   partly; ONNX Runtime's pick theirs from the processor).
+   (where native), onnx fp32, onnx int8, openvino fp32, openvino bf16 (where native); each under every kernel set
+   of bench/runtime_rounds.py (the machine's own, the AVX2 set, and an AVX2-only CPU where CPUID can fault).
 2. Quality (``--part quality``): the answer command (k 5, its default rule) over the dense run of nq-oracle's
    1,000 test questions, each way (torch's default threads); exact match and token F1 against torch fp32 and how
    many answers changed. The bound, as for a teacher's Acc@1: EM and F1 within 0.002 of torch fp32.
 
-Writes runs/bench-reader-runtime.json (a part re-measured keeps the other); runs and predictions go to runs/qa/
-and are reused. Usage: python bench/reader_runtime.py [--part both] [--rounds 3] [--threads 2] [--ways ...]
+Writes runs/bench-reader-runtime.json (a part re-measured keeps the other, and speed keeps other CPUs'); runs
+and predictions go to runs/qa/ and are reused. Usage:
+python bench/reader_runtime.py [--part both] [--rounds 3] [--threads 2] [--ways ...]
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from query_encoding import best_seconds  # noqa: E402
-from runtime_speed import AVX2, WAYS, cpu_name  # noqa: E402
+from runtime_rounds import best_rounds, cpu_name, keep_speed  # noqa: E402
+from runtime_speed import WAYS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench-reader-runtime.json"
@@ -84,19 +85,8 @@ def one_way(runtime: str, precision: str, threads: int) -> dict:
 
 def speed(rounds: int, threads: int, ways: list[str]) -> dict:
     """Every way under both kernel sets, each in its own process, rounds alternating them; the best round."""
-    from tour_pyserini.devices import native_bf16
-
-    ways = [w for w in ways if not w.endswith("bf16") or native_bf16("cpu")]
-    best: dict[tuple[str, str], dict] = {}
-    for _ in range(rounds):
-        for kernels, env in (("native", {}), ("avx2", AVX2)):
-            for way in ways if kernels == "native" else [w for w in ways if not w.endswith("bf16")]:
-                cmd = [sys.executable, __file__, "--one", *WAYS[way], "--threads", str(threads)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT,
-                                      env={**os.environ, **env})  # fmt: skip
-                row = json.loads(proc.stdout.splitlines()[-1])
-                if (kernels, way) not in best or row["ms_per_window"] < best[kernels, way]["ms_per_window"]:
-                    best[kernels, way] = row
+    best = best_rounds(__file__, {way: ["--one", *WAYS[way], "--threads", str(threads)] for way in ways}, rounds,
+                       "ms_per_window")  # fmt: skip
     rows = []
     for (kernels, way), row in best.items():
         base = best.get((kernels, "torch fp32"))
@@ -159,8 +149,9 @@ def main() -> None:
     started = time.perf_counter()
     if args.part in ("speed", "both"):
         dense_run()
-        report["speed"] = speed(args.rounds, args.threads, ways)
-        for row in report["speed"]["rows"]:
+        measured = speed(args.rounds, args.threads, ways)
+        keep_speed(report, measured)
+        for row in measured["rows"]:
             print(f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_window']:6.2f} ms/window "
                   f"x{row['x_torch_fp32']} torch fp32 ({row['windows']} windows, {row['mean_tokens']} tokens)")
     if args.part in ("quality", "both"):

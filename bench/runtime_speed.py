@@ -4,17 +4,16 @@
    claims and abstracts (the shipped ``models/scifact-rce`` at its trained 256 tokens, batch 32, ``--threads``
    threads) in a process of its own, best of ``--passes`` passes after a warm-up; ``--rounds`` rounds alternate
    the ways, and each way's best round is reported. Ways: torch fp32, torch bf16 (where torch multiplies in
-   bfloat16 natively), onnx fp32, onnx int8, openvino fp32, openvino bf16 (where native); each under the
-   machine's own kernels and under torch's AVX2 set (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
-   MKL_ENABLE_INSTRUCTIONS=AVX2``). Those variables lower torch's kernels and OpenVINO's oneDNN ones (partly);
-   ONNX Runtime's (MLAS) pick their instruction set from the processor and have no such switch, so its rows
-   under "avx2" run the machine's own kernels (docs/benchmarks.md says what that leaves open).
+   bfloat16 natively), onnx fp32, onnx int8, openvino fp32, openvino bf16 (where native); each under every kernel
+   set of bench/runtime_rounds.py: the machine's own, the AVX2 set of environment variables (torch's kernels and
+   OpenVINO's oneDNN ones, partly) and, where the processor can fault on CPUID, an AVX2-only CPU as every library
+   sees it.
 2. Quality (``--part quality``): the search command re-ranks the dense top 20 of SciFact's 300 test claims with
    the shipped teacher (nDCG@10), and of nq-oracle's 1,000 test questions with ``models/nq-oracle-ce`` (DPR
    answer Acc@1), through torch fp32, onnx fp32, onnx int8, openvino fp32 and openvino bf16 (where native).
    Bound: within 0.002 of torch fp32.
 
-Writes runs/bench-runtime.json (a part re-measured keeps the other). Usage:
+Writes runs/bench-runtime.json (a part re-measured keeps the other, and speed keeps other CPUs'). Usage:
 python bench/runtime_speed.py [--part both] [--sample 64] [--passes 3] [--rounds 3] [--threads 2]
 """
 
@@ -29,14 +28,15 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runtime_rounds import best_rounds, cpu_name, keep_speed  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "scifact-rce"
 OUT = ROOT / "runs" / "bench-runtime.json"
-AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 WAYS = {"torch fp32": ("torch", "fp32"), "torch bf16": ("torch", "bf16"), "onnx fp32": ("onnx", "fp32"),
         "onnx int8": ("onnx", "int8"), "openvino fp32": ("openvino", "fp32"),
         "openvino bf16": ("openvino", "bf16")}  # fmt: skip
-BF16_WAYS = ("torch bf16", "openvino bf16")  # where the CPU multiplies in bfloat16 natively
 BOUND = 0.002
 
 
@@ -79,29 +79,15 @@ def timed(teacher, queries, texts) -> float:
 
 def speed(sample: int, passes: int, rounds: int, threads: int) -> dict:
     """Every way under both kernel sets, each in its own process, rounds alternating them; the best round."""
-    from tour_pyserini.devices import native_bf16
-
-    ways = [w for w in WAYS if w not in BF16_WAYS or native_bf16("cpu")]
-    best: dict[tuple[str, str], float] = {}
-    for _ in range(rounds):
-        for kernels, env in (("native", {}), ("avx2", AVX2)):
-            for way in ways if kernels == "native" else [w for w in ways if w not in BF16_WAYS]:
-                cmd = [sys.executable, __file__, "--one", way, "--sample", str(sample), "--passes", str(passes),
-                       "--threads", str(threads)]  # fmt: skip
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env})
-                ms = json.loads(proc.stdout.splitlines()[-1])["ms_per_pair"]
-                best[kernels, way] = min(ms, best.get((kernels, way), float("inf")))
+    ways = {way: ["--one", way, "--sample", str(sample), "--passes", str(passes), "--threads", str(threads)]
+            for way in WAYS}  # fmt: skip
+    best = best_rounds(__file__, ways, rounds, "ms_per_pair")
     rows = []
-    for (kernels, way), ms in best.items():
-        base = best[kernels, "torch fp32"]
+    for (kernels, way), row in best.items():
+        ms, base = row["ms_per_pair"], best[kernels, "torch fp32"]["ms_per_pair"]
         rows.append({"kernels": kernels, "way": way, "ms_per_pair": round(ms, 2), "pairs_per_s": round(1000 / ms, 1),
                      "x_torch_fp32": round(base / ms, 2)})  # fmt: skip
     return {"sample": sample, "passes": passes, "rounds": rounds, "threads": threads, "cpu": cpu_name(), "rows": rows}
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
 
 
 def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int, *flags: str) -> str:
@@ -122,7 +108,7 @@ def quality(threads: int) -> dict:
     runs.mkdir(parents=True, exist_ok=True)
     from tour_pyserini.devices import native_bf16
 
-    ways = [w for w in WAYS if w != "torch bf16" and (w not in BF16_WAYS or native_bf16("cpu"))]
+    ways = [w for w in WAYS if w != "torch bf16" and (not w.endswith("bf16") or native_bf16("cpu"))]
     qrels = list(ir_measures.read_trec_qrels(str(ROOT / "qrels" / "scifact.test.txt")))
     rows = []
     for way in ways:
@@ -176,8 +162,9 @@ def main() -> None:
     report = json.loads(OUT.read_text()) if OUT.is_file() else {}
     report["command"] = shlex.join(["python", "bench/runtime_speed.py", *sys.argv[1:]])
     if args.part in ("speed", "both"):
-        report["speed"] = speed(args.sample, args.passes, args.rounds, args.threads)
-        for row in report["speed"]["rows"]:
+        measured = speed(args.sample, args.passes, args.rounds, args.threads)
+        keep_speed(report, measured)
+        for row in measured["rows"]:
             print(f"{row['kernels']:6s} {row['way']:10s} {row['ms_per_pair']:7.2f} ms/pair "
                   f"{row['pairs_per_s']:6.1f} pairs/s  x{row['x_torch_fp32']:.2f} torch fp32")  # fmt: skip
     if args.part in ("quality", "both"):
