@@ -71,11 +71,13 @@ def serve_config(args: argparse.Namespace):
     from tour_pyserini.serve.engine import ServeConfig
     from tour_pyserini.teachers import available_teachers, check_teacher_options
 
+    encoders = {}
     for path in args.index:
         if not Path(path).is_dir():
             raise UserError(f"--index {path}: no such directory")
         if index_kind(path) == "dense":
-            check_exportable(query_encoder_spec(path), args.encoder_runtime)
+            encoders[path] = query_encoder_spec(path)
+            check_exportable(encoders[path], args.encoder_runtime)
     for spec in args.teacher:
         if spec.partition(":")[0] not in available_teachers():
             raise UserError(f"--teacher {spec}: unknown teacher; choose one of: {', '.join(available_teachers())}")
@@ -99,7 +101,7 @@ def serve_config(args: argparse.Namespace):
                        device=args.device, teacher_options=teacher_option_values(args),
                        encoder_precision=resolve_query_precision(args.encoder_precision, args.device,
                                                                  args.encoder_runtime),
-                       encoder_runtime=args.encoder_runtime)  # fmt: skip
+                       encoder_runtime=args.encoder_runtime, encoders=encoders)  # fmt: skip
 
 
 def teacher_option_values(args: argparse.Namespace) -> dict:

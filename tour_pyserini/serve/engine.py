@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.encoders.query import QueryEncoders
+from tour_pyserini.encoders.spec import EncoderSpec
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import OpenIndexes
@@ -52,6 +53,7 @@ class ServeConfig:
     teacher_options: Mapping[str, object] = field(default_factory=dict)
     encoder_precision: str = "fp32"  # the query encoders' arithmetic, resolved (fp32, bf16 or int8)
     encoder_runtime: str = "torch"  # what runs them: torch, onnx or openvino
+    encoders: Mapping[str, EncoderSpec] = field(default_factory=dict)  # each dense index's query encoder, checked
 
 
 @dataclass
@@ -96,13 +98,11 @@ def open_index(path: str, config: ServeConfig, encoders: QueryEncoders, opened: 
 
         searcher = Bm25Searcher.from_index(path, threads=config.threads or 1)
         return ServedIndex(name, Path(path), False, searcher, searcher.lucene.num_docs, docstore, {}, {})
-    from tour_pyserini.index.query_side import index_query_encoder
     from tour_pyserini.search.searcher import TourSearcher
     from tour_pyserini.teachers import get_teacher
 
     index = opened.get(path)
-    encoder = encoders.get(index_query_encoder(index.directory, index.meta), config.device, config.encoder_precision,
-                           config.encoder_runtime)  # fmt: skip
+    encoder = encoders.get(config.encoders[path], config.device, config.encoder_precision, config.encoder_runtime)
     searcher = TourSearcher.from_open_index(index, encoder, threads=config.threads or 1)
     teachers, stores = {}, {}
     for spec_text in config.teachers:
