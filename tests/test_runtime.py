@@ -4,7 +4,9 @@ weights once, int8 the same bytes every run, stores that never mix runtimes, bad
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import subprocess
 import sys
 from collections import Counter
 
@@ -14,7 +16,7 @@ import torch
 from conftest import ROOT
 from transformers import AutoConfig, AutoTokenizer
 
-from tour_pyserini.devices import native_bf16
+from tour_pyserini.devices import exact_int8, native_bf16
 from tour_pyserini.errors import UserError
 from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index.corpus import read_jsonl_corpus
@@ -165,11 +167,49 @@ def test_fingerprints_name_the_runtime_and_precision(cross_encoder_dir):
 
 
 def test_auto_through_onnx_is_int8_the_fastest_precision_within_the_bounds(cross_encoder_dir):
-    """int8 re-ranked SciFact and nq-oracle within the bounds of float32 (docs/benchmarks.md), so auto through
-    ONNX Runtime is int8; through torch it stays torch's own choice."""
+    """int8 re-ranked SciFact and nq-oracle within the bounds of float32 where the CPU has VNNI
+    (docs/benchmarks.md), so auto through ONNX Runtime is int8 there; through torch it stays torch's own choice."""
     teacher = CrossEncoderTeacher(cross_encoder_dir, runtime="onnx")
-    assert teacher.precision == "int8" and teacher.graph.path.parent.name.endswith("-int8-fused")
+    if exact_int8():
+        assert teacher.precision == "int8" and teacher.graph.path.parent.name.endswith("-int8-fused")
+    else:
+        assert teacher.precision == "fp32"
     assert CrossEncoderTeacher(cross_encoder_dir).precision in ("fp32", "bf16")
+
+
+def test_without_vnni_auto_through_onnx_is_fp32_and_int8_warns(monkeypatch, caplog):
+    """Without VNNI, ONNX Runtime's int8 sums saturate and nq-oracle fell outside the bound: auto is fp32, and
+    int8 asked for runs with a warning."""
+    from tour_pyserini.errors import warn_once
+    from tour_pyserini.runtime import choice
+
+    monkeypatch.setattr(choice, "exact_int8", lambda: False)
+    warn_once.cache_clear()
+    assert choice.resolve_runtime_precision("auto", "onnx", "cpu", "--p", "--r") == "fp32"
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING):
+        assert choice.resolve_runtime_precision("int8", "onnx", "cpu", "--p", "--r") == "int8"
+    assert ["--p int8 on a CPU without VNNI" in r.getMessage() for r in caplog.records] == [True]
+    monkeypatch.setattr(choice, "exact_int8", lambda: True)
+    assert choice.resolve_runtime_precision("auto", "onnx", "cpu", "--p", "--r") == "int8"
+
+
+def test_a_cpu_that_reports_no_vnni_gets_fp32_through_onnx(tmp_path):
+    """The processor's own answer decides: told by CPUID that it is an AVX2-only CPU (bench/avx2_cpu.c,
+    preloaded, where the processor can fault on CPUID), auto through ONNX Runtime is fp32 on it."""
+    with open("/proc/cpuinfo") as f:
+        if "cpuid_fault" not in f.read().split() or shutil.which("cc") is None:
+            pytest.skip("needs a processor that can fault on CPUID, and a C compiler")
+    library = tmp_path / "avx2_cpu.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(ROOT / "bench" / "avx2_cpu.c")],
+                   check=True)  # fmt: skip
+    code = ("from tour_pyserini.devices import exact_int8; from tour_pyserini.runtime import resolve_runtime_precision;"
+            "print(exact_int8(), resolve_runtime_precision('auto', 'onnx', 'cpu', '--p', '--r'))")  # fmt: skip
+    told = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "LD_PRELOAD": str(library)}).stdout.split()  # fmt: skip
+    assert told == ["False", "fp32"]
+    own = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert own == ([str(exact_int8()), "int8" if exact_int8() else "fp32"])
 
 
 def test_the_runtimes_run_torchs_thread_count(cross_encoder_dir, tmp_path):

@@ -101,7 +101,8 @@ def parser() -> argparse.ArgumentParser:
                     "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
                     "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
                     "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 "
-                    f"natively, else fp32; onnx: {ONNX_AUTO}; default {DEFAULT_PRECISION})")  # fmt: skip
+                    f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
+                    f"{DEFAULT_PRECISION})")  # fmt: skip
     add_teacher_flags(rw)
     add_renamed(rw, "--reranker")
     add_renamed(rw, "--reranker-max-length", type=positive_int)

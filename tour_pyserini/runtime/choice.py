@@ -1,22 +1,24 @@
 """Which runtime runs a model, and what a precision means through it: checked in one line before any model loads.
 
 torch runs fp32 or bf16 (where the device multiplies in bfloat16 natively); ONNX Runtime runs fp32 or int8 on the
-CPU; OpenVINO runs fp32 or bf16 on the CPU, bf16 where the CPU multiplies in bfloat16 natively, as torch's rule.
+CPU, int8 exactly where the CPU has VNNI; OpenVINO runs fp32 or bf16 on the CPU, bf16 where the CPU multiplies in
+bfloat16 natively, as torch's rule.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tour_pyserini.devices import PRECISIONS, resolve_precision
-from tour_pyserini.errors import UserError
+from tour_pyserini.devices import PRECISIONS, exact_int8, resolve_precision
+from tour_pyserini.errors import UserError, warn_once
 
 RUNTIMES = ("torch", "onnx", "openvino")
 INT8 = "int8"
 RUNTIME_PRECISIONS = (*PRECISIONS, INT8)  # int8 runs through ONNX Runtime only
-# what auto means through ONNX Runtime: the fastest precision within the ranking bounds. int8 (per output column)
-# re-ranks the dense top 20 within 0.002 of float32: SciFact test nDCG@10 -0.0002, nq-oracle test Acc@1 -0.0020,
-# at 1.6x float32's pairs per second (docs/benchmarks.md)
+# what auto means through ONNX Runtime where the CPU has VNNI: the fastest precision within the ranking bounds.
+# int8 (per output column) re-ranks the dense top 20 within 0.002 of float32 there: SciFact test nDCG@10 -0.0002,
+# nq-oracle test Acc@1 -0.0020, at 1.6x float32's pairs per second. Without VNNI its sums saturate and nq-oracle's
+# Acc@1 fell by 0.003, outside the bound, so auto is fp32 there (docs/benchmarks.md)
 ONNX_AUTO = INT8
 INSTALL = "pip install 'tour-pyserini[runtime]'"
 MODULES = {"onnx": ("onnx", "onnxruntime"), "openvino": ("onnx", "openvino")}  # onnx: torch's exporter needs it
@@ -45,8 +47,9 @@ def check_model_directory(path: str | Path, runtime: str, runtime_flag: str, wha
 def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str) -> str:
     """The arithmetic ``precision`` means through ``runtime`` on ``device`` (``flag`` and ``runtime_flag`` name
     them in errors): torch's and OpenVINO's as :func:`~tour_pyserini.devices.resolve_precision` says (OpenVINO on
-    the CPU only); ONNX Runtime runs fp32 or int8 on the CPU, auto being :data:`ONNX_AUTO`. Everything refused is
-    one line, before any model loads."""
+    the CPU only); ONNX Runtime runs fp32 or int8 on the CPU, auto being :data:`ONNX_AUTO` where the CPU has VNNI
+    (:func:`~tour_pyserini.devices.exact_int8`), else fp32. Everything refused is one line, before any model
+    loads."""
     if runtime not in RUNTIMES:
         raise UserError(f"{runtime_flag} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     if precision not in RUNTIME_PRECISIONS:
@@ -65,4 +68,9 @@ def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: s
         raise UserError(f"{flag} bf16: ONNX Runtime's CPU kernels have no bfloat16 matrix products; "
                         "use fp32, int8 or auto")  # fmt: skip
     require_runtime(runtime, runtime_flag)
-    return ONNX_AUTO if precision == "auto" else precision
+    if precision == "auto":
+        return ONNX_AUTO if exact_int8() else "fp32"
+    if precision == INT8 and not exact_int8():
+        warn_once(__name__, f"{flag} int8 on a CPU without VNNI: ONNX Runtime's int8 sums saturate here, so its "
+                            "scores differ from a VNNI CPU's and fell outside the ranking bound (auto is fp32 here)")
+    return precision

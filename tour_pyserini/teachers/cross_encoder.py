@@ -152,7 +152,7 @@ class CrossEncoderTeacher(Teacher):
     ``bf16`` (torch) runs the encoder under bfloat16 autocast and the head in float32; ``int8`` (onnx) the
     graph with 8-bit weights; bf16 (openvino) OpenVINO's bfloat16 inference precision;
     ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32, through torch and
-    OpenVINO, and :data:`~tour_pyserini.runtime.ONNX_AUTO` through ONNX Runtime.
+    OpenVINO, and :data:`~tour_pyserini.runtime.ONNX_AUTO` through ONNX Runtime where the CPU has VNNI, else fp32.
     """
 
     name = "cross-encoder"
