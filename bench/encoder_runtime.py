@@ -8,8 +8,9 @@ ranking bound of each precision.
    best round is kept. Ways: torch fp32, torch bf16 (where torch multiplies in bfloat16 natively), onnx fp32, onnx
    int8, openvino fp32, openvino bf16 (where native); each under every kernel set of bench/runtime_rounds.py (the
    machine's own, the AVX2 set, and an AVX2-only CPU where CPUID can fault). Floors: the model's FLOPs on the
-   claims' real tokens at the peak of a 4096x1024x1024 matrix product: torch's float32 and bfloat16, ONNX Runtime's
-   int8 (its dynamically quantised product, the kernel int8 runs).
+   claims' real tokens at the peak of a 4096x1024x1024 matrix product (bench/peaks.py) under each kernel set:
+   float32 (torch's or ONNX Runtime's, the faster), torch's bfloat16, ONNX Runtime's int8 (its dynamically
+   quantised product, the kernel int8 runs).
 2. Quality (``--part quality``): every way but torch fp32 against torch fp32, the query encoder's bound: nDCG@10
    within 0.002 and every query's Kendall tau >= 0.99 over the float32 top 100, on SciFact test (qrels) and
    nq-oracle test (passages holding an answer string are relevant).
@@ -25,16 +26,15 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cross_encoder_speed import layer_flops, matmul_gflops  # noqa: E402
+from cross_encoder_speed import layer_flops  # noqa: E402
 from query_encoding import best_seconds, label, quality  # noqa: E402
-from runtime_rounds import best_rounds, cpu_name, keep_speed  # noqa: E402
+from runtime_rounds import best_rounds, cpu_name, keep_speed, peaks_by_kernel_set  # noqa: E402
 from tour_speed import tour_as_searched  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,37 +46,11 @@ WAYS = [("torch", "fp32"), ("torch", "bf16"), ("onnx", "fp32"), ("onnx", "int8")
 BATCH = 32
 
 
-def int8_gflops(threads: int, shape: tuple[int, int, int] = (4096, 1024, 1024), repeats: int = 20) -> float:
-    """Best GOPS of ONNX Runtime's dynamically quantised (m x k) @ (k x n) product, as int8 graphs run it."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    m, k, n = shape
-    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((k, n)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [weight])  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        plain, quantised = Path(tmp) / "f.onnx", Path(tmp) / "q.onnx"
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), plain)
-        quantize_dynamic(str(plain), str(quantised), weight_type=QuantType.QInt8, per_channel=True)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = ort.InferenceSession(str(quantised), options, providers=["CPUExecutionProvider"])
-        x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
-        session.run(None, {"x": x})
-        best = min(best_seconds(lambda: session.run(None, {"x": x}), 1) for _ in range(repeats))
-    return 2 * m * k * n / best / 1e9
-
-
 def floors(threads: int) -> dict:
-    """Milliseconds per claim at each precision's matrix-product peak, on the claims' real tokens."""
-    import torch
+    """Milliseconds per claim at each arithmetic's matrix-product peak under each kernel set, on the claims' real
+    tokens."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from tour_pyserini.devices import native_bf16
     from tour_pyserini.files import read_topics
     from tour_pyserini.index.query_side import query_encoder_spec
 
@@ -86,11 +60,10 @@ def floors(threads: int) -> dict:
     tokens = [len(ids) for ids in tokenizer(texts, truncation=True)["input_ids"]]
     gflop = sum(config.num_hidden_layers * layer_flops(t, config.hidden_size, config.intermediate_size)
                 for t in tokens) / len(texts) / 1e9  # fmt: skip
-    peaks = {"fp32": matmul_gflops(threads, torch.float32, (4096, 1024, 1024)), "int8": int8_gflops(threads)}
-    if native_bf16("cpu"):
-        peaks["bf16"] = matmul_gflops(threads, torch.bfloat16, (4096, 1024, 1024))
+    peaks = peaks_by_kernel_set(threads)
     return {"gflop_per_claim": gflop, "mean_tokens": float(np.mean(tokens)), "peak_gflops": peaks,
-            "floor_ms_per_claim": {p: gflop / peak * 1000 for p, peak in peaks.items()}}  # fmt: skip
+            "floor_ms_per_claim": {kernels: {p: gflop / peak * 1000 for p, peak in at.items()}
+                                   for kernels, at in peaks.items()}}  # fmt: skip
 
 
 def one_way(runtime: str, precision: str, threads: int) -> dict:
@@ -124,11 +97,11 @@ def speed(rounds: int, threads: int) -> dict:
     rows = []
     for (kernels, way), row in best.items():
         base = best[kernels, "fp32"]
-        precision = way.split()[-1]
+        precision, floor_ms = way.split()[-1], floor["floor_ms_per_claim"][kernels]
         rows.append({"kernels": kernels, "way": way, "ms_per_claim": round(row["ms_per_claim"], 3),
                      "x_torch_fp32": round(base["ms_per_claim"] / row["ms_per_claim"], 2),
-                     "times_floor": round(row["ms_per_claim"] / floor["floor_ms_per_claim"][precision], 2)
-                     if precision in floor["floor_ms_per_claim"] else None,
+                     "times_floor": round(row["ms_per_claim"] / floor_ms[precision], 2)
+                     if precision in floor_ms else None,
                      "tour_ms_per_query": round(row["tour_ms_per_query"], 3),
                      "tour_encode_share": round(row["tour_encode_share"], 3)})  # fmt: skip
     return {"rounds": rounds, "threads": threads, "batch": BATCH, "cpu": cpu_name(), "floors": floor, "rows": rows}
@@ -167,8 +140,8 @@ def main() -> None:
     if args.part in ("speed", "both"):
         measured = speed(args.rounds, args.threads)
         keep_speed(report, measured)
-        floor = measured["floors"]["floor_ms_per_claim"]
-        print("floors (ms/claim): " + ", ".join(f"{p} {ms:.2f}" for p, ms in floor.items()))
+        for kernels, floor in measured["floors"]["floor_ms_per_claim"].items():
+            print(f"floors under {kernels} (ms/claim): " + ", ".join(f"{p} {ms:.2f}" for p, ms in floor.items()))
         for row in measured["rows"]:
             print(f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_claim']:6.2f} ms/claim "
                   f"x{row['x_torch_fp32']:.2f} torch fp32, {row['times_floor']}x floor; "

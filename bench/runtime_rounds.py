@@ -11,6 +11,7 @@ each dispatches to the kernels it would run there, ONNX Runtime's included.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -22,11 +23,19 @@ ROOT = Path(__file__).resolve().parents[1]
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
+@functools.cache
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """The processor's model name and its flags, as the kernel lists them."""
+    with open("/proc/cpuinfo") as f:
+        lines = f.read().splitlines()
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    return name, frozenset(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+
+
 def avx2_cpu_library() -> str | None:
     """bench/avx2_cpu.c built (once, into build/), or None where the processor cannot fault on CPUID."""
-    with open("/proc/cpuinfo") as f:
-        if "cpuid_fault" not in f.read().split():
-            return None
+    if "cpuid_fault" not in cpu_info()[1]:
+        return None
     source, library = ROOT / "bench" / "avx2_cpu.c", ROOT / "build" / "avx2_cpu.so"
     if not library.is_file() or library.stat().st_mtime < source.stat().st_mtime:
         library.parent.mkdir(exist_ok=True)
@@ -36,10 +45,14 @@ def avx2_cpu_library() -> str | None:
 
 def avx2_cpu_preload(library: str) -> str:
     """``LD_PRELOAD`` for an AVX2-only CPU: the JVM's signal-chaining library first (without it, a CPUID run
-    after the JVM has taken SIGSEGV over crashed the search command), then ``library``."""
-    from tour_pyserini._java import find_java
+    after the JVM has taken SIGSEGV over crashed the search command), then ``library``; ``library`` alone where
+    no Java 21+ is found (what needs no JVM still runs)."""
+    from tour_pyserini._java import JavaNotFoundError, find_java
 
-    jsig = find_java().home / "lib" / "libjsig.so"
+    try:
+        jsig = find_java().home / "lib" / "libjsig.so"
+    except JavaNotFoundError:
+        return library
     return f"{jsig} {library}" if jsig.is_file() else library
 
 
@@ -73,12 +86,25 @@ def best_rounds(script: str, ways: Mapping[str, Sequence[str]], rounds: int,
     return best
 
 
+def each_kernel_set(args: Sequence[str]) -> dict[str, dict]:
+    """``python *args`` under each kernel set, each in a process of its own: kernel set -> the child's last line
+    of JSON."""
+    measured = {}
+    for kernels, env in kernel_sets():
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT,
+                              env={**os.environ, **env})  # fmt: skip
+        measured[kernels] = json.loads(proc.stdout.splitlines()[-1])
+    return measured
+
+
+def peaks_by_kernel_set(threads: int) -> dict[str, dict[str, float]]:
+    """bench/peaks.py under each kernel set: kernel set -> arithmetic -> GFLOPS."""
+    return each_kernel_set([str(ROOT / "bench" / "peaks.py"), "--threads", str(threads)])
+
+
 def cpu_name() -> str:
     """The CPU's model name and the widest matrix-product instructions it has: machines sold under one name differ."""
-    with open("/proc/cpuinfo") as f:
-        lines = f.read().splitlines()
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    name, flags = cpu_info()
     isa = next((label for flag, label in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"),
                                           ("avx2", "AVX2")) if flag in flags), "no AVX2")  # fmt: skip
     return f"{name}, {isa}"

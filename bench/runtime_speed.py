@@ -7,14 +7,17 @@
    bfloat16 natively), onnx fp32, onnx int8, openvino fp32, openvino bf16 (where native); each under every kernel
    set of bench/runtime_rounds.py: the machine's own, the AVX2 set of environment variables (torch's kernels and
    OpenVINO's oneDNN ones, partly) and, where the processor can fault on CPUID, an AVX2-only CPU as every library
-   sees it.
+   sees it. Floors: the sample's FLOPs per pair at each arithmetic's matrix-product peak under each kernel set
+   (bench/peaks.py); int8's counts attention's products at float32's peak, as its graph runs them. And where the
+   int8 graph's time goes, by operator (ONNX Runtime's profiler, one batch), under each kernel set.
 2. Quality (``--part quality``): the search command re-ranks the dense top 20 of SciFact's 300 test claims with
    the shipped teacher (nDCG@10), and of nq-oracle's 1,000 test questions with ``models/nq-oracle-ce`` (DPR
-   answer Acc@1), through torch fp32, onnx fp32, onnx int8, openvino fp32 and openvino bf16 (where native).
-   Bound: within 0.002 of torch fp32.
+   answer Acc@1), through torch fp32, onnx fp32, onnx int8, openvino fp32 and openvino bf16 (where native), and
+   onnx int8 again on the AVX2-only CPU where the processor can pose as one (its int8 kernel differs). Bound:
+   within 0.002 of torch fp32. ``--ways`` re-measures some rows and keeps the others.
 
 Writes runs/bench-runtime.json (a part re-measured keeps the other, and speed keeps other CPUs'). Usage:
-python bench/runtime_speed.py [--part both] [--sample 64] [--passes 3] [--rounds 3] [--threads 2]
+python bench/runtime_speed.py [--part both] [--sample 64] [--passes 3] [--rounds 3] [--threads 2] [--ways ...]
 """
 
 from __future__ import annotations
@@ -23,13 +26,24 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_rounds import best_rounds, cpu_name, keep_speed  # noqa: E402
+from cross_encoder_speed import padded_lengths, pair_flops  # noqa: E402
+from runtime_rounds import (  # noqa: E402
+    avx2_cpu_library,
+    avx2_cpu_preload,
+    best_rounds,
+    cpu_name,
+    each_kernel_set,
+    keep_speed,
+    peaks_by_kernel_set,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "scifact-rce"
@@ -82,50 +96,128 @@ def speed(sample: int, passes: int, rounds: int, threads: int) -> dict:
     ways = {way: ["--one", way, "--sample", str(sample), "--passes", str(passes), "--threads", str(threads)]
             for way in WAYS}  # fmt: skip
     best = best_rounds(__file__, ways, rounds, "ms_per_pair")
+    floor = floors(sample, threads)
     rows = []
     for (kernels, way), row in best.items():
         ms, base = row["ms_per_pair"], best[kernels, "torch fp32"]["ms_per_pair"]
+        floor_ms = floor["floor_ms_per_pair"][kernels].get(WAYS[way][1])
         rows.append({"kernels": kernels, "way": way, "ms_per_pair": round(ms, 2), "pairs_per_s": round(1000 / ms, 1),
-                     "x_torch_fp32": round(base / ms, 2)})  # fmt: skip
-    return {"sample": sample, "passes": passes, "rounds": rounds, "threads": threads, "cpu": cpu_name(), "rows": rows}
+                     "x_torch_fp32": round(base / ms, 2),
+                     "times_floor": round(ms / floor_ms, 2) if floor_ms else None})  # fmt: skip
+    profile = each_kernel_set([__file__, "--profile-int8", "--sample", str(sample), "--threads", str(threads)])
+    return {"sample": sample, "passes": passes, "rounds": rounds, "threads": threads, "cpu": cpu_name(),
+            "floors": floor, "rows": rows, "int8_time_by_op": profile}  # fmt: skip
 
 
-def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int, *flags: str) -> str:
-    """The search command re-ranking the dense top 20 with ``teacher`` through ``way``; its command line."""
+def floors(sample: int, threads: int) -> dict:
+    """Milliseconds per pair of the sample at each arithmetic's matrix-product peak under each kernel set. The
+    int8 graph quantises the linear layers only: attention's scores and weighted sum stay float32 (ONNX Runtime's
+    quantised attention kernel), so its floor is the linear layers at the int8 peak plus attention at float32's."""
+    from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
+
+    teacher = CrossEncoderTeacher(MODEL)
+    config = teacher.model.config
+    queries, texts = sample_pairs(sample)
+    lengths = padded_lengths(teacher, queries, texts)
+    total = sum(pair_flops(config, n) for n in lengths) / len(lengths)
+    attention = sum(config.num_hidden_layers * 4 * n**2 * config.hidden_size for n in lengths) / len(lengths)
+    peaks = peaks_by_kernel_set(threads)
+    ms = {}
+    for kernels, peak in peaks.items():
+        ms[kernels] = {"fp32": total / peak["fp32"] / 1e6,
+                       "int8": (total - attention) / peak["int8"] / 1e6 + attention / peak["fp32"] / 1e6}  # fmt: skip
+        if "bf16" in peak:
+            ms[kernels]["bf16"] = total / peak["bf16"] / 1e6
+    return {"mean_tokens": sum(lengths) / len(lengths), "gflop_per_pair": total / 1e9,
+            "attention_gflop_per_pair": attention / 1e9, "peak_gflops": peaks, "floor_ms_per_pair": ms}  # fmt: skip
+
+
+def profile_int8(sample: int, threads: int) -> dict[str, float]:
+    """In this process: the share of the int8 graph's time by operator on one batch of the sample (ONNX Runtime's
+    profiler, after a warm-up): where the time its matrix products leave goes."""
+    import onnxruntime as ort
+    import torch
+
+    from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, pair_inputs
+
+    teacher = CrossEncoderTeacher(MODEL, precision="int8", runtime="onnx")
+    queries, texts = sample_pairs(min(sample, teacher.batch_size))
+    inputs = pair_inputs(teacher.tokenizer, queries, texts, teacher.max_length)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "int8")
+    session = ort.InferenceSession(str(teacher.graph.path), options, providers=["CPUExecutionProvider"])
+    torch.set_num_threads(threads)
+    feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+    session.run(None, feed)
+    session.run(None, feed)
+    trace = Path(session.end_profiling())
+    events = [e for e in json.loads(trace.read_text()) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    shutil.rmtree(trace.parent)
+    second = events[len(events) // 2 :]  # the second run's nodes (both runs ran the same nodes)
+    by_op: dict[str, float] = {}
+    for event in second:
+        by_op[event["args"]["op_name"]] = by_op.get(event["args"]["op_name"], 0) + event["dur"]
+    total = sum(by_op.values())
+    return {op: round(us / total, 3) for op, us in sorted(by_op.items(), key=lambda kv: -kv[1]) if us / total >= 0.005}
+
+
+def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int, *flags: str,
+           env: dict | None = None) -> str:  # fmt: skip
+    """The search command re-ranking the dense top 20 with ``teacher`` through ``way`` (under ``env``, a kernel
+    set's); its command line."""
     runtime, precision = WAYS[way]
     cmd = [sys.executable, "-m", "tour_pyserini.search", "--index", index, "--topics", topics, "--hits", "1000",
            "--teacher", f"cross-encoder:{teacher}", "--teacher-runtime", runtime, "--teacher-precision", precision,
            "--rewriter", "rerank", "--k", "20", "--threads", str(threads), "--output", str(out), *flags]  # fmt: skip
     out.unlink(missing_ok=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    return shlex.join(["python", *cmd[1:]])
+    subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, **(env or {})})
+    return shlex.join([*(f"{k}={v}" for k, v in (env or {}).items()), "python", *cmd[1:]])
 
 
-def quality(threads: int) -> dict:
+def quality_ways() -> dict[str, tuple[str, dict]]:
+    """Row label -> (way, environment): every way but torch bf16 on the machine's kernels (bf16 where native), and
+    int8 again on an AVX2-only CPU where the processor can pose as one: without VNNI, ONNX Runtime's int8 product
+    is another kernel (8-bit products summed in pairs to 16 bits), whose scores differ."""
+    from tour_pyserini.devices import native_bf16
+
+    rows = {w: (w, {}) for w in WAYS if w != "torch bf16" and (not w.endswith("bf16") or native_bf16("cpu"))}
+    library = avx2_cpu_library()
+    if library:
+        rows["onnx int8, AVX2-only CPU"] = ("onnx int8", {"LD_PRELOAD": avx2_cpu_preload(library)})
+    return rows
+
+
+def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
+    """Both collections' rows; with ``only``, those rows re-measured and the others kept from ``previous``."""
     import ir_measures
 
     runs = ROOT / "runs" / "bench-runtime"
     runs.mkdir(parents=True, exist_ok=True)
-    from tour_pyserini.devices import native_bf16
-
-    ways = [w for w in WAYS if w != "torch bf16" and (not w.endswith("bf16") or native_bf16("cpu"))]
+    ways = quality_ways()
     qrels = list(ir_measures.read_trec_qrels(str(ROOT / "qrels" / "scifact.test.txt")))
-    rows = []
-    for way in ways:
-        out = runs / f"scifact.rerank-20.{way.replace(' ', '-')}.trec"
-        # a SciFact claim's id is no document of its own
-        cmd = rerank("indexes/scifact.minilm", "collections/scifact/topics.test.tsv", "models/scifact-rce", way, out,
-                     threads, "--remove-query")  # fmt: skip
-        value = ir_measures.calc_aggregate([ir_measures.nDCG @ 10], qrels, ir_measures.read_trec_run(str(out)))
-        rows.append({"way": way, "nDCG@10": round(float(next(iter(value.values()))), 4), "command": cmd})
-    parts = {"scifact": bounded(rows, "nDCG@10")}
-    rows = []
-    for way in ways:
-        out = runs / f"nq-oracle.rerank-20.{way.replace(' ', '-')}.trec"
-        cmd = rerank("indexes/nq-oracle.minilm", "collections/nq-oracle/topics.test.jsonl", "models/nq-oracle-ce",
-                     way, out, threads)  # fmt: skip
-        rows.append({"way": way, "Acc@1": round(answer_accuracy(out), 4), "command": cmd})
-    parts["nq-oracle"] = bounded(rows, "Acc@1")
+    kept = {part: {row["way"]: row for row in previous.get(part, {}).get("rows", [])} for part in ("scifact",
+                                                                                                    "nq-oracle")}
+    parts = {}
+    for part, measure in (("scifact", "nDCG@10"), ("nq-oracle", "Acc@1")):
+        rows = []
+        for label, (way, env) in ways.items():
+            if only and label not in only and label in kept[part]:
+                rows.append(kept[part][label])
+                continue
+            out = runs / f"{part}.rerank-20.{label.replace(' ', '-').replace(',', '')}.trec"
+            if part == "scifact":  # a SciFact claim's id is no document of its own
+                cmd = rerank("indexes/scifact.minilm", "collections/scifact/topics.test.tsv", "models/scifact-rce",
+                             way, out, threads, "--remove-query", env=env)  # fmt: skip
+                value = ir_measures.calc_aggregate([ir_measures.nDCG @ 10], qrels, ir_measures.read_trec_run(str(out)))
+                value = float(next(iter(value.values())))
+            else:
+                cmd = rerank("indexes/nq-oracle.minilm", "collections/nq-oracle/topics.test.jsonl",
+                             "models/nq-oracle-ce", way, out, threads, env=env)  # fmt: skip
+                value = answer_accuracy(out)
+            rows.append({"way": label, measure: round(value, 4), "command": cmd})
+        parts[part] = bounded(rows, measure)
     return parts
 
 
@@ -154,8 +246,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="processes per way, alternating the ways")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--one", choices=list(WAYS), help=argparse.SUPPRESS)  # a speed child: one way, one process
+    ap.add_argument("--ways", nargs="+", help="quality: re-measure only these rows (labels as in the JSON), "
+                    "keeping the others")  # fmt: skip
+    ap.add_argument("--profile-int8", action="store_true", help=argparse.SUPPRESS)  # a child: int8's time by op
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.profile_int8:
+        print(json.dumps(profile_int8(args.sample, args.threads)))
+        return
     if args.one:
         print(json.dumps(time_one_way(args.one, args.sample, args.passes, args.threads)))
         return
@@ -164,11 +262,16 @@ def main() -> None:
     if args.part in ("speed", "both"):
         measured = speed(args.sample, args.passes, args.rounds, args.threads)
         keep_speed(report, measured)
+        for kernels, floor in measured["floors"]["floor_ms_per_pair"].items():
+            print(f"floors under {kernels} (ms/pair): " + ", ".join(f"{p} {ms:.2f}" for p, ms in floor.items()))
+        for kernels, shares in measured["int8_time_by_op"].items():
+            print(f"int8's time under {kernels}: " + ", ".join(f"{op} {share:.0%}" for op, share in shares.items()))
         for row in measured["rows"]:
-            print(f"{row['kernels']:6s} {row['way']:10s} {row['ms_per_pair']:7.2f} ms/pair "
-                  f"{row['pairs_per_s']:6.1f} pairs/s  x{row['x_torch_fp32']:.2f} torch fp32")  # fmt: skip
+            print(f"{row['kernels']:8s} {row['way']:13s} {row['ms_per_pair']:7.2f} ms/pair "
+                  f"{row['pairs_per_s']:6.1f} pairs/s  x{row['x_torch_fp32']:.2f} torch fp32, "
+                  f"{row['times_floor']}x its floor")  # fmt: skip
     if args.part in ("quality", "both"):
-        report["quality"] = quality(args.threads)
+        report["quality"] = quality(args.threads, args.ways, report.get("quality", {}))
         print(json.dumps(report["quality"], indent=1))
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
