@@ -52,6 +52,7 @@ WAYS = {"torch fp32": ("torch", "fp32"), "torch bf16": ("torch", "bf16"), "onnx 
         "onnx int8": ("onnx", "int8"), "openvino fp32": ("openvino", "fp32"),
         "openvino bf16": ("openvino", "bf16")}  # fmt: skip
 BOUND = 0.002
+PARTS = {"scifact": "nDCG@10", "nq-oracle": "Acc@1"}  # each collection's measure of the ranking bound
 
 
 def sample_pairs(n: int) -> tuple[list[str], list[str]]:
@@ -197,10 +198,9 @@ def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
     runs.mkdir(parents=True, exist_ok=True)
     ways = quality_ways()
     qrels = list(ir_measures.read_trec_qrels(str(ROOT / "qrels" / "scifact.test.txt")))
-    kept = {part: {row["way"]: row for row in previous.get(part, {}).get("rows", [])} for part in ("scifact",
-                                                                                                    "nq-oracle")}
+    kept = {part: {row["way"]: row for row in previous.get(part, {}).get("rows", [])} for part in PARTS}
     parts = {}
-    for part, measure in (("scifact", "nDCG@10"), ("nq-oracle", "Acc@1")):
+    for part, measure in PARTS.items():
         rows = []
         for label, (way, env) in ways.items():
             if only and label not in only and label in kept[part]:

@@ -71,6 +71,7 @@ def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: s
     if precision == "auto":
         return ONNX_AUTO if exact_int8() else "fp32"
     if precision == INT8 and not exact_int8():
-        warn_once(__name__, f"{flag} int8 on a CPU without VNNI: ONNX Runtime's int8 sums saturate here, so its "
-                            "scores differ from a VNNI CPU's and fell outside the ranking bound (auto is fp32 here)")
+        warn_once(__name__, f"{flag} int8 on a CPU without VNNI: ONNX Runtime's int8 sums saturate here, so "
+                            "its scores differ from a VNNI CPU's and fell outside the ranking bound (auto is fp32 "
+                            "here)")  # fmt: skip
     return precision
