@@ -78,23 +78,22 @@ def best_rounds(script: str, ways: Mapping[str, Sequence[str]], rounds: int,
             for way, args in ways.items():
                 if kernels != "native" and way.endswith("bf16"):
                     continue
-                proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=True,
-                                      cwd=ROOT, env={**os.environ, **env})  # fmt: skip
-                row = json.loads(proc.stdout.splitlines()[-1])
+                row = child_row([script, *args], env)
                 if (kernels, way) not in best or row[metric] < best[kernels, way][metric]:
                     best[kernels, way] = row
     return best
 
 
+def child_row(args: Sequence[str], env: Mapping[str, str]) -> dict:
+    """``python *args`` in a process of its own under ``env`` (a kernel set's): the last line it prints, as JSON."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT,
+                          env={**os.environ, **env})  # fmt: skip
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def each_kernel_set(args: Sequence[str]) -> dict[str, dict]:
-    """``python *args`` under each kernel set, each in a process of its own: kernel set -> the child's last line
-    of JSON."""
-    measured = {}
-    for kernels, env in kernel_sets():
-        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT,
-                              env={**os.environ, **env})  # fmt: skip
-        measured[kernels] = json.loads(proc.stdout.splitlines()[-1])
-    return measured
+    """``python *args`` under each kernel set (:func:`child_row`): kernel set -> the child's row."""
+    return {kernels: child_row(args, env) for kernels, env in kernel_sets()}
 
 
 def peaks_by_kernel_set(threads: int) -> dict[str, dict[str, float]]:

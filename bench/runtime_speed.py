@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,7 +136,6 @@ def profile_int8(sample: int, threads: int) -> dict[str, float]:
     """In this process: the share of the int8 graph's time by operator on one batch of the sample (ONNX Runtime's
     profiler, after a warm-up): where the time its matrix products leave goes."""
     import onnxruntime as ort
-    import torch
 
     from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher, pair_inputs
 
@@ -147,15 +145,14 @@ def profile_int8(sample: int, threads: int) -> dict[str, float]:
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "int8")
-    session = ort.InferenceSession(str(teacher.graph.path), options, providers=["CPUExecutionProvider"])
-    torch.set_num_threads(threads)
-    feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
-    session.run(None, feed)
-    session.run(None, feed)
-    trace = Path(session.end_profiling())
-    events = [e for e in json.loads(trace.read_text()) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    shutil.rmtree(trace.parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        options.profile_file_prefix = str(Path(tmp) / "int8")
+        session = ort.InferenceSession(str(teacher.graph.path), options, providers=["CPUExecutionProvider"])
+        feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+        session.run(None, feed)
+        session.run(None, feed)
+        trace = json.loads(Path(session.end_profiling()).read_text())
+    events = [e for e in trace if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
     second = events[len(events) // 2 :]  # the second run's nodes (both runs ran the same nodes)
     by_op: dict[str, float] = {}
     for event in second:

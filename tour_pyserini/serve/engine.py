@@ -40,6 +40,7 @@ class ServeConfig:
     and refits a state from them, which moves every later query."""
 
     indexes: tuple[str, ...]
+    encoders: Mapping[str, EncoderSpec]  # each dense index's query encoder, checked (serve_config)
     teachers: tuple[str, ...] = ()
     data_dir: str = "serve-data"  # score stores (scores/), and with learn the states and rewards (learn/)
     state: str | None = None  # the TTT-Embed state rewriter=ttt-embed searches with
@@ -53,7 +54,6 @@ class ServeConfig:
     teacher_options: Mapping[str, object] = field(default_factory=dict)
     encoder_precision: str = "fp32"  # the query encoders' arithmetic, resolved (fp32, bf16 or int8)
     encoder_runtime: str = "torch"  # what runs them: torch, onnx or openvino
-    encoders: Mapping[str, EncoderSpec] = field(default_factory=dict)  # each dense index's query encoder, checked
 
 
 @dataclass
