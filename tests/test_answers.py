@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
@@ -117,3 +118,28 @@ def test_per_relation_breakdown(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["Acc@1"] == pytest.approx(2 / 3)
     assert result["per_relation"] == {"P1": {"Acc@1": 0.5}, "P2": {"Acc@1": 1.0}}
+
+
+def test_a_question_whose_answers_are_all_blank_is_skipped_not_found(tmp_path, capsys, caplog):
+    """An empty answer is a token sequence of length 0, found in every passage (as in Pyserini's has_answers):
+    such a question scored Acc@k 1 whatever the run. Blank answers are dropped when read; a question left with
+    none is not judged, and a warning says how many were skipped."""
+    topics = tmp_path / "t.jsonl"
+    topics.write_text('{"qid": "a", "question": "where is z?", "answers": ["Oslo"]}\n'
+                      '{"qid": "b", "question": "who wrote x?", "answers": [""]}\n'
+                      '{"qid": "c", "question": "who wrote y?", "answers": ["  ", "Bo Chen"]}\n')  # fmt: skip
+    collection = tmp_path / "c"
+    collection.mkdir()
+    docs = [("d1", "z", "nobody knows where z is"), ("d2", "x", "x was written by Ann Lee."), ("d3", "y", "by Bo Chen")]
+    (collection / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
+                                                     for i, t, x in docs))  # fmt: skip
+    run = tmp_path / "run.trec"
+    run.write_text("a Q0 d1 1 2.0 t\nb Q0 d2 1 2.0 t\nc Q0 d3 1 2.0 t\n")
+    with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
+        eval_main(["--answers", str(topics), "--collection", str(collection), "--run", str(run), "--topk", "1",
+                   "--json", "--per-query"])  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert result["per_query"] == {"Acc@1": {"a": 0.0, "c": 1.0}}
+    assert result["Acc@1"] == 0.5
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"{topics}: 1 of 3 questions have no answer and are skipped"]

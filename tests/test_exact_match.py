@@ -4,6 +4,7 @@ regex answers, the maximum over gold answers, and ``eval`` / ``compare --predict
 from __future__ import annotations
 
 import json
+import logging
 import re
 import string
 from collections import Counter
@@ -223,3 +224,44 @@ def test_bad_predictions_input_is_one_line_and_exit_2(tmp_path, capsys, case, me
         run_cli(eval_main, argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "name, content, where, got",
+    [
+        ("t.jsonl", '{"qid": "1", "question": "who", "answers": ["Paris"]}\n'
+                    '{"qid": "2", "question": "when", "answers": ["1999", 1999]}\n', "t.jsonl:2", "1999"),
+        ("t.jsonl", '{"qid": "1", "question": "who", "answers": [null]}\n', "t.jsonl:1", "null"),
+        ("t.txt", "who\t['Paris']\nwhen\t['1999', None]\n", "t.txt:2", "null"),  # DPR's question<TAB>[answers]
+        ("P1.test.json", '[{"question": "who", "answers": [["Paris"]]}]', "P1.test.json: item 0", '["Paris"]'),
+    ],
+)  # fmt: skip
+def test_gold_answers_that_are_not_strings_are_one_line_naming_file_and_line(tmp_path, capsys, name, content,
+                                                                             where, got):  # fmt: skip
+    """str() judged null as the answer "None" and 1999 as "1999": a gold answer must be written as a string."""
+    topics = tmp_path / name
+    topics.write_text(content)
+    preds = write_predictions(tmp_path / "p.jsonl", [("0", "Paris")])
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(eval_main, ["--answers", str(topics), "--predictions", str(preds)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err == f"error: {tmp_path / where}: each answer must be a string, got {got}\n"
+
+
+def test_blank_gold_answers_are_dropped_and_a_question_left_without_any_is_skipped(tmp_path, capsys, caplog):
+    """An empty gold answer equals an empty prediction: it scored EM 1 for "no answer". Blank answers are dropped,
+    and a question left with none is not judged (a warning counts them), nor is its prediction refused."""
+    topics = tmp_path / "t.jsonl"
+    topics.write_text('{"qid": "1", "question": "who", "answers": ["Paris", ""]}\n'
+                      '{"qid": "2", "question": "when", "answers": ["", "  "]}\n'
+                      '{"qid": "3", "question": "what", "answers": ["x"]}\n')  # fmt: skip
+    assert [t.answers for t in read_topics(topics)] == [("Paris",), (), ("x",)]
+    preds = write_predictions(tmp_path / "p.jsonl", [("1", ""), ("2", ""), ("3", "x")])
+    with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
+        eval_main(["--answers", str(topics), "--predictions", str(preds), "--json", "--per-query"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["per_query"]["EM"] == {"1": 0.0, "3": 1.0}  # "" is no longer a gold answer of 1, nor of 2
+    assert result["EM"] == 0.5
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"{topics}: 1 of 3 questions have no answer and are skipped"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -206,3 +207,15 @@ def test_both_searchers_speak_pyserinis_k_and_hits_still_works_for_now(searcher,
             assert [h.docid for h in engine.search("protein folding", hits=7)] == docids
         with pytest.raises(TypeError, match="not both"):
             engine.search("protein folding", k=7, hits=7)
+
+
+@pytest.mark.parametrize("k", [0, -3, "3", 2.5, True])
+def test_a_k_that_is_not_a_positive_integer_is_one_line_on_both_searchers(searcher, bm25_index, k):
+    """Lucene's k=0 was a Java exception and its k="3" or 2.5 searched anyway, TourSearcher's k="3" a TypeError:
+    both searchers share one check."""
+    bm25 = Bm25Searcher.from_index(bm25_index)
+    for engine in (searcher, bm25):
+        with pytest.raises(UserError, match=rf"^k must be a positive integer, got {re.escape(repr(k))}$"):
+            engine.search("protein folding", k)
+        with pytest.raises(UserError, match="k must be a positive integer"):
+            engine.batch_search(["protein folding"], ["q1"], k=k)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from tour_pyserini.encoders import bundled_model_dir
+from tour_pyserini.errors import UserError
 from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index import DocStore
 from tour_pyserini.results import Trace
@@ -56,6 +58,15 @@ def test_cross_encoder_refuses_a_model_without_a_classification_head(tmp_path):
         get_teacher(f"cross-encoder:{bundled_model_dir()}")
     with pytest.raises(ValueError, match="not a HuggingFace model directory"):
         get_teacher(f"cross-encoder:{tmp_path}")
+
+
+def test_a_cross_encoder_directory_without_weights_is_one_line_before_loading(cross_encoder_dir, tmp_path):
+    """A config and a tokenizer but no weights passed every check, and transformers' OSError was the traceback."""
+    bare = tmp_path / "bare"
+    shutil.copytree(cross_encoder_dir, bare, ignore=shutil.ignore_patterns("model.safetensors", "pytorch_model.bin"))
+    with pytest.raises(UserError, match=rf"^cross-encoder '{bare}' has a config but no weights \(none of "
+                                        r"model.safetensors, .*pytorch_model.bin"):  # fmt: skip
+        get_teacher(f"cross-encoder:{bare}")
 
 
 def test_unknown_teacher_specs():

@@ -39,7 +39,8 @@ class ReaderOptions:
     max_answer_length: int = param(10, positive_int, "longest answer span, in tokens (ORQA's limit)")
     batch_size: int = param(32, positive_int, "windows per forward pass")
     rule: str = param(DEFAULT_RULE, str, "answer selection: orqa = best retrieval + span score over all passages "
-                      "(any QA model); dpr = passage by selection logit, then its best span", choices=RULES)
+                      "(any QA model); dpr = passage by selection logit, then its best span",
+                      choices=RULES)  # fmt: skip
     retrieval_weight: float = param(DEFAULT_RETRIEVAL_WEIGHT, non_negative_float, "w in S = w * retrieval score + "
                                     "span score (--rule orqa)")  # fmt: skip
     precision: str = "fp32"  # fp32, bf16 (torch's autocast, OpenVINO's hint) or int8 (ONNX Runtime), resolved
@@ -70,21 +71,6 @@ class Question:
     passages: tuple[Passage, ...]
 
 
-# the files transformers loads a PyTorch model's weights from (whole, or sharded with an index)
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
-
-
-def has_weights(name: str) -> bool:
-    """Whether the model ``name`` (a directory, or a hub id in the local cache) holds weights transformers reads."""
-    from huggingface_hub import try_to_load_from_cache
-
-    local = Path(name).expanduser()
-    if local.is_dir():
-        return any((local / f).is_file() for f in WEIGHT_FILES)
-    return any(isinstance(try_to_load_from_cache(name, f), str) for f in WEIGHT_FILES)
-
-
 def check_reader(name: str, *, max_length: int | None = None, stride: int | None = None,
                  runtime: str = "torch") -> None:  # fmt: skip
     """``name`` must be an extractive QA model with weights and a fast tokenizer (offsets map spans back to
@@ -93,7 +79,7 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
     from its config and tokenizer before any weights load."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from tour_pyserini.encoders.spec import check_model
+    from tour_pyserini.encoders.spec import check_model, check_weights
 
     check_model("reader", name)
     try:
@@ -105,8 +91,7 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
         raise UserError(f"reader {name!r} is not an extractive QA model: its config names "
                         f"{', '.join(architectures) or 'no architecture'}, not a *ForQuestionAnswering one "
                         "(train one with train-reader)")  # fmt: skip
-    if not has_weights(name):
-        raise UserError(f"reader {name!r} has a config but no weights (none of {', '.join(WEIGHT_FILES)})")
+    check_weights("reader", name)
     check_model_directory(name, runtime, "--runtime", f"reader {name!r}")
     tokenizer = AutoTokenizer.from_pretrained(name)
     if not tokenizer.is_fast:

@@ -140,6 +140,28 @@ def check_model(what: str, name: str) -> None:
                         "is offline (HF_HUB_OFFLINE=1)")  # fmt: skip
 
 
+# the files transformers loads a PyTorch model's weights from (whole, or sharded with an index)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")  # fmt: skip
+
+
+def check_weights(what: str, name: str) -> None:
+    """A model directory must hold weights transformers reads: one with a config alone passes :func:`check_model`
+    and fails in ``from_pretrained`` with an OSError. A hub id is looked for in the cache only offline, as
+    :func:`check_model` looks for its config: online, transformers fetches what is missing. One line, before any
+    model loads."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    local = Path(name).expanduser()
+    if local.is_dir():
+        found = any((local / f).is_file() for f in WEIGHT_FILES)
+    else:
+        found = not constants.HF_HUB_OFFLINE or any(isinstance(try_to_load_from_cache(name, f), str)
+                                                    for f in WEIGHT_FILES)  # fmt: skip
+    if not found:
+        raise UserError(f"{what} {name!r} has a config but no weights (none of {', '.join(WEIGHT_FILES)})")
+
+
 def check_vocabulary(name: str, path: str, tokenizer: str) -> None:
     """``--tokenizer`` of another vocabulary than encoder ``name``'s (at ``path``), which Pyserini takes
     silently: token ids beyond the encoder's embeddings are one line, another vocabulary a warning."""
@@ -257,6 +279,7 @@ def _settings(identity: dict) -> dict:
 def setting_differences(recorded: dict, asked: dict) -> list[str]:
     """``"SETTING RECORDED, asked ASKED"`` for each setting (class, pooling, prefixes, ...) two identities differ in."""
     a, b = _settings(recorded), _settings(asked)
+
     def show(key: str, value) -> str:
         return repr(value) if key.endswith("prefix") and value is not None else str(value)
 

@@ -15,7 +15,7 @@ from functools import cached_property
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
-from tour_pyserini.eval.judge import Evaluation, Judge
+from tour_pyserini.eval.judge import Evaluation, Judge, answer_topics
 from tour_pyserini.files.topics import Topic
 from tour_pyserini.index.docstore import DocStore
 
@@ -66,15 +66,15 @@ class AnswerMatcher:
 
 
 class AnswerJudge(Judge):
-    """DPR top-k accuracy (``Acc@k``) of runs over every topic with answers, with one matcher for all runs.
+    """DPR top-k accuracy (``Acc@k``) of runs over every topic with answers (:func:`answer_topics`), with one
+    matcher for all runs; ``source`` names the topics in messages.
 
     EntityQuestions topics carry a relation: the evaluation then also holds the mean per relation.
     """
 
-    def __init__(self, topics: Sequence[Topic], matcher: AnswerMatcher, topk: Sequence[int] = (1, 5, 20, 100)):
-        self.topics = [t for t in topics if t.answers]
-        if not self.topics:
-            raise UserError("no topic has answers (answer evaluation needs topics with an 'answers' list)")
+    def __init__(self, topics: Sequence[Topic], matcher: AnswerMatcher, topk: Sequence[int] = (1, 5, 20, 100),
+                 source: str = "the topics"):  # fmt: skip
+        self.topics = answer_topics(topics, source)
         self.qids = [t.qid for t in self.topics]
         self.matcher, self.topk = matcher, list(topk)
 

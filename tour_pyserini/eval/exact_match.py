@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.eval.judge import Evaluation
+from tour_pyserini.eval.judge import Evaluation, answer_topics
 from tour_pyserini.files.predictions import Prediction
 from tour_pyserini.files.topics import Topic
 
@@ -67,19 +67,12 @@ def answer_scores(prediction: str, answers: Sequence[str], regex: bool = False) 
             max((token_f1(prediction, a) for a in answers), default=0.0))  # fmt: skip
 
 
-def answer_topics(topics: Sequence[Topic], source: str = "the topics") -> list[Topic]:
-    """The topics that have answers; none is the user's error (EM needs gold answers)."""
-    judged = [t for t in topics if t.answers]
-    if not judged:
-        raise UserError(f"{source}: no topic has answers (EM needs topics with an 'answers' list)")
-    return judged
-
-
-def evaluate_predictions(predictions: Mapping[str, Prediction], topics: Sequence[Topic],
-                         regex: bool = False, source: str = "the predictions") -> Evaluation:  # fmt: skip
-    """EM and F1 over every topic with answers; a question without a prediction scores 0, and a prediction
-    for a question the topics do not hold is the user's error (predictions of another topics file)."""
-    judged = answer_topics(topics)
+def evaluate_predictions(predictions: Mapping[str, Prediction], topics: Sequence[Topic], regex: bool = False,
+                         source: str = "the predictions", topics_source: str = "the topics") -> Evaluation:  # fmt: skip
+    """EM and F1 over every topic with answers (:func:`~tour_pyserini.eval.judge.answer_topics`, ``topics_source``
+    naming them); a question without a prediction scores 0, and a prediction for a question the topics do not
+    hold is the user's error (predictions of another topics file)."""
+    judged = answer_topics(topics, topics_source)
     known = {t.qid for t in topics}
     unknown = sorted(set(predictions) - known)
     if unknown:

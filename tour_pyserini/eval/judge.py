@@ -8,10 +8,11 @@ scores 0 (``trec_eval -c``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import UserError, warn_once
+from tour_pyserini.files.topics import Topic
 
 DEFAULT_METRICS = ("nDCG@10", "R@100", "RR@10")
 
@@ -45,6 +46,20 @@ class Judge(ABC):
         per_query = self.per_query(run)
         means = {name: sum(values.values()) / len(values) for name, values in per_query.items()}
         return Evaluation(per_query, means, len(self.qids))
+
+
+def answer_topics(topics: Sequence[Topic], source: str = "the topics") -> list[Topic]:
+    """The questions that answer scores (Acc@k, EM, F1) judge: those with answers. One without any (none given,
+    or only blank ones) can be neither found nor missed, so it is skipped, as trec_eval skips a query without
+    judgements, and a warning says how many (once: a command checks its topics before scoring and again as it
+    scores). No question with answers is the user's error."""
+    judged = [t for t in topics if t.answers]
+    if not judged:
+        raise UserError(f"{source}: no topic has answers (scoring answers needs topics with an 'answers' list)")
+    if len(judged) < len(topics):
+        warn_once(__name__, f"{source}: {len(topics) - len(judged)} of {len(topics)} questions have no answer and "
+                            "are skipped")  # fmt: skip
+    return judged
 
 
 def parse_metrics(names: Iterable[str]):

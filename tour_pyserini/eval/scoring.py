@@ -45,7 +45,7 @@ def open_judge(judgements: Judgements, stack: ExitStack) -> Judge:
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 
     matcher = AnswerMatcher(passages(judgements, stack), regex=judgements.regex)
-    return AnswerJudge(read_topics(judgements.answers), matcher, list(judgements.topk))
+    return AnswerJudge(read_topics(judgements.answers), matcher, list(judgements.topk), judgements.answers)
 
 
 def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None = None) -> tuple[dict, list[str]]:
@@ -73,13 +73,16 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
 
 def score_predictions(paths: list[str], answers: str | None, regex: bool) -> tuple[dict, list[str]]:
     """EM and F1 of each predictions file against the answers of the topics file ``answers``, and the qids."""
-    from tour_pyserini.eval.exact_match import answer_topics, evaluate_predictions
+    from tour_pyserini.eval.exact_match import evaluate_predictions
+    from tour_pyserini.eval.judge import answer_topics
     from tour_pyserini.files.predictions import read_predictions
     from tour_pyserini.files.topics import read_topics
 
     if not answers:
         raise UserError("--predictions needs --answers TOPICS (the gold answers)")
-    topics = answer_topics(read_topics(answers), answers)
+    topics = read_topics(answers)
+    qids = [t.qid for t in answer_topics(topics, answers)]  # no answers at all is said before predictions are read
     predictions = {path: read_predictions(path) for path in paths}  # every file is read before any scoring
-    results = {path: evaluate_predictions(preds, topics, regex, path) for path, preds in predictions.items()}
-    return results, [t.qid for t in topics]
+    # every topic, so that a prediction for a question skipped for want of answers is not refused as unknown
+    results = {path: evaluate_predictions(preds, topics, regex, path, answers) for path, preds in predictions.items()}
+    return results, qids

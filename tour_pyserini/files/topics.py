@@ -12,7 +12,8 @@
 - an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``;
 - a Pyserini topics name such as ``dpr-nq-test`` (downloaded by Pyserini, so it needs network).
 
-Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file and line.
+Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file and line; an answer must be a
+string, and blank answers are dropped.
 """
 
 from __future__ import annotations
@@ -50,9 +51,15 @@ def _first(obj: dict, keys: tuple[str, ...]):
 
 
 def _answers(value, where: str) -> tuple[str, ...]:
+    """The gold answers of one question: strings, blank ones dropped (an empty answer is found in every passage
+    and equals an empty prediction); a question left with none has no answer and is not judged."""
     if not isinstance(value, list):
         raise UserError(f"{where}: 'answers' must be a list, got {type(value).__name__}")
-    return tuple(str(a) for a in value)
+    for answer in value:
+        if not isinstance(answer, str):  # str() would judge null as the answer "None"
+            got = json.dumps(answer, default=repr)[:40]
+            raise UserError(f"{where}: each answer must be a string, got {got}")
+    return tuple(a for a in value if a.strip())
 
 
 def _from_object(obj: dict, default_qid: str, where: str, relation: str = "") -> Topic:

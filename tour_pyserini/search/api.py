@@ -5,10 +5,21 @@ name of ``k``, accepted for one release with a warning."""
 from __future__ import annotations
 
 import functools
+import numbers
 import warnings
 from collections.abc import Sequence
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.results import Hit
+
+
+def check_k(k) -> int:
+    """``k``, how many hits a query gets, as an int (Lucene takes no numpy integer); anything but a positive
+    integer (0, "3", 2.5, True) is one line here, not a Java exception, a TypeError or a search for another
+    number of hits from inside a searcher."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise UserError(f"k must be a positive integer, got {k!r}")
+    return int(k)
 
 
 def hits_is_k(method):

@@ -9,7 +9,7 @@ from tour_pyserini._java import allow_long_queries, import_pyserini
 from tour_pyserini.files.topics import check_queries
 from tour_pyserini.index.layout import MissingIndexError, check_readable, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
-from tour_pyserini.search.api import PyseriniSearch, hits_is_k
+from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
 
 
 class Bm25Searcher(PyseriniSearch):
@@ -33,6 +33,7 @@ class Bm25Searcher(PyseriniSearch):
     def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
         """The top ``k`` of each query, with its trace, in order."""
         check_queries(queries, qids)
+        k = check_k(k)
         traces = [Trace() for _ in qids]
         with timed(traces, "search"):
             results = self.lucene.batch_search(list(queries), list(qids), k, self.threads)
@@ -40,4 +41,3 @@ class Bm25Searcher(PyseriniSearch):
             SearchResult(qid, [Hit(h.docid, float(h.score)) for h in results[qid]], trace)
             for qid, trace in zip(qids, traces)
         ]
-

@@ -23,7 +23,7 @@ from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter
-from tour_pyserini.search.api import PyseriniSearch, hits_is_k
+from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
 
 
 @contextmanager
@@ -260,8 +260,7 @@ class TourSearcher(PyseriniSearch):
         sharing it takes the vectors instead of encoding the texts again.
         """
         check_queries(texts, qids)
-        if k < 1:
-            raise UserError(f"k must be positive, got {k}")
+        k = check_k(k)
         vectors = self._check_vectors(vectors)
         batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None,
                            encoded_by)  # fmt: skip

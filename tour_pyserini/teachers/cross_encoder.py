@@ -17,7 +17,7 @@ import numpy as np
 from tour_pyserini.devices import DEFAULT_PRECISION
 from tour_pyserini.encoders import weights_sha256
 from tour_pyserini.encoders.checkpoints import checked_loading
-from tour_pyserini.encoders.spec import check_model
+from tour_pyserini.encoders.spec import check_model, check_weights
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.numbers import Param
@@ -29,7 +29,8 @@ RESIDUAL_FILE = "tour_pyserini_residual.json"
 RUNTIME = Param("runtime", str, "torch", flag="--teacher-runtime", choices=RUNTIMES,
                 help="what runs a cross-encoder teacher: torch, onnx (ONNX Runtime on the CPU: the model exported "
                      "once, fused, cached beside its weights; --teacher-precision fp32, int8 or auto) or openvino "
-                     "(OpenVINO on the CPU, the same export unfused; fp32, bf16 or auto); both need the runtime extra")
+                     "(OpenVINO on the CPU, the same export unfused; fp32, bf16 or auto); both need the runtime "
+                     "extra")  # fmt: skip
 # how a fingerprint names a runtime's scores: the way the graph was made is part of them
 RUNTIME_NAMES = {"onnx": f"onnx {RECIPE}", "openvino": "openvino"}
 
@@ -169,6 +170,7 @@ class CrossEncoderTeacher(Teacher):
         self.precision = check_runtime(precision, runtime, device)
         self.runtime = runtime
         check_model("cross-encoder", path)
+        check_weights("cross-encoder", path)
         check_model_directory(path, runtime, RUNTIME.option, f"cross-encoder {path!r}")
         try:
             config = AutoConfig.from_pretrained(path)
