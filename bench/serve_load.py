@@ -130,7 +130,7 @@ def kill_experiment(args: argparse.Namespace, texts: list[str]) -> dict:
     data.mkdir(parents=True)
     before = sha256_of(Path(INDEX))
     server_args = ["--index", INDEX, "--teacher", "bm25", "--budget", "5", "--learn", "task", "--data-dir", str(data),
-                   "--threads", str(args.threads)]  # fmt: skip
+                   "--threads", str(args.threads), "--learn-from-anonymous", "--max-key-share", "1"]  # fmt: skip
     process, url = start(server_args, data / "server.log")
     served: list[tuple[int, float, dict | None]] = []
     stop = threading.Event()

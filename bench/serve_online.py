@@ -80,8 +80,10 @@ def serve_stream(collection: str, split: str, topics, *, budget: float, learn: s
     data = WORK / f"{collection}.{split}" / ("oracle" if teacher.startswith("oracle:") else "teacher")
     shutil.rmtree(data / "learn", ignore_errors=True)  # each learning arm starts from no state
     data.mkdir(parents=True, exist_ok=True)
+    # the stream is one client without a key: learning from it is said on purpose
+    learning = ["--learn", learn, "--learn-from-anonymous", "--max-key-share", "1"] if learn else []
     args = ["--index", spec["index"], "--teacher", teacher, "--budget", str(budget), "--data-dir", str(data),
-            "--threads", str(threads)] + (["--learn", learn] if learn else [])  # fmt: skip
+            "--threads", str(threads), *learning]  # fmt: skip
     process, url = start_server(args, data / f"server.{'learn' if learn else 'rerank'}.log")
     rows, start = [], time.perf_counter()
     try:

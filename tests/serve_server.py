@@ -42,14 +42,14 @@ class Server:
             raise RuntimeError(f"the server did not start: {line!r}\n{''.join(self.stderr)[-3000:]}")
         return line.split()[-1]
 
-    def get(self, path: str, timeout: float = 120.0, **params) -> tuple[int, dict, dict]:
+    def get(self, path: str, timeout: float = 120.0, headers: dict | None = None, **params) -> tuple[int, dict, dict]:
         """Status, JSON body and headers of GET ``path`` with ``params`` (an error status is returned too)."""
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         url = f"{self.url}{path}" + (f"?{query}" if query else "")
-        return get_url(url, timeout)
+        return get_url(url, timeout, headers)
 
-    def search(self, index: str, query: str, **params) -> dict:
-        status, body, _ = self.get(f"/v1/{index}/search", query=query, **params)
+    def search(self, index: str, query: str, headers: dict | None = None, **params) -> dict:
+        status, body, _ = self.get(f"/v1/{index}/search", headers=headers, query=query, **params)
         assert status == 200, body
         return body
 
@@ -70,9 +70,9 @@ class Server:
         self.kill()
 
 
-def get_url(url: str, timeout: float = 120.0) -> tuple[int, dict, dict]:
+def get_url(url: str, timeout: float = 120.0, headers: dict | None = None) -> tuple[int, dict, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as response:
             return response.status, json.loads(response.read()), dict(response.headers)
     except urllib.error.HTTPError as e:
         body = e.read()

@@ -71,7 +71,9 @@ def test_the_trace_on_request(server, dense_index):
 BAD = [
     ({"query": "a", "hits": "0"}, 400, "'hits' must be in [1,"),
     ({"query": "a", "hits": str(10**9)}, 400, "'hits' must be in [1,"),
-    ({"query": "a", "hits": "ten"}, 400, "'hits' must be an integer"),
+    ({"query": "a", "hits": "ten"}, 400, "'ten' is not an integer"),
+    ({"query": "a", "hits": "\u0661\u0662"}, 400, "is not an integer"),  # Arabic-Indic digits, which int() reads
+    ({"query": "a", "trace": "yes"}, 400, "'trace' is 'true' or 'false'"),
     ({"query": ""}, 400, "'query' is required"),
     ({"query": "   "}, 400, "'query' is required"),
     ({}, 400, "'query' is required"),
@@ -82,7 +84,15 @@ BAD = [
     ({"query": "a", "teacher": "bm25"}, 400, "asks none"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "0"}, 400, "k must be positive"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "100000"}, 400, "larger than the index"),
-    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "lr must be at least 0 and finite"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "'nan' is not a finite number"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "1e9"}, 400, "is beyond 1000"),
+    (
+        {"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "iterations": "20000", "no-early-stop": "true"},
+        400,
+        "'iterations' (20000) is above this server's maximum of 10",
+    ),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "101"}, 400, "'k' (101) is above this server's"),
+    ({"query": "a", "rewriter": "rocchio", "prf-depth": "500"}, 400, "'prf-depth' (500) is above this server's"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "preset": "x"}, 400, "must be one of"),
     ({"query": "a", "rewriter": "rocchio", "lr": "1"}, 400, "not an option of rewriter 'rocchio'"),
     ({"query": "a", "qid": "two words"}, 400, "qid"),
@@ -135,7 +145,8 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
     slow = {"rewriter": "tour-soft", "teacher": "bm25", "k": "300", "iterations": "20", "no-early-stop": "true",
             "hits": "5"}  # fmt: skip
     with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp") as server:  # fmt: skip
+                "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp", "--max-k", "300",
+                "--max-iterations", "3000") as server:  # fmt: skip
 
         def one(i):
             return server.get(f"/v1/{dense_index.name}/search", query=f"protein folding {i}", **slow)
@@ -160,10 +171,10 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
 
 def test_a_request_past_the_timeout_is_504(dense_index, bm25_index, tmp_path):
     with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--timeout", "0.001", "--no-mcp") as server:  # fmt: skip
+                "--timeout", "0.001", "--no-mcp", "--max-k", "300") as server:  # fmt: skip
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", rewriter="tour-soft",
                                      teacher="bm25", k="300", iterations="10")  # fmt: skip
-        assert status == 504 and "--timeout" in body["error"]
+        assert status == 504 and "timeout" in body["error"]
 
 
 def test_bad_flags_are_one_line_before_anything_loads(dense_index, tmp_path, capsys):

@@ -71,19 +71,22 @@ def status(server: Server) -> dict:
 def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9(dense_index, bm25_index,
                                                                                   mini_scifact, tmp_path):  # fmt: skip
     topics = read_topics(mini_scifact["topics"])
-    args = ("--index", str(dense_index), "--teacher", "bm25", "--budget", "5", "--learn", "task", "--threads", "1",
-            "--data-dir", str(tmp_path), "--no-mcp")  # fmt: skip
+    # query states: each moves only its own query, which the guard's held-back queries cannot tell against
+    args = ("--index", str(dense_index), "--teacher", "bm25", "--budget", "5", "--learn", "query", "--threads", "1",
+            "--data-dir", str(tmp_path), "--no-mcp", "--learn-from-anonymous", "--max-key-share", "1")  # fmt: skip
     learn = tmp_path / "learn"
     with Server(*args) as server:
         first = [server.search(dense_index.name, t.text, qid=t.qid, hits=10) for t in topics[:10]]
         assert [a["teacher_calls"] for a in first] == [0, 10] * 5  # b = 5, depth 10: every other query
-        assert first[0]["state"] == {"version": 0, "scope": "task"} and first[1]["teacher"] == "bm25"
+        assert first[0]["state"] == {"version": 0, "scope": "query"} and first[1]["teacher"] == "bm25"
         learned = wait_until(lambda: (s := status(server)["learning"])["rewards_fitted"] == 5 and s)
         assert learned["version"] >= 1 and learned["rewarded_queries"] == 5 and learned["judgments"] == 50
-        later = server.search(dense_index.name, topics[0].text, qid=topics[0].qid, hits=10)
+        assert learned["last_fit"]["held_back"] == 1 and learned["last_fit"]["served"]  # the 1st judged query
+        later = server.search(dense_index.name, topics[3].text, qid=topics[3].qid, hits=10)
         assert later["state"]["version"] == learned["version"]
-        assert later["teacher_calls"] == 0  # unjudged: only the state moved it
-        assert [c["score"] for c in later["candidates"]] != [c["score"] for c in first[0]["candidates"]]
+        assert later["teacher_calls"] == 0  # unjudged: only its state moved it
+        plain = server.search(dense_index.name, topics[3].text, qid=topics[3].qid, hits=10, rewriter="none")
+        assert [c["score"] for c in later["candidates"]] != [c["score"] for c in plain["candidates"]]
         for t in topics[10:20]:
             server.search(dense_index.name, t.text, qid=t.qid, hits=10)
         server.stop(signal.SIGKILL)
@@ -98,6 +101,7 @@ def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9
     db.close()
     assert pairs == 100  # every judged pair was kept as it was paid for
     (learn / f"state-{versions[-1] + 1:06d}.safetensors.partial").write_bytes(b"torn")  # killed mid-write
+    (learn / f"state-{versions[-1] + 1:06d}.safetensors").write_bytes(b"\0" * 64)  # a newer version, corrupt
     with open(learn / "rewards.jsonl", "a", encoding="utf-8") as f:
         f.write('{"task": "mini')  # killed mid-line
     with Server(*args) as server:
@@ -108,4 +112,93 @@ def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9
         answer = server.search(dense_index.name, topics[25].text, hits=10)
         assert answer["state"]["version"] == resumed["version"]
         server.stop(signal.SIGTERM)
+    assert f"skipping state version {versions[-1] + 1}, which does not load" in "".join(server.stderr)
     assert (learn / "rewards.jsonl").read_text(encoding="utf-8").count("\n") == 10  # the torn line was cut
+
+
+def learner(tmp_path, vectors: dict, scope: str = "global", share: float = 1.0, failing: list | None = None):
+    """An OnlineLearner over synthetic vectors: ``vectors`` maps query texts and docids to their vectors."""
+    from tour_pyserini.serve.learning import OnlineLearner
+    from tour_pyserini.ttt.objectives import FitConfig
+
+    def doc_vectors(task, docids):
+        if failing:
+            raise failing.pop()
+        return np.stack([vectors[d] for d in docids]).astype(np.float32)
+
+    out = OnlineLearner(tmp_path, scope, {"name": "synthetic"}, encode=lambda t, texts: np.stack([vectors[x] for x in
+                        texts]), doc_vectors=doc_vectors, tasks=["t"], fit=FitConfig(steps=100),
+                        max_key_share=share)  # fmt: skip
+    out.start()
+    return out
+
+
+def unit(*v):
+    v = np.array(v, dtype=np.float64)
+    return v / np.linalg.norm(v)
+
+
+@pytest.mark.parametrize("teacher_prefers_the_shift", [False, True])
+def test_a_state_serves_only_if_held_back_queries_agree_with_the_teacher_as_well(tmp_path, teacher_prefers_the_shift):
+    # four fitted queries pull every query towards e1; the held-back one (the first judged) has two candidates the
+    # raw query orders z1 > z2, and the pull reverses them
+    vectors = {"q": unit(1, 0, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0),
+               "z1": unit(1, -0.1, 0, 0), "z2": unit(1, 0.3, 0, 0)}  # fmt: skip
+    held = {"z1": 0.0, "z2": 1.0} if teacher_prefers_the_shift else {"z1": 1.0, "z2": 0.0}
+    online = learner(tmp_path, vectors)
+    online.add([Reward("t", "h", "q", held, "a")] +
+               [Reward("t", f"q{i}", "q", {"up": 1.0, "down": 0.0}, c) for i, c in enumerate("abcd")])  # fmt: skip
+    status = wait_until(lambda: online.status()["fits"] and online.status())
+    online.close()
+    assert status["last_fit"]["held_back"] == 1
+    assert status["last_fit"]["serving_agreement"] == (0.0 if teacher_prefers_the_shift else 1.0)
+    assert status["last_fit"]["served"] is teacher_prefers_the_shift
+    assert status["version"] == (1 if teacher_prefers_the_shift else 0)
+
+
+def test_a_refit_takes_at_most_each_clients_share_and_query_states_are_their_clients(tmp_path):
+    from tour_pyserini.serve.learning import per_client_cap
+
+    assert per_client_cap({"a": 100, "b": 3, "c": 3}, 0.5) == 6 and per_client_cap({"a": 4}, 1.0) == 4
+    vectors = {"q": unit(1, 0, 0, 0), "p": unit(0, 1, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
+    online = learner(tmp_path, vectors, scope="query", share=0.5)
+    judged = {"up": 1.0, "down": 0.0}
+    online.add([Reward("t", "h", "q", judged, "a")] + [Reward("t", f"q{i}", "q", judged, "a") for i in range(20)]
+               + [Reward("t", "q0", "p", judged, "b")])  # b sends a's qid with its own text  # fmt: skip
+    status = wait_until(lambda: online.status()["fits"] and online.status())
+    online.close()
+    state = online.current[1]
+    # a's fitted queries are capped to b's 1 (a share of 0.5 of two clients' queries), the most recent kept (q19,
+    # the 21st judged, is held back); keys are client/qid
+    assert state.provenance["online"]["rewarded queries"] == 2 and status["clients"] == 2
+    assert sorted(k[1] for k in state.keys) == ["a/q18", "b/q0"]
+    x = np.array([vectors["q"]])
+    assert np.array_equal(online.shift("t", ["q0"], ["a"], x)[0], x)  # a's q0 was not fitted: no state
+    assert not np.array_equal(online.shift("t", ["q0"], ["b"], x)[0], x)  # b's own q0 moves only for b
+
+
+def test_a_fit_that_fails_is_in_the_status_and_learning_goes_on(tmp_path):
+    vectors = {"q": unit(1, 0, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
+    online = learner(tmp_path, vectors, scope="query", failing=[RuntimeError("the index went away")])
+    judged = {"up": 1.0, "down": 0.0}
+    online.add([Reward("t", "h", "q", judged), Reward("t", "q1", "q", judged)])
+    failed = wait_until(lambda: online.status()["error"] and online.status())
+    assert "RuntimeError: the index went away" in failed["error"] and failed["version"] == 0
+    online.add([Reward("t", "q2", "q", {"up": float("nan"), "down": float("nan")}),  # a teacher that scored nothing
+                Reward("other-index", "q3", "q", judged), Reward("t", "q4", "q", judged)])  # fmt: skip
+    resumed = wait_until(lambda: online.status()["version"] and online.status())
+    online.close()
+    assert resumed["error"] is None and resumed["rewards_received"] == 5
+    assert online.current[1].provenance["online"]["rewarded queries"] == 2  # q1 and q4: q2 unscored, q3 not served
+
+
+def test_pair_agreement_by_hand():
+    from tour_pyserini.ttt.agreement import mean_agreement, pair_agreement
+
+    assert pair_agreement(np.array([3.0, 2.0, 1.0]), np.array([1.0, 0.0, 0.0])) == 1.0
+    assert pair_agreement(np.array([1.0, 1.0, 0.0]), np.array([2.0, 1.0, 0.0])) == pytest.approx(2.5 / 3)  # a tie: 1/2
+    assert pair_agreement(np.array([0.0, 1.0]), np.array([1.0, 0.0])) == 0.0
+    assert np.isnan(pair_agreement(np.array([0.0, 1.0]), np.array([1.0, 1.0])))  # the teacher orders no pair
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    Z = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert mean_agreement(X, [Z, Z], [np.array([1.0, 0.0]), np.array([1.0, 0.0])]) == 0.5  # (1 + 0) / 2

@@ -3,20 +3,36 @@ and optionally learn a TTT-Embed state online from the judgments a budget buys.
 
 Routes: GET /v1/{index}/search?query=...&hits=10[&rewriter=tour-soft&teacher=bm25&k=20], GET
 /v1/{index}/doc/{docid}, GET /v1/indexes, GET /v1/status; the explorer page at /explore; OpenAPI at /docs and
-/openapi.json; MCP (streamable HTTP) at /mcp/. An index is named by its directory's base name. SIGTERM or
-Ctrl-C stops taking requests, finishes those in flight, and exits.
+/openapi.json; MCP (streamable HTTP) at /mcp/. An index is named by its directory's base name (or by its name in
+--config). With keys (--api-keys, or api_keys in --config) every route but the page and the API's description
+needs one, as X-API-Key: KEY or Authorization: Bearer KEY; an address other than loopback needs keys, or
+--public. SIGTERM or Ctrl-C stops taking requests, finishes those in flight, and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser, add_encoder_runtime_flags, add_teacher_flags
+from tour_pyserini.commands.flags import (
+    ArgumentParser,
+    add_encoder_runtime_flags,
+    add_param_flags,
+    add_teacher_flags,
+    config_from_flags,
+)
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import non_negative_float, non_negative_int, positive_float, positive_int
+from tour_pyserini.numbers import Number, mass, positive_float, positive_int
+from tour_pyserini.serve.access import AccessConfig
+from tour_pyserini.serve.requests import RequestLimits
+from tour_pyserini.serve.service import ServiceLimits
 from tour_pyserini.ttt.state import SCOPES
+
+log = logging.getLogger(__name__)
+
+port_number = Number(int, "in [0, 65535]", lambda v: 0 <= v <= 65535)
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request line this long still reaches the app, which refuses it in one line
 
@@ -24,22 +40,46 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request line this long still reaches th
 def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="tour-pyserini serve", description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--index", required=True, action="append", metavar="DIR",
+    ap.add_argument("--index", action="append", default=[], metavar="DIR",
                     help="an index built by `index` (dense or BM25); repeat for more")  # fmt: skip
+    ap.add_argument("--config", metavar="FILE", help="Pyserini's YAML server config: 'indexes' (name: directory) "
+                    "served beside --index, 'api_keys' accepted beside --api-keys")  # fmt: skip
     ap.add_argument("--teacher", action="append", default=[], metavar="SPEC",
                     help="a teacher requests may name (teacher=SPEC): bm25, ensemble:FILE, cross-encoder:PATH, ...; "
                     "repeat for more. The first one judges for --budget")  # fmt: skip
-    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    ap.add_argument("--port", type=non_negative_int, default=8000, help="port (0: a free one; the address is printed)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
+                    "another needs keys, or --public)")  # fmt: skip
+    ap.add_argument("--port", type=port_number, default=8000, help="port (0: a free one; the address is printed)")
+    access = ap.add_argument_group("who may use the server")
+    access.add_argument("--api-keys", metavar="FILE", help="accepted API keys, one a line (at least 16 characters); "
+                        "requests send one as X-API-Key: KEY or Authorization: Bearer KEY")  # fmt: skip
+    access.add_argument("--public", action="store_true", help="serve an address other than loopback without keys, "
+                        "on purpose: anyone who reaches it can search and read the indexes")  # fmt: skip
+    access.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="a name clients reach the server by (the Host header); IP addresses, and localhost "
+                        "on loopback, always are")  # fmt: skip
+    access.add_argument("--cors", action="append", default=[], metavar="ORIGIN", help="a web origin whose pages may "
+                        "call the server (e.g. https://course.example.org); none by default")  # fmt: skip
+    add_param_flags(access, AccessConfig)
+    add_param_flags(access, RequestLimits)
     ap.add_argument("--data-dir", default="serve-data", metavar="DIR", help="where the teachers' score stores "
                     "(scores/) and online learning's states and rewards (learn/) are kept across restarts")  # fmt: skip
     ap.add_argument("--state", metavar="FILE", help="a TTT-Embed state (ttt fit) that rewriter=ttt-embed searches with")
     ap.add_argument("--budget", type=positive_float, metavar="B", help="teacher judgments per served query: requests "
                     "naming no rewriter follow the server's policy, the first --teacher judging and re-ranking the "
                     "top candidates of the share of queries the budget pays for")  # fmt: skip
-    ap.add_argument("--learn", choices=SCOPES, metavar="SCOPE", help="with --budget: keep those judgments and refit a "
-                    f"TTT-Embed state of this scope ({', '.join(SCOPES)}) in the background, which moves every later "
-                    "query the policy serves")  # fmt: skip
+    ap.add_argument("--learn", choices=SCOPES, metavar="SCOPE",
+                    help="with --budget: keep the judgments of keyed clients' queries and refit a TTT-Embed state of "
+                    f"this scope ({', '.join(SCOPES)}) in the background, which moves every later query the policy "
+                    "serves; a state is served only if it agrees with the teacher on held-back judged queries at "
+                    "least as well as the one before")  # fmt: skip
+    ap.add_argument("--learn-from-anonymous", action="store_true", help="with --learn: also learn from clients "
+                    "without a key (all of them one client), on purpose")  # fmt: skip
+    ap.add_argument("--max-key-share", type=mass, default=0.2, metavar="F", help="with --learn: the most of a "
+                    "refit's queries one client may give (0.2: five clients at least; 1: no cap)")  # fmt: skip
+    ap.add_argument("--max-data-mb", type=positive_float, metavar="MB",
+                    help="disk the data directory may use; past it no query is judged (requests naming a teacher "
+                    "get 507) (default: no limit)")  # fmt: skip
     ap.add_argument("--judge-depth", type=positive_int, default=10, help="judgments per judged query (10)")
     ap.add_argument("--max-depth", type=positive_int, default=100, help="most judgments one query can get (100)")
     ap.add_argument("--refit-steps", type=positive_int, default=100, help="Adam steps of a warm-started refit (100; "
@@ -49,12 +89,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=positive_int, help="torch threads (encoder, cross-encoder teacher); default: "
                     "torch's own, as the search command")  # fmt: skip
     ap.add_argument("--device", default="cpu", help="where the encoder and a cross-encoder teacher run")
-    ap.add_argument("--batch-window", type=non_negative_float, default=0.005, metavar="SECONDS",
-                    help="how long the first waiting request waits for others to batch with (0.005)")  # fmt: skip
-    ap.add_argument("--max-batch", type=positive_int, default=64, help="requests searched together at most (64)")
-    ap.add_argument("--max-queue", type=positive_int, default=256, help="requests waiting at most; more get 503 (256)")
-    ap.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                    help="a request not answered by then gets 504 (60)")  # fmt: skip
+    add_param_flags(ap.add_argument_group("queueing and batching"), ServiceLimits)
     ap.add_argument("--no-mcp", action="store_true", help="serve no MCP tools")
     add_encoder_runtime_flags(ap.add_argument_group("query encoder (of every dense index)"))
     add_teacher_flags(ap)
@@ -68,11 +103,16 @@ def serve_config(args: argparse.Namespace):
     from tour_pyserini.encoders.query import resolve_query_precision
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.index.query_side import query_encoder_spec
+    from tour_pyserini.serve.access import read_server_config
     from tour_pyserini.serve.engine import ServeConfig
     from tour_pyserini.teachers import available_teachers, check_teacher_options
 
+    configured = read_server_config(args.config)[0] if args.config else {}
+    paths = [*args.index, *configured.values()]
+    if not paths:
+        raise UserError("give an index to serve: --index DIR, or 'indexes' in --config")
     encoders = {}
-    for path in args.index:
+    for path in paths:
         if not Path(path).is_dir():
             raise UserError(f"--index {path}: no such directory")
         if index_kind(path) == "dense":
@@ -84,6 +124,8 @@ def serve_config(args: argparse.Namespace):
         check_teacher_options(spec, teacher_option_values(args))
     if args.learn and args.budget is None:
         raise UserError("--learn learns from the judgments --budget pays for: give --budget")
+    if args.learn_from_anonymous and not args.learn:
+        raise UserError("--learn-from-anonymous says whom --learn learns from: give --learn")
     if args.budget is not None and not args.teacher:
         raise UserError("--budget spends the first --teacher's judgments: give --teacher")
     if args.judge_depth > args.max_depth:
@@ -95,13 +137,39 @@ def serve_config(args: argparse.Namespace):
     if args.qrels and not args.topics:
         raise UserError("--qrels marks the relevant documents of --topics queries: give --topics")
     check_device(args.device)
-    return ServeConfig(indexes=tuple(args.index), teachers=tuple(args.teacher), data_dir=args.data_dir,
+    return ServeConfig(indexes=tuple(paths), names={path: name for name, path in configured.items()},
+                       teachers=tuple(args.teacher), data_dir=args.data_dir,
                        state=args.state, budget=args.budget, learn=args.learn, judge_depth=args.judge_depth,
                        max_depth=args.max_depth, refit_steps=args.refit_steps, threads=args.threads,
                        device=args.device, teacher_options=teacher_option_values(args),
                        encoder_precision=resolve_query_precision(args.encoder_precision, args.device,
                                                                  args.encoder_runtime),
-                       encoder_runtime=args.encoder_runtime, encoders=encoders)  # fmt: skip
+                       encoder_runtime=args.encoder_runtime, encoders=encoders,
+                       learn_from_anonymous=args.learn_from_anonymous, max_key_share=args.max_key_share,
+                       max_data_mb=args.max_data_mb)  # fmt: skip
+
+
+def access_config(args: argparse.Namespace) -> AccessConfig:
+    """Keys, hosts, origins, rate and log, checked: a non-loopback address without keys is refused unless
+    --public says it on purpose."""
+    from tour_pyserini.files.staging import open_writable
+    from tour_pyserini.serve.access import host_rule, is_loopback, read_api_keys, read_server_config
+
+    keys = [*(read_api_keys(args.api_keys) if args.api_keys else []),
+            *(read_server_config(args.config)[1] if args.config else [])]  # fmt: skip
+    if not keys and not is_loopback(args.host):
+        if not args.public:
+            raise UserError(f"--host {args.host} is reachable from other machines: give --api-keys FILE (or "
+                            "api_keys in --config), or --public to serve everyone on purpose")  # fmt: skip
+        log.warning("serving %s without API keys (--public): anyone who reaches it can search, read the indexes "
+                    "and spend the teachers' judgments", args.host)  # fmt: skip
+    for origin in args.cors:
+        if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
+            raise UserError(f"--cors {origin}: give a web origin, as http(s)://name[:port] without a path")
+    if args.request_log:
+        open_writable(Path(args.request_log), "--request-log").close()
+    return config_from_flags(AccessConfig, args, keys=tuple(keys), hosts=host_rule(args.host, args.allowed_host),
+                             cors=tuple(args.cors))  # fmt: skip
 
 
 def teacher_option_values(args: argparse.Namespace) -> dict:
@@ -126,35 +194,44 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     config = serve_config(args)
-    from tour_pyserini.serve.service import SearchService, ServiceLimits
+    access = access_config(args)
+    from tour_pyserini.files.staging import open_locked
+    from tour_pyserini.serve.service import SearchService
 
-    limits = ServiceLimits(window=args.batch_window, max_batch=args.max_batch, max_queue=args.max_queue,
-                           timeout=args.timeout)  # fmt: skip
+    limits, requests = config_from_flags(ServiceLimits, args), config_from_flags(RequestLimits, args)
     relevance = topics = None
     if args.topics:
         from tour_pyserini.files import read_qrels, read_topics
 
         topics = read_topics(args.topics)
         relevance = read_qrels(args.qrels) if args.qrels else None
+    Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    # one server per data directory: two would write the same state versions and logs; the kernel frees the lock
+    # of a killed server
+    lock = open_locked(Path(config.data_dir) / "serve.lock", "--data-dir",
+                       holder="another server uses this data directory")  # fmt: skip
     sock = listening_socket(args.host, args.port)
-    service = SearchService(config, limits, relevance=relevance, topics=topics)
+    service = SearchService(config, limits, requests=requests, relevance=relevance, topics=topics)
     try:
         service.start()
-        serve(service, sock, mcp=not args.no_mcp, timeout=args.timeout)
+        serve(service, sock, mcp=not args.no_mcp, timeout=limits.timeout, access=access)
     finally:
         service.close()
         sock.close()
+        lock.close()
 
 
-def serve(service, sock: socket.socket, *, mcp: bool, timeout: float) -> None:
+def serve(service, sock: socket.socket, *, mcp: bool, timeout: float, access: AccessConfig) -> None:
     import uvicorn
 
     from tour_pyserini.serve.app import create_app
+    from tour_pyserini.serve.connections import BoundedH11Protocol
 
-    app = create_app(service, mcp=mcp)
+    app = create_app(service, mcp=mcp, access=access)
     sock.listen(2048)
     host, port = sock.getsockname()[:2]
     print(f"serving on http://{f'[{host}]' if ':' in host else host}:{port}", flush=True)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=int(timeout) + 5,
-                            h11_max_incomplete_event_size=MAX_REQUEST_BYTES)  # fmt: skip
+                            h11_max_incomplete_event_size=MAX_REQUEST_BYTES, http=BoundedH11Protocol,
+                            log_config=None)  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])

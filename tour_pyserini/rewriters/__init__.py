@@ -10,14 +10,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.rewriters.base import REWRITERS, Candidates, QueryBatch, Rewriter, VectorIndex
+from tour_pyserini.rewriters.base import (
+    REWRITERS,
+    Abandoned,
+    Candidates,
+    QueryBatch,
+    Rewriter,
+    StoppableIndex,
+    VectorIndex,
+)
 from tour_pyserini.rewriters.identity import Identity
 
 if TYPE_CHECKING:
     from tour_pyserini.teachers import Teacher
 
-__all__ = ["REWRITERS", "Candidates", "Identity", "QueryBatch", "Rewriter", "VectorIndex",
-           "available_rewriters", "check_rewriter", "get_rewriter", "get_rewriter_class"]  # fmt: skip
+__all__ = ["REWRITERS", "Abandoned", "Candidates", "Identity", "QueryBatch", "Rewriter", "StoppableIndex",
+           "VectorIndex", "available_rewriters", "check_rewriter", "get_rewriter", "get_rewriter_class"]  # fmt: skip
 
 
 def available_rewriters() -> dict[str, type[Rewriter]]:

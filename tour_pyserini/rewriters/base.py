@@ -8,7 +8,7 @@ document store, and return one :class:`SearchResult` per query.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -47,6 +47,34 @@ class VectorIndex(Protocol):
         """The same search as arrays, with the exact index vectors: what an iterating rewriter reads (no
         object per hit)."""
         ...
+
+
+class Abandoned(Exception):
+    """A search stopped before its next step because no one waits for its answer any more."""
+
+
+class StoppableIndex:
+    """``index`` as a rewriter sees it, except that each search first asks ``stop()`` and raises
+    :class:`Abandoned` when it says so: a caller can end a long rewrite (many iterations, a slow teacher) at its
+    next step without the rewriter knowing."""
+
+    def __init__(self, index: VectorIndex, stop: Callable[[], bool]):
+        self.index, self.stop = index, stop
+
+    def __getattr__(self, name: str):
+        return getattr(self.index, name)
+
+    def check(self) -> None:
+        if self.stop():
+            raise Abandoned("the search was abandoned")
+
+    def search_vectors(self, vectors: np.ndarray, depth: int, return_vector: bool = False) -> list[list[Hit]]:
+        self.check()
+        return self.index.search_vectors(vectors, depth, return_vector)
+
+    def search_candidates(self, vectors: np.ndarray, depth: int) -> list[Candidates]:
+        self.check()
+        return self.index.search_candidates(vectors, depth)
 
 
 @dataclass(frozen=True)

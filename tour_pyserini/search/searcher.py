@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes
 from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
-from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter
+from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter, StoppableIndex
 from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
 
 
@@ -251,18 +251,20 @@ class TourSearcher(PyseriniSearch):
     @hits_is_k
     def retrieve_vectors(self, texts: Sequence[str], qids: Sequence[str], vectors: np.ndarray, k: int = 10, *,
                          rewriter: Rewriter | None = None, traces: Sequence[Trace] | None = None,
-                         encoded_by: QueryEncoder | None = None) -> list[SearchResult]:  # fmt: skip
+                         encoded_by: QueryEncoder | None = None,
+                         stop: Callable[[], bool] | None = None) -> list[SearchResult]:  # fmt: skip
         """Rewrite and search queries already encoded (n, d): e.g. encoded once and searched many ways.
 
         ``texts`` are what teachers read; ``traces`` (one per query, fresh by default) collect what
         the rewriter did, on top of anything already recorded in them (the encoding time). ``encoded_by``: the
         query encoder that made ``vectors`` (``self.query_encoder`` for :meth:`encode`'s), so that a teacher
-        sharing it takes the vectors instead of encoding the texts again.
+        sharing it takes the vectors instead of encoding the texts again. ``stop``: asked before each search the
+        rewriter makes; once true, the call raises :class:`~tour_pyserini.rewriters.Abandoned` (a server's client
+        has gone).
         """
         check_queries(texts, qids)
         k = check_k(k)
         vectors = self._check_vectors(vectors)
         batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None,
                            encoded_by)  # fmt: skip
-        return (rewriter or self.rewriter).rewrite(batch, self, k)
-
+        return (rewriter or self.rewriter).rewrite(batch, self if stop is None else StoppableIndex(self, stop), k)

@@ -16,19 +16,16 @@ from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
+from tour_pyserini.serve.access import ANONYMOUS, Access, AccessConfig, error
 from tour_pyserini.serve.requests import BadRequest, check_utf8
-from tour_pyserini.serve.service import RETRY_AFTER_SECONDS, Overloaded, SearchService
+from tour_pyserini.serve.service import RETRY_AFTER_SECONDS, ClientGone, Overloaded, QuotaExceeded, SearchService
 
 log = logging.getLogger(__name__)
 
 STATIC = resources.files("tour_pyserini.serve") / "static"
-
-
-def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 class Utf8Only:
@@ -60,7 +57,15 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(TimeoutError)
     async def timed_out(request, e: TimeoutError):
-        return error(504, "the search did not finish within the server's --timeout")
+        return error(504, "the search did not finish within the server's timeout")
+
+    @app.exception_handler(QuotaExceeded)
+    async def over_quota(request, e: QuotaExceeded):
+        return error(429, str(e), {"Retry-After": str(e.retry_after)})
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request, e: ClientGone):
+        return error(499, "the client closed the connection; its search was stopped")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, e: RequestValidationError):
@@ -92,8 +97,14 @@ def docs_page(spec: dict) -> str:
             f"</a>. Explorer: <a href=/explore>/explore</a>.</p><table>{''.join(rows)}</table>")  # fmt: skip
 
 
-def create_app(service: SearchService, *, mcp: bool = True):
-    """The FastAPI app around a started ``service``; it closes the service when it shuts down."""
+def caller(request: Request) -> dict:
+    """Who sent ``request`` (set by :class:`~tour_pyserini.serve.access.Access`), and how to tell it has gone."""
+    return {"client": getattr(request.state, "client", ANONYMOUS), "keyed": getattr(request.state, "keyed", False)}
+
+
+def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig | None = None):
+    """The FastAPI app around a started ``service``; it closes the service when it shuts down. ``access``: keys,
+    hosts, origins, rate and request log (:mod:`tour_pyserini.serve.access`; by default loopback, no keys)."""
     mcp_app = None
     if mcp:
         from tour_pyserini.serve.mcp_tools import mcp_server
@@ -113,6 +124,14 @@ def create_app(service: SearchService, *, mcp: bool = True):
                   description="Pyserini's REST routes with test-time query optimisation (TOUR, TTT-Embed)")  # fmt: skip
     add_error_handlers(app)
     app.add_middleware(Utf8Only)
+    access = access or AccessConfig()
+    app.add_middleware(Access, config=access)  # outside Utf8Only: a request without a key is refused first
+    if access.cors:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(access.cors), allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["X-API-Key", "Authorization", "Content-Type", "Mcp-Session-Id",
+                                          "Mcp-Protocol-Version"])  # fmt: skip
 
     @app.get("/", include_in_schema=False)
     async def root():
@@ -149,15 +168,17 @@ def create_app(service: SearchService, *, mcp: bool = True):
     async def search(request: Request, index: str, query: str | None = None, hits: str | None = None,
                      rewriter: str | None = None, teacher: str | None = None, k: str | None = None,
                      qid: str | None = None, trace: str | None = None):  # fmt: skip
-        return await service.search(index, dict(request.query_params))
+        return await service.search(index, dict(request.query_params), **caller(request),
+                                    gone=request.is_disconnected)  # fmt: skip
 
-    @app.get("/v1/{index}/doc/{docid}", summary="A document by its docid (Pyserini's route)")
+    # {docid:path}: a docid may hold "/", sent as %2F (which the server decodes, as Pyserini's does)
+    @app.get("/v1/{index}/doc/{docid:path}", summary="A document by its docid (Pyserini's route)")
     async def document(index: str, docid: str):
         return await service.document(index, docid)
 
     @app.get("/v1/{index}/explain", summary="TOUR's iterations on one query, for the explorer page")
     async def explain(request: Request, index: str, query: str | None = None):
-        return await service.explain(index, dict(request.query_params))
+        return await service.explain(index, dict(request.query_params), **caller(request))
 
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +22,8 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import OpenIndexes
 from tour_pyserini.index.layout import DOCSTORE_FILE, index_kind
-from tour_pyserini.results import SearchResult, Trace, timed
-from tour_pyserini.rewriters import Rewriter, check_rewriter
+from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
+from tour_pyserini.rewriters import Abandoned, Rewriter, check_rewriter
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import OnlineLearner, Reward
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
@@ -54,6 +54,10 @@ class ServeConfig:
     teacher_options: Mapping[str, object] = field(default_factory=dict)
     encoder_precision: str = "fp32"  # the query encoders' arithmetic, resolved (fp32, bf16 or int8)
     encoder_runtime: str = "torch"  # what runs them: torch, onnx or openvino
+    learn_from_anonymous: bool = False  # with learn: keep the judgments of clients without a key too
+    max_key_share: float = 0.2  # with learn: the most of a refit's queries one client may give
+    max_data_mb: float | None = None  # disk data_dir may use; past it nothing is judged (None: no limit)
+    names: Mapping[str, str] = field(default_factory=dict)  # path -> route name, where not the base name
 
 
 @dataclass
@@ -76,21 +80,23 @@ def slug(text: str) -> str:
     return f"{readable}.{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
 
 
-def index_names(paths: Sequence[str]) -> list[str]:
-    """Route names of ``paths`` (their base names), refused when two would share one."""
-    names = [Path(p).name for p in paths]
+def index_names(paths: Sequence[str], given: Mapping[str, str]) -> list[str]:
+    """Route names of ``paths`` (the ``given`` name, else the directory's base name), refused when two would share
+    one."""
+    names = [given.get(p, Path(p).name) for p in paths]
     if len(set(names)) != len(names):
         raise UserError(f"--index: two indexes are named {next(n for n in names if names.count(n) > 1)!r}; "
-                        "routes name an index by its directory's base name")  # fmt: skip
+                        "routes name an index by its directory's base name (or its name in --config)")  # fmt: skip
     return names
 
 
-def open_index(path: str, config: ServeConfig, encoders: QueryEncoders, opened: OpenIndexes) -> ServedIndex:
-    """One index with its searcher, and with its teachers and score stores where it is dense; ``encoders`` and
-    ``opened``: the process's query encoders and dense indexes, which the searchers and teachers share."""
+def open_index(path: str, name: str, config: ServeConfig, encoders: QueryEncoders,
+               opened: OpenIndexes) -> ServedIndex:  # fmt: skip
+    """One index, served as ``name``, with its searcher, and with its teachers and score stores where it is dense;
+    ``encoders`` and ``opened``: the process's query encoders and dense indexes, which the searchers and teachers
+    share."""
     from tour_pyserini.search.configure import SearchConfig, open_score_store, teacher_context
 
-    name = Path(path).name
     store_path = Path(path) / DOCSTORE_FILE
     docstore = DocStore(store_path) if store_path.exists() else None
     if index_kind(path) == "bm25":
@@ -142,17 +148,19 @@ class Served:
 
 
 class Engine:
-    """The server's searchers, teachers, stores and policy; one thread builds and uses it."""
+    """The server's searchers, teachers, stores and policy; one thread builds and uses it. ``may_judge(client)``:
+    whether the policy may spend a judged query on ``client`` now (its daily quota, the data directory's)."""
 
-    def __init__(self, config: ServeConfig):
+    def __init__(self, config: ServeConfig, may_judge: Callable[[str], bool] = lambda client: True):
         self.config = config
-        index_names(config.indexes)
+        self.may_judge = may_judge
+        names = index_names(config.indexes, config.names)
         if config.threads:  # as the search command: the encoder and a cross-encoder teacher share torch's pool
             import torch
 
             torch.set_num_threads(config.threads)
         encoders, opened = QueryEncoders(), OpenIndexes()
-        self.indexes = {Path(p).name: open_index(p, config, encoders, opened) for p in config.indexes}
+        self.indexes = {name: open_index(p, name, config, encoders, opened) for p, name in zip(config.indexes, names)}
         self.rewriters: dict[tuple, Rewriter] = {}
         self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
         self.learner = self.open_learner() if config.learn else None
@@ -174,8 +182,9 @@ class Engine:
         identity = next(iter(identities.values()))
         learner = OnlineLearner(Path(self.config.data_dir) / "learn", self.config.learn, identity,
                                 encode=lambda task, texts: self.indexes[task].searcher.encode(texts),
-                                doc_vectors=lambda task, docids: vectors[task].get(docids),
-                                refit_steps=self.config.refit_steps)  # fmt: skip
+                                doc_vectors=lambda task, docids: vectors[task].get(docids), tasks=list(vectors),
+                                refit_steps=self.config.refit_steps,
+                                max_key_share=self.config.max_key_share)  # fmt: skip
         learner.start()
         return learner
 
@@ -220,48 +229,68 @@ class Engine:
         for plan in dict.fromkeys(r.plan for r in requests):
             at = [i for i, r in enumerate(requests) if r.plan == plan]
             group = [texts[i] for i in at], [qids[i] for i in at], vectors[at], [traces[i] for i in at]
+            members = [requests[i] for i in at]
+
+            def stop(members=members) -> bool:  # every client of the group has had its 504, or has gone
+                return all(r.abandoned.is_set() for r in members)
+
             try:
                 served = (
-                    self.run_online(handle, plan, *group)
+                    self.run_online(handle, plan, members, *group[2:], stop=stop)
                     if plan.rewriter == ONLINE
                     else [
                         Served(r)
                         for r in handle.searcher.retrieve_vectors(
-                            *group[:3], plan.hits, traces=group[3], rewriter=self.rewriter(handle, plan)
+                            *group[:3], plan.hits, traces=group[3], rewriter=self.rewriter(handle, plan), stop=stop
                         )
                     ]
                 )
             except Exception as e:  # noqa: BLE001 - this plan's clients get the error; the batch's others go on
-                if not isinstance(e, UserError):
+                if not isinstance(e, UserError | Abandoned):
                     log.exception("searching %d queries of plan %s failed", len(at), plan)
                 served = [e] * len(at)  # type: ignore[list-item]
             for i, s in zip(at, served):
                 out[i] = s
         return out  # type: ignore[return-value]
 
-    def run_online(self, handle: ServedIndex, plan: Plan, texts: list[str], qids: list[str], vectors: np.ndarray,
-                   traces: list[Trace]) -> list[Served]:  # fmt: skip
+    def run_online(self, handle: ServedIndex, plan: Plan, requests: Sequence[SearchRequest], vectors: np.ndarray,
+                   traces: list[Trace], stop: Callable[[], bool]) -> list[Served]:  # fmt: skip
         """The server's policy: the current state moves the queries; the budget's share is judged and re-ranked
-        (its judgments kept as rewards when learning)."""
+        (its judgments kept as rewards when learning, from trusted clients). A teacher that fails or scores
+        nothing leaves those queries in the state's order, unjudged."""
+        texts, qids, clients = [r.query for r in requests], [r.qid for r in requests], [r.client for r in requests]
         version, raw = None, vectors
         if self.learner is not None:
-            vectors, version = self.learner.shift(handle.name, qids, vectors)
-        grants = [self.allocator.next(handle.name) for _ in qids] if self.allocator else [0] * len(qids)
+            vectors, version = self.learner.shift(handle.name, qids, clients, vectors)
+        grants = [self.allocator.next(handle.name) if self.allocator else 0 for _ in qids]
+        grants = [g if g and self.may_judge(c) else 0 for g, c in zip(grants, clients)]
         out: list[Served | None] = [None] * len(qids)
         rewards, rewarded = [], []
         for depth in dict.fromkeys(grants):
             at = [i for i, g in enumerate(grants) if g == depth]
-            rewriter = None
+
+            def search(rewriter, at=at):
+                return handle.searcher.retrieve_vectors([texts[i] for i in at], [qids[i] for i in at], vectors[at],
+                                                        plan.hits, rewriter=rewriter, traces=[traces[i] for i in at],
+                                                        stop=stop)  # fmt: skip
+
+            results = None
             if depth:
                 judged = Plan(handle.name, plan.hits, "rerank", (("depth", depth),), self.judge)
-                rewriter = self.rewriter(handle, judged)
-            results = handle.searcher.retrieve_vectors([texts[i] for i in at], [qids[i] for i in at], vectors[at],
-                                                       plan.hits, rewriter=rewriter,
-                                                       traces=[traces[i] for i in at])  # fmt: skip
+                try:
+                    results = search(self.rewriter(handle, judged))
+                except (Abandoned, UserError):
+                    raise
+                except Exception:  # noqa: BLE001 - the policy serves the retriever's order instead
+                    log.exception("the policy's teacher %s failed; %d queries served unjudged", self.judge, len(at))
+            if results is None:
+                results = search(None)
             for i, result in zip(at, results):
                 out[i] = Served(result, version)
-                if depth:
-                    rewards.append(Reward(handle.name, qids[i], texts[i], dict(result.trace.judgments)))
+                trust = requests[i].keyed or self.config.learn_from_anonymous
+                judgments = {d: s for d, s in result.trace.judgments.items() if np.isfinite(s)}
+                if depth and trust and result.trace.stop_reason != NOT_RERANKED and len(judgments) >= 2:
+                    rewards.append(Reward(handle.name, qids[i], texts[i], judgments, clients[i]))
                     rewarded.append(i)
         if self.learner is not None:
             self.learner.add(rewards, raw[rewarded])  # on disk before the answers leave

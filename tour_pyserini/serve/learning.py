@@ -1,14 +1,26 @@
 """Online TTT-Embed: the teacher's judgments of served queries, refitted into versioned states as they arrive.
 
 A served query is searched with unit(x + α_g v_g) of the current state (none before the first fit). The
-judgments the budget buys are appended to a rewards log (JSON lines, each flushed and fsynced before the
-query's answer leaves), and a background thread refits the state on every reward so far, warm-started from
-the current one (``ttt fit --init``: the same objective, hyper-parameters and α rule), writes it as the next
-version (``state-NNNNNN.safetensors``, atomically) and only then swaps it in. A batch of queries reads the
-current state once, so each query is served by one complete version, which its response names.
+judgments the budget buys for trusted clients (the engine decides whom) are appended to a rewards log (JSON
+lines, each flushed and fsynced before the query's answer leaves), and a background thread refits the state,
+warm-started from the current one (``ttt fit --init``: the same objective, hyper-parameters and α rule).
 
-On a restart the newest complete version is loaded and the log is read again; a line torn by a crash is
-dropped, and rewards the newest version has not seen are refitted at once.
+Three rules keep one client from steering what every client is served:
+
+- every query is its client's: its key is (task, client/qid), so no client writes another's query state;
+- a refit uses at most ``max_key_share`` of its queries from any one client (each client's most recent ones,
+  up to the largest count that keeps every share within the cap: with a share of 0.2, five clients at least);
+- one judged query in ``HELD_BACK`` (the 1st, 6th, 11th, ... to arrive) is never fitted on: a new state is served
+  only if it orders the held-back queries' candidates as the teacher does at least as often as the state it
+  would replace (:mod:`tour_pyserini.ttt.agreement`); otherwise it is dropped and the status says so. A query
+  state moves only its own query, so held-back queries cannot tell against one: the guard always passes it.
+
+A served state is written as the next version (``state-NNNNNN.safetensors``, fsynced, renamed into place) and
+only then swapped in; a batch of queries reads the current state once, so each query is served by one
+complete version, which its response names. On a restart the newest version that loads is used (a corrupt
+newer one is skipped, with a warning) and the log is read again; a line torn by a crash is dropped, rewards of
+indexes no longer served are kept in the log but not used, and rewards not yet fitted are fitted at once. A
+fit that fails is reported in the status and tried again when new rewards arrive.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,6 +39,8 @@ import numpy as np
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.rewriters.ttt_embed import shift_queries
+from tour_pyserini.serve.access import ANONYMOUS
+from tour_pyserini.ttt.agreement import mean_agreement
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import State
@@ -36,16 +50,46 @@ log = logging.getLogger(__name__)
 REWARDS_LOG = "rewards.jsonl"
 STATE_NAME = re.compile(r"state-(\d{6})\.safetensors")
 KEEP_VERSIONS = 5  # older versions are removed once a newer one is complete
+HELD_BACK = 5  # one judged query in this many checks new states instead of fitting them
 
 
 @dataclass(frozen=True)
 class Reward:
-    """The teacher's judgments of one served query's candidates."""
+    """The teacher's judgments of one served query's candidates, and the client whose query it was."""
 
     task: str
     qid: str
     text: str
     judgments: dict[str, float]
+    client: str = ANONYMOUS
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Where the learner keeps it: (task, client/qid), so that one client's qid is not another's."""
+        return self.task, learned_qid(self.client, self.qid)
+
+
+def learned_qid(client: str, qid: str) -> str:
+    return f"{client}/{qid}"
+
+
+def per_client_cap(counts: Mapping[str, int], share: float) -> int:
+    """The most queries any one client may give a fit: the largest m with m <= share * sum(min(c, m)) (no cap
+    at share 1).
+
+    >>> per_client_cap({"a": 10, "b": 10, "c": 10, "d": 10, "e": 10}, 0.2)
+    10
+    >>> per_client_cap({"a": 100, "b": 1}, 0.5)
+    1
+    >>> per_client_cap({"a": 100}, 0.2)
+    0
+    """
+    if share >= 1:
+        return max(counts.values(), default=0)
+    for m in range(max(counts.values(), default=0), 0, -1):
+        if m <= share * sum(min(c, m) for c in counts.values()):
+            return m
+    return 0
 
 
 class RewardsLog:
@@ -69,14 +113,15 @@ class RewardsLog:
             try:
                 record = json.loads(line)
                 rewards.append(Reward(record["task"], record["qid"], record["query"],
-                                      {str(d): float(s) for d, s in record["judgments"].items()}))  # fmt: skip
+                                      {str(d): float(s) for d, s in record["judgments"].items()},
+                                      str(record.get("client", ANONYMOUS))))  # fmt: skip
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 raise UserError(f"{self.path}:{lineno}: not a rewards record") from None
         return rewards
 
     def append(self, rewards: Sequence[Reward]) -> None:
-        lines = "".join(json.dumps({"task": r.task, "qid": r.qid, "query": r.text, "judgments": r.judgments}) + "\n"
-                        for r in rewards)  # fmt: skip
+        lines = "".join(json.dumps({"task": r.task, "qid": r.qid, "client": r.client, "query": r.text,
+                                    "judgments": r.judgments}) + "\n" for r in rewards)  # fmt: skip
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(lines)
             f.flush()
@@ -96,9 +141,14 @@ class StateVersions:
         return self.directory / f"state-{version:06d}.safetensors"
 
     def latest(self) -> tuple[int, State | None]:
-        """The newest version and its state; (0, None) before the first fit."""
-        found = self.versions()
-        return (found[-1], State.load(self.path(found[-1]))) if found else (0, None)
+        """The newest version that loads and its state (a newer one that does not is skipped, with a warning);
+        (0, None) before the first fit."""
+        for version in reversed(self.versions()):
+            try:
+                return version, State.load(self.path(version))
+            except UserError as e:
+                log.warning("online TTT-Embed: skipping state version %d, which does not load (%s)", version, e)
+        return 0, None
 
     def save(self, version: int, state: State) -> None:
         state.save(self.path(version))  # written beside, then renamed: never half a state under this name
@@ -117,29 +167,37 @@ class OnlineLearner:
     """Rewards of served queries refitted into the state of ``scope``, in the background.
 
     ``encode(task, texts)`` gives raw query vectors and ``doc_vectors(task, docids)`` the index vectors of
-    judged documents; ``encoder`` is the identity every state records. ``fit`` holds the objective and the
-    steps of the first fit; warm-started refits take ``refit_steps``.
+    judged documents; ``encoder`` is the identity every state records; ``tasks``: the indexes served (rewards of
+    others in the log are not used). ``fit`` holds the objective and the steps of the first fit; warm-started
+    refits take ``refit_steps``. ``max_key_share``: the most of a fit's queries one client may give.
     """
 
     def __init__(self, directory: str | Path, scope: str, encoder: dict, *, encode: Callable, doc_vectors: Callable,
-                 fit: FitConfig | None = None, refit_steps: int = 100):  # fmt: skip
+                 tasks: Sequence[str], fit: FitConfig | None = None, refit_steps: int = 100,
+                 max_key_share: float = 1.0):  # fmt: skip
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.scope, self.encoder = scope, encoder
         self.encode, self.doc_vectors = encode, doc_vectors
+        self.tasks = set(tasks)
         self.fit_config = fit or FitConfig()
         self.refit_steps = refit_steps
+        self.max_key_share = max_key_share
         self.log = RewardsLog(self.directory / REWARDS_LOG)
         self.versions = StateVersions(self.directory)
         self.current = self.load_latest()
         self.lock = threading.Lock()  # guards the rewards below (the serving thread adds, the refit reads)
-        self.judged: dict[tuple[str, str], dict[str, float]] = {}  # (task, qid) -> {docid: reward}
-        self.vectors: dict[tuple[str, str], np.ndarray] = {}  # (task, qid) -> raw query vector
+        # (task, client/qid) -> {docid: reward}, in order of arrival
+        self.judged: dict[tuple[str, str], dict[str, float]] = {}
+        self.clients: dict[tuple[str, str], str] = {}  # (task, client/qid) -> client
+        self.vectors: dict[tuple[str, str], np.ndarray] = {}  # (task, client/qid) -> raw query vector
         self.received = 0  # rewards records kept (log lines)
         self.keep(self.log.read())
         state = self.current[1]
         self.fitted = state.provenance.get("online", {}).get("rewards", 0) if state is not None else 0
         self.fits, self.fit_seconds = 0, 0.0
+        self.last: dict = {}  # what the last fit found: the guard's decision, or why there was nothing to fit
+        self.error: str | None = None
         self.wake = threading.Condition()
         self.stopping = False
         self.thread = threading.Thread(target=self.refit_loop, name="ttt-refit", daemon=True)
@@ -158,10 +216,12 @@ class OnlineLearner:
     def start(self) -> None:
         self.thread.start()
 
-    def shift(self, task: str, qids: Sequence[str], vectors: np.ndarray) -> tuple[np.ndarray, int]:
-        """The served vectors of one batch and the version that moved them (0: none yet)."""
+    def shift(self, task: str, qids: Sequence[str], clients: Sequence[str],
+              vectors: np.ndarray) -> tuple[np.ndarray, int]:  # fmt: skip
+        """The served vectors of one batch (each query ``qids[i]`` of ``clients[i]``) and the version that moved
+        them (0: none yet)."""
         version, state = self.current  # one read: the whole batch is served by one version
-        return shift_by_state(state, task, qids, vectors), version
+        return shift_by_state(state, task, [learned_qid(c, q) for c, q in zip(clients, qids)], vectors), version
 
     def add(self, rewards: Sequence[Reward], vectors: np.ndarray | None = None) -> None:
         """Keep the judgments of served queries (``vectors``: their raw query vectors, if known), on disk
@@ -173,20 +233,25 @@ class OnlineLearner:
                 self.wake.notify()
 
     def keep(self, rewards: Sequence[Reward], vectors: np.ndarray | None = None) -> None:
+        usable = [i for i, r in enumerate(rewards) if r.task in self.tasks]
+        if len(usable) < len(rewards):
+            log.warning("online TTT-Embed: %d rewarded queries are of indexes this server does not serve; they stay "
+                        "in the log, unused", len(rewards) - len(usable))  # fmt: skip
         by_task: dict[str, list[int]] = {}
-        for i, reward in enumerate(rewards):
-            by_task.setdefault(reward.task, []).append(i)
+        for i in usable:
+            by_task.setdefault(rewards[i].task, []).append(i)
         for task, at in by_task.items():
-            group = [rewards[i] for i in at]
-            fresh = [i for i in at if (task, rewards[i].qid) not in self.vectors]
+            fresh = list({rewards[i].key: i for i in at if rewards[i].key not in self.vectors}.values())
             if vectors is not None:
                 X = vectors[fresh]
             else:
                 X = self.encode(task, [rewards[i].text for i in fresh]) if fresh else []
             with self.lock:
-                self.vectors.update(((task, rewards[i].qid), x) for i, x in zip(fresh, X))
-                for reward in group:  # a query judged again keeps every judgment, the later score winning
-                    self.judged.setdefault((task, reward.qid), {}).update(reward.judgments)
+                self.vectors.update((rewards[i].key, x) for i, x in zip(fresh, X))
+                for i in at:  # a query judged again keeps every judgment, the later score winning
+                    judgments = {d: s for d, s in rewards[i].judgments.items() if np.isfinite(s)}
+                    self.judged.setdefault(rewards[i].key, {}).update(judgments)
+                    self.clients[rewards[i].key] = rewards[i].client
         with self.lock:
             self.received += len(rewards)
 
@@ -200,39 +265,87 @@ class OnlineLearner:
                 self.wake.wait_for(lambda: self.stopping or self.pending())
                 if self.stopping:
                     return
-            self.refit()
+            with self.lock:
+                received = self.received
+            try:
+                self.refit()
+                self.error = None
+            except Exception as e:  # noqa: BLE001 - reported in the status; tried again when rewards arrive
+                log.exception("online TTT-Embed: the fit failed; learning waits for new rewards")
+                self.error = f"the last fit failed ({type(e).__name__}: {str(e)[:200]})"
+            with self.lock:
+                self.fitted = received
+
+    def rewarded(self, keys: Sequence[tuple[str, str]], judged: Mapping) -> list[RewardedQuery]:
+        return [RewardedQuery(task, qid, self.vectors[(task, qid)], self.doc_vectors(task, list(judged[(task, qid)])),
+                              np.array(list(judged[(task, qid)].values())))
+                for task, qid in keys]  # fmt: skip
+
+    def fit_set(self, judged: Mapping, clients: Mapping) -> tuple[list, list]:
+        """The keys to fit on (each client's most recent, within its share) and the held-back keys."""
+        usable = [(i, key) for i, (key, scores) in enumerate(judged.items()) if len(scores) >= 2]
+        fitting = [key for i, key in usable if i % HELD_BACK]
+        counts: dict[str, int] = {}
+        for key in fitting:
+            counts[clients[key]] = counts.get(clients[key], 0) + 1
+        cap = per_client_cap(counts, self.max_key_share)
+        taken: dict[str, int] = {}
+        chosen = []
+        for key in reversed(fitting):  # the most recent first
+            if taken.get(clients[key], 0) < cap:
+                taken[clients[key]] = taken.get(clients[key], 0) + 1
+                chosen.append(key)
+        return chosen[::-1], [key for i, key in usable if not i % HELD_BACK]
+
+    def agreement(self, state: State | None, queries: Sequence[RewardedQuery]) -> float:
+        """Mean teacher agreement of ``queries`` moved by ``state`` (None: not moved)."""
+        X = np.stack([q.x for q in queries]).astype(np.float64)
+        moved = np.concatenate([shift_by_state(state, q.task, [q.qid], X[i : i + 1]) for i, q in enumerate(queries)])
+        return mean_agreement(moved, [q.Z.astype(np.float64) for q in queries], [q.rewards for q in queries])
 
     def refit(self) -> None:
-        """Fit on every reward so far, from the current state; write the next version, then swap it in."""
+        """Fit on the rewards so far, from the current state; if it passes the guard, write the next version and
+        swap it in."""
         with self.lock:
             received = self.received
             judged = {key: dict(scores) for key, scores in self.judged.items()}
-            vectors = dict(self.vectors)
-        queries = [RewardedQuery(task, qid, vectors[(task, qid)], self.doc_vectors(task, list(scores)),
-                                 np.array(list(scores.values())))
-                   for (task, qid), scores in judged.items()]  # fmt: skip
+            clients = dict(self.clients)
+        keys, checks = self.fit_set(judged, clients)
+        if not keys or not checks:
+            self.last = {"fitted": False, "why": "no rewarded queries a fit may use yet (clients' shares are capped "
+                         f"at {self.max_key_share:g})" if not keys else "no held-back judged query to check a new "
+                         "state on yet"}  # fmt: skip
+            return
+        queries, held = self.rewarded(keys, judged), self.rewarded(checks, judged)
         version, state = self.current
         config = self.fit_config if state is None else replace(self.fit_config, steps=self.refit_steps)
         start = time.perf_counter()
-        keys, V, counts = fit_scope(queries, self.scope, config, init=state.by_key() if state is not None else None)
+        keys_, V, counts = fit_scope(queries, self.scope, config, init=state.by_key() if state is not None else None)
         self.fit_seconds += time.perf_counter() - start
+        self.fits += 1
         tasks = list(dict.fromkeys(q.task for q in queries))
         provenance = {
             "online": {
                 "version": version + 1,
                 "rewards": received,
                 "rewarded queries": len(queries),
-                "judgments": sum(len(s) for s in judged.values()),
+                "held back": len(held),
+                "clients": len({clients[k] for k in keys}),
+                "judgments": sum(len(judged[k]) for k in keys),
                 "warm start": version or None,
             }
         }
-        new = State(self.scope, keys, V, counts, tasks, config.to_json(), self.encoder, provenance)
+        new = State(self.scope, keys_, V, counts, tasks, config.to_json(), self.encoder, provenance)
+        before, after = self.agreement(state, held), self.agreement(new, held)
+        self.last = {"fitted": True, "held_back": len(held), "agreement": round(after, 4),
+                     "serving_agreement": round(before, 4), "served": bool(after >= before)}  # fmt: skip
+        if not after >= before:
+            log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries (%.4f < "
+                        "%.4f); it is not served", len(held), after, before)  # fmt: skip
+            return
         new.scaled  # computed here, not by the first batch it serves  # noqa: B018
         self.versions.save(version + 1, new)
         self.current = (version + 1, new)  # the swap: one assignment, read once per served batch
-        self.fits += 1
-        with self.lock:
-            self.fitted = received
         log.info("online TTT-Embed: state version %d from %d rewarded queries", version + 1, len(queries))
 
     def close(self) -> None:
@@ -248,5 +361,6 @@ class OnlineLearner:
         with self.lock:
             return {"scope": self.scope, "version": version, "rewarded_queries": len(self.judged),
                     "judgments": sum(len(s) for s in self.judged.values()), "rewards_fitted": self.fitted,
-                    "rewards_received": self.received, "fits": self.fits,
-                    "fit_seconds": round(self.fit_seconds, 4)}  # fmt: skip
+                    "rewards_received": self.received, "clients": len(set(self.clients.values())),
+                    "max_key_share": self.max_key_share, "fits": self.fits, "fit_seconds": round(self.fit_seconds, 4),
+                    "last_fit": self.last, "error": self.error}  # fmt: skip

@@ -6,8 +6,17 @@ A tool answers what the REST route answers; a refused request is a tool error wi
 
 from __future__ import annotations
 
+from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.serve.requests import BadRequest
-from tour_pyserini.serve.service import Overloaded, SearchService
+from tour_pyserini.serve.service import ClientGone, Overloaded, QuotaExceeded, SearchService
+
+
+def caller() -> dict:
+    """Who calls the tool: the client the access check left in the HTTP request's state."""
+    from fastmcp.server.dependencies import get_http_request
+
+    state = get_http_request().state
+    return {"client": getattr(state, "client", ANONYMOUS), "keyed": getattr(state, "keyed", False)}
 
 
 def mcp_server(service: SearchService):
@@ -19,10 +28,10 @@ def mcp_server(service: SearchService):
     async def answer(call):
         try:
             return await call
-        except (BadRequest, Overloaded) as e:
-            raise ToolError(str(e)) from None
+        except (BadRequest, Overloaded, QuotaExceeded, ClientGone) as e:
+            raise ToolError(str(e) or "the client closed the connection") from None
         except TimeoutError:
-            raise ToolError("the search did not finish within the server's --timeout") from None
+            raise ToolError("the search did not finish within the server's timeout") from None
 
     @mcp.tool()
     async def search(query: str, index: str, hits: int = 10, rewriter: str = "", teacher: str = "",
@@ -43,7 +52,7 @@ def mcp_server(service: SearchService):
         params |= {name: value for name, value in (("rewriter", rewriter), ("teacher", teacher)) if value}
         if k:
             params["k"] = str(k)
-        return await answer(service.search(index, params))
+        return await answer(service.search(index, params, **caller()))
 
     @mcp.tool()
     async def get_document(docid: str, index: str) -> dict:

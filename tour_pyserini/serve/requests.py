@@ -2,25 +2,31 @@
 
 Parameters are Pyserini's (``query``, ``hits``, ``qid``) plus ``rewriter``, ``teacher``, ``trace`` and each
 rewriter's own options, named as its flags without the dashes (``k``, ``lr``, ``iterations``, ``preset``,
-``lambda``, ``prf-depth``; a flag that takes no value, such as ``no-early-stop``, is ``true``). Every refusal
-is a :class:`BadRequest`: one line, and the HTTP status that fits it.
+``lambda``, ``prf-depth``; a flag that takes no value, such as ``no-early-stop``, is ``true``). Numbers are ASCII
+digits, booleans ``true`` or ``false``. The work one request may ask is bounded by the server's
+:class:`RequestLimits`. Every refusal is a :class:`BadRequest`: one line, and the HTTP status that fits it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import Number
+from tour_pyserini.numbers import Number, param, positive_int
 from tour_pyserini.rewriters import available_rewriters, check_rewriter
-from tour_pyserini.rewriters.ttt_embed import STATE, TASK
+from tour_pyserini.rewriters.ttt_embed import STATE
 
 DEFAULT_HITS = 10  # Pyserini's REST default
-MAX_HITS = 10_000
 MAX_QUERY_CHARS = 10_000  # far beyond what any encoder reads (512 tokens)
+MAX_FLOAT_OPTION = 1000.0  # no rewriter's float (lr, weights, temperatures) means anything beyond this
+ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# options that count candidates a rewriter searches, judges or feeds back per step: bounded by max_k
+CANDIDATE_COUNTS = ("depth", "prf_depth", "topk", "bottomk", "fixed_positives", "teacher_positives")
 ONLINE = "online"  # the server's own policy under --budget / --learn: the learned state, the teacher on a share
 COMMON = {"query", "hits", "qid", "rewriter", "teacher", "trace"}
 
@@ -31,6 +37,17 @@ class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The most work one request may ask for, each settable when the server starts; the defaults keep a request
+    with the BM25 teacher well within the default timeout on two cores."""
+
+    max_hits: int = param(1000, positive_int, "most hits one request may ask")
+    max_k: int = param(100, positive_int, "most candidates a request's rewriter may judge or feed back per step "
+                       "(k, prf-depth, ...)")  # fmt: skip
+    max_iterations: int = param(10, positive_int, "most iterations (TOUR steps, PRF rounds) one request may ask")
 
 
 @dataclass(frozen=True)
@@ -46,10 +63,17 @@ class Plan:
 
 @dataclass(frozen=True)
 class SearchRequest:
+    """A checked request, with who sent it: ``client`` (a key's fingerprint, or ``anonymous``), ``keyed`` (it
+    presented a valid key). ``abandoned`` is set once its client has its 504 or has gone: its search stops at
+    the next step."""
+
     plan: Plan
     query: str
     qid: str
     trace: bool = False
+    client: str = "anonymous"
+    keyed: bool = False
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
 def check_utf8(raw_query_string: bytes) -> None:
@@ -69,16 +93,31 @@ def derived_qid(text: str) -> str:
     return "q" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
-def parse_hits(raw: str | None, limit: int) -> int:
+def parse_boolean(name: str, raw: str | None) -> bool:
+    """``true`` or ``false`` (any case); absent is false."""
+    if raw is None or raw.lower() == "false":
+        return False
+    if raw.lower() != "true":
+        raise BadRequest(f"parameter {name!r} is 'true' or 'false', got {raw[:40]!r}")
+    return True
+
+
+def parse_number(name: str, raw: str, kind: type) -> int | float:
+    """``raw`` as ``kind``, written in ASCII digits (Python's int() and float() also read other scripts' digits)."""
+    if not ASCII_NUMBER.fullmatch(raw) or (kind is int and not raw.lstrip("+-").isdigit()):
+        what = "an integer" if kind is int else "a finite number"
+        raise BadRequest(f"parameter {name!r}: {raw[:40]!r} is not {what}")
+    return kind(raw)
+
+
+def parse_hits(raw: str | None, limit: int, num_docs: int) -> int:
+    """Hits asked (at most ``limit``), and as Pyserini answers, no more than the index holds."""
     if raw is None or not raw.strip():
-        return min(DEFAULT_HITS, limit)
-    try:
-        hits = int(raw)
-    except ValueError:
-        raise BadRequest(f"parameter 'hits' must be an integer, got {raw[:40]!r}") from None
+        return min(DEFAULT_HITS, num_docs)
+    hits = parse_number("hits", raw, int)
     if not 1 <= hits <= limit:
         raise BadRequest(f"parameter 'hits' must be in [1, {limit}], got {hits}")
-    return hits
+    return min(hits, num_docs)
 
 
 def check_query(query: str | None) -> str:
@@ -92,7 +131,7 @@ def check_query(query: str | None) -> str:
 def rewriter_options(rewriter: str, params: Mapping[str, str]) -> dict:
     """The rewriter's options among ``params``, parsed and range-checked as its flags are; others refused."""
     cls = available_rewriters()[rewriter]
-    by_name = {o.option.lstrip("-"): o for o in cls.options if o.name not in (STATE.name, TASK.name)}
+    by_name = {o.option.lstrip("-"): o for o in cls.options if o.name != STATE.name}  # files are the server's
     if stray := sorted(set(params) - COMMON - set(by_name)):
         known = ", ".join(sorted(by_name)) or "none"
         raise BadRequest(f"parameter {stray[0]!r} is not an option of rewriter {rewriter!r} (its options: {known})")
@@ -102,15 +141,10 @@ def rewriter_options(rewriter: str, params: Mapping[str, str]) -> dict:
             continue
         option = by_name[name]
         if option.const is not None:
-            if raw.lower() not in ("true", "false"):
-                raise BadRequest(f"parameter {name!r} is 'true' or 'false', got {raw[:40]!r}")
-            if raw.lower() == "true":
+            if parse_boolean(name, raw):
                 options[option.name] = option.const
             continue
-        try:
-            value = option.type(raw)
-        except ValueError:
-            raise BadRequest(f"parameter {name!r}: {raw[:40]!r} is not a {option.type.__name__}") from None
+        value = parse_number(name, raw, option.type.kind) if isinstance(option.type, Number) else option.type(raw)
         if isinstance(option.type, Number):
             try:
                 option.type.check(name, value)
@@ -130,12 +164,31 @@ def check_qid(qid: str | None, query: str) -> str:
     return qid
 
 
+def check_work(rewriter: str, config, limits: RequestLimits) -> None:
+    """The rewriter's checked ``config`` within the server's limits: candidates per step, iterations, floats."""
+    by_name = {o.name: o for o in available_rewriters()[rewriter].options}
+    for name, option in by_name.items():
+        value = getattr(config, name, None)
+        shown = option.option.lstrip("-")
+        if name in CANDIDATE_COUNTS and value is not None and value > limits.max_k:
+            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_k}")
+        if name == "iterations" and value is not None and value > limits.max_iterations:
+            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of "
+                             f"{limits.max_iterations}")  # fmt: skip
+        if isinstance(value, float) and abs(value) > MAX_FLOAT_OPTION:
+            raise BadRequest(f"parameter {shown!r} ({value:g}) is beyond {MAX_FLOAT_OPTION:g}")
+
+
 def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool, teachers: list[str],
-                 state: str | None, online: bool) -> SearchRequest:  # fmt: skip
+                 state: str | None, online: bool, limits: RequestLimits = RequestLimits(),
+                 client: str = "anonymous", keyed: bool = False) -> SearchRequest:  # fmt: skip
     """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` and ``state``
-    (the file ``ttt-embed`` searches with); ``online``: a request naming no rewriter follows the server's policy."""
+    (the file ``ttt-embed`` searches with); ``online``: a request naming no rewriter follows the server's policy;
+    ``client`` and ``keyed``: who sent it."""
     query = check_query(params.get("query"))
-    hits = parse_hits(params.get("hits"), min(MAX_HITS, num_docs))
+    hits = parse_hits(params.get("hits"), limits.max_hits, num_docs)
+    trace = parse_boolean("trace", params.get("trace"))
+    qid = check_qid(params.get("qid"), query)
     rewriter = params.get("rewriter") or (ONLINE if online else "none")
     teacher = params.get("teacher") or None
     if rewriter == ONLINE:
@@ -145,8 +198,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
             raise BadRequest(f"parameter {stray[0]!r}: the server's own policy takes no rewriter options")
         if teacher is not None:
             raise BadRequest("parameter 'teacher': the server's own policy uses the teacher it was started with")
-        return SearchRequest(Plan(index, hits, ONLINE), query, check_qid(params.get("qid"), query),
-                             params.get("trace") == "true")  # fmt: skip
+        return SearchRequest(Plan(index, hits, ONLINE), query, qid, trace, client, keyed)
     if rewriter not in available_rewriters():
         raise BadRequest(f"unknown rewriter {rewriter!r}; choose one of: {', '.join(available_rewriters())}")
     if not dense and (rewriter != "none" or teacher):
@@ -166,5 +218,6 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     depth = getattr(config, "depth", None) or 0
     if depth > num_docs:
         raise BadRequest(f"parameter 'k' ({depth}) is larger than the index ({num_docs} documents)")
+    check_work(rewriter, config, limits)
     plan = Plan(index, hits, rewriter, tuple(sorted(options.items())), teacher)
-    return SearchRequest(plan, query, check_qid(params.get("qid"), query), params.get("trace") == "true")
+    return SearchRequest(plan, query, qid, trace, client, keyed)

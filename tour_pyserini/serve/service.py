@@ -10,31 +10,97 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import strictly_decreasing
+from tour_pyserini.numbers import non_negative_float, param, positive_float, positive_int
+from tour_pyserini.results import NOT_RERANKED
 from tour_pyserini.rewriters import available_rewriters
+from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served
-from tour_pyserini.serve.requests import ONLINE, BadRequest, Plan, SearchRequest, parse_search
+from tour_pyserini.serve.requests import ONLINE, BadRequest, Plan, RequestLimits, SearchRequest, parse_search
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 1
+DAY_SECONDS = 86_400
 
 
 class Overloaded(Exception):
     """The queue is full: answered 503 with Retry-After."""
 
 
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready: its search was abandoned."""
+
+
 @dataclass(frozen=True)
 class ServiceLimits:
-    window: float = 0.005  # seconds the searching thread waits for more requests to batch with the first
-    max_batch: int = 64
-    max_queue: int = 256  # requests waiting; more are refused with 503
-    timeout: float = 60.0  # seconds a request may wait and run; then 504
+    """How requests are queued, batched and timed, and how many judged queries a client may have a day."""
+
+    window: float = param(0.005, non_negative_float, "how long the first waiting request waits for others to "
+                          "batch with", flag="--batch-window", metavar="SECONDS")  # fmt: skip
+    max_batch: int = param(64, positive_int, "requests searched together at most")
+    max_queue: int = param(256, positive_int, "requests waiting at most; more get 503")
+    timeout: float = param(60.0, positive_float, "a request not answered by then gets 504, and its search stops at "
+                           "its next step", metavar="SECONDS")  # fmt: skip
+    judged_per_day: int | None = param(None, positive_int, "queries one client (a key, or every client without "
+                                       "one) may have a teacher judge in 24 hours; more get 429",
+                                       default_text="no limit")  # fmt: skip
+
+
+class DailyQuota:
+    """Judged queries per client over a rolling 24 hours."""
+
+    def __init__(self, per_day: int | None):
+        self.per_day = per_day
+        self.times: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def take(self, client: str, now: float | None = None) -> int | None:
+        """Count one judged query for ``client``; None, or the seconds until it may have one again."""
+        if self.per_day is None:
+            return None
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            times = [t for t in self.times.get(client, []) if t > now - DAY_SECONDS]
+            if len(times) >= self.per_day:
+                self.times[client] = times
+                return max(1, int(times[0] + DAY_SECONDS - now))
+            self.times[client] = [*times, now]
+            return None
+
+    def give_back(self, client: str) -> None:
+        """A counted query the teacher did not judge after all."""
+        with self.lock:
+            if self.times.get(client):
+                self.times[client].pop()
+
+
+class QuotaExceeded(Exception):
+    """A client past its judged queries for the day: 429 with Retry-After."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+async def answer_or_gone(waiting: asyncio.Future, gone: Callable[[], Awaitable[bool]] | None):
+    """The searching thread's answer, or :class:`ClientGone` once ``gone()`` says the client disconnected."""
+    if gone is None:
+        return await waiting
+    while True:
+        done, _ = await asyncio.wait({waiting}, timeout=0.25)
+        if done:
+            return waiting.result()
+        if await gone():
+            raise ClientGone()
 
 
 @dataclass(frozen=True)
@@ -49,11 +115,27 @@ def document_payload(doc) -> object:
     return {"title": doc.title, "text": doc.text} if doc.title else doc.text
 
 
+class DiskQuota:
+    """Whether a directory uses more than ``max_mb`` MiB, measured at most once a second."""
+
+    def __init__(self, directory: str | Path, max_mb: float | None):
+        self.directory, self.max_bytes = Path(directory), None if max_mb is None else max_mb * 2**20
+        self.checked, self.over = -1.0, False
+
+    def full(self) -> bool:
+        if self.max_bytes is None:
+            return False
+        if time.monotonic() - self.checked >= 1.0:
+            used = sum(f.stat().st_size for f in self.directory.rglob("*") if f.is_file())
+            self.checked, self.over = time.monotonic(), used >= self.max_bytes
+        return self.over
+
+
 class EngineWorker:
     """The engine on the searching thread: a batch's searches run together, explanations one by one."""
 
-    def __init__(self, config: ServeConfig):
-        self.engine = Engine(config)
+    def __init__(self, config: ServeConfig, may_judge: Callable[[str], bool]):
+        self.engine = Engine(config, may_judge)
 
     def handle(self, payloads: Sequence[object]) -> list:
         out: list = [None] * len(payloads)
@@ -77,13 +159,15 @@ class SearchService:
     """Checks requests, queues them for the searching thread, and shapes the answers."""
 
     def __init__(self, config: ServeConfig, limits: ServiceLimits = ServiceLimits(), *,
-                 relevance: Mapping[str, Mapping[str, int]] | None = None,
+                 requests: RequestLimits | None = None, relevance: Mapping[str, Mapping[str, int]] | None = None,
                  topics: Sequence | None = None):  # fmt: skip
-        self.config, self.limits = config, limits
+        self.config, self.limits, self.requests = config, limits, requests or RequestLimits()
+        self.quota = DailyQuota(limits.judged_per_day)
         self.relevance = relevance or {}
         self.topics = list(topics or [])
-        self.batcher = Batcher(lambda: EngineWorker(config), window=limits.window, max_batch=limits.max_batch,
-                               max_queue=limits.max_queue)  # fmt: skip
+        self.disk = DiskQuota(config.data_dir, config.max_data_mb)
+        self.batcher = Batcher(lambda: EngineWorker(config, self.may_judge), window=limits.window,
+                               max_batch=limits.max_batch, max_queue=limits.max_queue)  # fmt: skip
         self.engine: Engine | None = None
 
     def start(self) -> None:
@@ -100,33 +184,58 @@ class SearchService:
             raise BadRequest(f"unknown index {index!r}; this server's indexes: {', '.join(self.engine.indexes)}", 404)
         return self.engine.indexes[index]
 
-    def check_search(self, index: str, params: Mapping[str, str]) -> SearchRequest:
+    def check_search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
+                     keyed: bool = False) -> SearchRequest:  # fmt: skip
         handle = self.handle(index)
         online = handle.dense and self.config.budget is not None
-        return parse_search(index, params, num_docs=handle.num_docs, dense=handle.dense,
-                            teachers=list(self.config.teachers), state=self.config.state, online=online)  # fmt: skip
+        request = parse_search(index, params, num_docs=handle.num_docs, dense=handle.dense,
+                               teachers=list(self.config.teachers), state=self.config.state, online=online,
+                               limits=self.requests, client=client, keyed=keyed)  # fmt: skip
+        if request.plan.teacher is not None:
+            if self.disk.full():
+                raise BadRequest(f"the server's data directory is full ({self.config.max_data_mb:g} MB): no query "
+                                 "is judged until it has room", 507)  # fmt: skip
+            if (wait := self.quota.take(client)) is not None:
+                raise QuotaExceeded(f"more than {self.limits.judged_per_day} judged queries in 24 hours; retry in "
+                                    f"{wait} s", wait)  # fmt: skip
+        return request
 
-    async def run(self, payload: object):
-        """The searching thread's answer to ``payload``, or Overloaded, or TimeoutError."""
+    def may_judge(self, client: str) -> bool:
+        """Whether the policy may have ``client``'s query judged now (counted if so)."""
+        return not self.disk.full() and self.quota.take(client) is None
+
+    async def run(self, payload: object, abandoned: threading.Event | None = None,
+                  gone: Callable[[], Awaitable[bool]] | None = None):  # fmt: skip
+        """The searching thread's answer to ``payload``, or Overloaded, TimeoutError or ClientGone; on the last
+        two ``abandoned`` is set, so that the search stops at its next step."""
         try:
             future = self.batcher.submit(payload)
         except queue.Full:
             waiting = self.limits.max_queue
             raise Overloaded(f"{waiting} requests are waiting; retry in {RETRY_AFTER_SECONDS} s") from None
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.limits.timeout)
+            return await asyncio.wait_for(answer_or_gone(asyncio.wrap_future(future), gone), self.limits.timeout)
         except UserError as e:
             raise BadRequest(str(e)) from None
+        except (TimeoutError, ClientGone):
+            if abandoned is not None:
+                abandoned.set()
+            raise
 
-    async def search(self, index: str, params: Mapping[str, str]) -> dict:
-        """Pyserini's ``/v1/{index}/search`` answer, with what served it: rewriter, teacher, state version."""
-        request = self.check_search(index, params)
-        served: Served = await self.run(request)
+    async def search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS, keyed: bool = False,
+                     gone: Callable[[], Awaitable[bool]] | None = None) -> dict:  # fmt: skip
+        """Pyserini's ``/v1/{index}/search`` answer, with what served it: rewriter, teacher, state version.
+        ``client`` and ``keyed``: who asks; ``gone()``: whether the client has disconnected."""
+        request = self.check_search(index, params, client, keyed)
+        served: Served = await self.run(request, request.abandoned, gone)
         handle = self.engine.indexes[index]
         docids = [h.docid for h in served.result.hits]
         docs = await asyncio.to_thread(handle.docstore.get, docids) if handle.docstore else [None] * len(docids)
         plan = request.plan
         trace = served.result.trace
+        if plan.teacher is not None and trace.stop_reason == NOT_RERANKED:  # never a retriever order that looks judged
+            self.quota.give_back(client)
+            raise BadRequest(f"teacher {plan.teacher!r} scored none of the candidates", 502)
         scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
         answer = {
             "api": "v1", "index": index, "query": {"text": request.query},
@@ -134,7 +243,8 @@ class SearchService:
                             "doc": document_payload(doc) if doc else None}
                            for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)],
             "qid": request.qid, "rewriter": plan.rewriter,
-            "teacher": self.engine.judge if plan.rewriter == ONLINE and trace.teacher_calls else plan.teacher,
+            "teacher": (self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED else None)
+            if plan.rewriter == ONLINE else plan.teacher,
             "teacher_calls": trace.teacher_calls,
             "state": None if served.state_version is None else {"version": served.state_version,
                                                                  "scope": self.config.learn},
@@ -146,11 +256,13 @@ class SearchService:
     async def document(self, index: str, docid: str) -> dict:
         handle = self.handle(index)
         if handle.docstore is None or docid not in handle.docstore:
-            raise BadRequest(f"document {docid!r} is not in index {index!r}", 404)
+            shown = docid if len(docid) <= 100 else f"{docid[:100]}..."
+            raise BadRequest(f"document {shown!r} is not in index {index!r}", 404)
         doc = handle.docstore[docid]
         return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc)}
 
-    async def explain(self, index: str, params: Mapping[str, str]) -> dict:
+    async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
+                      keyed: bool = False) -> dict:  # fmt: skip
         """The explorer's view of TOUR on one query (rewriter tour-hard or tour-soft, and a teacher)."""
         params = dict(params)
         params.setdefault("rewriter", "tour-soft")
@@ -160,9 +272,9 @@ class SearchService:
             if not self.config.teachers:
                 raise BadRequest("the explorer needs a teacher: start the server with --teacher SPEC")
             params["teacher"] = self.config.teachers[0]
-        request = self.check_search(index, params)
+        request = self.check_search(index, params, client, keyed)
         qid = request.qid if params.get("qid") else self.topic_qid(request.query) or request.qid
-        out = await self.run(ExplainRequest(request.plan, request.query, qid))
+        out = await self.run(ExplainRequest(request.plan, request.query, qid), request.abandoned)
         handle = self.engine.indexes[index]
         shown = {d["docid"] for stage in out["stages"] for d in stage["ranking"]}
         shown |= {d["docid"] for d in out.get("rerank", {}).get("ranking", [])}

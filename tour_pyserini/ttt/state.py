@@ -76,7 +76,14 @@ class State:
         tmp = path.with_name(path.name + ".partial")
         metadata = {"ttt_embed": json.dumps(self.metadata())}
         save_file({"v": np.ascontiguousarray(self.vectors)}, str(tmp), metadata=metadata)
+        with open(tmp, "rb") as f:  # on disk before it takes the name: a power cut leaves the old file, not zeros
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
     @classmethod
     def load(cls, path: str | Path) -> State:

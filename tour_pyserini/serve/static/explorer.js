@@ -20,11 +20,31 @@ function element(tag, attrs, text) {
   return e;
 }
 
+class Unauthorised extends Error {}
+
+// A server with API keys answers 401 without one: the page asks for the key and keeps it for this tab only.
 async function getJson(url) {
-  const response = await fetch(url);
+  const key = sessionStorage.getItem("tour-pyserini-key");
+  const response = await fetch(url, { headers: key ? { "X-API-Key": key } : {} });
   const body = await response.json();
+  if (response.status === 401) throw new Unauthorised(body.error || response.statusText);
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
+}
+
+async function start() {
+  try {
+    await setUp();
+  } catch (e) {
+    if (!(e instanceof Unauthorised)) throw e;
+    $("key-label").hidden = false;
+    $("status").textContent = `${e.message}: enter this server's API key`;
+    $("key").addEventListener("change", () => {
+      sessionStorage.setItem("tour-pyserini-key", $("key").value);
+      $("status").textContent = "";
+      start();
+    }, { once: true });
+  }
 }
 
 async function setUp() {
@@ -154,4 +174,4 @@ function drawColumns(result) {
   $("columns").replaceChildren(...columns);
 }
 
-setUp().catch((e) => { $("status").textContent = `error: ${e.message}`; });
+start().catch((e) => { $("status").textContent = `error: ${e.message}`; });

@@ -1,0 +1,271 @@
+"""A server others can reach: API keys (Pyserini's headers and YAML config), the Host and Origin checks, CORS,
+the request log, per-client rates and daily judged queries, one server per data directory, and bounded work
+(server-side maxima, a 504'd search stopped, idle and half-sent connections closed)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from openai_server import start_server, url
+from serve_server import Server, get_url
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.serve.access import HostRule, Keys, RateLimit, host_name, read_api_keys, read_server_config
+
+KEYS = ["k" * 16 + "-alice-0123456789", "k" * 16 + "-bob-0123456789ab"]
+
+
+def test_host_names_and_the_host_rule():
+    assert [host_name(h) for h in ("Example.org:8000", "[::1]:80", "127.0.0.1", "name.", "")] == [
+        "example.org", "[::1]", "127.0.0.1", "name", ""]  # fmt: skip
+    loopback, everywhere = HostRule("127.0.0.1"), HostRule("0.0.0.0", frozenset({"search.lab.org"}))
+    assert loopback.allows("127.0.0.1") and loopback.allows("localhost") and loopback.allows("[::1]")
+    assert not loopback.allows("evil.example.com") and not loopback.allows("")  # a rebinding page's name
+    assert everywhere.allows("search.lab.org") and everywhere.allows("10.1.2.3") and everywhere.allows("localhost")
+    assert not HostRule("10.1.2.3").allows("localhost")
+
+
+def test_keys_rates_and_key_files(tmp_path):
+    keys = Keys(KEYS)
+    assert keys.match(KEYS[0]) == hashlib.sha256(KEYS[0].encode()).hexdigest()[:12]
+    assert keys.match(KEYS[0][:-1]) is None and keys.match("") is None
+    rate = RateLimit(2)
+    assert [rate.retry_after("a", now=t) for t in (0.0, 1.0, 2.0)] == [None, None, 58]
+    assert rate.retry_after("b", now=2.0) is None and rate.retry_after("a", now=60.5) is None
+    (tmp_path / "keys").write_text(f"# course keys\n{KEYS[0]}\n\n{KEYS[1]}\n")
+    assert read_api_keys(tmp_path / "keys") == KEYS
+    (tmp_path / "short").write_text("secret\n")
+    with pytest.raises(UserError, match="key 1 must be at least 16 printable characters"):
+        read_api_keys(tmp_path / "short")
+    (tmp_path / "index").mkdir()
+    (tmp_path / "server.yaml").write_text(f"indexes:\n  lab: index\napi_keys:\n  - {KEYS[1]}\n")
+    assert read_server_config(tmp_path / "server.yaml") == ({"lab": str(tmp_path / "index")}, [KEYS[1]])
+    (tmp_path / "bad.yaml").write_text("api_keys: one-key\n")
+    with pytest.raises(UserError, match="'api_keys' must be a list"):
+        read_server_config(tmp_path / "bad.yaml")
+
+
+@pytest.mark.slow
+def test_flags_that_would_expose_the_server_are_one_line(dense_index, tmp_path, capsys):
+    from tour_pyserini.commands import main
+
+    (tmp_path / "keys").write_text("short\n")
+    for argv, message in [
+        (["--host", "0.0.0.0"], "reachable from other machines: give --api-keys FILE"),
+        (["--port", "70000"], "--port must be in [0, 65535]"),
+        (["--api-keys", str(tmp_path / "keys")], "must be at least 16 printable characters"),
+        (["--cors", "*"], "give a web origin"),
+        (["--learn-from-anonymous"], "give --learn"),
+        (["--max-key-share", "0"], "--max-key-share must be in (0, 1]"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", "--index", str(dense_index), "--data-dir", str(tmp_path / "data"), *argv])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and message in err and "\n" not in err, err
+
+
+@pytest.fixture(scope="module")
+def judge():
+    server = start_server()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def keyed(dense_index, judge, tmp_path_factory):
+    """A server with two keys, the fake OpenAI judge as its teacher, a request log, CORS for one origin and 40
+    requests a minute per client."""
+    data = tmp_path_factory.mktemp("keyed")
+    (data / "keys").write_text("\n".join(KEYS) + "\n")
+    with Server("--index", str(dense_index), "--api-keys", str(data / "keys"), "--teacher", f"openai:{url(judge)}",
+                "--teacher-model", "judge-1", "--teacher-judge", "logprobs", "--threads", "1", "--data-dir",
+                str(data / "serve"), "--request-log", str(data / "requests.jsonl"), "--cors",
+                "https://course.example.org", "--requests-per-minute", "40") as server:  # fmt: skip
+        server.log = data / "requests.jsonl"
+        server.data = data / "serve"
+        yield server
+
+
+def key(i: int = 0) -> dict:
+    return {"X-API-Key": KEYS[i]}
+
+
+@pytest.mark.slow
+def test_keys_are_required_on_rest_mcp_and_status_but_not_on_the_page(keyed, dense_index):
+    path = f"/v1/{dense_index.name}/search"
+    for route in (path + "?query=bone", "/v1/status", "/v1/indexes", f"/v1/{dense_index.name}/doc/x"):
+        status, body, headers = get_url(keyed.url + route)
+        assert status == 401 and "API key is required" in body["error"] and headers["www-authenticate"] == "Bearer"
+    assert keyed.get(path, headers={"X-API-Key": "not-a-key-at-all"}, query="bone")[:2] == (
+        401, {"error": "the API key is not valid"})  # fmt: skip
+    by_header = keyed.search(dense_index.name, "bone density", headers=key(0), hits=3)
+    by_bearer = keyed.search(dense_index.name, "bone density", headers={"Authorization": f"Bearer {KEYS[1]}"}, hits=3)
+    assert by_header["candidates"] == by_bearer["candidates"]
+    with urllib.request.urlopen(keyed.url + "/explore") as page:  # the page itself: it asks for the key
+        assert page.status == 200 and b"API key" in page.read()
+
+
+@pytest.mark.slow
+def test_mcp_needs_a_key_and_a_trusted_origin(keyed, dense_index):
+    from fastmcp import Client
+    from fastmcp.client.transports import StreamableHttpTransport
+
+    async def call(headers):
+        async with Client(StreamableHttpTransport(f"{keyed.url}/mcp/", headers=headers)) as client:
+            found = await client.call_tool("search", {"query": "bone density", "index": dense_index.name, "hits": 3})
+            return found.structured_content
+
+    rest = keyed.search(dense_index.name, "bone density", headers=key(0), hits=3)
+    assert asyncio.run(call(key(0)))["candidates"] == rest["candidates"]
+    listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    for headers, status in [({}, 401), ({"X-API-Key": "wrong-key-0123456789"}, 401),
+                            ({**key(0), "Origin": "http://evil.example.com"}, 403)]:  # fmt: skip
+        request = urllib.request.Request(
+            f"{keyed.url}/mcp/",
+            data=listing,
+            method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == status and set(json.loads(refused.value.read())) == {"error"}
+
+
+def raw_request(server: Server, request: bytes) -> bytes:
+    host, port = urllib.parse.urlsplit(server.url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request)
+        return b"".join(iter(lambda: s.recv(65536), b""))
+
+
+@pytest.mark.slow
+def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_origin(keyed, dense_index):
+    for path in (f"/v1/{dense_index.name}/search?query=a", "/mcp/"):
+        answer = raw_request(keyed, f"GET {path} HTTP/1.1\r\nHost: rebind.evil.example:80\r\nX-API-Key: {KEYS[0]}\r\n"
+                                    "Connection: close\r\n\r\n".encode())  # fmt: skip
+        assert answer.startswith(b"HTTP/1.1 421") and b"does not answer for host 'rebind.evil.example'" in answer
+    status, body, headers = keyed.get("/v1/indexes", headers={**key(0), "Origin": "http://evil.example.com"})
+    assert status == 403 and "origin 'http://evil.example.com' is not allowed" in body["error"]
+    assert "access-control-allow-origin" not in headers
+    origin = "https://course.example.org"
+    status, _, headers = keyed.get("/v1/indexes", headers={**key(0), "Origin": origin})
+    assert status == 200 and headers["access-control-allow-origin"] == origin
+    preflight = raw_request(keyed, f"OPTIONS /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n"
+                                   "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: x-api-key\r\n"
+                                   "Connection: close\r\n\r\n".encode())  # fmt: skip
+    assert preflight.startswith(b"HTTP/1.1 200") and origin.encode() in preflight
+
+
+@pytest.mark.slow
+def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
+    keyed.search(dense_index.name, "statins and muscle pain", headers=key(1), hits=2, rewriter="rocchio")
+    lines = [json.loads(line) for line in keyed.log.read_text().splitlines()]
+    mine = [r for r in lines if r["parameters"].get("query") == "statins and muscle pain"]
+    assert mine and mine[-1]["key"] == hashlib.sha256(KEYS[1].encode()).hexdigest()[:12]
+    assert mine[-1]["status"] == 200 and mine[-1]["index"] == dense_index.name and mine[-1]["ms"] > 0
+    assert mine[-1]["parameters"] == {"query": "statins and muscle pain", "hits": "2", "rewriter": "rocchio"}
+    assert {r["status"] for r in lines} >= {200, 401}
+    everything = keyed.log.read_text() + "".join(keyed.stderr)
+    assert not any(k in everything for k in KEYS)
+
+
+@pytest.mark.slow
+def test_a_teacher_that_scores_nothing_is_a_502_not_the_retrievers_order(keyed, judge, dense_index):
+    params = {"rewriter": "rerank", "teacher": f"openai:{url(judge)}", "k": "5", "hits": "5"}
+    judge.body = "{}"  # the judge now answers nothing usable
+    try:
+        status, body, _ = keyed.get(f"/v1/{dense_index.name}/search", headers=key(0), query="a fresh query", **params)
+    finally:
+        judge.body = None
+    assert status == 502 and "scored none of the candidates" in body["error"]
+    assert keyed.search(dense_index.name, "a fresh query", headers=key(0), **params)["teacher_calls"] == 5
+
+
+@pytest.mark.slow
+def test_a_client_past_its_rate_gets_429_with_retry_after_and_others_do_not(keyed, dense_index):
+    def one(_):
+        return keyed.get("/v1/indexes", headers=key(0))[::2]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(45)))
+    refused = [headers for status, headers in answers if status == 429]
+    assert refused and all(1 <= int(h["retry-after"]) <= 60 for h in refused)
+    assert keyed.get("/v1/indexes", headers=key(1))[0] == 200  # the other key has its own minute
+
+
+@pytest.mark.slow
+def test_one_server_per_data_directory(keyed, dense_index, capsys):
+    from tour_pyserini.commands import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--index", str(dense_index), "--data-dir", str(keyed.data), "--port", "0"])
+    assert exit_.value.code == 2
+    assert "another server uses this data directory" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def slash_index(tmp_path_factory):
+    """A three-document dense index whose docids hold '/' (as a URL or a path would)."""
+    from tour_pyserini.encoders import EncoderSpec
+    from tour_pyserini.index.build import build_index
+    from tour_pyserini.index.dense import write_dense_index
+
+    root = tmp_path_factory.mktemp("slash")
+    docs = [("papers/2023/tour", "Test-time optimisation of query representations"), ("a/b", "bone density"),
+            ("plain", "statins and muscle pain")]  # fmt: skip
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": d, "title": "", "text": t}) + "\n" for d, t in docs))
+    build_index(root / "slashes", lambda tmp: write_dense_index(root, tmp, EncoderSpec.resolve()))
+    return root / "slashes"
+
+
+@pytest.mark.slow
+def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_index, slash_index, tmp_path):
+    slow = {"rewriter": "tour-soft", "teacher": "dense", "k": "40", "iterations": "100000", "no-early-stop": "true"}
+    with Server("--index", str(dense_index), "--index", str(slash_index), "--teacher", "dense", "--threads", "1",
+                "--data-dir", str(tmp_path), "--timeout", "1", "--max-iterations", "100000", "--batch-window", "0",
+                "--no-mcp") as server:  # fmt: skip
+        idle, half = (socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) for _ in "ab")
+        half.sendall(b"GET /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
+        status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", **slow)
+        assert status == 504
+        start = time.monotonic()
+        assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]  # the thread is free again
+        assert time.monotonic() - start < 5  # 100,000 iterations would take minutes
+        # hits beyond the index: what there is, as Pyserini answers; docids with '/' are fetched as Pyserini's are
+        assert len(server.search(slash_index.name, "bone", hits=50)["candidates"]) == 3
+        status, doc, _ = server.get(f"/v1/{slash_index.name}/doc/{urllib.parse.quote('a/b', safe='')}")
+        assert status == 200 and doc["docid"] == "a/b" and doc["doc"] == "bone density"
+        for connection in (idle, half):
+            connection.settimeout(30)
+            assert connection.recv(100) == b""  # closed by the server within its 10 s
+            connection.close()
+
+
+@pytest.mark.slow
+def test_anonymous_clients_teach_nothing_unless_allowed(dense_index, judge, tmp_path, mini_scifact):
+    from tour_pyserini.files.topics import read_topics
+
+    topics = read_topics(mini_scifact["topics"])[:4]
+    args = ("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
+            "--teacher-judge", "logprobs", "--threads", "1", "--budget", "10", "--learn", "task",
+            "--no-mcp")  # fmt: skip
+    for extra, kept in [((), 0), (("--learn-from-anonymous", "--max-key-share", "1"), 4)]:
+        data = tmp_path / str(kept)
+        with Server(*args, "--data-dir", str(data), *extra) as server:
+            answers = [server.search(dense_index.name, t.text, qid=t.qid, hits=5) for t in topics]
+            assert all(a["teacher_calls"] == 10 for a in answers)  # judged either way: the budget pays for it
+            learning = server.get("/v1/status")[1]["learning"]
+            assert learning["rewards_received"] == kept
+        log = data / "learn" / "rewards.jsonl"
+        assert (log.read_text().count("\n") if log.exists() else 0) == kept
