@@ -18,6 +18,15 @@ N_QUERIES = 40  # judged test queries in the fixture, multi-relevant ones first
 N_DISTRACTORS = 600  # other SciFact abstracts
 
 
+@pytest.fixture(autouse=True)
+def library_log_reaches_caplog():
+    """A command run in this process keeps the package's records off the root logger (its own handler prints
+    them); each test starts with the library's default, so that caplog sees them."""
+    import logging
+
+    logging.getLogger("tour_pyserini").propagate = True
+
+
 @pytest.fixture(scope="session")
 def mini_scifact(tmp_path_factory) -> dict[str, Path]:
     """The first judged SciFact test queries, their relevant abstracts and some others, as a collection."""

@@ -34,13 +34,15 @@ class StderrHandler(logging.StreamHandler):
 
 
 def show_library_log() -> None:
-    """Send the package's log records of level INFO and above to stderr, once per process."""
+    """Send the package's log records of level INFO and above to stderr, once per process, and only there: Pyserini
+    configures the root logger when it is imported (``logging.basicConfig``), which would print each record again."""
     logger = logging.getLogger("tour_pyserini")
     if not any(isinstance(h, StderrHandler) for h in logger.handlers):
         handler = StderrHandler()
         handler.setFormatter(TerminalFormatter())
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:

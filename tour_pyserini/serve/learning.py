@@ -336,13 +336,20 @@ class OnlineLearner:
             }
         }
         new = State(self.scope, keys_, V, counts, tasks, config.to_json(), self.encoder, provenance)
-        before, after = self.agreement(state, held), self.agreement(new, held)
-        self.last = {"fitted": True, "held_back": len(held), "agreement": round(after, 4),
-                     "serving_agreement": round(before, 4), "served": bool(after >= before)}  # fmt: skip
-        if not after >= before:
-            log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries (%.4f < "
-                        "%.4f); it is not served", len(held), after, before)  # fmt: skip
-            return
+        self.last = {"fitted": True, "held_back": len(held), "served": True}
+        if self.scope != "query":  # a query state moves only its own query: the held-back ones cannot judge it
+            before, after = self.agreement(state, held), self.agreement(new, held)
+            self.last |= {"agreement": None if np.isnan(after) else round(after, 4),
+                          "serving_agreement": None if np.isnan(before) else round(before, 4)}  # fmt: skip
+            if np.isnan(after) or np.isnan(before):
+                self.last |= {"served": False, "why": "the teacher ordered no pair of the held-back queries' "
+                              "candidates: nothing to check a new state on"}  # fmt: skip
+                return
+            if after < before:
+                self.last["served"] = False
+                log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries "
+                            "(%.4f < %.4f); it is not served", len(held), after, before)  # fmt: skip
+                return
         new.scaled  # computed here, not by the first batch it serves  # noqa: B018
         self.versions.save(version + 1, new)
         self.current = (version + 1, new)  # the swap: one assignment, read once per served batch
