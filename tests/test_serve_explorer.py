@@ -71,3 +71,34 @@ def test_the_explorer_runs_tour_and_plots_the_trajectories(server, tmp_path):
         assert not logs, logs  # no script error, nothing the page failed to load
     finally:
         driver.quit()
+
+
+@pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+                    reason="chromium and chromedriver are not installed (make browser installs them)")  # fmt: skip
+def test_the_explorer_asks_a_keyed_server_for_its_key(dense_index, bm25_index, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from serve_server import Server
+
+    key = "explorer-key-0123456789abcdef"
+    (tmp_path / "keys").write_text(key + "\n")
+    with Server("--index", str(dense_index), "--teacher", "bm25", "--api-keys", str(tmp_path / "keys"), "--threads",
+                "1", "--data-dir", str(tmp_path / "data"), "--no-mcp") as server:  # fmt: skip
+        driver = browser(tmp_path / "profile")
+        try:
+            driver.get(f"{server.url}/explore")
+            wait = WebDriverWait(driver, 120)
+            wait.until(lambda d: "API key" in d.find_element(By.ID, "status").text)
+            assert driver.find_element(By.ID, "key-label").is_displayed()
+            field = driver.find_element(By.ID, "key")
+            field.send_keys(key)
+            driver.find_element(By.ID, "query").click()  # leaving the field commits it
+            wait.until(lambda d: len(Select(d.find_element(By.ID, "index")).options) == 1)
+            driver.find_element(By.ID, "query").send_keys("vitamin D and bone density")
+            driver.find_element(By.ID, "run").click()
+            wait.until(lambda d: d.find_element(By.ID, "status").text == "done" or "error" in d.find_element(
+                By.ID, "status").text)  # fmt: skip
+            assert driver.find_element(By.ID, "status").text == "done"
+            assert driver.find_elements(By.CSS_SELECTOR, "#plot svg polyline.trajectory")
+        finally:
+            driver.quit()
