@@ -3,6 +3,7 @@ refusals, batching across clients, a full queue, and a graceful stop."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -218,3 +219,27 @@ def test_a_restart_pays_for_no_pair_twice(dense_index, tmp_path):
     finally:
         judge.shutdown()
         judge.server_close()
+
+
+def test_pyserinis_parse_k1_b_and_max_doc_length(server, dense_index, bm25_index, mini_scifact):
+    from tour_pyserini.search.bm25 import Bm25Searcher
+
+    query = "vitamin D and bone density"
+    tuned = server.search(bm25_index.name, query, hits=5, k1="1.2", b="0.75")
+    plain = server.search(bm25_index.name, query, hits=5)
+    lucene = Bm25Searcher.from_index(bm25_index, k1=1.2, b=0.75).retrieve([query], ["q"], 5)[0]
+    assert [c["docid"] for c in tuned["candidates"]] == [h.docid for h in lucene.hits]
+    assert [c["score"] for c in tuned["candidates"]] == pytest.approx([h.score for h in lucene.hits], abs=1e-4)
+    assert [c["score"] for c in plain["candidates"]] != [c["score"] for c in tuned["candidates"]]
+    assert server.search(bm25_index.name, query, hits=5)["candidates"] == plain["candidates"]  # BM25's own again
+    raw = server.search(dense_index.name, query, hits=1, parse="false", max_doc_length="40")["candidates"][0]
+    stored = json.loads(raw["doc"])
+    assert stored["id"] == raw["docid"] and len(stored["text"]) == 40
+    parsed = server.search(dense_index.name, query, hits=1, max_doc_length="40")["candidates"][0]["doc"]
+    assert parsed["text"] == stored["text"] and parsed["title"] == stored["title"]
+    for params, message in [({"k1": "1.2"}, "set BM25: index"), ({"parse": "yes"}, "'parse' is 'true' or 'false'"),
+                            ({"max_doc_length": "0"}, "must be positive")]:  # fmt: skip
+        status, body, _ = server.get(f"/v1/{dense_index.name}/search", query=query, **params)
+        assert status == 400 and message in body["error"], body
+    status, body, _ = server.get(f"/v1/{bm25_index.name}/search", query=query, b="1.5")
+    assert status == 400 and "'b' must be in [0, 1]" in body["error"]

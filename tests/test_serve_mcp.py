@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -43,3 +44,67 @@ def test_an_agent_searches_with_tour_over_mcp(server, dense_index, bm25_index):
     assert found["rewriter"] == "tour-soft" and found["teacher_calls"] == rest["teacher_calls"]
     assert doc["doc"] == rest["candidates"][0]["doc"]
     assert {i["name"] for i in listed["result"]} == {dense_index.name, bm25_index.name}
+
+
+def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_index, bm25_index, mini_scifact):
+    from fastmcp import Client
+    from fastmcp.exceptions import ToolError
+
+    from tour_pyserini.files import read_qrels
+
+    qrels = read_qrels(mini_scifact["qrels"])
+    qid, judged = next(iter(qrels.items()))
+    relevant = next(d for d, g in judged.items() if g > 0)
+
+    async def session():
+        async with Client(f"{server.url}/mcp/") as client:
+            out = {"tools": {tool.name for tool in await client.list_tools()}}
+            out["qrels"] = await client.call_tool("get_qrels", {"index_name": dense_index.name, "query_id": qid})
+            out["rr"] = await client.call_tool("eval_hits", {"index_name": dense_index.name, "metric": "recip_rank",
+                                                             "query_id": qid, "hits": {"not-it": 2.0, relevant: 1.0},
+                                                             "cutoff": 10})  # fmt: skip
+            out["index"] = await client.call_tool("get_index", {"index_name": bm25_index.name})
+            out["bm25"] = await client.call_tool("list_indexes", {"index_type": "tf"})
+            out["raw"] = await client.call_tool("get_document", {"docid": relevant, "index": dense_index.name,
+                                                                 "parse": False})  # fmt: skip
+            for args, message in [
+                ({"query": "a", "index": dense_index.name, "hits": "ten"}, "argument 'hits': "),
+                ({"index": dense_index.name}, "argument 'query': Missing required argument"),
+            ]:
+                with pytest.raises(ToolError) as refused:
+                    await client.call_tool("search", args)
+                out.setdefault("errors", []).append((str(refused.value), message))
+            return out
+
+    out = asyncio.run(session())
+    assert {"search", "get_document", "list_indexes", "get_index", "fuse_search_results", "get_qrels",
+            "eval_hits"} <= out["tools"]  # fmt: skip
+    assert out["qrels"].structured_content == dict(judged)
+    assert out["rr"].structured_content["result"] == 0.5  # the relevant document second
+    assert out["index"].structured_content["kind"] == "bm25"
+    assert [i["name"] for i in out["bm25"].structured_content["result"]] == [bm25_index.name]
+    raw = json.loads(out["raw"].structured_content["doc"])
+    assert raw["id"] == relevant and set(raw) == {"id", "title", "text"}
+    for error, message in out["errors"]:
+        assert message in error and "\n" not in error and "pydantic" not in error
+
+
+@pytest.mark.parametrize("dense, sparse", [
+    ({"a": 3.1, "b": 1.3, "d": 2.2}, {"a": 10.4, "b": 9.7, "c": 6.1}),
+    ({"a": 0.71, "b": 0.65, "c": 0.645}, {"a": 12.2, "c": 3.1, "e": 5.0}),
+])  # fmt: skip
+def test_fusion_is_pyserinis_hybrid_fusion(dense, sparse):
+    from pyserini.search.faiss import DenseSearchResult
+    from pyserini.search.hybrid import HybridSearcher
+
+    from tour_pyserini.search.fusion import hybrid_fusion
+
+    theirs = HybridSearcher._hybrid_results(
+        [DenseSearchResult(d, s) for d, s in dense.items()],
+        [DenseSearchResult(d, s) for d, s in sparse.items()],
+        1,
+        10,
+        True,
+    )
+    ours = hybrid_fusion(dense, sparse, k=10)
+    assert [(h.docid, pytest.approx(h.score)) for h in theirs] == ours  # fmt: skip

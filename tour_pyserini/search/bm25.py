@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from tour_pyserini._java import allow_long_queries, import_pyserini
@@ -15,9 +16,10 @@ from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
 class Bm25Searcher(PyseriniSearch):
     """``LuceneSearcher`` with BM25 (k1 0.9, b 0.4 as in Pyserini's BEIR regressions)."""
 
-    def __init__(self, lucene_searcher, threads: int = 1):
+    def __init__(self, lucene_searcher, threads: int = 1, k1: float = 0.9, b: float = 0.4):
         self.lucene = lucene_searcher
         self.threads = threads
+        self.k1, self.b = k1, b
 
     @classmethod
     def from_index(cls, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> Bm25Searcher:
@@ -27,7 +29,16 @@ class Bm25Searcher(PyseriniSearch):
         searcher = import_pyserini("pyserini.search.lucene").LuceneSearcher(str(index_dir))
         allow_long_queries()
         searcher.set_bm25(k1, b)
-        return cls(searcher, threads)
+        return cls(searcher, threads, k1, b)
+
+    @contextmanager
+    def bm25(self, k1: float | None = None, b: float | None = None) -> Iterator[None]:
+        """Search with BM25's ``k1`` and ``b`` (None: the searcher's own) inside the block, then with its own."""
+        self.lucene.set_bm25(self.k1 if k1 is None else k1, self.b if b is None else b)
+        try:
+            yield
+        finally:
+            self.lucene.set_bm25(self.k1, self.b)
 
     @hits_is_k
     def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:

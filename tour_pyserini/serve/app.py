@@ -166,15 +166,15 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
 
     @app.get("/v1/{index}/search", summary="Search an index (Pyserini's route), optionally with a query rewriter")
     async def search(request: Request, index: str, query: str | None = None, hits: str | None = None,
-                     rewriter: str | None = None, teacher: str | None = None, k: str | None = None,
-                     qid: str | None = None, trace: str | None = None):  # fmt: skip
+                     parse: str | None = None, rewriter: str | None = None, teacher: str | None = None,
+                     k: str | None = None, qid: str | None = None, trace: str | None = None):  # fmt: skip
         return await service.search(index, dict(request.query_params), **caller(request),
                                     gone=request.is_disconnected)  # fmt: skip
 
     # {docid:path}: a docid may hold "/", sent as %2F (which the server decodes, as Pyserini's does)
     @app.get("/v1/{index}/doc/{docid:path}", summary="A document by its docid (Pyserini's route)")
-    async def document(index: str, docid: str):
-        return await service.document(index, docid)
+    async def document(request: Request, index: str, docid: str, parse: str | None = None):
+        return await service.document(index, docid, dict(request.query_params))
 
     @app.get("/v1/{index}/explain", summary="TOUR's iterations on one query, for the explorer page")
     async def explain(request: Request, index: str, query: str | None = None):

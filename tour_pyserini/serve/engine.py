@@ -217,9 +217,11 @@ class Engine:
         texts, qids = [r.query for r in requests], [r.qid for r in requests]
         if not handle.dense:
             out: list[Served | None] = [None] * len(requests)
-            for hits in dict.fromkeys(r.plan.hits for r in requests):
-                at = [i for i, r in enumerate(requests) if r.plan.hits == hits]
-                for i, result in zip(at, handle.searcher.retrieve([texts[i] for i in at], [qids[i] for i in at], hits)):
+            for plan in dict.fromkeys(r.plan for r in requests):  # hits, and the BM25 parameters asked
+                at = [i for i, r in enumerate(requests) if r.plan == plan]
+                with handle.searcher.bm25(**dict(plan.options)):
+                    found = handle.searcher.retrieve([texts[i] for i in at], [qids[i] for i in at], plan.hits)
+                for i, result in zip(at, found):
                     out[i] = Served(result)
             return out  # type: ignore[return-value]
         traces = [Trace() for _ in requests]

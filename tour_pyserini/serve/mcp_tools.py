@@ -1,14 +1,23 @@
-"""The server's searches as MCP tools (fastmcp), named as Pyserini 2.x's MCP server names them: ``search``,
-``get_document``, ``list_indexes``; served over streamable HTTP under ``/mcp/`` by the same process.
+"""The server's searches as MCP tools (fastmcp), named and with arguments as Pyserini 2.x's MCP server has them:
+``search``, ``get_document``, ``list_indexes``, ``get_index``, ``fuse_search_results``, ``get_qrels`` and
+``eval_hits``; served over streamable HTTP under ``/mcp/`` by the same process.
 
-A tool answers what the REST route answers; a refused request is a tool error with the same one line.
+A tool answers what the REST route answers; a refused request, and an argument of the wrong type, is a tool
+error of one line.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.serve.requests import BadRequest
 from tour_pyserini.serve.service import ClientGone, Overloaded, QuotaExceeded, SearchService
+
+# Pyserini's eval_hits metrics (trec_eval's ndcg_cut, recall, map and recip_rank at the cutoff) as ir-measures names
+EVAL_METRICS = {"ndcg": "nDCG@{}", "recall": "R@{}", "map": "AP@{}", "recip_rank": "RR@{}"}
+# Pyserini's index types, as list_indexes takes them, and ours
+INDEX_TYPES = {"faiss": "dense", "tf": "bm25", "dense": "dense", "bm25": "bm25"}
 
 
 def caller() -> dict:
@@ -19,11 +28,31 @@ def caller() -> dict:
     return {"client": getattr(state, "client", ANONYMOUS), "keyed": getattr(state, "keyed", False)}
 
 
+def one_line_arguments():
+    """fastmcp middleware: an argument that does not validate is one line naming it (not pydantic's report)."""
+    from fastmcp.exceptions import ToolError, ValidationError
+    from fastmcp.server.middleware import Middleware
+
+    class OneLine(Middleware):
+        async def on_call_tool(self, context, call_next):
+            try:
+                return await call_next(context)
+            except ValidationError as e:
+                errors = e.__cause__.errors() if hasattr(e.__cause__, "errors") else []
+                if not errors:
+                    raise ToolError(str(e).splitlines()[0]) from None
+                where = ".".join(str(p) for p in errors[0].get("loc", ()))
+                raise ToolError(f"argument {where!r}: {errors[0].get('msg', 'invalid')}") from None
+
+    return OneLine()
+
+
 def mcp_server(service: SearchService):
     from fastmcp import FastMCP
     from fastmcp.exceptions import ToolError
 
     mcp = FastMCP("tour-pyserini")
+    mcp.add_middleware(one_line_arguments())
 
     async def answer(call):
         try:
@@ -33,9 +62,16 @@ def mcp_server(service: SearchService):
         except TimeoutError:
             raise ToolError("the search did not finish within the server's timeout") from None
 
+    def checked(call, *args):
+        try:
+            return call(*args)
+        except BadRequest as e:
+            raise ToolError(str(e)) from None
+
     @mcp.tool()
-    async def search(query: str, index: str, hits: int = 10, rewriter: str = "", teacher: str = "",
-                     k: int = 0) -> dict:  # fmt: skip
+    async def search(query: str, index: str, hits: int = 10, parse: bool = True, rewriter: str = "",
+                     teacher: str = "", k: int = 0, k1: float | None = None, b: float | None = None,
+                     max_doc_length: int | None = None) -> dict:  # fmt: skip
         """Search one of the server's indexes (list_indexes names them); returns the top ``hits`` candidates
         with docid, score, rank and document, as Pyserini's REST route does.
 
@@ -43,25 +79,59 @@ def mcp_server(service: SearchService):
             query: the query text
             index: index name, from list_indexes
             hits: number of results (default 10)
+            parse: true: each document's title and text; false: the document as stored (one JSON string)
             rewriter: "" for the server's default; "tour-soft" or "tour-hard" to optimise the query vector at test
                 time with the teacher's judgments (TOUR), "rerank", "rocchio", ... (list_indexes names them)
             teacher: one of the server's teachers (list_indexes names them), for rewriters that ask one
             k: candidates the teacher judges per iteration (0: the rewriter's default)
+            k1: BM25's k1 for this search (BM25 indexes only)
+            b: BM25's b for this search (BM25 indexes only)
+            max_doc_length: each document's text cut to this many characters
         """
-        params = {"query": query, "hits": str(hits)}
-        params |= {name: value for name, value in (("rewriter", rewriter), ("teacher", teacher)) if value}
-        if k:
-            params["k"] = str(k)
+        optional = {"rewriter": rewriter, "teacher": teacher, "k": k or None, "k1": k1, "b": b,
+                    "max_doc_length": max_doc_length}  # fmt: skip
+        params = {"query": query, "hits": str(hits), "parse": str(parse).lower()}
+        params |= {name: str(value) for name, value in optional.items() if value not in ("", None)}
         return await answer(service.search(index, params, **caller()))
 
     @mcp.tool()
-    async def get_document(docid: str, index: str) -> dict:
-        """The full text of a document by its docid, from one of the server's indexes."""
-        return await answer(service.document(index, docid))
+    async def get_document(docid: str, index: str, parse: bool = True) -> dict:
+        """The full text of a document by its docid, from one of the server's indexes (parse: false gives the
+        document as stored, one JSON string)."""
+        return await answer(service.document(index, docid, {"parse": str(parse).lower()}))
 
     @mcp.tool()
-    def list_indexes() -> list[dict]:
-        """The indexes this server searches: name, kind (dense or bm25), documents, teachers and rewriters."""
-        return service.indexes()["indexes"]
+    def list_indexes(index_type: str = "") -> list[dict]:
+        """The indexes this server searches: name, kind (dense or bm25), documents, teachers and rewriters;
+        index_type ("dense" or "bm25"; Pyserini's "faiss" and "tf" too) keeps those of one kind."""
+        if index_type and index_type not in INDEX_TYPES:
+            raise ToolError(f"index_type must be one of {', '.join(INDEX_TYPES)}, got {index_type[:40]!r}")
+        found = service.indexes()["indexes"]
+        return [i for i in found if not index_type or i["kind"] == INDEX_TYPES[index_type]]
+
+    @mcp.tool()
+    def get_index(index_name: str) -> dict[str, Any]:
+        """What list_indexes says of one index: kind, documents, teachers, rewriters, the policy."""
+        return checked(service.index_info, index_name)
+
+    @mcp.tool()
+    def fuse_search_results(hits1: list[dict[str, Any]], hits2: list[dict[str, Any]], k: int = 10) -> list[dict]:
+        """Fuse two result lists (each [{"docid": ..., "score": ...}], as search returns candidates) by Pyserini's
+        normalised average: each list's scores centred and divided by their range, a missing document taking
+        its list's lowest score, the two added; the top k, best first."""
+        return checked(service.fuse, hits1, hits2, k)
+
+    @mcp.tool()
+    def get_qrels(index_name: str, query_id: str) -> dict[str, int]:
+        """The relevance judgments of one query ({docid: grade}), from the qrels the server was started with."""
+        return checked(service.qrels_of, index_name, query_id)
+
+    @mcp.tool()
+    def eval_hits(index_name: str, metric: str, query_id: str, hits: dict[str, float], cutoff: int = 10) -> float:
+        """One query's hits ({docid: score}) scored against the server's qrels: metric ndcg, recall, map or
+        recip_rank at the cutoff (trec_eval's ndcg_cut, recall, map and recip_rank, as Pyserini's tool)."""
+        if metric not in EVAL_METRICS:
+            raise ToolError(f"metric must be one of {', '.join(EVAL_METRICS)}, got {metric[:40]!r}")
+        return checked(service.eval_hits, index_name, EVAL_METRICS[metric].format(cutoff), query_id, hits)
 
     return mcp

@@ -28,7 +28,9 @@ ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # options that count candidates a rewriter searches, judges or feeds back per step: bounded by max_k
 CANDIDATE_COUNTS = ("depth", "prf_depth", "topk", "bottomk", "fixed_positives", "teacher_positives")
 ONLINE = "online"  # the server's own policy under --budget / --learn: the learned state, the teacher on a share
-COMMON = {"query", "hits", "qid", "rewriter", "teacher", "trace"}
+SHOWN = ("parse", "max_doc_length")  # how documents are shown (Pyserini's REST parameters): any index, any rewriter
+BM25 = ("k1", "b")  # BM25's parameters for this request (Pyserini's REST parameters): BM25 indexes only
+COMMON = {"query", "hits", "qid", "rewriter", "teacher", "trace", *SHOWN, *BM25}
 
 
 class BadRequest(Exception):
@@ -62,6 +64,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Shown:
+    """How documents are shown: ``parse`` (Pyserini's default: title and text; else the document as stored, one
+    JSON string) and ``max_chars`` (each document's text cut to it; None: whole)."""
+
+    parse: bool = True
+    max_chars: int | None = None
+
+
+@dataclass(frozen=True)
 class SearchRequest:
     """A checked request, with who sent it: ``client`` (a key's fingerprint, or ``anonymous``), ``keyed`` (it
     presented a valid key). ``abandoned`` is set once its client has its 504 or has gone: its search stops at
@@ -73,6 +84,7 @@ class SearchRequest:
     trace: bool = False
     client: str = "anonymous"
     keyed: bool = False
+    shown: Shown = Shown()
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
@@ -164,6 +176,30 @@ def check_qid(qid: str | None, query: str) -> str:
     return qid
 
 
+def parse_shown(params: Mapping[str, str]) -> Shown:
+    """``parse`` (true or false) and ``max_doc_length`` (characters, positive) of a search or document request."""
+    raw = params.get("max_doc_length")
+    max_chars = None if raw is None else parse_number("max_doc_length", raw, int)
+    if max_chars is not None and max_chars < 1:
+        raise BadRequest(f"parameter 'max_doc_length' must be positive, got {max_chars}")
+    parse = params.get("parse")
+    return Shown(parse is None or parse_boolean("parse", parse), max_chars)
+
+
+def parse_bm25(params: Mapping[str, str], index: str, dense: bool) -> tuple[tuple[str, float], ...]:
+    """The BM25 parameters a request sets (``k1`` at least 0, ``b`` in [0, 1]), as plan options; refused on a
+    dense index, which has no BM25 to set."""
+    given = {name: params[name] for name in BM25 if name in params}
+    if given and dense:
+        raise BadRequest(f"parameters 'k1' and 'b' set BM25: index {index!r} is dense")
+    values = {name: parse_number(name, raw, float) for name, raw in given.items()}
+    if not 0 <= values.get("k1", 0) <= MAX_FLOAT_OPTION:
+        raise BadRequest(f"parameter 'k1' must be in [0, {MAX_FLOAT_OPTION:g}], got {values['k1']:g}")
+    if not 0 <= values.get("b", 0) <= 1:
+        raise BadRequest(f"parameter 'b' must be in [0, 1], got {values['b']:g}")
+    return tuple(sorted(values.items()))
+
+
 def check_work(rewriter: str, config, limits: RequestLimits) -> None:
     """The rewriter's checked ``config`` within the server's limits: candidates per step, iterations, floats."""
     by_name = {o.name: o for o in available_rewriters()[rewriter].options}
@@ -189,6 +225,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     hits = parse_hits(params.get("hits"), limits.max_hits, num_docs)
     trace = parse_boolean("trace", params.get("trace"))
     qid = check_qid(params.get("qid"), query)
+    shown, bm25 = parse_shown(params), parse_bm25(params, index, dense)
     rewriter = params.get("rewriter") or (ONLINE if online else "none")
     teacher = params.get("teacher") or None
     if rewriter == ONLINE:
@@ -198,11 +235,15 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
             raise BadRequest(f"parameter {stray[0]!r}: the server's own policy takes no rewriter options")
         if teacher is not None:
             raise BadRequest("parameter 'teacher': the server's own policy uses the teacher it was started with")
-        return SearchRequest(Plan(index, hits, ONLINE), query, qid, trace, client, keyed)
+        return SearchRequest(Plan(index, hits, ONLINE), query, qid, trace, client, keyed, shown)
     if rewriter not in available_rewriters():
         raise BadRequest(f"unknown rewriter {rewriter!r}; choose one of: {', '.join(available_rewriters())}")
     if not dense and (rewriter != "none" or teacher):
         raise BadRequest(f"index {index!r} is BM25: it takes no rewriter or teacher")
+    if not dense:
+        if stray := sorted(set(params) - COMMON):
+            raise BadRequest(f"parameter {stray[0]!r} does not apply to BM25 index {index!r}")
+        return SearchRequest(Plan(index, hits, "none", bm25), query, qid, trace, client, keyed, shown)
     if teacher is not None and teacher not in teachers:
         started = ", ".join(teachers) if teachers else "none (start it with --teacher SPEC)"
         raise BadRequest(f"unknown teacher {teacher!r}; this server's teachers: {started}")
@@ -220,4 +261,4 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
         raise BadRequest(f"parameter 'k' ({depth}) is larger than the index ({num_docs} documents)")
     check_work(rewriter, config, limits)
     plan = Plan(index, hits, rewriter, tuple(sorted(options.items())), teacher)
-    return SearchRequest(plan, query, qid, trace, client, keyed)
+    return SearchRequest(plan, query, qid, trace, client, keyed, shown)

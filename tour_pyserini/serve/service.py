@@ -8,6 +8,7 @@ the :class:`~tour_pyserini.serve.engine.Engine`; its coroutines wait for their j
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
@@ -24,7 +25,16 @@ from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served
-from tour_pyserini.serve.requests import ONLINE, BadRequest, Plan, RequestLimits, SearchRequest, parse_search
+from tour_pyserini.serve.requests import (
+    ONLINE,
+    BadRequest,
+    Plan,
+    RequestLimits,
+    SearchRequest,
+    Shown,
+    parse_search,
+    parse_shown,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +120,13 @@ class ExplainRequest:
     qid: str
 
 
-def document_payload(doc) -> object:
-    """A document as Pyserini's REST shows a parsed JSON document: its one field alone, else the fields."""
-    return {"title": doc.title, "text": doc.text} if doc.title else doc.text
+def document_payload(doc, shown: Shown) -> object:
+    """A document as Pyserini's REST shows a parsed JSON document (its one field alone, else the fields), or with
+    ``parse=false`` as stored (one JSON string); its text cut to ``shown.max_chars``."""
+    text = doc.text if shown.max_chars is None else doc.text[: shown.max_chars]
+    if not shown.parse:
+        return json.dumps({"id": doc.docid, "title": doc.title, "text": text}, ensure_ascii=False)
+    return {"title": doc.title, "text": text} if doc.title else text
 
 
 class DiskQuota:
@@ -240,7 +254,7 @@ class SearchService:
         answer = {
             "api": "v1", "index": index, "query": {"text": request.query},
             "candidates": [{"docid": h.docid, "score": score, "rank": rank,
-                            "doc": document_payload(doc) if doc else None}
+                            "doc": document_payload(doc, request.shown) if doc else None}
                            for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)],
             "qid": request.qid, "rewriter": plan.rewriter,
             "teacher": (self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED else None)
@@ -253,13 +267,15 @@ class SearchService:
             answer["trace"] = trace.to_json()
         return answer
 
-    async def document(self, index: str, docid: str) -> dict:
+    async def document(self, index: str, docid: str, params: Mapping[str, str] | None = None) -> dict:
+        """Pyserini's ``/v1/{index}/doc/{docid}`` answer; ``params``: ``parse`` and ``max_doc_length``."""
+        shown = parse_shown(params or {})
         handle = self.handle(index)
         if handle.docstore is None or docid not in handle.docstore:
             shown = docid if len(docid) <= 100 else f"{docid[:100]}..."
             raise BadRequest(f"document {shown!r} is not in index {index!r}", 404)
         doc = handle.docstore[docid]
-        return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc)}
+        return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc, shown)}
 
     async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
                       keyed: bool = False) -> dict:  # fmt: skip
@@ -287,6 +303,49 @@ class SearchService:
 
     def topic_qid(self, text: str) -> str | None:
         return next((t.qid for t in self.topics if t.text == text), None)
+
+    def index_info(self, index: str) -> dict:
+        """One index as :meth:`indexes` lists it."""
+        self.handle(index)
+        return next(i for i in self.indexes()["indexes"] if i["name"] == index)
+
+    def qrels_of(self, index: str, qid: str) -> dict[str, int]:
+        """The judgments of ``qid`` among the qrels the server was started with (--qrels), {} if none."""
+        self.handle(index)
+        if not self.relevance:
+            raise BadRequest("this server has no qrels: start it with --topics and --qrels")
+        return dict(self.relevance.get(qid, {}))
+
+    def eval_hits(self, index: str, measure: str, qid: str, hits: Mapping[str, float]) -> float:
+        """``measure`` (an ir-measures name) of one query's ``hits`` ({docid: score}) against the server's qrels."""
+        from tour_pyserini.eval.judge import QrelsJudge
+
+        judged = self.qrels_of(index, qid)
+        if not judged:
+            raise BadRequest(f"query {qid[:100]!r} has no judgments in this server's qrels")
+        if not all(isinstance(s, int | float) for s in hits.values()):
+            raise BadRequest("hits must map docids to numeric scores")
+        try:
+            judge = QrelsJudge({qid: judged}, [measure])
+        except UserError as e:
+            raise BadRequest(str(e)) from None
+        values = judge.per_query({qid: {str(d): float(s) for d, s in hits.items()}})
+        return values[str(judge.measures[0])][qid]
+
+    @staticmethod
+    def fuse(first: Sequence[Mapping], second: Sequence[Mapping], k: int) -> list[dict]:
+        """Pyserini's normalised fusion of two result lists of {"docid", "score"}, the top ``k``."""
+        from tour_pyserini.search.fusion import hybrid_fusion
+
+        if k < 1:
+            raise BadRequest(f"k must be positive, got {k}")
+        runs = []
+        for name, hits in (("hits1", first), ("hits2", second)):
+            try:
+                runs.append({str(h["docid"]): float(h["score"]) for h in hits})
+            except (KeyError, TypeError, ValueError):
+                raise BadRequest(f"{name} must be a list of {{'docid': ..., 'score': number}}") from None
+        return [{"docid": d, "score": s} for d, s in hybrid_fusion(runs[0], runs[1], k)]
 
     def indexes(self) -> dict:
         rewriters = sorted(available_rewriters())
