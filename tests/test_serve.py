@@ -190,6 +190,10 @@ def test_bad_flags_are_one_line_before_anything_loads(dense_index, tmp_path, cap
         (["--index", str(dense_index), "--encoder-precision", "int8"], "runs through ONNX Runtime only"),
         (["--index", str(dense_index), "--encoder-runtime", "onnx", "--encoder-precision", "bf16"], "no bfloat16"),
         (["--index", str(dense_index), "--device", "tpu"], "--device must be cpu, cuda or cuda:N"),
+        (
+            ["--index", str(dense_index), "--teacher", "bm25", "--teacher", "dense", "--teacher-runtime", "openvino"],
+            "--teacher-runtime: not an option of any of the teachers (bm25, dense)",
+        ),
     ]:
         with pytest.raises(SystemExit) as exit_:
             main(["serve", *argv])

@@ -271,3 +271,15 @@ def test_a_fingerprint_names_everything_the_scores_depend_on(dense_index, bm25_i
         == f"ensemble(1.0*{bm25.fingerprint}+2.0*{oracle.fingerprint})"
     )
     assert FusionTeacher([bm25, dense]).fingerprint == f"fusion({bm25.fingerprint}+{dense.fingerprint})"
+
+
+def test_teachers_sharing_one_set_of_flags_each_take_the_ones_they_read():
+    from tour_pyserini.teachers import check_shared_teacher_options, options_for
+
+    options = {"runtime": "openvino"}
+    check_shared_teacher_options(["bm25", "cross-encoder:some/model"], options)  # the cross-encoder reads it
+    assert options_for("cross-encoder:some/model", options) == options and options_for("bm25", options) == {}
+    with pytest.raises(UserError, match="--teacher-runtime: not an option of any of the teachers"):
+        check_shared_teacher_options(["bm25", "dense"], options)
+    with pytest.raises(UserError, match="not an option of the bm25 teacher"):
+        check_shared_teacher_options(["bm25"], options)

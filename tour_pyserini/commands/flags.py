@@ -50,9 +50,20 @@ def config_from_flags(config_class, args: argparse.Namespace, **values):
 
 
 def add_teacher_flags(ap) -> None:
-    """The flags the teachers declare (``--teacher-model``, ``--teacher-instruction``, ...), on ``ap`` or a group."""
+    """The flags of a teacher model, ``--teacher-max-length`` and ``--teacher-precision``, and those the teachers
+    declare (``--teacher-model``, ``--teacher-runtime``, ...), on ``ap`` or a group."""
+    from tour_pyserini.devices import DEFAULT_PRECISION
+    from tour_pyserini.runtime import ONNX_AUTO
     from tour_pyserini.teachers import teacher_options
 
+    ap.add_argument("--teacher-max-length", type=positive_int, help="tokens a cross-encoder teacher reads (default: "
+                    "the model's own limit, which the trainer sets to its training length; at most 512)")  # fmt: skip
+    ap.add_argument("--teacher-precision", choices=RUNTIME_PRECISIONS, help="a cross-encoder teacher's "
+                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
+                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
+                    "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 "
+                    f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
+                    f"{DEFAULT_PRECISION})")  # fmt: skip
     for option in teacher_options():
         option.add_to(ap)
 

@@ -24,7 +24,6 @@ from tour_pyserini.commands.flags import (
     teacher_flags,
 )
 from tour_pyserini.commands.outputs import check_outputs
-from tour_pyserini.devices import DEFAULT_PRECISION
 from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import RunWriter
@@ -33,7 +32,7 @@ from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
 from tour_pyserini.results import NOT_RERANKED, SearchResult
 from tour_pyserini.rewriters import available_rewriters, get_rewriter_class
-from tour_pyserini.runtime import ONNX_AUTO, RUNTIME_PRECISIONS
+from tour_pyserini.runtime import RUNTIME_PRECISIONS
 from tour_pyserini.search.configure import SearchConfig, SearchPlan, TeacherInfo, open_searcher, plan_search
 from tour_pyserini.teachers import teacher_usages
 from tour_pyserini.teachers.cache import mostly_unscored
@@ -91,18 +90,6 @@ def parser() -> argparse.ArgumentParser:
                     "models/nq-oracle-ce alone re-ranks nq-oracle worse than the retriever, Acc@1 0.811 against "
                     "0.930: use ensemble:models/nq-oracle-ce/ensemble.json, 0.936, or a tuned --lambda; "
                     "models/README.md)")  # fmt: skip
-    rw.add_argument(
-        "--teacher-max-length",
-        type=positive_int,
-        help="tokens a cross-encoder teacher reads "
-        "(default: the model's own limit, which the trainer sets to its training length; at most 512)",
-    )
-    rw.add_argument("--teacher-precision", choices=RUNTIME_PRECISIONS, help="a cross-encoder teacher's "
-                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
-                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
-                    "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 "
-                    f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
-                    f"{DEFAULT_PRECISION})")  # fmt: skip
     add_teacher_flags(rw)
     add_renamed(rw, "--reranker")
     add_renamed(rw, "--reranker-max-length", type=positive_int)

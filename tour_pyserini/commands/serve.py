@@ -103,9 +103,11 @@ def serve_config(args: argparse.Namespace):
     from tour_pyserini.encoders.query import resolve_query_precision
     from tour_pyserini.index.layout import index_kind
     from tour_pyserini.index.query_side import query_encoder_spec
+    from tour_pyserini.runtime import resolve_runtime_precision
     from tour_pyserini.serve.access import read_server_config
     from tour_pyserini.serve.engine import ServeConfig
-    from tour_pyserini.teachers import available_teachers, check_teacher_options
+    from tour_pyserini.teachers import available_teachers, check_shared_teacher_options
+    from tour_pyserini.teachers.cross_encoder import RUNTIME
 
     configured = read_server_config(args.config)[0] if args.config else {}
     paths = [*args.index, *configured.values()]
@@ -121,7 +123,11 @@ def serve_config(args: argparse.Namespace):
     for spec in args.teacher:
         if spec.partition(":")[0] not in available_teachers():
             raise UserError(f"--teacher {spec}: unknown teacher; choose one of: {', '.join(available_teachers())}")
-        check_teacher_options(spec, teacher_option_values(args))
+    options = teacher_option_values(args)
+    check_shared_teacher_options(args.teacher, options)
+    if args.teacher_precision or options.get(RUNTIME.name):  # as the search command checks them
+        resolve_runtime_precision(args.teacher_precision or "auto", options.get(RUNTIME.name, RUNTIME.default),
+                                  args.device, "--teacher-precision", RUNTIME.option)  # fmt: skip
     if args.learn and args.budget is None:
         raise UserError("--learn learns from the judgments --budget pays for: give --budget")
     if args.learn_from_anonymous and not args.learn:
@@ -141,7 +147,8 @@ def serve_config(args: argparse.Namespace):
                        teachers=tuple(args.teacher), data_dir=args.data_dir,
                        state=args.state, budget=args.budget, learn=args.learn, judge_depth=args.judge_depth,
                        max_depth=args.max_depth, refit_steps=args.refit_steps, threads=args.threads,
-                       device=args.device, teacher_options=teacher_option_values(args),
+                       device=args.device, teacher_options=options, teacher_max_length=args.teacher_max_length,
+                       teacher_precision=args.teacher_precision,
                        encoder_precision=resolve_query_precision(args.encoder_precision, args.device,
                                                                  args.encoder_runtime),
                        encoder_runtime=args.encoder_runtime, encoders=encoders,

@@ -22,10 +22,8 @@ from tour_pyserini.commands.flags import (
     teacher_flags,
 )
 from tour_pyserini.commands.outputs import locked_output
-from tour_pyserini.devices import DEFAULT_PRECISION
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import non_negative_int, positive_float, positive_int
-from tour_pyserini.runtime import RUNTIME_PRECISIONS
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
@@ -47,9 +45,6 @@ def parser() -> argparse.ArgumentParser:
                     help="judgments per rewarded query in the first pass (10)")  # fmt: skip
     rw.add_argument("--max-depth", type=positive_int, default=100,
                     help="base candidates a query can be judged on (100)")  # fmt: skip
-    rw.add_argument("--teacher-max-length", type=positive_int, help="tokens a cross-encoder teacher reads")
-    rw.add_argument("--teacher-precision", choices=RUNTIME_PRECISIONS, help="a cross-encoder teacher's arithmetic "
-                    f"(default {DEFAULT_PRECISION})")  # fmt: skip
     add_teacher_flags(rw)
     rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")
     rc.add_argument("--trace", required=True, nargs="+", help="trace files of searches (search --trace)")

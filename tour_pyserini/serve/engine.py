@@ -27,7 +27,7 @@ from tour_pyserini.rewriters import Abandoned, Rewriter, check_rewriter
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import OnlineLearner, Reward
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
-from tour_pyserini.teachers import ScoreStore, Teacher
+from tour_pyserini.teachers import ScoreStore, Teacher, options_for
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ class ServeConfig:
     refit_steps: int = 100  # warm-started refits; the first fit takes FitConfig's 300
     threads: int | None = None  # torch's (encoder, cross-encoder teachers); Faiss 1 when None, as the search command
     device: str = "cpu"
-    teacher_options: Mapping[str, object] = field(default_factory=dict)
+    teacher_options: Mapping[str, object] = field(default_factory=dict)  # each teacher takes those it reads
+    teacher_max_length: int | None = None
+    teacher_precision: str | None = None
     encoder_precision: str = "fp32"  # the query encoders' arithmetic, resolved (fp32, bf16 or int8)
     encoder_runtime: str = "torch"  # what runs them: torch, onnx or openvino
     learn_from_anonymous: bool = False  # with learn: keep the judgments of clients without a key too
@@ -112,8 +114,9 @@ def open_index(path: str, name: str, config: ServeConfig, encoders: QueryEncoder
     searcher = TourSearcher.from_open_index(index, encoder, threads=config.threads or 1)
     teachers, stores = {}, {}
     for spec_text in config.teachers:
-        search = SearchConfig(index=path, teacher=spec_text, teacher_options=config.teacher_options,
-                              device=config.device)  # fmt: skip
+        search = SearchConfig(index=path, teacher=spec_text, teacher_options=options_for(spec_text,
+                              config.teacher_options), teacher_max_length=config.teacher_max_length,
+                              teacher_precision=config.teacher_precision, device=config.device)  # fmt: skip
         teacher = get_teacher(spec_text, teacher_context(search, encoders, opened))
         teachers[spec_text] = teacher
         stores[spec_text] = None

@@ -8,7 +8,7 @@ one from a spec string such as ``cross-encoder:models/scifact-rce``, ``bm25``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import (
@@ -24,8 +24,8 @@ from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
 __all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
-           "StoredTeacher", "available_teachers", "check_teacher_options", "get_teacher",
-           "options_read_by", "teacher_options", "teacher_usages"]  # fmt: skip
+           "StoredTeacher", "available_teachers", "check_shared_teacher_options", "check_teacher_options",
+           "get_teacher", "options_for", "options_read_by", "teacher_options", "teacher_usages"]  # fmt: skip
 
 
 def available_teachers() -> dict[str, type[Teacher]]:
@@ -35,6 +35,22 @@ def available_teachers() -> dict[str, type[Teacher]]:
 def teacher_usages() -> str:
     """How each registered teacher's spec is written, for help texts: "bm25[:DIR], cross-encoder:PATH, ..."."""
     return ", ".join(cls.usage or name for name, cls in sorted(available_teachers().items()))
+
+
+def options_for(spec: str, options: Mapping[str, object]) -> dict:
+    """The values among ``options`` (by teacher option name) that the teacher ``spec`` reads."""
+    own = {o.name for o in options_read_by(spec)}
+    return {name: value for name, value in options.items() if name in own}
+
+
+def check_shared_teacher_options(specs: Sequence[str], options: Mapping[str, object]) -> None:
+    """Refuse a teacher flag that none of ``specs`` reads: teachers that share one set of flags (a server's) each
+    take the ones they read."""
+    if len(specs) < 2:
+        return check_teacher_options(specs[0] if specs else None, options)
+    if stray := [o.option for o in teacher_options() if o.name in options
+                 and not any(o.name in options_for(spec, options) for spec in specs)]:  # fmt: skip
+        raise UserError(f"{', '.join(stray)}: not an option of any of the teachers ({', '.join(specs)})")
 
 
 def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> None:
