@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -161,3 +162,16 @@ def test_a_store_written_before_stores_were_stamped_is_still_read(tmp_path):
     assert store.get("q", ["d1", "d2"]) == {"d1": 1.5}
     store.close()
     assert ScoreStore(path, "cross-encoder:m max_length 256 weights 0123").get("q", ["d1"]) == {"d1": 1.5}
+
+
+def test_a_store_names_a_query_by_its_hash_not_its_text(tmp_path):
+    path = tmp_path / "new.sqlite"
+    query = "vitamin D and bone density " * 400  # 10,800 characters, as a hostile client may send
+    store = ScoreStore(path, "bm25")
+    store.put(query, {f"d{i}": float(i) for i in range(10)})
+    assert store.get(query, ["d3", "d11"]) == {"d3": 3.0} and store.get(query[:-1], ["d3"]) == {}
+    store.close()
+    with sqlite3.connect(path) as db:
+        keys = {q for (q,) in db.execute("SELECT DISTINCT query FROM scores")}
+    assert keys == {hashlib.sha256(query.encode()).hexdigest()}
+    assert b"vitamin D" not in path.read_bytes() and path.stat().st_size < 64 * 1024

@@ -10,6 +10,7 @@ existing file, SQLite or not, is refused untouched. Only finite scores are kept.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 import tempfile
@@ -71,8 +72,14 @@ def check_store_path(path: str | Path) -> Path:
     return path
 
 
+def query_key(query: str) -> str:
+    """How a store names a query: its text's SHA-256, so that a long query is not kept again with every pair."""
+    return hashlib.sha256(query.encode("utf-8")).hexdigest()
+
+
 class ScoreStore:
-    """``(query text, docid) -> score`` in one SQLite file, for one teacher."""
+    """``(query, docid) -> score`` in one SQLite file, for one teacher. A query is named by its text's SHA-256
+    (stores written before keep naming it by its text, which they still read)."""
 
     def __init__(self, path: str | Path, teacher_label: str):
         self.path = check_store_path(path)
@@ -88,6 +95,9 @@ class ScoreStore:
                             "name another file")  # fmt: skip
         if stored is None:
             self.db.execute("INSERT INTO meta VALUES ('teacher', ?)", (teacher_label,))
+            self.db.execute("INSERT INTO meta VALUES ('query', 'sha256')")
+        hashed = self.db.execute("SELECT value FROM meta WHERE key = 'query'").fetchone()
+        self.key = query_key if hashed is not None else str
         if self.db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:  # new, or written before stamps
             self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         self.db.commit()
@@ -99,14 +109,14 @@ class ScoreStore:
             chunk = list(docids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             rows = self.db.execute(f"SELECT docid, score FROM scores WHERE query = ? AND docid IN ({marks})",
-                                   [query, *chunk])  # fmt: skip
+                                   [self.key(query), *chunk])  # fmt: skip
             # a NULL or non-finite score (kept by versions that stored a server's NaN) counts as never scored
             found.update((d, s) for d, s in rows if isinstance(s, (int, float)) and math.isfinite(s))
         return found
 
     def put(self, query: str, scores: Mapping[str, float]) -> None:
         """Keep the finite ``scores``; a NaN (no score) or an infinity is left out, so a later run asks again."""
-        rows = [(query, d, float(s)) for d, s in scores.items() if math.isfinite(s)]
+        rows = [(self.key(query), d, float(s)) for d, s in scores.items() if math.isfinite(s)]
         self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
         self.db.commit()
 
