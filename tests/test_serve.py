@@ -83,7 +83,7 @@ BAD = [
     ({"query": "a", "rewriter": "tour-soft", "teacher": "nope"}, 400, "unknown teacher 'nope'"),
     ({"query": "a", "rewriter": "tour-soft"}, 400, "needs a teacher"),
     ({"query": "a", "teacher": "bm25"}, 400, "asks none"),
-    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "0"}, 400, "k must be positive"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "0"}, 400, "parameter 'k' must be positive"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "100000"}, 400, "larger than the index"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "'nan' is not a finite number"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "1e9"}, 400, "is beyond 1000"),

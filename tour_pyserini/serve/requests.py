@@ -41,6 +41,15 @@ class BadRequest(Exception):
         self.status = status
 
 
+FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+
+
+def as_request(error: UserError) -> BadRequest:
+    """A library error as a request's refusal: the command-line flags it names are this request's parameters
+    (``--k`` is ``'k'``, ``--prf-depth`` is ``'prf-depth'``)."""
+    return BadRequest(FLAG.sub(lambda m: f"'{m.group(1)}'", str(error)))
+
+
 @dataclass(frozen=True)
 class RequestLimits:
     """The most work one request may ask for, each settable when the server starts; the defaults keep a request
@@ -159,9 +168,9 @@ def rewriter_options(rewriter: str, params: Mapping[str, str]) -> dict:
         value = parse_number(name, raw, option.type.kind) if isinstance(option.type, Number) else option.type(raw)
         if isinstance(option.type, Number):
             try:
-                option.type.check(name, value)
+                option.type.check(f"parameter {name!r}", value)
             except UserError as e:
-                raise BadRequest(str(e)) from None
+                raise as_request(e) from None
         if option.choices and value not in option.choices:
             raise BadRequest(f"parameter {name!r} must be one of {', '.join(option.choices)}, got {value!r}")
         options[option.name] = value
@@ -255,7 +264,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     try:
         _, config = check_rewriter(rewriter, options, teacher=teacher is not None)
     except UserError as e:
-        raise BadRequest(str(e)) from None
+        raise as_request(e) from None
     depth = getattr(config, "depth", None) or 0
     if depth > num_docs:
         raise BadRequest(f"parameter 'k' ({depth}) is larger than the index ({num_docs} documents)")

@@ -32,6 +32,7 @@ from tour_pyserini.serve.requests import (
     RequestLimits,
     SearchRequest,
     Shown,
+    as_request,
     parse_search,
     parse_shown,
 )
@@ -230,7 +231,7 @@ class SearchService:
         try:
             return await asyncio.wait_for(answer_or_gone(asyncio.wrap_future(future), gone), self.limits.timeout)
         except UserError as e:
-            raise BadRequest(str(e)) from None
+            raise as_request(e) from None
         except (TimeoutError, ClientGone):
             if abandoned is not None:
                 abandoned.set()
@@ -328,7 +329,7 @@ class SearchService:
         try:
             judge = QrelsJudge({qid: judged}, [measure])
         except UserError as e:
-            raise BadRequest(str(e)) from None
+            raise as_request(e) from None
         values = judge.per_query({qid: {str(d): float(s) for d, s in hits.items()}})
         return values[str(judge.measures[0])][qid]
 
