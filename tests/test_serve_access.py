@@ -66,9 +66,10 @@ def test_flags_that_would_expose_the_server_are_one_line(dense_index, tmp_path, 
         (["--cors", "*"], "give a web origin"),
         (["--learn-from-anonymous"], "give --learn"),
         (["--max-key-share", "0"], "--max-key-share must be in (0, 1]"),
+        (["--data-dir", str(dense_index / "tour_pyserini.json")], "cannot use it as a directory"),
     ]:
         with pytest.raises(SystemExit) as exit_:
-            main(["serve", "--index", str(dense_index), "--data-dir", str(tmp_path / "data"), *argv])
+            main(["serve", "--index", str(dense_index), "--data-dir", str(tmp_path / "data"), "--port", "0", *argv])
         assert exit_.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and message in err and "\n" not in err, err

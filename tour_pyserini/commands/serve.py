@@ -212,7 +212,10 @@ def main(argv: list[str] | None = None) -> None:
 
         topics = read_topics(args.topics)
         relevance = read_qrels(args.qrels) if args.qrels else None
-    Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file of that name, a read-only parent
+        raise UserError(f"--data-dir {config.data_dir}: cannot use it as a directory ({e.strerror})") from None
     # one server per data directory: two would write the same state versions and logs; the kernel frees the lock
     # of a killed server
     lock = open_locked(Path(config.data_dir) / "serve.lock", "--data-dir",

@@ -196,6 +196,7 @@ class OnlineLearner:
         state = self.current[1]
         self.fitted = state.provenance.get("online", {}).get("rewards", 0) if state is not None else 0
         self.fits, self.fit_seconds = 0, 0.0
+        self.refused = 0  # fitted states the guard did not serve
         self.last: dict = {}  # what the last fit found: the guard's decision, or why there was nothing to fit
         self.error: str | None = None
         self.wake = threading.Condition()
@@ -344,9 +345,11 @@ class OnlineLearner:
             if np.isnan(after) or np.isnan(before):
                 self.last |= {"served": False, "why": "the teacher ordered no pair of the held-back queries' "
                               "candidates: nothing to check a new state on"}  # fmt: skip
+                self.refused += 1
                 return
             if after < before:
                 self.last["served"] = False
+                self.refused += 1
                 log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries "
                             "(%.4f < %.4f); it is not served", len(held), after, before)  # fmt: skip
                 return
@@ -369,5 +372,6 @@ class OnlineLearner:
             return {"scope": self.scope, "version": version, "rewarded_queries": len(self.judged),
                     "judgments": sum(len(s) for s in self.judged.values()), "rewards_fitted": self.fitted,
                     "rewards_received": self.received, "clients": len(set(self.clients.values())),
-                    "max_key_share": self.max_key_share, "fits": self.fits, "fit_seconds": round(self.fit_seconds, 4),
+                    "max_key_share": self.max_key_share, "fits": self.fits, "states_refused": self.refused,
+                    "fit_seconds": round(self.fit_seconds, 4),
                     "last_fit": self.last, "error": self.error}  # fmt: skip
