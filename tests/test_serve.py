@@ -98,6 +98,7 @@ BAD = [
     ({"query": "a", "rewriter": "rocchio", "lr": "1"}, 400, "not an option of rewriter 'rocchio'"),
     ({"query": "a", "qid": "two words"}, 400, "qid"),
     ({"query": "a", "rewriter": "online"}, 400, "started with --budget"),
+    ({"query": "a", "rewriter": "ttt-embed", "task": "nope"}, 400, "no task 'nope'"),  # a state's task, by name
 ]
 
 
@@ -115,6 +116,7 @@ def test_a_bad_request_is_one_json_line(params, status, message, server, dense_i
     ("/v1/{dense}/search?query=ok&qid=%C3%28", 400, "not valid UTF-8"),
     ("/v1/{dense}/doc/%FF", 400, "not valid UTF-8"),
     ("/v1/{dense}/doc/no-such-doc", 404, "not in index"),
+    ("/v1/{dense}/doc/" + "x" * 100_000, 404, "x" * 100 + "...' is not in index"),  # cut, not echoed whole
     ("/v1/{bm25}/search?query=a&rewriter=tour-soft&teacher=bm25", 400, "is BM25"),
     ("/v1/{dense}/search?query=a&rewriter=ttt-embed&state=/etc/passwd", 400, "not an option"),
     ("/no/such/route", 404, "Not Found"),

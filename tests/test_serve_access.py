@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from openai_server import start_server, url
-from serve_server import Server, get_url
+from serve_server import Server, get_url, wait_until
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.serve.access import HostRule, Keys, RateLimit, host_name, read_api_keys, read_server_config
@@ -194,6 +194,20 @@ def test_a_teacher_that_scores_nothing_is_a_502_not_the_retrievers_order(keyed, 
 
 
 @pytest.mark.slow
+def test_teachers_are_named_without_their_paths_or_urls(keyed, judge, dense_index):
+    listed = keyed.get("/v1/indexes", headers=key(0))[1]["indexes"][0]["teachers"]
+    assert listed == ["openai:judge-1"]  # its label: the model, not the server's address
+    by_name = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", k="5", hits=5,
+                           teacher="openai:judge-1")  # fmt: skip
+    by_spec = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", k="5", hits=5,
+                           teacher=f"openai:{url(judge)}")  # the operator's own name works too  # fmt: skip
+    assert by_name["candidates"] == by_spec["candidates"] and by_name["teacher"] == by_spec["teacher"] == listed[0]
+    status, body, _ = keyed.get(f"/v1/{dense_index.name}/search", headers=key(0), query="a", rewriter="rerank",
+                                teacher="nope")  # fmt: skip
+    assert status == 400 and "127.0.0.1" not in body["error"]
+
+
+@pytest.mark.slow
 def test_a_client_past_its_rate_gets_429_with_retry_after_and_others_do_not(keyed, dense_index):
     def one(_):
         return keyed.get("/v1/indexes", headers=key(0))[::2]
@@ -234,8 +248,8 @@ def slash_index(tmp_path_factory):
 def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_index, slash_index, tmp_path):
     slow = {"rewriter": "tour-soft", "teacher": "dense", "k": "40", "iterations": "100000", "no-early-stop": "true"}
     with Server("--index", str(dense_index), "--index", str(slash_index), "--teacher", "dense", "--threads", "1",
-                "--data-dir", str(tmp_path), "--timeout", "1", "--max-iterations", "100000", "--batch-window", "0",
-                "--no-mcp") as server:  # fmt: skip
+                "--data-dir", str(tmp_path), "--timeout", "3", "--max-iterations", "100000", "--batch-window", "0",
+                "--request-log", str(tmp_path / "requests.jsonl"), "--no-mcp") as server:  # fmt: skip
         idle, half = (socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) for _ in "ab")
         half.sendall(b"GET /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", **slow)
@@ -243,6 +257,17 @@ def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_in
         start = time.monotonic()
         assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]  # the thread is free again
         assert time.monotonic() - start < 5  # 100,000 iterations would take minutes
+        with socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) as gone:  # leaves early
+            query = urllib.parse.urlencode({"query": "protein folding again", **slow})
+            gone.sendall(f"GET /v1/{dense_index.name}/search?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            time.sleep(0.3)
+        # before its 3 s were up, the server saw the client go (499 in the log) and stopped its search
+        logged = wait_until(lambda: [r for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines())
+                                     if r["status"] == 499], timeout=2.5)  # fmt: skip
+        assert logged[0]["parameters"]["query"] == "protein folding again"
+        start = time.monotonic()
+        assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
+        assert time.monotonic() - start < 5
         # hits beyond the index: what there is, as Pyserini answers; docids with '/' are fetched as Pyserini's are
         assert len(server.search(slash_index.name, "bone", hits=50)["candidates"]) == 3
         status, doc, _ = server.get(f"/v1/{slash_index.name}/doc/{urllib.parse.quote('a/b', safe='')}")
@@ -268,5 +293,12 @@ def test_anonymous_clients_teach_nothing_unless_allowed(dense_index, judge, tmp_
             assert all(a["teacher_calls"] == 10 for a in answers)  # judged either way: the budget pays for it
             learning = server.get("/v1/status")[1]["learning"]
             assert learning["rewards_received"] == kept
+            judge.body = "not json"  # the teacher fails: the policy serves the state's order, unjudged
+            try:
+                failed = server.search(dense_index.name, "a query the teacher cannot judge", hits=5)
+            finally:
+                judge.body = None
+            assert failed["teacher"] is None and failed["candidates"]
+            assert server.get("/v1/status")[1]["learning"]["rewards_received"] == kept
         log = data / "learn" / "rewards.jsonl"
         assert (log.read_text().count("\n") if log.exists() else 0) == kept

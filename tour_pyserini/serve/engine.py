@@ -70,8 +70,16 @@ class ServedIndex:
     searcher: object  # TourSearcher, or Bm25Searcher for a BM25 index
     num_docs: int
     docstore: DocStore | None
-    teachers: dict[str, Teacher]
+    teachers: dict[str, Teacher]  # by spec, as the server was started
     stores: dict[str, ScoreStore | None]
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Each teacher's public name (its label, which names no local path or URL) -> its spec."""
+        return {teacher.label: spec for spec, teacher in self.teachers.items()}
+
+    def public(self, spec: str | None) -> str | None:
+        return None if spec is None else self.teachers[spec].label
 
 
 def slug(text: str) -> str:
@@ -284,10 +292,11 @@ class Engine:
                 judged = Plan(handle.name, plan.hits, "rerank", (("depth", depth),), self.judge)
                 try:
                     results = search(self.rewriter(handle, judged))
-                except (Abandoned, UserError):
+                except Abandoned:
                     raise
-                except Exception:  # noqa: BLE001 - the policy serves the retriever's order instead
-                    log.exception("the policy's teacher %s failed; %d queries served unjudged", self.judge, len(at))
+                except Exception as e:  # noqa: BLE001 - the policy serves the state's order instead
+                    log.warning("the policy's teacher %s failed (%s: %s); %d queries served unjudged",
+                                handle.public(self.judge), type(e).__name__, str(e)[:200], len(at))  # fmt: skip
             if results is None:
                 results = search(None)
             for i, result in zip(at, results):

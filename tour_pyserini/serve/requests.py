@@ -224,10 +224,11 @@ def check_work(rewriter: str, config, limits: RequestLimits) -> None:
             raise BadRequest(f"parameter {shown!r} ({value:g}) is beyond {MAX_FLOAT_OPTION:g}")
 
 
-def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool, teachers: list[str],
+def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool, teachers: Mapping[str, str],
                  state: str | None, online: bool, limits: RequestLimits = RequestLimits(),
                  client: str = "anonymous", keyed: bool = False) -> SearchRequest:  # fmt: skip
-    """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` and ``state``
+    """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (public name ->
+    spec; a request names a teacher by either) and ``state``
     (the file ``ttt-embed`` searches with); ``online``: a request naming no rewriter follows the server's policy;
     ``client`` and ``keyed``: who sent it."""
     query = check_query(params.get("query"))
@@ -253,9 +254,10 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
         if stray := sorted(set(params) - COMMON):
             raise BadRequest(f"parameter {stray[0]!r} does not apply to BM25 index {index!r}")
         return SearchRequest(Plan(index, hits, "none", bm25), query, qid, trace, client, keyed, shown)
-    if teacher is not None and teacher not in teachers:
+    if teacher is not None and teacher not in teachers and teacher not in teachers.values():
         started = ", ".join(teachers) if teachers else "none (start it with --teacher SPEC)"
-        raise BadRequest(f"unknown teacher {teacher!r}; this server's teachers: {started}")
+        raise BadRequest(f"unknown teacher {teacher[:100]!r}; this server's teachers: {started}")
+    teacher = teachers.get(teacher, teacher)  # the spec, which the plan keeps
     options = rewriter_options(rewriter, params)
     if rewriter == "ttt-embed":
         if state is None:

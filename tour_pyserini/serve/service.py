@@ -204,7 +204,7 @@ class SearchService:
         handle = self.handle(index)
         online = handle.dense and self.config.budget is not None
         request = parse_search(index, params, num_docs=handle.num_docs, dense=handle.dense,
-                               teachers=list(self.config.teachers), state=self.config.state, online=online,
+                               teachers=handle.names, state=self.config.state, online=online,
                                limits=self.requests, client=client, keyed=keyed)  # fmt: skip
         if request.plan.teacher is not None:
             if self.disk.full():
@@ -250,7 +250,7 @@ class SearchService:
         trace = served.result.trace
         if plan.teacher is not None and trace.stop_reason == NOT_RERANKED:  # never a retriever order that looks judged
             self.quota.give_back(client)
-            raise BadRequest(f"teacher {plan.teacher!r} scored none of the candidates", 502)
+            raise BadRequest(f"teacher {handle.public(plan.teacher)!r} scored none of the candidates", 502)
         scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
         answer = {
             "api": "v1", "index": index, "query": {"text": request.query},
@@ -258,8 +258,8 @@ class SearchService:
                             "doc": document_payload(doc, request.shown) if doc else None}
                            for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)],
             "qid": request.qid, "rewriter": plan.rewriter,
-            "teacher": (self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED else None)
-            if plan.rewriter == ONLINE else plan.teacher,
+            "teacher": handle.public((self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED
+                                      else None) if plan.rewriter == ONLINE else plan.teacher),
             "teacher_calls": trace.teacher_calls,
             "state": None if served.state_version is None else {"version": served.state_version,
                                                                  "scope": self.config.learn},
@@ -298,7 +298,8 @@ class SearchService:
         docs = await asyncio.to_thread(handle.docstore.get, sorted(shown)) if handle.docstore else []
         judged = self.relevance.get(qid)
         return {"api": "v1", "index": index, "query": {"text": request.query}, "qid": qid,
-                "rewriter": request.plan.rewriter, "teacher": request.plan.teacher, "k": dict(request.plan.options).get(
+                "rewriter": request.plan.rewriter, "teacher": handle.public(request.plan.teacher),
+                "k": dict(request.plan.options).get(
                     "depth", 100), **out, "titles": {d.docid: (d.title or d.text)[:120] for d in docs},
                 "relevance": None if judged is None else {d: judged.get(d, 0) for d in shown}}  # fmt: skip
 
@@ -352,7 +353,7 @@ class SearchService:
         rewriters = sorted(available_rewriters())
         return {"api": "v1", "indexes": [
             {"name": h.name, "kind": "dense" if h.dense else "bm25", "documents": h.num_docs,
-             "teachers": list(h.teachers), "rewriters": rewriters if h.dense else ["none"],
+             "teachers": list(h.names), "rewriters": rewriters if h.dense else ["none"],
              "policy": ONLINE if h.dense and self.config.budget is not None else "none"}
             for h in self.engine.indexes.values()]}  # fmt: skip
 
