@@ -60,10 +60,10 @@ def start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     return process, line.split()[-1]
 
 
-def request(url: str) -> tuple[int, float, dict | None]:
+def request(url: str, headers: dict | None = None) -> tuple[int, float, dict | None]:
     start = time.perf_counter()
     try:
-        with urllib.request.urlopen(url, timeout=600) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=600) as response:
             body = json.loads(response.read())
             return response.status, time.perf_counter() - start, body
     except urllib.error.HTTPError as e:
@@ -73,13 +73,13 @@ def request(url: str) -> tuple[int, float, dict | None]:
         return 0, time.perf_counter() - start, None
 
 
-def load(url: str, texts: list[str], params: dict, clients: int) -> dict:
+def load(url: str, texts: list[str], params: dict, clients: int, headers: dict | None = None) -> dict:
     """``clients`` threads share ``texts`` (one request each); throughput, latency percentiles, errors."""
     urls = [f"{url}/v1/scifact.minilm/search?" + urllib.parse.urlencode({"query": t, "hits": 10, **params})
             for t in texts]  # fmt: skip
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        answers = list(pool.map(request, urls))
+        answers = list(pool.map(lambda u: request(u, headers), urls))
     wall = time.perf_counter() - start
     latencies = np.array([seconds for status, seconds, _ in answers if status == 200])
     return {"clients": clients, "requests": len(urls), "errors": sum(status != 200 for status, _, _ in answers),
@@ -113,6 +113,44 @@ def load_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
             finally:
                 process.terminate()
                 process.wait(120)
+    return rows
+
+
+def access_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
+    """The cost of the access checks: two servers at once, one open (loopback, no keys) and one with keys, a
+    request log and a rate limit no client reaches; the same claims sent to each in turn, the order of the arms
+    alternating round by round."""
+    data = WORK / "access"
+    subprocess.run(["rm", "-rf", str(data)], check=True)
+    data.mkdir(parents=True)
+    key = "load-bench-key-0123456789abcdef"
+    (data / "api-keys.txt").write_text(key + "\n")
+    common = ["--index", INDEX, "--threads", str(args.threads), "--teacher", "bm25"]
+    arms = {"open": ([], None),
+            "keys": (["--api-keys", str(data / "api-keys.txt"), "--request-log", str(data / "requests.jsonl"),
+                      "--requests-per-minute", "100000"], {"X-API-Key": key})}  # fmt: skip
+    servers = {arm: start([*common, "--data-dir", str(data / arm), *extra], data / f"{arm}.log")
+               for arm, (extra, _) in arms.items()}  # fmt: skip
+    rows, offset = [], 0
+    try:
+        for arm, (_, url) in servers.items():
+            request(f"{url}/v1/scifact.minilm/search?query=warm+up&hits=10", arms[arm][1])
+        for config in ("dense", "tour-soft-bm25"):
+            for clients in args.clients:
+                for round_ in range(args.rounds):
+                    batch = texts[offset : offset + clients * args.requests]  # the same claims for both arms
+                    offset += len(batch)
+                    for arm in list(arms)[:: 1 if round_ % 2 == 0 else -1]:
+                        row = {"config": config, "access": arm, "round": round_,
+                               **load(servers[arm][1], batch, CONFIGS[config], clients, arms[arm][1]),
+                               "command": f"tour-pyserini serve {' '.join([*common, *arms[arm][0]])}",
+                               "bench_command": "python bench/serve_load.py " + " ".join(sys.argv[1:])}  # fmt: skip
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(120)
     return rows
 
 
@@ -186,7 +224,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=12, help="requests per client at each client count")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kill-after", type=float, default=8.0, help="seconds of load before the SIGKILL")
-    ap.add_argument("--experiments", nargs="+", default=["load", "kill9"], choices=["load", "kill9"])
+    ap.add_argument("--experiments", nargs="+", default=["load", "kill9", "access"],
+                    choices=["load", "kill9", "access"])  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of each arm in the access experiment")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = ap.parse_args()
     texts = [t.text for t in read_topics("collections/scifact/topics.train.tsv")]
@@ -194,6 +234,8 @@ def main() -> None:
     if "load" in args.experiments:
         rows = load_experiment(args, texts)
         results["load"] = [r for r in results.get("load", []) if r["config"] not in args.configs] + rows
+    if "access" in args.experiments:
+        results["access"] = access_experiment(args, texts)
     if "kill9" in args.experiments:
         results["kill9"] = kill_experiment(args, texts)
         print(json.dumps(results["kill9"]), flush=True)

@@ -171,6 +171,7 @@ def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_orig
 @pytest.mark.slow
 def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
     keyed.search(dense_index.name, "statins and muscle pain", headers=key(1), hits=2, rewriter="rocchio")
+    assert keyed.get("/v1/status", headers={"X-API-Key": "a-guess-that-is-no-key"})[0] == 401
     lines = [json.loads(line) for line in keyed.log.read_text().splitlines()]
     mine = [r for r in lines if r["parameters"].get("query") == "statins and muscle pain"]
     assert mine and mine[-1]["key"] == hashlib.sha256(KEYS[1].encode()).hexdigest()[:12]

@@ -297,6 +297,8 @@ class Engine:
                 except Exception as e:  # noqa: BLE001 - the policy serves the state's order instead
                     log.warning("the policy's teacher %s failed (%s: %s); %d queries served unjudged",
                                 handle.public(self.judge), type(e).__name__, str(e)[:200], len(at))  # fmt: skip
+                    for i in at:  # what the failed attempt recorded is no judgment: only its time stays
+                        traces[i] = Trace(seconds=traces[i].seconds, stop_reason="the teacher failed: unjudged")
             if results is None:
                 results = search(None)
             for i, result in zip(at, results):
