@@ -22,6 +22,14 @@ pytestmark = pytest.mark.slow
 TOPK = [1, 5, 20, 100]
 
 
+def write_collection(directory, docs):
+    """A collection folder of (docid, title, text) documents, as the answer judge reads passages."""
+    directory.mkdir()
+    (directory / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
+                                                    for i, t, x in docs))  # fmt: skip
+    return directory
+
+
 def test_nq_oracle_collection_counts():
     corpus = [json.loads(line) for line in (NQ_ORACLE / "corpus.jsonl").open(encoding="utf-8")]
     train, test = read_topics(NQ_ORACLE / "topics.train.jsonl"), read_topics(NQ_ORACLE / "topics.test.jsonl")
@@ -107,11 +115,8 @@ def test_per_relation_breakdown(tmp_path, capsys):
     (eq / "P1.test.json").write_text(json.dumps([{"question": "who wrote x?", "answers": ["Ann Lee"]},
                                                  {"question": "who wrote y?", "answers": ["Bo Chen"]}]))  # fmt: skip
     (eq / "P2.test.json").write_text(json.dumps([{"question": "where is z?", "answers": ["Oslo"]}]))
-    collection = tmp_path / "c"
-    collection.mkdir()
     docs = [("d1", "x", "x was written by Ann Lee."), ("d2", "y", "nobody knows"), ("d3", "z", "z is in Oslo")]
-    (collection / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
-                                                     for i, t, x in docs))  # fmt: skip
+    collection = write_collection(tmp_path / "c", docs)
     run = tmp_path / "run.trec"
     run.write_text("P1-0 Q0 d1 1 2.0 t\nP1-1 Q0 d2 1 2.0 t\nP2-0 Q0 d3 1 2.0 t\n")
     eval_main(["--answers", str(eq), "--collection", str(collection), "--run", str(run), "--topk", "1", "--json"])
@@ -128,11 +133,8 @@ def test_a_question_whose_answers_are_all_blank_is_skipped_not_found(tmp_path, c
     topics.write_text('{"qid": "a", "question": "where is z?", "answers": ["Oslo"]}\n'
                       '{"qid": "b", "question": "who wrote x?", "answers": [""]}\n'
                       '{"qid": "c", "question": "who wrote y?", "answers": ["  ", "Bo Chen"]}\n')  # fmt: skip
-    collection = tmp_path / "c"
-    collection.mkdir()
     docs = [("d1", "z", "nobody knows where z is"), ("d2", "x", "x was written by Ann Lee."), ("d3", "y", "by Bo Chen")]
-    (collection / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
-                                                     for i, t, x in docs))  # fmt: skip
+    collection = write_collection(tmp_path / "c", docs)
     run = tmp_path / "run.trec"
     run.write_text("a Q0 d1 1 2.0 t\nb Q0 d2 1 2.0 t\nc Q0 d3 1 2.0 t\n")
     with caplog.at_level(logging.WARNING, logger="tour_pyserini"):

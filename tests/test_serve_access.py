@@ -41,6 +41,10 @@ def test_keys_rates_and_key_files(tmp_path):
     rate = RateLimit(2)
     assert [rate.retry_after("a", now=t) for t in (0.0, 1.0, 2.0)] == [None, None, 58]
     assert rate.retry_after("b", now=2.0) is None and rate.retry_after("a", now=60.5) is None
+    day = RateLimit(1, 86_400)  # judged queries a day
+    assert day.retry_after("a", now=0.0) is None and day.retry_after("a", now=10.0) == 86_390
+    day.give_back("a")  # the teacher did not judge it after all
+    assert day.retry_after("a", now=10.0) is None
     (tmp_path / "keys").write_text(f"# course keys\n{KEYS[0]}\n\n{KEYS[1]}\n")
     assert read_api_keys(tmp_path / "keys") == KEYS
     (tmp_path / "short").write_text("secret\n")

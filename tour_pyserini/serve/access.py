@@ -150,26 +150,33 @@ class Keys:
 
 
 class RateLimit:
-    """At most ``per_minute`` requests per client in any 60 seconds."""
+    """At most ``limit`` events per client in any ``seconds`` (None: no limit): requests a minute, judged
+    queries a day."""
 
-    def __init__(self, per_minute: int | None):
-        self.per_minute = per_minute
+    def __init__(self, limit: int | None, seconds: float = 60.0):
+        self.limit, self.seconds = limit, seconds
         self.seen: dict[str, deque[float]] = {}
         self.lock = threading.Lock()
 
     def retry_after(self, client: str, now: float | None = None) -> int | None:
-        """Seconds until ``client`` may send again, or None (the request is counted)."""
-        if self.per_minute is None:
+        """Seconds until ``client`` may have another, or None (this one is counted)."""
+        if self.limit is None:
             return None
         now = time.monotonic() if now is None else now
         with self.lock:
             times = self.seen.setdefault(client, deque())
-            while times and times[0] <= now - 60:
+            while times and times[0] <= now - self.seconds:
                 times.popleft()
-            if len(times) >= self.per_minute:
-                return max(1, int(times[0] + 60 - now + 0.999))
+            if len(times) >= self.limit:
+                return max(1, int(times[0] + self.seconds - now + 0.999))
             times.append(now)
             return None
+
+    def give_back(self, client: str) -> None:
+        """Uncount the last event of ``client`` (it did not happen after all)."""
+        with self.lock:
+            if self.seen.get(client):
+                self.seen[client].pop()
 
 
 class RequestLog:

@@ -22,7 +22,7 @@ from tour_pyserini.files.runs import strictly_decreasing
 from tour_pyserini.numbers import non_negative_float, param, positive_float, positive_int
 from tour_pyserini.results import NOT_RERANKED
 from tour_pyserini.rewriters import available_rewriters
-from tour_pyserini.serve.access import ANONYMOUS
+from tour_pyserini.serve.access import ANONYMOUS, RateLimit
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served
 from tour_pyserini.serve.requests import (
@@ -64,34 +64,6 @@ class ServiceLimits:
     judged_per_day: int | None = param(None, positive_int, "queries one client (a key, or every client without "
                                        "one) may have a teacher judge in 24 hours; more get 429",
                                        default_text="no limit")  # fmt: skip
-
-
-class DailyQuota:
-    """Judged queries per client over a rolling 24 hours."""
-
-    def __init__(self, per_day: int | None):
-        self.per_day = per_day
-        self.times: dict[str, list[float]] = {}
-        self.lock = threading.Lock()
-
-    def take(self, client: str, now: float | None = None) -> int | None:
-        """Count one judged query for ``client``; None, or the seconds until it may have one again."""
-        if self.per_day is None:
-            return None
-        now = time.monotonic() if now is None else now
-        with self.lock:
-            times = [t for t in self.times.get(client, []) if t > now - DAY_SECONDS]
-            if len(times) >= self.per_day:
-                self.times[client] = times
-                return max(1, int(times[0] + DAY_SECONDS - now))
-            self.times[client] = [*times, now]
-            return None
-
-    def give_back(self, client: str) -> None:
-        """A counted query the teacher did not judge after all."""
-        with self.lock:
-            if self.times.get(client):
-                self.times[client].pop()
 
 
 class QuotaExceeded(Exception):
@@ -177,7 +149,7 @@ class SearchService:
                  requests: RequestLimits | None = None, relevance: Mapping[str, Mapping[str, int]] | None = None,
                  topics: Sequence | None = None):  # fmt: skip
         self.config, self.limits, self.requests = config, limits, requests or RequestLimits()
-        self.quota = DailyQuota(limits.judged_per_day)
+        self.quota = RateLimit(limits.judged_per_day, DAY_SECONDS)  # judged queries per client
         self.relevance = relevance or {}
         self.topics = list(topics or [])
         self.disk = DiskQuota(config.data_dir, config.max_data_mb)
@@ -210,14 +182,14 @@ class SearchService:
             if self.disk.full():
                 raise BadRequest(f"the server's data directory is full ({self.config.max_data_mb:g} MB): no query "
                                  "is judged until it has room", 507)  # fmt: skip
-            if (wait := self.quota.take(client)) is not None:
+            if (wait := self.quota.retry_after(client)) is not None:
                 raise QuotaExceeded(f"more than {self.limits.judged_per_day} judged queries in 24 hours; retry in "
                                     f"{wait} s", wait)  # fmt: skip
         return request
 
     def may_judge(self, client: str) -> bool:
         """Whether the policy may have ``client``'s query judged now (counted if so)."""
-        return not self.disk.full() and self.quota.take(client) is None
+        return not self.disk.full() and self.quota.retry_after(client) is None
 
     async def run(self, payload: object, abandoned: threading.Event | None = None,
                   gone: Callable[[], Awaitable[bool]] | None = None):  # fmt: skip
