@@ -176,12 +176,15 @@ def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_orig
 def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
     keyed.search(dense_index.name, "statins and muscle pain", headers=key(1), hits=2, rewriter="rocchio")
     assert keyed.get("/v1/status", headers={"X-API-Key": "a-guess-that-is-no-key"})[0] == 401
+    assert keyed.get("/v1/status", api_key=KEYS[0])[0] == 401  # a key where none belongs: refused, and not logged
     lines = [json.loads(line) for line in keyed.log.read_text().splitlines()]
     mine = [r for r in lines if r["parameters"].get("query") == "statins and muscle pain"]
     assert mine and mine[-1]["key"] == hashlib.sha256(KEYS[1].encode()).hexdigest()[:12]
     assert mine[-1]["status"] == 200 and mine[-1]["index"] == dense_index.name and mine[-1]["ms"] > 0
     assert mine[-1]["parameters"] == {"query": "statins and muscle pain", "hits": "2", "rewriter": "rocchio"}
     assert {r["status"] for r in lines} >= {200, 401}
+    misplaced = next(r for r in lines if "api_key" in r["parameters"])
+    assert misplaced["parameters"]["api_key"] == f"<key {hashlib.sha256(KEYS[0].encode()).hexdigest()[:12]}>"
     everything = keyed.log.read_text() + "".join(keyed.stderr)
     assert not any(k in everything for k in KEYS)
 

@@ -180,7 +180,8 @@ class RateLimit:
 
 
 class RequestLog:
-    """One JSON line per answered request: time, key fingerprint, route, index, parameters, status, ms."""
+    """One JSON line per answered request: time, key fingerprint, route, index, parameters, status, ms; each
+    line flushed as written (the file is closed when the process ends)."""
 
     def __init__(self, path: str | Path):
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the server's lifetime
@@ -191,9 +192,6 @@ class RequestLog:
         with self.lock:
             self.file.write(line)
             self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
 
 
 def bounded(params: Iterable[tuple[str, object]]) -> dict:
@@ -267,15 +265,24 @@ class Access:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        path = scope.get("path", "")
-        status = {"code": 0}
+        client, refusal, logged, receive = await self.check(scope, receive)
+        written = False
+
+        def write(status: int) -> None:  # before the answer leaves: a client that has it finds its line
+            nonlocal written
+            if self.log is not None and not written:
+                written = True
+                path = scope.get("path", "")
+                index = path.split("/")[2] if path.startswith("/v1/") and path.count("/") >= 3 else None
+                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": client, "route": path[:200],
+                                "index": index and index[:200], "parameters": self.redacted(logged),
+                                "status": status, "ms": round(1000 * (time.perf_counter() - start), 1)})  # fmt: skip
 
         async def sending(message):
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                write(message["status"])
             await send(message)
 
-        client, refusal, logged, receive = await self.check(scope, receive)
         try:
             if refusal is not None:
                 await refusal(scope, receive, sending)
@@ -283,11 +290,7 @@ class Access:
                 scope.setdefault("state", {}).update(client=client, keyed=client != ANONYMOUS)
                 await self.app(scope, receive, sending)
         finally:
-            if self.log is not None:
-                index = path.split("/")[2] if path.startswith("/v1/") and path.count("/") >= 3 else None
-                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": client, "route": path[:200],
-                                "index": index and index[:200], "parameters": logged, "status": status["code"],
-                                "ms": round(1000 * (time.perf_counter() - start), 1)})  # fmt: skip
+            write(0)  # no answer was sent: the client left, or the server stopped
 
     async def check(self, scope, receive):
         """(client, a refusal response or None, the parameters to log, the receive to pass on)."""
@@ -322,9 +325,12 @@ class Access:
                                      {"Retry-After": str(wait)}), logged, receive  # fmt: skip
         return client, None, logged, receive
 
-    def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
+    def redacted(self, params: dict) -> dict:
+        """``params`` with any value that is a key (sent where no key belongs) named by its fingerprint."""
+        if not self.keys:
+            return params
+        return {k: f"<key {name}>" if isinstance(v, str) and (name := self.keys.match(v)) else v
+                for k, v in params.items()}  # fmt: skip
 
 
 async def buffered(receive):

@@ -20,6 +20,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, param, positive_int
 from tour_pyserini.rewriters import available_rewriters, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import STATE
+from tour_pyserini.serve.access import ANONYMOUS
 
 DEFAULT_HITS = 10  # Pyserini's REST default
 MAX_QUERY_CHARS = 10_000  # far beyond what any encoder reads (512 tokens)
@@ -91,7 +92,7 @@ class SearchRequest:
     query: str
     qid: str
     trace: bool = False
-    client: str = "anonymous"
+    client: str = ANONYMOUS
     keyed: bool = False
     shown: Shown = Shown()
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
@@ -226,11 +227,10 @@ def check_work(rewriter: str, config, limits: RequestLimits) -> None:
 
 def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool, teachers: Mapping[str, str],
                  state: str | None, online: bool, limits: RequestLimits = RequestLimits(),
-                 client: str = "anonymous", keyed: bool = False) -> SearchRequest:  # fmt: skip
+                 client: str = ANONYMOUS, keyed: bool = False) -> SearchRequest:  # fmt: skip
     """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (public name ->
-    spec; a request names a teacher by either) and ``state``
-    (the file ``ttt-embed`` searches with); ``online``: a request naming no rewriter follows the server's policy;
-    ``client`` and ``keyed``: who sent it."""
+    spec; a request names a teacher by either) and ``state`` (the file ``ttt-embed`` searches with); ``online``: a
+    request naming no rewriter follows the server's policy; ``client`` and ``keyed``: who sent it."""
     query = check_query(params.get("query"))
     hits = parse_hits(params.get("hits"), limits.max_hits, num_docs)
     trace = parse_boolean("trace", params.get("trace"))
