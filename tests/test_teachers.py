@@ -283,3 +283,14 @@ def test_teachers_sharing_one_set_of_flags_each_take_the_ones_they_read():
         check_shared_teacher_options(["bm25", "dense"], options)
     with pytest.raises(UserError, match="not an option of the bm25 teacher"):
         check_shared_teacher_options(["bm25"], options)
+
+
+def test_a_teacher_spec_is_split_in_one_place():
+    from tour_pyserini.teachers import TeacherSpec
+
+    assert TeacherSpec.parse("cross-encoder:models/x") == TeacherSpec("cross-encoder", "models/x")
+    assert TeacherSpec.parse("openai:http://127.0.0.1:8000/v1").argument == "http://127.0.0.1:8000/v1"  # one split
+    assert TeacherSpec.parse("bm25") == TeacherSpec("bm25") and str(TeacherSpec("bm25")) == "bm25"
+    assert str(TeacherSpec.parse("ensemble:a/e.json").with_argument("b/e.json")) == "ensemble:b/e.json"
+    with pytest.raises(UserError, match="unknown teacher 'nope:x'; choose one of: .*bm25"):
+        TeacherSpec.parse("nope:x").teacher_class

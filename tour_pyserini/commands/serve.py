@@ -106,7 +106,7 @@ def serve_config(args: argparse.Namespace):
     from tour_pyserini.runtime import resolve_runtime_precision
     from tour_pyserini.serve.access import read_server_config
     from tour_pyserini.serve.engine import ServeConfig
-    from tour_pyserini.teachers import available_teachers, check_shared_teacher_options
+    from tour_pyserini.teachers import TeacherSpec, check_shared_teacher_options
     from tour_pyserini.teachers.cross_encoder import RUNTIME
 
     configured = read_server_config(args.config)[0] if args.config else {}
@@ -121,8 +121,7 @@ def serve_config(args: argparse.Namespace):
             encoders[path] = query_encoder_spec(path)
             check_exportable(encoders[path], args.encoder_runtime)
     for spec in args.teacher:
-        if spec.partition(":")[0] not in available_teachers():
-            raise UserError(f"--teacher {spec}: unknown teacher; choose one of: {', '.join(available_teachers())}")
+        TeacherSpec.parse(spec).teacher_class  # an unknown kind is refused here  # noqa: B018
     options = teacher_option_values(args)
     check_shared_teacher_options(args.teacher, options)
     if args.teacher_precision or options.get(RUNTIME.name):  # as the search command checks them

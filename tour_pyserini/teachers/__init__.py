@@ -16,6 +16,7 @@ from tour_pyserini.teachers.base import (
     ScoreRequest,
     Teacher,
     TeacherContext,
+    TeacherSpec,
     get_teacher,
     options_read_by,
     teacher_options,
@@ -23,7 +24,7 @@ from tour_pyserini.teachers.base import (
 from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
-__all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext",
+__all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext", "TeacherSpec",
            "StoredTeacher", "available_teachers", "check_shared_teacher_options", "check_teacher_options",
            "get_teacher", "options_for", "options_read_by", "teacher_options", "teacher_usages"]  # fmt: skip
 
@@ -63,4 +64,4 @@ def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> No
     own = options_read_by(spec)
     if stray := [o.option for o in teacher_options() if o.name in options and o not in own]:
         reads = f" (it reads {', '.join(o.option for o in own)})" if own else ""
-        raise UserError(f"{', '.join(stray)}: not an option of the {spec.partition(':')[0]} teacher{reads}")
+        raise UserError(f"{', '.join(stray)}: not an option of the {TeacherSpec.parse(spec).kind} teacher{reads}")

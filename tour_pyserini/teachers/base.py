@@ -140,18 +140,47 @@ def teacher_options() -> list[Param]:
     return list(seen.values())
 
 
-def options_read_by(spec: str) -> list[Param]:
+@dataclass(frozen=True)
+class TeacherSpec:
+    """A teacher as its spec names it, ``kind[:argument]``: the registered ``kind`` (bm25, cross-encoder,
+    ensemble, ...) and its ``argument`` (a path, a URL, a file, a fusion's parts; None when there is none). The
+    one place a spec's text is split."""
+
+    kind: str
+    argument: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str | TeacherSpec) -> TeacherSpec:
+        if isinstance(spec, TeacherSpec):
+            return spec
+        kind, _, argument = spec.partition(":")
+        return cls(kind, argument or None)
+
+    def __str__(self) -> str:
+        return self.kind if self.argument is None else f"{self.kind}:{self.argument}"
+
+    def with_argument(self, argument: str) -> TeacherSpec:
+        return TeacherSpec(self.kind, argument)
+
+    @property
+    def teacher_class(self) -> type[Teacher]:
+        """The registered teacher of this kind; an unknown kind is one line listing the known ones."""
+        teachers = TEACHERS.all()
+        if self.kind not in teachers:
+            raise UserError(f"unknown teacher {str(self)!r}; choose one of: {', '.join(teachers)} "
+                            "(e.g. cross-encoder:PATH)")  # fmt: skip
+        return teachers[self.kind]
+
+
+def options_read_by(spec: str | TeacherSpec) -> list[Param]:
     """The flags the teacher ``spec`` names reads (:meth:`Teacher.options_read`); every teacher's for a name no
     teacher has (refused later, with the teacher list)."""
-    name, _, argument = spec.partition(":")
-    cls = TEACHERS.all().get(name)
-    return teacher_options() if cls is None else cls.options_read(argument or None)
+    parsed = TeacherSpec.parse(spec)
+    cls = TEACHERS.all().get(parsed.kind)
+    return teacher_options() if cls is None else cls.options_read(parsed.argument)
 
 
-def get_teacher(spec: str, context: TeacherContext | None = None) -> Teacher:
+def get_teacher(spec: str | TeacherSpec, context: TeacherContext | None = None) -> Teacher:
     """Build the teacher a spec names; an unknown name gets an error listing the known ones."""
-    name, _, argument = spec.partition(":")
-    teachers = TEACHERS.all()
-    if name not in teachers:
-        raise UserError(f"unknown teacher {spec!r}; choose one of: {', '.join(teachers)} (e.g. cross-encoder:PATH)")
-    return teachers[name].from_spec(argument or None, context or TeacherContext())
+    parsed = TeacherSpec.parse(spec)
+    return parsed.teacher_class.from_spec(parsed.argument, context or TeacherContext())

@@ -27,6 +27,7 @@ from tour_pyserini.teachers.base import (
     ScoreRequest,
     Teacher,
     TeacherContext,
+    TeacherSpec,
     get_teacher,
     options_read_by,
     teacher_options,
@@ -35,9 +36,9 @@ from tour_pyserini.teachers.base import (
 
 def resolve_part(spec: str, base: Path) -> str:
     """``spec`` with its argument made relative to ``base`` when that path exists."""
-    kind, sep, argument = spec.partition(":")
-    if argument and not Path(argument).is_absolute() and (base / argument).exists():
-        return f"{kind}{sep}{base / argument}"
+    parsed = TeacherSpec.parse(spec)
+    if parsed.argument and not Path(parsed.argument).is_absolute() and (base / parsed.argument).exists():
+        return str(parsed.with_argument(str(base / parsed.argument)))
     return spec
 
 
@@ -68,10 +69,10 @@ def read_ensemble(path: str | Path) -> dict:
 def ensemble_files(spec: str, base: Path | None) -> list[Path]:
     """The ensemble files a teacher spec names, itself or through a fusion's parts, as they are built: an
     ensemble's part read beside the file's directory ``base``, a fusion's parts as given."""
-    kind, _, argument = (resolve_part(spec, base) if base else spec).partition(":")
-    if kind == "fusion":
-        return [path for part in argument.split("+") for path in ensemble_files(part, None)]
-    return [Path(argument)] if kind == "ensemble" and argument else []
+    parsed = TeacherSpec.parse(resolve_part(spec, base) if base else spec)
+    if parsed.kind == "fusion" and parsed.argument:
+        return [path for part in parsed.argument.split("+") for path in ensemble_files(part, None)]
+    return [Path(parsed.argument)] if parsed.kind == "ensemble" and parsed.argument else []
 
 
 def check_ensemble(path: Path, chain: tuple[Path, ...] = ()) -> dict:

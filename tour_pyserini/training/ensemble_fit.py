@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.teachers.base import TeacherSpec
 
 
 def ensemble_loss(weights, features: Sequence[np.ndarray], relevant: Sequence[np.ndarray], l2: float):
@@ -59,11 +60,11 @@ def fit_weights(
 
 def relative_spec(spec: str, base: Path) -> str:
     """``spec`` with a path argument under ``base`` written relative to it (the file moves with its directory)."""
-    kind, sep, argument = spec.partition(":")
-    if argument and Path(argument).exists():
-        relative = os.path.relpath(Path(argument).resolve(), base.resolve())
+    parsed = TeacherSpec.parse(spec)
+    if parsed.argument and Path(parsed.argument).exists():
+        relative = os.path.relpath(Path(parsed.argument).resolve(), base.resolve())
         if not relative.startswith(".."):
-            return f"{kind}{sep}{relative}"
+            return str(parsed.with_argument(relative))
     return spec
 
 
