@@ -94,10 +94,11 @@ def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_in
     ({"a": 0.71, "b": 0.65, "c": 0.645}, {"a": 12.2, "c": 3.1, "e": 5.0}),
 ])  # fmt: skip
 def test_fusion_is_pyserinis_hybrid_fusion(dense, sparse):
-    from pyserini.search.faiss import DenseSearchResult
-    from pyserini.search.hybrid import HybridSearcher
-
+    from tour_pyserini._java import import_pyserini
     from tour_pyserini.search.fusion import hybrid_fusion
+
+    DenseSearchResult = import_pyserini("pyserini.search.faiss").DenseSearchResult
+    HybridSearcher = import_pyserini("pyserini.search.hybrid").HybridSearcher
 
     theirs = HybridSearcher._hybrid_results(
         [DenseSearchResult(d, s) for d, s in dense.items()],

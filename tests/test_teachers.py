@@ -293,4 +293,4 @@ def test_a_teacher_spec_is_split_in_one_place():
     assert TeacherSpec.parse("bm25") == TeacherSpec("bm25") and str(TeacherSpec("bm25")) == "bm25"
     assert str(TeacherSpec.parse("ensemble:a/e.json").with_argument("b/e.json")) == "ensemble:b/e.json"
     with pytest.raises(UserError, match="unknown teacher 'nope:x'; choose one of: .*bm25"):
-        TeacherSpec.parse("nope:x").teacher_class
+        TeacherSpec.parse("nope:x").teacher_class()

@@ -121,7 +121,7 @@ def serve_config(args: argparse.Namespace):
             encoders[path] = query_encoder_spec(path)
             check_exportable(encoders[path], args.encoder_runtime)
     for spec in args.teacher:
-        TeacherSpec.parse(spec).teacher_class  # an unknown kind is refused here  # noqa: B018
+        TeacherSpec.parse(spec).teacher_class()  # an unknown kind is refused here
     options = teacher_option_values(args)
     check_shared_teacher_options(args.teacher, options)
     if args.teacher_precision or options.get(RUNTIME.name):  # as the search command checks them

@@ -162,7 +162,6 @@ class TeacherSpec:
     def with_argument(self, argument: str) -> TeacherSpec:
         return TeacherSpec(self.kind, argument)
 
-    @property
     def teacher_class(self) -> type[Teacher]:
         """The registered teacher of this kind; an unknown kind is one line listing the known ones."""
         teachers = TEACHERS.all()
@@ -183,4 +182,4 @@ def options_read_by(spec: str | TeacherSpec) -> list[Param]:
 def get_teacher(spec: str | TeacherSpec, context: TeacherContext | None = None) -> Teacher:
     """Build the teacher a spec names; an unknown name gets an error listing the known ones."""
     parsed = TeacherSpec.parse(spec)
-    return parsed.teacher_class.from_spec(parsed.argument, context or TeacherContext())
+    return parsed.teacher_class().from_spec(parsed.argument, context or TeacherContext())
