@@ -117,6 +117,8 @@ def test_a_bad_request_is_one_json_line(params, status, message, server, dense_i
     ("/v1/{dense}/doc/%FF", 400, "not valid UTF-8"),
     ("/v1/{dense}/doc/no-such-doc", 404, "not in index"),
     ("/v1/{dense}/doc/" + "x" * 100_000, 404, "x" * 100 + "...' is not in index"),  # cut, not echoed whole
+    ("/static/" + "a" * 100_000 + ".js", 404, "no static file"),  # not an OSError (a name too long)
+    ("/v1/" + "n" * 5_000 + "/search?query=a", 404, "unknown index 'nnnn"),
     ("/v1/{bm25}/search?query=a&rewriter=tour-soft&teacher=bm25", 400, "is BM25"),
     ("/v1/{dense}/search?query=a&rewriter=ttt-embed&state=/etc/passwd", 400, "not an option"),
     ("/no/such/route", 404, "Not Found"),

@@ -27,11 +27,21 @@ KEYS = ["k" * 16 + "-alice-0123456789", "k" * 16 + "-bob-0123456789ab"]
 def test_host_names_and_the_host_rule():
     assert [host_name(h) for h in ("Example.org:8000", "[::1]:80", "127.0.0.1", "name.", "")] == [
         "example.org", "[::1]", "127.0.0.1", "name", ""]  # fmt: skip
+    assert [host_name(h) for h in ("localhost:evil", "[::1]evil.com")] == ["localhost:evil", "[::1]evil.com"]
     loopback, everywhere = HostRule("127.0.0.1"), HostRule("0.0.0.0", frozenset({"search.lab.org"}))
     assert loopback.allows("127.0.0.1") and loopback.allows("localhost") and loopback.allows("[::1]")
     assert not loopback.allows("evil.example.com") and not loopback.allows("")  # a rebinding page's name
     assert everywhere.allows("search.lab.org") and everywhere.allows("10.1.2.3") and everywhere.allows("localhost")
     assert not HostRule("10.1.2.3").allows("localhost")
+    assert not loopback.allows("localhost:evil")  # no port: not a name the rule knows
+    # a page may call from the server's own origin, an --allowed-host name or a --cors origin; not from another
+    # address or port, though an address is a fine Host
+    assert loopback.allows_origin("http://127.0.0.1:8000", "127.0.0.1:8000", ())
+    assert not loopback.allows_origin("http://127.0.0.1:1", "127.0.0.1:8000", ())
+    assert not loopback.allows_origin("http://203.0.113.7", "127.0.0.1:8000", ())
+    assert not loopback.allows_origin("null", "127.0.0.1:8000", ())
+    assert everywhere.allows_origin("https://search.lab.org", "10.1.2.3:8000", ())
+    assert loopback.allows_origin("https://course.example.org", "127.0.0.1", ("https://course.example.org",))
 
 
 def test_keys_rates_and_key_files(tmp_path):
@@ -166,6 +176,8 @@ def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_orig
     origin = "https://course.example.org"
     status, _, headers = keyed.get("/v1/indexes", headers={**key(0), "Origin": origin})
     assert status == 200 and headers["access-control-allow-origin"] == origin
+    assert keyed.get("/v1/indexes", headers={**key(0), "Origin": "http://127.0.0.1:1"})[0] == 403  # another port
+    assert keyed.get("/v1/indexes", headers={**key(0), "Origin": keyed.url})[0] == 200  # the server's own pages
     preflight = raw_request(keyed, f"OPTIONS /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n"
                                    "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: x-api-key\r\n"
                                    "Connection: close\r\n\r\n".encode())  # fmt: skip
@@ -177,6 +189,10 @@ def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
     keyed.search(dense_index.name, "statins and muscle pain", headers=key(1), hits=2, rewriter="rocchio")
     assert keyed.get("/v1/status", headers={"X-API-Key": "a-guess-that-is-no-key"})[0] == 401
     assert keyed.get("/v1/status", api_key=KEYS[0])[0] == 401  # a key where none belongs: refused, and not logged
+    assert keyed.get("/v1/status", note=f" {KEYS[1]}!")[0] == 401  # inside a value
+    assert keyed.get(f"/v1/{KEYS[1]}/search", query="a")[0] == 401  # in the path
+    assert keyed.get("/v1/status", headers={"X-API-Key": " ", "Authorization": f"Bearer {KEYS[1]}"})[0] == 200
+    assert keyed.get("/v1/status", headers=key(0), **{f"p{i}": "" for i in range(70)})[0] == 400  # too many
     lines = [json.loads(line) for line in keyed.log.read_text().splitlines()]
     mine = [r for r in lines if r["parameters"].get("query") == "statins and muscle pain"]
     assert mine and mine[-1]["key"] == hashlib.sha256(KEYS[1].encode()).hexdigest()[:12]
@@ -186,7 +202,8 @@ def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
     misplaced = next(r for r in lines if "api_key" in r["parameters"])
     assert misplaced["parameters"]["api_key"] == f"<key {hashlib.sha256(KEYS[0].encode()).hexdigest()[:12]}>"
     everything = keyed.log.read_text() + "".join(keyed.stderr)
-    assert not any(k in everything for k in KEYS)
+    assert not any(k in everything for k in KEYS) and f"<key {hashlib.sha256(KEYS[1].encode()).hexdigest()[:12]}>" in (
+        keyed.log.read_text())  # fmt: skip
 
 
 @pytest.mark.slow
@@ -276,6 +293,15 @@ def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_in
         start = time.monotonic()
         assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
         assert time.monotonic() - start < 5
+        with socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) as gone:  # the explorer's
+            query = urllib.parse.urlencode({"query": "protein folding once more", **slow, "rewriter": "tour-hard"})
+            gone.sendall(f"GET /v1/{dense_index.name}/explain?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            time.sleep(0.3)
+        wait_until(lambda: [r for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines())
+                            if r["status"] == 499 and r["route"].endswith("/explain")], timeout=2.5)  # fmt: skip
+        start = time.monotonic()
+        assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
+        assert time.monotonic() - start < 5
         # hits beyond the index: what there is, as Pyserini answers; docids with '/' are fetched as Pyserini's are
         assert len(server.search(slash_index.name, "bone", hits=50)["candidates"]) == 3
         status, doc, _ = server.get(f"/v1/{slash_index.name}/doc/{urllib.parse.quote('a/b', safe='')}")
@@ -310,3 +336,14 @@ def test_anonymous_clients_teach_nothing_unless_allowed(dense_index, judge, tmp_
             assert server.get("/v1/status")[1]["learning"]["rewards_received"] == kept
         log = data / "learn" / "rewards.jsonl"
         assert (log.read_text().count("\n") if log.exists() else 0) == kept
+
+
+@pytest.mark.slow
+def test_a_full_data_directory_judges_nothing_more(dense_index, judge, tmp_path):
+    with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
+                "--teacher-judge", "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--max-data-mb", "0.001",
+                "--no-mcp") as server:  # its score store alone is more than 1 KB  # fmt: skip
+        status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="bone density", rewriter="rerank",
+                                     teacher="openai:judge-1", k="5")  # fmt: skip
+        assert status == 507 and "data directory is full" in body["error"]
+        assert server.search(dense_index.name, "bone density", hits=3)["candidates"]  # searching goes on

@@ -67,13 +67,17 @@ def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_in
             out["bm25"] = await client.call_tool("list_indexes", {"index_type": "tf"})
             out["raw"] = await client.call_tool("get_document", {"docid": relevant, "index": dense_index.name,
                                                                  "parse": False})  # fmt: skip
-            for args, message in [
-                ({"query": "a", "index": dense_index.name, "hits": "ten"}, "argument 'hits': "),
-                ({"index": dense_index.name}, "argument 'query': Missing required argument"),
-            ]:
+            for tool, args, message in [
+                ("search", {"query": "a", "index": dense_index.name, "hits": "ten"}, "argument 'hits': "),
+                ("search", {"index": dense_index.name}, "argument 'query': Missing required argument"),
+                # trec_eval's code aborts the process on a cutoff of 0: refused before it runs
+                ("eval_hits", {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid,
+                               "hits": {relevant: 1.0}, "cutoff": 0}, "cutoff must be in [1, "),
+            ]:  # fmt: skip
                 with pytest.raises(ToolError) as refused:
-                    await client.call_tool("search", args)
+                    await client.call_tool(tool, args)
                 out.setdefault("errors", []).append((str(refused.value), message))
+            out["alive"] = await client.call_tool("get_index", {"index_name": dense_index.name})
             return out
 
     out = asyncio.run(session())
@@ -85,6 +89,7 @@ def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_in
     assert [i["name"] for i in out["bm25"].structured_content["result"]] == [bm25_index.name]
     raw = json.loads(out["raw"].structured_content["doc"])
     assert raw["id"] == relevant and set(raw) == {"id", "title", "text"}
+    assert out["alive"].structured_content["kind"] == "dense"  # the server is still there
     for error, message in out["errors"]:
         assert message in error and "\n" not in error and "pydantic" not in error
 

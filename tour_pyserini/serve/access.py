@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ ANONYMOUS = "anonymous"  # the client name of requests without a key, where keys
 PUBLIC_PATHS = ("/", "/explore", "/docs", "/openapi.json")  # the page and the API's description: no data
 MAX_BODY_BYTES = 1024 * 1024  # an MCP call's JSON body; a search's parameters are in its URL
 LOGGED_CHARS = 200  # each parameter's value in the request log, at most
+MAX_PARAMETERS = 64  # query parameters a request may have: no route reads as many
 
 
 def error(status: int, message: str, headers: dict | None = None):
@@ -100,12 +102,18 @@ def is_wildcard(host: str) -> bool:
     return host in ("", "0.0.0.0", "::", "[::]")
 
 
+HOST = re.compile(r"(?P<name>\[[0-9a-z:.%]*\]|[^:\[\]]*)(?::[0-9]+)?")  # name[:port], [v6][:port]
+
+
 def host_name(header: str) -> str:
-    """The name in a Host header (``name``, ``name:port``, ``[v6]:port``), lower case, without a final dot."""
+    """The name in a Host header (``name``, ``name:port``, ``[v6]:port``), lower case, without a final dot; a
+    header that is not of that form is returned whole (and matches no name)."""
     header = header.strip().lower()
-    if header.startswith("["):
-        return header[: header.find("]") + 1] if "]" in header else header
-    return header.rpartition(":")[0].rstrip(".") if header.count(":") == 1 else header.rstrip(".")
+    found = HOST.fullmatch(header)
+    if found is None:
+        return header
+    name = found["name"]
+    return name if name.startswith("[") else name.rstrip(".")
 
 
 def is_ip_literal(name: str) -> bool:
@@ -129,12 +137,26 @@ class HostRule:
             return True
         return name == "localhost" and (is_loopback(self.listen) or is_wildcard(self.listen))
 
+    def allows_origin(self, origin: str, host: str, cors: Sequence[str]) -> bool:
+        """A page of ``origin`` may call: the server's own origin (the request's ``host``), a page under a name
+        given with --allowed-host, or an origin given with --cors."""
+        netloc = urlsplit(origin).netloc.lower()
+        return origin in cors or (bool(netloc) and netloc == host.strip().lower()) or host_name(netloc) in self.names
+
 
 class Keys:
     """The accepted keys, compared in constant time by their SHA-256."""
 
     def __init__(self, keys: Iterable[str]):
         self.digests = {hashlib.sha256(k.encode("utf-8")).digest(): fingerprint(k) for k in keys}
+        self.fingerprints = {k: fingerprint(k) for k in keys}  # to find a key sent where no key belongs
+
+    def redact(self, text: str) -> str:
+        """``text`` with every key in it replaced by ``<key FINGERPRINT>``."""
+        for key, name in self.fingerprints.items():
+            if key in text:
+                text = text.replace(key, f"<key {name}>")
+        return text
 
     def __bool__(self) -> bool:
         return bool(self.digests)
@@ -239,8 +261,8 @@ def header(scope, name: bytes) -> str | None:
 
 
 def presented_key(scope) -> str | None:
-    if (key := header(scope, b"x-api-key")) is not None:
-        return key.strip()
+    if key := (header(scope, b"x-api-key") or "").strip():
+        return key
     auth = header(scope, b"authorization") or ""
     return auth[7:].strip() if auth[:7].lower() == "bearer " else None
 
@@ -274,8 +296,9 @@ class Access:
                 written = True
                 path = scope.get("path", "")
                 index = path.split("/")[2] if path.startswith("/v1/") and path.count("/") >= 3 else None
-                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": client, "route": path[:200],
-                                "index": index and index[:200], "parameters": self.redacted(logged),
+                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": client,
+                                "route": self.keys.redact(path[:200]),
+                                "index": index and self.keys.redact(index[:200]), "parameters": self.redacted(logged),
                                 "status": status, "ms": round(1000 * (time.perf_counter() - start), 1)})  # fmt: skip
 
         async def sending(message):
@@ -293,17 +316,23 @@ class Access:
             write(0)  # no answer was sent: the client left, or the server stopped
 
     async def check(self, scope, receive):
-        """(client, a refusal response or None, the parameters to log, the receive to pass on)."""
+        """(client, a refusal response or None, the parameters to log, the receive to pass on). A refusal of a
+        request without a valid key counts against its address's rate too, so that refusals cost a client its
+        minute as answers do."""
         path = scope.get("path", "")
-        logged = bounded(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
-        host = host_name(header(scope, b"host") or "")
-        if not self.config.hosts.allows(host):
-            return None, error(421, f"this server does not answer for host {host[:100]!r}"), logged, receive
+        address = f"address {(scope.get('client') or ('?',))[0]}"
+        query = scope.get("query_string", b"")
+        if query.count(b"&") >= MAX_PARAMETERS:  # counted before anything is parsed or logged
+            return None, self.limited(address, error(400, f"more than {MAX_PARAMETERS} parameters")), {}, receive
+        logged = bounded(parse_qsl(query.decode("latin-1"), keep_blank_values=True))
+        host = header(scope, b"host") or ""
+        if not self.config.hosts.allows(host_name(host)):
+            refused = error(421, f"this server does not answer for host {host_name(host)[:100]!r}")
+            return None, self.limited(address, refused), logged, receive
         origin = header(scope, b"origin")
-        if origin is not None and origin not in self.config.cors:
-            if not self.config.hosts.allows(host_name(urlsplit(origin).netloc)):
-                refused = f"origin {origin[:100]!r} is not allowed (the server's --cors)"
-                return None, error(403, refused), logged, receive
+        if origin is not None and not self.config.hosts.allows_origin(origin, host, self.config.cors):
+            refused = error(403, f"origin {origin[:100]!r} is not allowed (the server's --cors)")
+            return None, self.limited(address, refused), logged, receive
         client = ANONYMOUS
         if self.keys and not (scope["method"] == "OPTIONS" or is_public(path)):
             key = presented_key(scope)
@@ -311,26 +340,32 @@ class Access:
             if client is None:
                 message = "an API key is required (X-API-Key: KEY or Authorization: Bearer KEY)" if not key else (
                     "the API key is not valid")  # fmt: skip
-                return None, error(401, message, {"WWW-Authenticate": "Bearer"}), logged, receive
+                refused = error(401, message, {"WWW-Authenticate": "Bearer"})
+                return None, self.limited(address, refused), logged, receive
         if path.startswith("/mcp"):
             body, receive = await buffered(receive)
             if body is None:
                 return client, error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"), logged, receive
-            logged = mcp_call(body)
+            try:
+                logged = mcp_call(body)
+            except RecursionError:
+                return client, error(400, "the request body nests too deeply"), logged, receive
         if not is_public(path):
-            who = client if client != ANONYMOUS else f"address {(scope.get('client') or ('?',))[0]}"
-            if (wait := self.rate.retry_after(who)) is not None:
-                limit = self.config.requests_per_minute
-                return client, error(429, f"more than {limit} requests a minute; retry in {wait} s",
-                                     {"Retry-After": str(wait)}), logged, receive  # fmt: skip
+            if (busy := self.limited(client if client != ANONYMOUS else address)) is not None:
+                return client, busy, logged, receive
         return client, None, logged, receive
 
+    def limited(self, who: str, refusal=None):
+        """429 if ``who`` is past its rate (this request counted), else ``refusal`` (None: go on)."""
+        if (wait := self.rate.retry_after(who)) is None:
+            return refusal
+        limit = self.config.requests_per_minute
+        return error(429, f"more than {limit} requests a minute; retry in {wait} s", {"Retry-After": str(wait)})
+
     def redacted(self, params: dict) -> dict:
-        """``params`` with any value that is a key (sent where no key belongs) named by its fingerprint."""
-        if not self.keys:
-            return params
-        return {k: f"<key {name}>" if isinstance(v, str) and (name := self.keys.match(v)) else v
-                for k, v in params.items()}  # fmt: skip
+        """``params`` with any key in a name or value (sent where no key belongs) named by its fingerprint; the
+        log keeps 200 characters of each, so a key cut there is a prefix too short to use."""
+        return {self.keys.redact(k): self.keys.redact(v) if isinstance(v, str) else v for k, v in params.items()}
 
 
 async def buffered(receive):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 from contextlib import asynccontextmanager
 from importlib import resources
 from urllib.parse import unquote_to_bytes
@@ -26,6 +27,7 @@ from tour_pyserini.serve.service import RETRY_AFTER_SECONDS, ClientGone, Overloa
 log = logging.getLogger(__name__)
 
 STATIC = resources.files("tour_pyserini.serve") / "static"
+STATIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\.[a-z]{1,8}")
 
 
 class Utf8Only:
@@ -148,8 +150,9 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
     @app.get("/static/{name}", include_in_schema=False)
     async def static(name: str):
         kinds = {"js": "text/javascript", "css": "text/css"}
-        if "/" in name or name.rpartition(".")[2] not in kinds or not (STATIC / name).is_file():
-            raise BadRequest(f"no static file {name!r}", 404)
+        # the name is checked before the file system is asked: a long one would be an OSError
+        if not STATIC_NAME.fullmatch(name) or name.rpartition(".")[2] not in kinds or not (STATIC / name).is_file():
+            raise BadRequest(f"no static file {name[:100]!r}", 404)
         return Response((STATIC / name).read_bytes(), media_type=kinds[name.rpartition(".")[2]])
 
     @app.get("/v1/indexes", summary="The indexes served, their kinds, sizes, teachers and rewriters")
@@ -178,7 +181,8 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
 
     @app.get("/v1/{index}/explain", summary="TOUR's iterations on one query, for the explorer page")
     async def explain(request: Request, index: str, query: str | None = None):
-        return await service.explain(index, dict(request.query_params), **caller(request))
+        return await service.explain(index, dict(request.query_params), **caller(request),
+                                     gone=request.is_disconnected)  # fmt: skip
 
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)

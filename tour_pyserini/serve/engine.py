@@ -23,7 +23,7 @@ from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import OpenIndexes
 from tour_pyserini.index.layout import DOCSTORE_FILE, index_kind
 from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
-from tour_pyserini.rewriters import Abandoned, Rewriter, check_rewriter
+from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, check_rewriter
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import OnlineLearner, Reward
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
@@ -312,8 +312,9 @@ class Engine:
             self.learner.add(rewards, raw[rewarded])  # on disk before the answers leave
         return out  # type: ignore[return-value]
 
-    def explain(self, plan: Plan, query: str, qid: str) -> dict:
-        """TOUR's stages on one query and re-ranking at its teacher calls (:mod:`tour_pyserini.serve.explain`)."""
+    def explain(self, plan: Plan, query: str, qid: str, stop: Callable[[], bool] = lambda: False) -> dict:
+        """TOUR's stages on one query and re-ranking at its teacher calls (:mod:`tour_pyserini.serve.explain`);
+        ``stop()``: asked before each search (its client has gone)."""
         from tour_pyserini.serve.explain import explain
 
         handle = self.indexes[plan.index]
@@ -324,8 +325,8 @@ class Engine:
             return self.rewriter(handle, Plan(plan.index, plan.hits, "rerank", options, plan.teacher))
 
         show = min(max(plan.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
-        return explain(handle.searcher, handle.searcher.encode([query]), query, qid, tour=self.rewriter(handle, plan),
-                       rerank_at=rerank_at, hits=show, show=show)  # fmt: skip
+        return explain(StoppableIndex(handle.searcher, stop), handle.searcher.encode([query]), query, qid,
+                       tour=self.rewriter(handle, plan), rerank_at=rerank_at, hits=show, show=show)  # fmt: skip
 
     def close(self) -> None:
         if self.learner is not None:

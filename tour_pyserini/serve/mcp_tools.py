@@ -16,6 +16,7 @@ from tour_pyserini.serve.service import ClientGone, Overloaded, QuotaExceeded, S
 
 # Pyserini's eval_hits metrics (trec_eval's ndcg_cut, recall, map and recip_rank at the cutoff) as ir-measures names
 EVAL_METRICS = {"ndcg": "nDCG@{}", "recall": "R@{}", "map": "AP@{}", "recip_rank": "RR@{}"}
+MAX_CUTOFF = 10_000
 # Pyserini's index types, as list_indexes takes them, and ours
 INDEX_TYPES = {"faiss": "dense", "tf": "bm25", "dense": "dense", "bm25": "bm25"}
 
@@ -132,6 +133,8 @@ def mcp_server(service: SearchService):
         recip_rank at the cutoff (trec_eval's ndcg_cut, recall, map and recip_rank, as Pyserini's tool)."""
         if metric not in EVAL_METRICS:
             raise ToolError(f"metric must be one of {', '.join(EVAL_METRICS)}, got {metric[:40]!r}")
+        if not 1 <= cutoff <= MAX_CUTOFF:  # trec_eval's code aborts the process on a cutoff of 0
+            raise ToolError(f"cutoff must be in [1, {MAX_CUTOFF}], got {cutoff}")
         return checked(service.eval_hits, index_name, EVAL_METRICS[metric].format(cutoff), query_id, hits)
 
     return mcp

@@ -14,14 +14,14 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import strictly_decreasing
 from tour_pyserini.numbers import non_negative_float, param, positive_float, positive_int
 from tour_pyserini.results import NOT_RERANKED
-from tour_pyserini.rewriters import available_rewriters
+from tour_pyserini.rewriters import Abandoned, available_rewriters
 from tour_pyserini.serve.access import ANONYMOUS, RateLimit
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served
@@ -91,6 +91,7 @@ class ExplainRequest:
     plan: Plan  # TOUR's plan: index, hits, rewriter, options, teacher
     query: str
     qid: str
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
 def document_payload(doc, shown: Shown) -> object:
@@ -133,8 +134,8 @@ class EngineWorker:
         for i, payload in enumerate(payloads):
             if isinstance(payload, ExplainRequest):
                 try:
-                    out[i] = self.engine.explain(payload.plan, payload.query, payload.qid)
-                except UserError as e:
+                    out[i] = self.engine.explain(payload.plan, payload.query, payload.qid, payload.abandoned.is_set)
+                except (UserError, Abandoned) as e:
                     out[i] = e
         return out
 
@@ -168,7 +169,8 @@ class SearchService:
 
     def handle(self, index: str):
         if index not in self.engine.indexes:
-            raise BadRequest(f"unknown index {index!r}; this server's indexes: {', '.join(self.engine.indexes)}", 404)
+            raise BadRequest(f"unknown index {index[:100]!r}; this server's indexes: {', '.join(self.engine.indexes)}",
+                             404)  # fmt: skip
         return self.engine.indexes[index]
 
     def check_search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
@@ -250,8 +252,8 @@ class SearchService:
         doc = handle.docstore[docid]
         return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc, shown)}
 
-    async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
-                      keyed: bool = False) -> dict:  # fmt: skip
+    async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS, keyed: bool = False,
+                      gone: Callable[[], Awaitable[bool]] | None = None) -> dict:  # fmt: skip
         """The explorer's view of TOUR on one query (rewriter tour-hard or tour-soft, and a teacher)."""
         params = dict(params)
         params.setdefault("rewriter", "tour-soft")
@@ -263,7 +265,8 @@ class SearchService:
             params["teacher"] = self.config.teachers[0]
         request = self.check_search(index, params, client, keyed)
         qid = request.qid if params.get("qid") else self.topic_qid(request.query) or request.qid
-        out = await self.run(ExplainRequest(request.plan, request.query, qid), request.abandoned)
+        job = ExplainRequest(request.plan, request.query, qid)
+        out = await self.run(job, job.abandoned, gone)
         handle = self.engine.indexes[index]
         shown = {d["docid"] for stage in out["stages"] for d in stage["ranking"]}
         shown |= {d["docid"] for d in out.get("rerank", {}).get("ranking", [])}
