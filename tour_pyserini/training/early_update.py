@@ -25,31 +25,27 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
     check_fields,
     fraction,
-    non_negative_int,
     param,
     positive_float,
     positive_int,
-    probability,
 )
+from tour_pyserini.training.loop import LEARNING_RATE, TrainerSettings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class QaConfig:
+class QaConfig(TrainerSettings):
     """The early update's parameters, each declared once: train-qa's flags, their help and ranges derive from it."""
 
     steps: int = param(300, positive_int, "optimiser steps")
     batch_size: int = param(32, positive_int, "questions per step")
-    lr: float = param(2e-5, positive_float, "AdamW learning rate")
-    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    lr: float = param(2e-5, like=LEARNING_RATE)
     top_c: int = param(5000, positive_int, "blocks the loss is normalised over (capped at the index size)")
     temperature: float = param(0.05, positive_float, "scores are cosines divided by it before the softmax")
     query_max_length: int = param(64, positive_int, "tokens of a question")
     dev_fraction: float = param(0.1, fraction, "fraction of the training questions held out as the dev split")
     eval_every: int = param(50, positive_int, "steps between dev evaluations")
-    precision: str = "fp32"  # of the question encoder's forward passes: auto, fp32 or bf16 (autocast); its own flag
-    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
         check_fields(self)

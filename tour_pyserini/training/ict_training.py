@@ -25,25 +25,24 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
     at_least,
     check_fields,
-    non_negative_int,
     param,
     positive_float,
     positive_int,
     probability,
 )
+from tour_pyserini.training.loop import LEARNING_RATE, TrainerSettings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class IctConfig:
+class IctConfig(TrainerSettings):
     """The pre-training's parameters, each declared once: train-ict's flags, their help and ranges derive from it."""
 
     steps: int = param(300, positive_int, "optimiser steps")
     batch_size: int = param(32, at_least(2), "examples per step; the other blocks of the batch are each query's "
                             "negatives")  # fmt: skip
-    lr: float = param(2e-5, positive_float, "AdamW learning rate")
-    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    lr: float = param(2e-5, like=LEARNING_RATE)
     mask_rate: float = param(0.9, probability, "fraction of the examples whose query sentence is removed from its "
                              "block")  # fmt: skip
     max_wordpieces: int = param(288, positive_int, "block size limit, title and special tokens included")
@@ -52,8 +51,6 @@ class IctConfig:
     held_out: int = param(256, positive_int, "held-out examples scored against each other's blocks to choose the "
                           "checkpoint")  # fmt: skip
     eval_every: int = param(50, positive_int, "steps between held-out evaluations")
-    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast); its own flag
-    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
         check_fields(self)

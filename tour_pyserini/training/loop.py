@@ -23,10 +23,22 @@ from typing import Protocol
 
 from tour_pyserini.devices import resolve_precision
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Param, non_negative_int, param, positive_float, probability
 
 log = logging.getLogger(__name__)
 
 INITIAL = ("candidate", "reported", "skipped")  # what step 0 (the model before training) is
+LEARNING_RATE = Param("lr", positive_float, help="AdamW learning rate")  # each trainer sets its own default
+
+
+@dataclass
+class TrainerSettings:
+    """What every trainer's config has alike, declared once: each trainer's config extends it, declares its own
+    parameters, and its learning rate with ``param(DEFAULT, like=LEARNING_RATE)``."""
+
+    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    seed: int = param(13, non_negative_int, "random seed")
+    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast); its own flag (--precision)
 
 
 @dataclass

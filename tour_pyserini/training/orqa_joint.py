@@ -30,18 +30,17 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
     check_fields,
     fraction,
-    non_negative_int,
     param,
     positive_float,
     positive_int,
-    probability,
 )
+from tour_pyserini.training.loop import LEARNING_RATE, TrainerSettings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class OrqaConfig:
+class OrqaConfig(TrainerSettings):
     """The joint training's parameters, each declared once: train-orqa's flags, their help and ranges derive
     from it."""
 
@@ -49,8 +48,7 @@ class OrqaConfig:
     batch_size: int = param(8, positive_int, "questions per step")
     k: int = param(5, positive_int, "blocks the reader reads: the full update's beam (ORQA: 5)")
     top_c: int = param(5000, positive_int, "blocks of the early update (capped at the index size)")
-    lr: float = param(1e-5, positive_float, "AdamW learning rate")
-    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    lr: float = param(1e-5, like=LEARNING_RATE)
     temperature: float = param(0.05, positive_float, "S_retr is the cosine divided by it")
     query_max_length: int = param(64, positive_int, "tokens of a question")
     max_length: int = param(192, positive_int, "tokens per reader window (question and special tokens included)")
@@ -58,8 +56,6 @@ class OrqaConfig:
     max_answer_length: int = param(10, positive_int, "longest answer span, in tokens")
     dev_fraction: float = param(0.1, fraction, "fraction of the training questions held out as the dev split")
     eval_every: int = param(30, positive_int, "steps between dev evaluations")
-    precision: str = "fp32"  # of the forward passes: auto, fp32 or bf16 (autocast); its own flag
-    seed: int = param(13, non_negative_int, "random seed")
 
     def check(self) -> None:
         check_fields(self)

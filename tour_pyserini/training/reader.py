@@ -37,18 +37,16 @@ from tour_pyserini.numbers import (
     check_fields,
     fraction,
     non_negative_float,
-    non_negative_int,
     param,
-    positive_float,
     positive_int,
-    probability,
 )
+from tour_pyserini.training.loop import LEARNING_RATE, TrainerSettings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class ReaderTrainConfig:
+class ReaderTrainConfig(TrainerSettings):
     """The reader training's parameters, each declared once: train-reader's flags, their help and ranges derive
     from it. The defaults are sized for 2 CPU cores: 240 steps of 16 questions are about 2.5 passes over
     nq-oracle's training set."""
@@ -56,8 +54,7 @@ class ReaderTrainConfig:
     steps: int = param(240, positive_int, "optimiser steps")
     batch_size: int = param(16, positive_int, "questions per step")
     passages: int = param(2, positive_int, "windows per question: one positive and the rest negatives (DPR: 24)")
-    lr: float = param(5e-5, positive_float, "AdamW learning rate")
-    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
+    lr: float = param(5e-5, like=LEARNING_RATE)
     k: int = param(20, positive_int, "the run's passages searched for positives and negatives")
     # nq-oracle's passages: 118 tokens median, 149 at the 90th percentile
     max_length: int = param(192, positive_int, "tokens per window (question and special tokens included)")
@@ -69,8 +66,7 @@ class ReaderTrainConfig:
     # the shipped reader's checkpoint was chosen at 1
     retrieval_weight: float = param(1.0, non_negative_float, "the orqa rule's w for the dev answers")
     eval_every: int = param(60, positive_int, "steps between dev evaluations")
-    precision: str = "fp32"  # of the training forward passes (dev reads in fp32): auto, fp32 or bf16; its own flag
-    seed: int = param(13, non_negative_int, "random seed")
+    # precision (TrainerSettings): of the training forward passes; the dev questions are read in fp32
 
     def check(self) -> None:
         check_fields(self)

@@ -36,25 +36,23 @@ from tour_pyserini.numbers import (
     param,
     positive_float,
     positive_int,
-    probability,
 )
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
-from tour_pyserini.training.loop import LoopSettings
+from tour_pyserini.training.loop import LEARNING_RATE, LoopSettings, TrainerSettings
 
 PSEUDO = ("none", "ict", "ensemble")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(TrainerSettings):
     """The training's parameters, each declared once: train-reranker's flags, their help and ranges derive from it."""
 
     epochs: int = param(3, positive_int, "passes over the training queries")
     queries_per_step: int = param(8, positive_int, "training queries per optimiser step")
     negatives: int = param(7, positive_int, "hard negatives per positive")
-    lr: float = param(4e-5, positive_float, "AdamW learning rate of the encoder")
+    lr: float = param(4e-5, like=LEARNING_RATE, help="AdamW learning rate of the encoder")
     head_lr: float = param(1e-3, positive_float, "learning rate of the new head (pooler and classifier), which "
                            "starts at zero")  # fmt: skip
-    warmup: float = param(0.1, probability, "fraction of the steps the learning rate warms up over")
     max_length: int = param(256, positive_int, "tokens of a query and document pair")
     hard_depth: int = param(30, positive_int, "negatives come from the dense and BM25 top hard-depth")
     # MiniLM's training scale (cos / 0.05)
@@ -69,8 +67,7 @@ class TrainConfig:
     extra_per_step: int = param(4, non_negative_int, "lists per step from --pseudo or --extra-topics")
     max_steps: int = param(0, non_negative_int, "stop after this many steps, on the schedule of the full run (0: no "
                            "limit, every epoch)")  # fmt: skip
-    precision: str = "auto"  # of the forward and backward passes: auto, fp32 or bf16 (autocast); its own flag
-    seed: int = param(13, non_negative_int, "random seed")
+    precision: str = "auto"  # of the forward and backward passes (TrainerSettings' default is fp32)
 
     def check(self) -> None:
         check_fields(self)
