@@ -28,6 +28,7 @@ from tour_pyserini.numbers import Number, mass, positive_float, positive_int
 from tour_pyserini.serve.access import AccessConfig
 from tour_pyserini.serve.requests import RequestLimits
 from tour_pyserini.serve.service import ServiceLimits
+from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
 from tour_pyserini.ttt.state import SCOPES
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-data-mb", type=positive_float, metavar="MB",
                     help="disk the data directory may use; past it no query is judged (requests naming a teacher "
                     "get 507) (default: no limit)")  # fmt: skip
-    ap.add_argument("--judge-depth", type=positive_int, default=10, help="judgments per judged query (10)")
-    ap.add_argument("--max-depth", type=positive_int, default=100, help="most judgments one query can get (100)")
+    for flag, option in (("--judge-depth", JUDGE_DEPTH), ("--max-depth", MAX_DEPTH)):
+        ap.add_argument(flag, type=option.type, default=option.default, help=option.described)
     ap.add_argument("--refit-steps", type=positive_int, default=100, help="Adam steps of a warm-started refit (100; "
                     "the first fit takes 300, as ttt fit)")  # fmt: skip
     ap.add_argument("--qrels", help="relevance judgments: the explorer marks relevant documents of --topics queries")

@@ -23,7 +23,8 @@ from tour_pyserini.commands.flags import (
 )
 from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import non_negative_int, positive_float, positive_int
+from tour_pyserini.numbers import non_negative_int, positive_float
+from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
@@ -41,10 +42,8 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--task", help="task name (default: the index directory's name)")
     rw.add_argument("--task-index", type=non_negative_int, default=0,
                     help="seeds the query order: 1000 + this (default 0)")  # fmt: skip
-    rw.add_argument("--depth", type=positive_int, default=10,
-                    help="judgments per rewarded query in the first pass (10)")  # fmt: skip
-    rw.add_argument("--max-depth", type=positive_int, default=100,
-                    help="base candidates a query can be judged on (100)")  # fmt: skip
+    for option in (JUDGE_DEPTH, MAX_DEPTH):
+        rw.add_argument(option.option, type=option.type, default=option.default, help=option.described)
     add_teacher_flags(rw)
     rc = commands.add_parser("recycle", help="rewards from the teacher judgments a search recorded in its trace")
     rc.add_argument("--trace", required=True, nargs="+", help="trace files of searches (search --trace)")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
+
 
 def grant(credit: float, budget: float, depth: int, max_depth: int) -> tuple[int, float]:
     """Judgments for the next served query and the credit left, from the ``credit`` before it arrived.
@@ -35,8 +37,8 @@ class Allocator:
     """Per-task credit under a budget of ``budget`` judgments per served query."""
 
     budget: float
-    depth: int = 10
-    max_depth: int = 100
+    depth: int = JUDGE_DEPTH.default
+    max_depth: int = MAX_DEPTH.default
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.budget) and self.budget > 0):

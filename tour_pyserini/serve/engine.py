@@ -28,6 +28,7 @@ from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import OnlineLearner, Reward
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
 from tour_pyserini.teachers import ScoreStore, Teacher, options_for
+from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,8 @@ class ServeConfig:
     state: str | None = None  # the TTT-Embed state rewriter=ttt-embed searches with
     budget: float | None = None
     learn: str | None = None
-    judge_depth: int = 10  # judgments per judged query, breadth first (the paper's 10)
-    max_depth: int = 100
+    judge_depth: int = JUDGE_DEPTH.default
+    max_depth: int = MAX_DEPTH.default
     refit_steps: int = 100  # warm-started refits; the first fit takes FitConfig's 300
     threads: int | None = None  # torch's (encoder, cross-encoder teachers); Faiss 1 when None, as the search command
     device: str = "cpu"

@@ -22,6 +22,12 @@ from typing import NamedTuple
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.numbers import Param, positive_int
+
+# declared once for ttt rewards, the server's allocation and their flags
+JUDGE_DEPTH = Param("depth", positive_int, 10, "judgments per judged query, breadth first (the paper's 10)")
+MAX_DEPTH = Param("max_depth", positive_int, 100, "most judgments one query can get: the base candidates it is "
+                  "judged on")  # fmt: skip
 
 
 class Pair(NamedTuple):
@@ -39,8 +45,8 @@ def query_order(task_qids: Sequence[Sequence[str]]) -> list[tuple[int, str]]:
     return order
 
 
-def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = 10,
-             max_depth: int = 100) -> list[Pair]:  # fmt: skip
+def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = JUDGE_DEPTH.default,
+             max_depth: int = MAX_DEPTH.default) -> list[Pair]:  # fmt: skip
     """The round(b × N) pairs of budget ``budget`` (judgments per query), in allocation order."""
     if not (math.isfinite(budget) and budget >= 0):
         raise UserError(f"budget must be a finite number of judgments per query, at least 0; got {budget}")
