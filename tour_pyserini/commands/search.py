@@ -35,6 +35,7 @@ from tour_pyserini.rewriters import available_rewriters, get_rewriter_class
 from tour_pyserini.runtime import RUNTIME_PRECISIONS
 from tour_pyserini.search.configure import SearchConfig, SearchPlan, TeacherInfo, open_searcher, plan_search
 from tour_pyserini.teachers import teacher_usages
+from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cache import mostly_unscored
 
 # flags that do not change the run, so an interrupted run may resume under different values
@@ -62,8 +63,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")
     ap.add_argument("--no-resume", action="store_true", help="start over even if an interrupted run can resume")
     ap.add_argument("--trace", help="write per-query traces (JSON lines) to this file")
-    ap.add_argument("--bm25-k1", type=non_negative_float, default=0.9, help="BM25 indexes: k1")
-    ap.add_argument("--bm25-b", type=probability, default=0.4, help="BM25 indexes: b")
+    ap.add_argument("--bm25-k1", type=non_negative_float, default=K1, help=f"BM25 indexes: k1 (default {K1})")
+    ap.add_argument("--bm25-b", type=probability, default=B, help=f"BM25 indexes: b (default {B})")
     ap.add_argument("--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: "
                     "cpu, cuda or cuda:N")  # fmt: skip
     ap.add_argument("--ef-search", type=positive_int,

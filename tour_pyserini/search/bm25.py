@@ -11,18 +11,19 @@ from tour_pyserini.files.topics import check_queries
 from tour_pyserini.index.layout import MissingIndexError, check_readable, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
+from tour_pyserini.teachers.bm25_math import K1, B
 
 
 class Bm25Searcher(PyseriniSearch):
-    """``LuceneSearcher`` with BM25 (k1 0.9, b 0.4 as in Pyserini's BEIR regressions)."""
+    """``LuceneSearcher`` with BM25 (k1 0.9, b 0.4 as in Pyserini's BEIR regressions, Anserini's defaults)."""
 
-    def __init__(self, lucene_searcher, threads: int = 1, k1: float = 0.9, b: float = 0.4):
+    def __init__(self, lucene_searcher, threads: int = 1, k1: float = K1, b: float = B):
         self.lucene = lucene_searcher
         self.threads = threads
         self.k1, self.b = k1, b
 
     @classmethod
-    def from_index(cls, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> Bm25Searcher:
+    def from_index(cls, index_dir: str | Path, *, k1: float = K1, b: float = B, threads: int = 1) -> Bm25Searcher:
         if index_kind(index_dir) != "bm25":
             raise MissingIndexError(f"{index_dir} is a dense index, not a Lucene one")
         check_readable(index_dir)

@@ -28,6 +28,7 @@ from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.rewriters import Rewriter, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import StateShift
 from tour_pyserini.runtime import resolve_runtime_precision
+from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cross_encoder import RUNTIME
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ class SearchConfig:
     device: str = "cpu"
     ef_search: int | None = None
     nprobe: int | None = None
-    bm25_k1: float = 0.9
-    bm25_b: float = 0.4
+    bm25_k1: float = K1
+    bm25_b: float = B
 
 
 @dataclass(frozen=True)
