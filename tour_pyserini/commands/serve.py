@@ -26,6 +26,7 @@ from tour_pyserini.commands.flags import (
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, mass, positive_float, positive_int
 from tour_pyserini.serve.access import AccessConfig
+from tour_pyserini.serve.engine import ServeConfig
 from tour_pyserini.serve.requests import RequestLimits
 from tour_pyserini.serve.service import ServiceLimits
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
@@ -76,15 +77,16 @@ def parser() -> argparse.ArgumentParser:
                     "least as well as the one before")  # fmt: skip
     ap.add_argument("--learn-from-anonymous", action="store_true", help="with --learn: also learn from clients "
                     "without a key (all of them one client), on purpose")  # fmt: skip
-    ap.add_argument("--max-key-share", type=mass, default=0.2, metavar="F", help="with --learn: the most of a "
-                    "refit's queries one client may give (0.2: five clients at least; 1: no cap)")  # fmt: skip
+    ap.add_argument("--max-key-share", type=mass, default=ServeConfig.max_key_share, metavar="F",
+                    help="with --learn: the most of a refit's queries one client may give (default "
+                    f"{ServeConfig.max_key_share}: five clients at least; 1: no cap)")  # fmt: skip
     ap.add_argument("--max-data-mb", type=positive_float, metavar="MB",
                     help="disk the data directory may use; past it no query is judged (requests naming a teacher "
                     "get 507) (default: no limit)")  # fmt: skip
     for flag, option in (("--judge-depth", JUDGE_DEPTH), ("--max-depth", MAX_DEPTH)):
         ap.add_argument(flag, type=option.type, default=option.default, help=option.described)
-    ap.add_argument("--refit-steps", type=positive_int, default=100, help="Adam steps of a warm-started refit (100; "
-                    "the first fit takes 300, as ttt fit)")  # fmt: skip
+    ap.add_argument("--refit-steps", type=positive_int, default=ServeConfig.refit_steps, help="Adam steps of a "
+                    f"warm-started refit ({ServeConfig.refit_steps}; the first fit takes 300, as ttt fit)")  # fmt: skip
     ap.add_argument("--qrels", help="relevance judgments: the explorer marks relevant documents of --topics queries")
     ap.add_argument("--topics", help="example queries the explorer offers (their qids find --qrels)")
     ap.add_argument("--threads", type=positive_int, help="torch threads (encoder, cross-encoder teacher); default: "
@@ -106,7 +108,6 @@ def serve_config(args: argparse.Namespace):
     from tour_pyserini.index.query_side import query_encoder_spec
     from tour_pyserini.runtime import resolve_runtime_precision
     from tour_pyserini.serve.access import read_server_config
-    from tour_pyserini.serve.engine import ServeConfig
     from tour_pyserini.teachers import TeacherSpec, check_shared_teacher_options
     from tour_pyserini.teachers.cross_encoder import RUNTIME
 

@@ -25,7 +25,7 @@ from tour_pyserini.index.layout import DOCSTORE_FILE, index_kind
 from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, check_rewriter
 from tour_pyserini.serve.allocation import Allocator
-from tour_pyserini.serve.learning import OnlineLearner, Reward
+from tour_pyserini.serve.learning import MIN_JUDGMENTS, OnlineLearner, Reward, usable
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
 from tour_pyserini.teachers import ScoreStore, Teacher, options_for
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
@@ -305,8 +305,8 @@ class Engine:
             for i, result in zip(at, results):
                 out[i] = Served(result, version)
                 trust = requests[i].keyed or self.config.learn_from_anonymous
-                judgments = {d: s for d, s in result.trace.judgments.items() if np.isfinite(s)}
-                if depth and trust and result.trace.stop_reason != NOT_RERANKED and len(judgments) >= 2:
+                judgments = usable(result.trace.judgments)
+                if depth and trust and result.trace.stop_reason != NOT_RERANKED and len(judgments) >= MIN_JUDGMENTS:
                     rewards.append(Reward(handle.name, qids[i], texts[i], judgments, clients[i]))
                     rewarded.append(i)
         if self.learner is not None:

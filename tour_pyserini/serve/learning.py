@@ -51,6 +51,7 @@ REWARDS_LOG = "rewards.jsonl"
 STATE_NAME = re.compile(r"state-(\d{6})\.safetensors")
 KEEP_VERSIONS = 5  # older versions are removed once a newer one is complete
 HELD_BACK = 5  # one judged query in this many checks new states instead of fitting them
+MIN_JUDGMENTS = 2  # a rewarded query's judgments must order at least one pair to teach anything
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ class Reward:
     def key(self) -> tuple[str, str]:
         """Where the learner keeps it: (task, client/qid), so that one client's qid is not another's."""
         return self.task, learned_qid(self.client, self.qid)
+
+
+def usable(judgments: Mapping[str, float]) -> dict[str, float]:
+    """The judgments a reward keeps: the finite ones (a NaN is a pair the teacher gave no score)."""
+    return {d: s for d, s in judgments.items() if np.isfinite(s)}
 
 
 def learned_qid(client: str, qid: str) -> str:
@@ -234,12 +240,12 @@ class OnlineLearner:
                 self.wake.notify()
 
     def keep(self, rewards: Sequence[Reward], vectors: np.ndarray | None = None) -> None:
-        usable = [i for i, r in enumerate(rewards) if r.task in self.tasks]
-        if len(usable) < len(rewards):
+        served = [i for i, r in enumerate(rewards) if r.task in self.tasks]
+        if len(served) < len(rewards):
             log.warning("online TTT-Embed: %d rewarded queries are of indexes this server does not serve; they stay "
-                        "in the log, unused", len(rewards) - len(usable))  # fmt: skip
+                        "in the log, unused", len(rewards) - len(served))  # fmt: skip
         by_task: dict[str, list[int]] = {}
-        for i in usable:
+        for i in served:
             by_task.setdefault(rewards[i].task, []).append(i)
         for task, at in by_task.items():
             fresh = list({rewards[i].key: i for i in at if rewards[i].key not in self.vectors}.values())
@@ -250,8 +256,7 @@ class OnlineLearner:
             with self.lock:
                 self.vectors.update((rewards[i].key, x) for i, x in zip(fresh, X))
                 for i in at:  # a query judged again keeps every judgment, the later score winning
-                    judgments = {d: s for d, s in rewards[i].judgments.items() if np.isfinite(s)}
-                    self.judged.setdefault(rewards[i].key, {}).update(judgments)
+                    self.judged.setdefault(rewards[i].key, {}).update(usable(rewards[i].judgments))
                     self.clients[rewards[i].key] = rewards[i].client
         with self.lock:
             self.received += len(rewards)
@@ -284,8 +289,8 @@ class OnlineLearner:
 
     def fit_set(self, judged: Mapping, clients: Mapping) -> tuple[list, list]:
         """The keys to fit on (each client's most recent, within its share) and the held-back keys."""
-        usable = [(i, key) for i, (key, scores) in enumerate(judged.items()) if len(scores) >= 2]
-        fitting = [key for i, key in usable if i % HELD_BACK]
+        ordered = [(i, key) for i, (key, scores) in enumerate(judged.items()) if len(scores) >= MIN_JUDGMENTS]
+        fitting = [key for i, key in ordered if i % HELD_BACK]
         counts: dict[str, int] = {}
         for key in fitting:
             counts[clients[key]] = counts.get(clients[key], 0) + 1
@@ -296,7 +301,7 @@ class OnlineLearner:
             if taken.get(clients[key], 0) < cap:
                 taken[clients[key]] = taken.get(clients[key], 0) + 1
                 chosen.append(key)
-        return chosen[::-1], [key for i, key in usable if not i % HELD_BACK]
+        return chosen[::-1], [key for i, key in ordered if not i % HELD_BACK]
 
     def agreement(self, state: State | None, queries: Sequence[RewardedQuery]) -> float:
         """Mean teacher agreement of ``queries`` moved by ``state`` (None: not moved)."""

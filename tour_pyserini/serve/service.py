@@ -247,8 +247,8 @@ class SearchService:
         shown = parse_shown(params or {})
         handle = self.handle(index)
         if handle.docstore is None or docid not in handle.docstore:
-            shown = docid if len(docid) <= 100 else f"{docid[:100]}..."
-            raise BadRequest(f"document {shown!r} is not in index {index!r}", 404)
+            cut = docid if len(docid) <= 100 else f"{docid[:100]}..."
+            raise BadRequest(f"document {cut!r} is not in index {index!r}", 404)
         doc = handle.docstore[docid]
         return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc, shown)}
 
