@@ -27,6 +27,17 @@ def library_log_reaches_caplog():
     logging.getLogger("tour_pyserini").propagate = True
 
 
+@pytest.fixture
+def encoder_loads(monkeypatch) -> list:
+    """Each Pyserini query encoder loaded while the test runs (its arguments), counted where the model loads."""
+    import tour_pyserini.encoders.query as query
+
+    loads: list = []
+    real = query.pyserini_query_encoder
+    monkeypatch.setattr(query, "pyserini_query_encoder", lambda *a: loads.append(a) or real(*a))
+    return loads
+
+
 @pytest.fixture(scope="session")
 def mini_scifact(tmp_path_factory) -> dict[str, Path]:
     """The first judged SciFact test queries, their relevant abstracts and some others, as a collection."""

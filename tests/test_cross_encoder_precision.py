@@ -135,14 +135,14 @@ def test_bad_precision_is_a_user_error_before_any_model_loads():
 
 def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
     from tour_pyserini.commands.search import main, parser, search_config
-    from tour_pyserini.search.configure import teacher_context
+    from tour_pyserini.search.configure import open_teacher, plan_teachers
 
     common = ["--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
               "--teacher", f"cross-encoder:{MODEL}"]  # fmt: skip
     cases = [([], resolve_precision("auto", "cpu")), (["--teacher-precision", "fp32"], "fp32")]
     for flags, expected in cases + [(["--teacher-precision", "bf16"], "bf16")] * native_bf16("cpu"):
         config = search_config(parser().parse_args([*common, *flags]))
-        assert get_teacher(config.teacher, teacher_context(config)).precision == expected
+        assert open_teacher(plan_teachers([config.teacher], config)[0], config).precision == expected
     with pytest.raises(SystemExit) as exit_:
         main([*common, "--teacher-precision", "fp16"])
     assert exit_.value.code == 2 and "--teacher-precision: invalid choice" in capsys.readouterr().err

@@ -124,15 +124,11 @@ def test_ways_of_one_model_share_its_loaded_weights(model, texts, exact):
 
 @pytest.mark.slow
 def test_a_search_through_a_runtime_with_the_dense_teacher_loads_the_encoder_once(mini_scifact, model, tmp_path,
-                                                                                  monkeypatch):  # fmt: skip
+                                                                                  encoder_loads):  # fmt: skip
     """The dense teacher keeps torch's float32 (its scores are its fingerprint's); the searcher's OpenVINO graph
     is exported from the same loaded model."""
-    import tour_pyserini.encoders.query as query
-
     index = dense_index_of(model, mini_scifact, tmp_path / "mini.minilm")
-    loads = []
-    real = query.pyserini_query_encoder
-    monkeypatch.setattr(query, "pyserini_query_encoder", lambda *a: loads.append(a) or real(*a))
+    loads = encoder_loads
     search(index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher", "dense", "--k", "10",
            "--encoder-runtime", "openvino")  # fmt: skip
     assert len(loads) == 1

@@ -80,7 +80,8 @@ def test_fit_puts_weight_on_the_informative_teacher():
     assert loss(w) < loss([1.0, 0.0]) and loss(w) <= loss(w * 1.1) and loss(w) <= loss(w * 0.9)
 
 
-def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, mini_scifact, tmp_path, capsys):
+def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, mini_scifact, tmp_path, capsys,
+                                                    encoder_loads):  # fmt: skip
     from tour_pyserini.commands.fit_ensemble import main
 
     out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
@@ -88,6 +89,7 @@ def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, min
     subset.write_text("".join(f"{t.qid}\t{t.text}\n" for t in topics))
     main(["--index", str(dense_index), "--topics", str(subset), "--qrels", str(mini_scifact["qrels"]),
           "--teachers", "dense", "bm25", "--depth", "20", "--output", str(out)])  # fmt: skip
+    assert len(encoder_loads) == 1  # the dense teacher shares the searcher's encoder
     record = json.loads(out.read_text())
     assert [p["teacher"] for p in record["parts"]] == ["dense", "bm25"]
     assert record["fitted_on"]["queries"] == len(topics)

@@ -59,7 +59,8 @@ def test_hard_negatives_from_both_rankings_and_fresh_lists_each_call(searcher, b
     assert first != second
 
 
-def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_index, bm25_index, mini_scifact, tmp_path):
+def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_index, bm25_index, mini_scifact, tmp_path,
+                                                                      encoder_loads):  # fmt: skip
     from tour_pyserini.encoders import bundled_model_dir
     from tour_pyserini.eval import evaluate
 
@@ -68,6 +69,7 @@ def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_ind
     out = tmp_path / "ce"
     topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
     report = train(str(dense_index), topics, qrels, out, str(bundled_model_dir()), config)
+    assert len(encoder_loads) == 1  # the residual's dense scores share the searcher's encoder and index
     assert json.loads((out / "training.json").read_text()) == report
     dev = report["dev_qids"]
     train_docs = {d for t in topics if t.qid not in dev for d, r in qrels.get(t.qid, {}).items() if r > 0}

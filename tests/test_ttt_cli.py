@@ -14,6 +14,14 @@ from tour_pyserini.ttt.state import State
 pytestmark = pytest.mark.slow
 
 
+def test_rewards_from_the_dense_teacher_load_the_encoder_once(dense_index, mini_scifact, tmp_path, encoder_loads):
+    """The teacher shares the searcher's query encoder and index, as in a search."""
+    rewards = tmp_path / "r.tsv"
+    main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "dense",
+          "--budget", "1", "--output", str(rewards)])  # fmt: skip
+    assert read_rewards([rewards]).num_pairs == 40 and len(encoder_loads) == 1
+
+
 def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, searcher, tmp_path, capsys):
     rewards, state_file = tmp_path / "r.tsv", tmp_path / "task.safetensors"
     main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "bm25",

@@ -18,10 +18,11 @@ import argparse
 import json
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser
+from tour_pyserini.commands.flags import ArgumentParser, add_teacher_flags, teacher_flags
 from tour_pyserini.commands.outputs import check_output, staged_output
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import at_least, non_negative_float
+from tour_pyserini.search.configure import SearchConfig
 from tour_pyserini.training.ensemble_fit import fit_ensemble
 
 
@@ -36,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--depth", type=at_least(2), default=30, help="candidates per query (dense top DEPTH)")
     ap.add_argument("--l2", type=non_negative_float, default=1e-4, help="L2 penalty on the weights")
     ap.add_argument("--output", required=True, help="ensemble file to write (JSON)")
+    ap.add_argument("--device", default="cpu", help="where the query encoder and model-based teachers run")
+    add_teacher_flags(ap.add_argument_group("teachers (each reads the flags it declares)"))
     return ap
 
 
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     if qrels is not None and not any(grade > 0 for t in topics for grade in qrels.get(t.qid, {}).values()):
         raise UserError(f"no query of {args.topics}{' (its --dev-of queries)' if args.dev_of else ''} has a relevant "
                         f"document in {args.qrels}: nothing to fit on")  # fmt: skip
+    search = SearchConfig(index=args.index, device=args.device, teacher_max_length=args.teacher_max_length,
+                          teacher_precision=args.teacher_precision, teacher_options=teacher_flags(args))  # fmt: skip
     with staged_output(output) as staged:  # beside the output: the specs are written relative to its directory
-        fitted = fit_ensemble(args.index, topics, qrels, args.teachers, staged, depth=args.depth, l2=args.l2,
+        fitted = fit_ensemble(search, topics, qrels, args.teachers, staged, depth=args.depth, l2=args.l2,
                               topics_name=args.topics)  # fmt: skip
     for spec, value in fitted["alone"].items():
         print(f"{spec}: {fitted['metric']} {value:.4f} re-ranking the dense top {args.depth} of the {len(topics)} "

@@ -69,12 +69,10 @@ def add_teacher_flags(ap) -> None:
 
 
 def teacher_flags(args: argparse.Namespace) -> dict:
-    """The teacher options given, by parameter; one the named ``--teacher`` does not read is an error."""
-    from tour_pyserini.teachers import check_teacher_options, teacher_options
+    """The teacher options given, by parameter (the search's plan checks that its teachers read them)."""
+    from tour_pyserini.teachers import teacher_options
 
-    options = {o.name: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
-    check_teacher_options(args.teacher, options)
-    return options
+    return {o.name: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
 
 
 # old flag -> the flag that replaced it (same meaning)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 from tour_pyserini.commands.flags import (
@@ -22,6 +23,7 @@ from tour_pyserini.commands.flags import (
     add_param_flags,
     add_teacher_flags,
     config_from_flags,
+    teacher_flags,
 )
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, mass, positive_float, positive_int
@@ -100,35 +102,23 @@ def parser() -> argparse.ArgumentParser:
 
 
 def serve_config(args: argparse.Namespace):
-    """The server's :class:`ServeConfig`, checked: everything that can be refused before any model loads."""
-    from tour_pyserini.devices import check_device
-    from tour_pyserini.encoders.exported import check_exportable
-    from tour_pyserini.encoders.query import resolve_query_precision
-    from tour_pyserini.index.layout import index_kind
-    from tour_pyserini.index.query_side import query_encoder_spec
-    from tour_pyserini.runtime import resolve_runtime_precision
+    """The server's :class:`ServeConfig`, checked: everything that can be refused before any model loads. Each
+    index is planned as the search command plans its index (the same encoder and teacher flags)."""
+    from tour_pyserini.index.faiss_index import OpenIndexes
+    from tour_pyserini.search.configure import SearchConfig, plan_search, plan_teachers
     from tour_pyserini.serve.access import read_server_config
-    from tour_pyserini.teachers import TeacherSpec, check_shared_teacher_options
-    from tour_pyserini.teachers.cross_encoder import RUNTIME
 
     configured = read_server_config(args.config)[0] if args.config else {}
     paths = [*args.index, *configured.values()]
     if not paths:
         raise UserError("give an index to serve: --index DIR, or 'indexes' in --config")
-    encoders = {}
     for path in paths:
         if not Path(path).is_dir():
             raise UserError(f"--index {path}: no such directory")
-        if index_kind(path) == "dense":
-            encoders[path] = query_encoder_spec(path)
-            check_exportable(encoders[path], args.encoder_runtime)
-    for spec in args.teacher:
-        TeacherSpec.parse(spec).teacher_class()  # an unknown kind is refused here
-    options = teacher_option_values(args)
-    check_shared_teacher_options(args.teacher, options)
-    if args.teacher_precision or options.get(RUNTIME.name):  # as the search command checks them
-        resolve_runtime_precision(args.teacher_precision or "auto", options.get(RUNTIME.name, RUNTIME.default),
-                                  args.device, "--teacher-precision", RUNTIME.option)  # fmt: skip
+    base = SearchConfig(index="", encoder_precision=args.encoder_precision, encoder_runtime=args.encoder_runtime,
+                        teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
+                        teacher_options=teacher_flags(args), threads=args.threads, device=args.device)  # fmt: skip
+    teachers = plan_teachers(args.teacher, base)
     if args.learn and args.budget is None:
         raise UserError("--learn learns from the judgments --budget pays for: give --budget")
     if args.learn_from_anonymous and not args.learn:
@@ -143,18 +133,14 @@ def serve_config(args: argparse.Namespace):
         State.load(args.state)
     if args.qrels and not args.topics:
         raise UserError("--qrels marks the relevant documents of --topics queries: give --topics")
-    check_device(args.device)
-    return ServeConfig(indexes=tuple(paths), names={path: name for name, path in configured.items()},
-                       teachers=tuple(args.teacher), data_dir=args.data_dir,
-                       state=args.state, budget=args.budget, learn=args.learn, judge_depth=args.judge_depth,
-                       max_depth=args.max_depth, refit_steps=args.refit_steps, threads=args.threads,
-                       device=args.device, teacher_options=options, teacher_max_length=args.teacher_max_length,
-                       teacher_precision=args.teacher_precision,
-                       encoder_precision=resolve_query_precision(args.encoder_precision, args.device,
-                                                                 args.encoder_runtime),
-                       encoder_runtime=args.encoder_runtime, encoders=encoders,
+    opened = OpenIndexes()  # an index one plan opens is the one every plan and teacher reads
+    # each index's plan has no teacher of its own: the server's teachers read the flags they share (ServeConfig)
+    plans = tuple(plan_search(replace(base, index=path, teacher_options={}), opened) for path in paths)
+    return ServeConfig(plans=plans, names={path: name for name, path in configured.items()}, teachers=teachers,
+                       data_dir=args.data_dir, state=args.state, budget=args.budget, learn=args.learn,
+                       judge_depth=args.judge_depth, max_depth=args.max_depth, refit_steps=args.refit_steps,
                        learn_from_anonymous=args.learn_from_anonymous, max_key_share=args.max_key_share,
-                       max_data_mb=args.max_data_mb)  # fmt: skip
+                       max_data_mb=args.max_data_mb, teacher_options=base.teacher_options)  # fmt: skip
 
 
 def access_config(args: argparse.Namespace) -> AccessConfig:
@@ -178,12 +164,6 @@ def access_config(args: argparse.Namespace) -> AccessConfig:
         open_writable(Path(args.request_log), "--request-log").close()
     return config_from_flags(AccessConfig, args, keys=tuple(keys), hosts=host_rule(args.host, args.allowed_host),
                              cors=tuple(args.cors))  # fmt: skip
-
-
-def teacher_option_values(args: argparse.Namespace) -> dict:
-    from tour_pyserini.teachers import teacher_options
-
-    return {o.name: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -85,19 +85,17 @@ def make_rewards(args: argparse.Namespace) -> None:
 
 
 def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
-    from tour_pyserini.search.searcher import TourSearcher
-    from tour_pyserini.teachers import TeacherContext, get_teacher
+    from tour_pyserini.search.configure import SearchConfig, open_search
     from tour_pyserini.ttt.pipeline import judge_rewards
     from tour_pyserini.ttt.rewards import TaskSource, write_rewards
 
-    context = TeacherContext(index_dir=args.index, max_length=args.teacher_max_length, precision=args.teacher_precision,
-                             options=teacher_flags(args))  # fmt: skip
-    teacher = get_teacher(args.teacher, context)
-    if teacher.oracle:
-        print("warning: ORACLE teacher — these rewards read the relevance judgements (an upper bound, not a "
-              "system)", file=sys.stderr)  # fmt: skip
+    # the search command's assembly, without a rewriter: the teacher shares the searcher's encoder and index
+    opened = open_search(SearchConfig(index=args.index, rewriter=None, teacher=args.teacher,
+                                      teacher_max_length=args.teacher_max_length,
+                                      teacher_precision=args.teacher_precision, teacher_options=teacher_flags(args)))
+    teacher = opened.teacher
     source = TaskSource(task_name(args), args.index, args.topics)
-    rewards = judge_rewards(TourSearcher.from_index(args.index), teacher, topics, pairs, source,
+    rewards = judge_rewards(opened.searcher, teacher, topics, pairs, source,
                             max_depth=args.max_depth)  # fmt: skip
     provenance = {"teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
                   "budget": str(args.budget), "depth": str(args.depth), "command": command_line()}  # fmt: skip

@@ -13,7 +13,7 @@ The search command plans in its driver; each distributed worker plans and opens 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.rewriters import Rewriter, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import StateShift
 from tour_pyserini.runtime import resolve_runtime_precision
+from tour_pyserini.teachers import Teacher, TeacherSpec, check_shared_teacher_options, options_for
 from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cross_encoder import RUNTIME
 
@@ -50,7 +51,8 @@ class TeacherInfo:
 @dataclass(frozen=True)
 class SearchConfig:
     """What a searcher is opened from: the index and its knobs, the query encoder, the rewriter with its own
-    parameters, and the teacher (a spec such as ``bm25`` or ``cross-encoder:PATH``) it asks."""
+    parameters, and the teacher (a spec such as ``bm25`` or ``cross-encoder:PATH``, parsed when the search is
+    planned) it asks."""
 
     index: str
     encoder: str | None = None  # default: the one the index was built with
@@ -58,9 +60,9 @@ class SearchConfig:
     encoded_queries: str | None = None  # Pyserini's pre-encoded queries instead of an encoder
     encoder_precision: str | None = None  # the query encoder's arithmetic: auto (None), fp32, bf16 or int8
     encoder_runtime: str = "torch"  # what runs the query encoder: torch, onnx or openvino
-    rewriter: str = "none"
+    rewriter: str | None = "none"  # None: no rewriter; a teacher is opened for the caller to ask (rewards, training)
     rewriter_options: Mapping[str, object] = field(default_factory=dict)  # parameters the rewriter declares
-    teacher: str | None = None
+    teacher: str | TeacherSpec | None = None
     teacher_max_length: int | None = None
     teacher_precision: str | None = None
     teacher_options: Mapping[str, object] = field(default_factory=dict)  # values of the flags teachers declare
@@ -87,15 +89,31 @@ class SearchPlan:
     encoder_precision: str = "fp32"
     encoder_runtime: str = "torch"
     start: StateShift | None = None  # the TTT-Embed state the rewriter searches with or starts from, read
+    teacher: TeacherSpec | None = None  # the config's teacher spec, parsed and its kind known
 
     @property
     def index(self) -> OpenIndex:
         return self.opened.get(self.config.index)
 
 
-def plan_search(config: SearchConfig) -> SearchPlan:
+def plan_teachers(specs: Sequence[str | TeacherSpec], config: SearchConfig) -> tuple[TeacherSpec, ...]:
+    """``specs`` parsed (an unknown kind refused), and ``config``'s teacher flags and precision checked against
+    them: the teachers of one search, or of a server that shares one set of teacher flags among them."""
+    parsed = tuple(TeacherSpec.parse(spec) for spec in specs)
+    for spec in parsed:
+        spec.teacher_class()
+    check_shared_teacher_options([str(spec) for spec in parsed], config.teacher_options)
+    runtime = config.teacher_options.get(RUNTIME.name)
+    if config.teacher_precision or runtime:
+        resolve_runtime_precision(config.teacher_precision or "auto", runtime or RUNTIME.default, config.device,
+                                  "--teacher-precision", RUNTIME.option)  # fmt: skip
+    return parsed
+
+
+def plan_search(config: SearchConfig, opened: OpenIndexes | None = None) -> SearchPlan:
     """Everything about ``config`` that can be checked before a model or the JVM loads, resolved into the plan
-    that building consumes."""
+    that building consumes; ``opened``: dense indexes already open (a server's), shared with this plan."""
+    teacher = next(iter(plan_teachers([config.teacher] if config.teacher else [], config)), None)
     if config.score_store:
         from tour_pyserini.teachers.store import check_store_path
 
@@ -109,9 +127,11 @@ def plan_search(config: SearchConfig) -> SearchPlan:
         if config.ef_search is not None or config.nprobe is not None:
             raise UserError("--ef-search and --nprobe apply to dense indexes; this one is BM25")
         return SearchPlan(config, "bm25")
-    rewriter, rewriter_config = check_rewriter(config.rewriter, dict(config.rewriter_options),
-                                               teacher=bool(config.teacher))  # fmt: skip
-    opened = OpenIndexes()
+    rewriter, rewriter_config = None, None
+    if config.rewriter is not None:
+        rewriter, rewriter_config = check_rewriter(config.rewriter, dict(config.rewriter_options),
+                                                   teacher=bool(config.teacher))  # fmt: skip
+    opened = OpenIndexes() if opened is None else opened
     index = opened.get(config.index)
     set_search_params(index.index, ef_search=config.ef_search, nprobe=config.nprobe, where=config.index)
     for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
@@ -136,36 +156,50 @@ def plan_search(config: SearchConfig) -> SearchPlan:
         check_exportable(spec, config.encoder_runtime)
     check_device(config.device)
     precision = resolve_query_precision(config.encoder_precision, config.device, config.encoder_runtime)
-    runtime = config.teacher_options.get(RUNTIME.name)
-    if config.teacher_precision or runtime:
-        resolve_runtime_precision(config.teacher_precision or "auto", runtime or RUNTIME.default, config.device,
-                                  "--teacher-precision", RUNTIME.option)  # fmt: skip
     return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, config.encoder_runtime,
-                      start)  # fmt: skip
+                      start, teacher)  # fmt: skip
 
 
-def open_searcher(plan: SearchPlan | SearchConfig):
+@dataclass
+class OpenSearch:
+    """A plan opened: its searcher (``TourSearcher``, or ``Bm25Searcher`` for a BM25 index) and its teacher."""
+
+    searcher: Any
+    teacher: Teacher | None = None
+
+    @property
+    def info(self) -> TeacherInfo | None:
+        return None if self.teacher is None else TeacherInfo(self.teacher.label, self.teacher.oracle)
+
+
+def open_searcher(plan: SearchPlan | SearchConfig, encoders: QueryEncoders | None = None):
     """The searcher ``plan`` describes (planned here from a bare config), and its teacher's :class:`TeacherInfo`
-    (None without a teacher). Each model loads once: the query encoder and the index are the searcher's and every
-    teacher's that reads them."""
+    (None without a teacher)."""
+    opened = open_search(plan, encoders)
+    return opened.searcher, opened.info
+
+
+def open_search(plan: SearchPlan | SearchConfig, encoders: QueryEncoders | None = None) -> OpenSearch:
+    """The searcher and the teacher ``plan`` describes (planned here from a bare config). Each model loads once:
+    the query encoder and the index are the searcher's and every teacher's that reads them; ``encoders``: query
+    encoders already loaded (a server's), shared with this plan's."""
     plan = plan_search(plan) if isinstance(plan, SearchConfig) else plan
     config = plan.config
     threads = config.threads or 1
     if plan.kind == "bm25":
         from tour_pyserini.search.bm25 import Bm25Searcher
 
-        return Bm25Searcher.from_index(config.index, k1=config.bm25_k1, b=config.bm25_b, threads=threads), None
+        return OpenSearch(Bm25Searcher.from_index(config.index, k1=config.bm25_k1, b=config.bm25_b, threads=threads))
     if config.threads:  # the encoder and a cross-encoder teacher share torch's process-wide thread pool
         import torch
 
         torch.set_num_threads(config.threads)
     from tour_pyserini.search.searcher import TourSearcher
-    from tour_pyserini.teachers import get_teacher
 
-    encoders = QueryEncoders()
+    encoders = QueryEncoders() if encoders is None else encoders
     teacher = None
-    if config.teacher:  # first: a teacher's own input is refused before the query encoder loads
-        teacher = get_teacher(config.teacher, teacher_context(config, encoders, plan.opened))
+    if plan.teacher:  # first: a teacher's own input is refused before the query encoder loads
+        teacher = open_teacher(plan.teacher, config, encoders, plan.opened)
     rewriter = build_rewriter(plan, teacher)
     if plan.encoder is None:
         encoder = QueryEncoder.from_encoded(config.encoded_queries)
@@ -173,13 +207,15 @@ def open_searcher(plan: SearchPlan | SearchConfig):
         encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision, plan.encoder_runtime)
     searcher = TourSearcher.from_open_index(plan.index, encoder, rewriter=rewriter, threads=threads)
     if teacher is not None and teacher.oracle:
-        log.warning("ORACLE teacher — these results read the relevance judgements (an upper bound, not a system); "
-                    "the run tag is marked 'oracle'")  # fmt: skip
-    return searcher, TeacherInfo(teacher.label, teacher.oracle) if teacher else None
+        log.warning("ORACLE teacher — what it ranks or judges reads the relevance judgements (an upper bound, not "
+                    "a system)")  # fmt: skip
+    return OpenSearch(searcher, teacher)
 
 
-def build_rewriter(plan: SearchPlan, teacher) -> Rewriter:
+def build_rewriter(plan: SearchPlan, teacher) -> Rewriter | None:
     """The plan's rewriter from its checked config, with the teacher, score store and state it uses."""
+    if plan.rewriter is None:
+        return None
     if not plan.rewriter.needs_teacher:
         if plan.start is not None:  # ttt-embed searches with the state read in planning
             return plan.rewriter(config=plan.rewriter_config, shift=plan.start)
@@ -192,14 +228,17 @@ def build_rewriter(plan: SearchPlan, teacher) -> Rewriter:
     return plan.rewriter(teacher, config=plan.rewriter_config, **extra)
 
 
-def teacher_context(config: SearchConfig, encoders: QueryEncoders | None = None, opened: OpenIndexes | None = None):
-    """What the teacher spec may refer to, from the search's configuration; ``encoders`` and ``opened``: what the
-    search has loaded, for teachers to share."""
-    from tour_pyserini.teachers import TeacherContext
+def open_teacher(spec: TeacherSpec, config: SearchConfig, encoders: QueryEncoders | None = None,
+                 opened: OpenIndexes | None = None) -> Teacher:  # fmt: skip
+    """The teacher ``spec`` (planned: :func:`plan_teachers`) over ``config``'s index, with the teacher flags of
+    ``config`` it reads; ``encoders`` and ``opened``: what the search has loaded, for the teacher to share."""
+    from tour_pyserini.teachers import TeacherContext, get_teacher
 
-    return TeacherContext(index_dir=config.index, max_length=config.teacher_max_length, device=config.device,
-                          precision=config.teacher_precision, options=config.teacher_options,
-                          encoders=encoders or QueryEncoders(), indexes=opened or OpenIndexes())  # fmt: skip
+    context = TeacherContext(index_dir=config.index, max_length=config.teacher_max_length, device=config.device,
+                             precision=config.teacher_precision,
+                             options=options_for(str(spec), config.teacher_options),
+                             encoders=encoders or QueryEncoders(), indexes=opened or OpenIndexes())  # fmt: skip
+    return get_teacher(spec, context)
 
 
 def open_score_store(path: str, teacher):
@@ -210,4 +249,5 @@ def open_score_store(path: str, teacher):
     return ScoreStore(path, teacher.fingerprint)
 
 
-__all__ = ["SearchConfig", "SearchPlan", "TeacherInfo", "open_searcher", "plan_search", "teacher_context"]
+__all__ = ["OpenSearch", "SearchConfig", "SearchPlan", "TeacherInfo", "open_search", "open_searcher", "open_teacher", "plan_search",
+           "plan_teachers"]

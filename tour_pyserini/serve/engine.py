@@ -11,23 +11,22 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from tour_pyserini.encoders.query import QueryEncoders
-from tour_pyserini.encoders.spec import EncoderSpec
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.index.faiss_index import OpenIndexes
-from tour_pyserini.index.layout import DOCSTORE_FILE, index_kind
+from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
-from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, check_rewriter
+from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, available_rewriters
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import MIN_JUDGMENTS, OnlineLearner, Reward, usable
-from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest
-from tour_pyserini.teachers import ScoreStore, Teacher, options_for
+from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest, make_plan
+from tour_pyserini.search.configure import SearchPlan
+from tour_pyserini.teachers import ScoreStore, Teacher, TeacherSpec
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
 
 log = logging.getLogger(__name__)
@@ -35,14 +34,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """A server's indexes, teachers and policy. ``budget`` (judgments per served query) makes requests that
-    name no rewriter follow the server's policy: the first teacher judges the top candidates of the share of
-    queries the budget pays for, and re-ranks them; ``learn`` (a TTT-Embed scope) also keeps those judgments
-    and refits a state from them, which moves every later query."""
+    """A server's indexes, teachers and policy. Each index is served as the search command would search it: its
+    :class:`~tour_pyserini.search.configure.SearchPlan` (its query encoder and the teacher flags, checked once,
+    the index opened), and ``teachers`` parsed once for all of them. ``budget`` (judgments per served query)
+    makes requests that name no rewriter follow the server's policy: the first teacher judges the top candidates
+    of the share of queries the budget pays for, and re-ranks them; ``learn`` (a TTT-Embed scope) also keeps those
+    judgments and refits a state from them, which moves every later query."""
 
-    indexes: tuple[str, ...]
-    encoders: Mapping[str, EncoderSpec]  # each dense index's query encoder, checked (serve_config)
-    teachers: tuple[str, ...] = ()
+    plans: tuple[SearchPlan, ...]  # one per index, in the order given
+    teachers: tuple[TeacherSpec, ...] = ()
     data_dir: str = "serve-data"  # score stores (scores/), and with learn the states and rewards (learn/)
     state: str | None = None  # the TTT-Embed state rewriter=ttt-embed searches with
     budget: float | None = None
@@ -50,17 +50,21 @@ class ServeConfig:
     judge_depth: int = JUDGE_DEPTH.default
     max_depth: int = MAX_DEPTH.default
     refit_steps: int = 100  # warm-started refits; the first fit takes FitConfig's 300
-    threads: int | None = None  # torch's (encoder, cross-encoder teachers); Faiss 1 when None, as the search command
-    device: str = "cpu"
-    teacher_options: Mapping[str, object] = field(default_factory=dict)  # each teacher takes those it reads
-    teacher_max_length: int | None = None
-    teacher_precision: str | None = None
-    encoder_precision: str = "fp32"  # the query encoders' arithmetic, resolved (fp32, bf16 or int8)
-    encoder_runtime: str = "torch"  # what runs them: torch, onnx or openvino
     learn_from_anonymous: bool = False  # with learn: keep the judgments of clients without a key too
     max_key_share: float = 0.2  # with learn: the most of a refit's queries one client may give
     max_data_mb: float | None = None  # disk data_dir may use; past it nothing is judged (None: no limit)
     names: Mapping[str, str] = field(default_factory=dict)  # path -> route name, where not the base name
+    teacher_options: Mapping[str, object] = field(default_factory=dict)  # teachers' flags: each reads its own
+
+    @property
+    def indexes(self) -> tuple[str, ...]:
+        return tuple(plan.config.index for plan in self.plans)
+
+    @property
+    def query_encoding(self) -> dict:
+        """What runs the dense indexes' query encoders, and in which arithmetic (one setting for all)."""
+        dense = [plan for plan in self.plans if plan.kind == "dense"]
+        return {"runtime": dense[0].encoder_runtime, "precision": dense[0].encoder_precision} if dense else {}
 
 
 @dataclass
@@ -71,15 +75,22 @@ class ServedIndex:
     searcher: object  # TourSearcher, or Bm25Searcher for a BM25 index
     num_docs: int
     docstore: DocStore | None
-    teachers: dict[str, Teacher]  # by spec, as the server was started
-    stores: dict[str, ScoreStore | None]
+    teachers: dict[TeacherSpec, Teacher]  # as the server was started
+    stores: dict[TeacherSpec, ScoreStore | None]
 
     @property
-    def names(self) -> dict[str, str]:
-        """Each teacher's public name (its label, which names no local path or URL) -> its spec."""
-        return {teacher.label: spec for spec, teacher in self.teachers.items()}
+    def names(self) -> dict[str, TeacherSpec]:
+        """How a request may name each teacher: by its public name (its label, which names no local path or URL)
+        or by its spec as the server was started."""
+        return {**{str(spec): spec for spec in self.teachers},
+                **{teacher.label: spec for spec, teacher in self.teachers.items()}}
 
-    def public(self, spec: str | None) -> str | None:
+    @property
+    def labels(self) -> list[str]:
+        """The teachers' public names, as listings show them."""
+        return list(dict.fromkeys(teacher.label for teacher in self.teachers.values()))
+
+    def public(self, spec: TeacherSpec | None) -> str | None:
         return None if spec is None else self.teachers[spec].label
 
 
@@ -101,39 +112,28 @@ def index_names(paths: Sequence[str], given: Mapping[str, str]) -> list[str]:
     return names
 
 
-def open_index(path: str, name: str, config: ServeConfig, encoders: QueryEncoders,
-               opened: OpenIndexes) -> ServedIndex:  # fmt: skip
-    """One index, served as ``name``, with its searcher, and with its teachers and score stores where it is dense;
-    ``encoders`` and ``opened``: the process's query encoders and dense indexes, which the searchers and teachers
-    share."""
-    from tour_pyserini.search.configure import SearchConfig, open_score_store, teacher_context
+def open_index(plan: SearchPlan, name: str, config: ServeConfig, encoders: QueryEncoders) -> ServedIndex:
+    """One index, served as ``name``, opened from its plan as the search command opens it, with its teachers and
+    score stores where it is dense; ``encoders``: the process's query encoders, which the searchers and teachers
+    share (as they share the plans' open indexes)."""
+    from tour_pyserini.search.configure import open_score_store, open_search, open_teacher
 
+    path = plan.config.index
     store_path = Path(path) / DOCSTORE_FILE
     docstore = DocStore(store_path) if store_path.exists() else None
-    if index_kind(path) == "bm25":
-        from tour_pyserini.search.bm25 import Bm25Searcher
-
-        searcher = Bm25Searcher.from_index(path, threads=config.threads or 1)
+    searcher = open_search(plan, encoders).searcher
+    if plan.kind == "bm25":
         return ServedIndex(name, Path(path), False, searcher, searcher.lucene.num_docs, docstore, {}, {})
-    from tour_pyserini.search.searcher import TourSearcher
-    from tour_pyserini.teachers import get_teacher
-
-    index = opened.get(path)
-    encoder = encoders.get(config.encoders[path], config.device, config.encoder_precision, config.encoder_runtime)
-    searcher = TourSearcher.from_open_index(index, encoder, threads=config.threads or 1)
     teachers, stores = {}, {}
-    for spec_text in config.teachers:
-        search = SearchConfig(index=path, teacher=spec_text, teacher_options=options_for(spec_text,
-                              config.teacher_options), teacher_max_length=config.teacher_max_length,
-                              teacher_precision=config.teacher_precision, device=config.device)  # fmt: skip
-        teacher = get_teacher(spec_text, teacher_context(search, encoders, opened))
-        teachers[spec_text] = teacher
-        stores[spec_text] = None
+    for spec in config.teachers:
+        search = replace(plan.config, teacher_options=config.teacher_options)
+        teacher = teachers[spec] = open_teacher(spec, search, encoders, plan.opened)
+        stores[spec] = None
         if teacher.pairwise:  # judgments kept across requests and restarts: no pair is paid for twice
-            stores[spec_text] = open_score_store(str(Path(config.data_dir) / "scores" / f"{name}.{slug(spec_text)}"
-                                                     ".sqlite"), teacher)  # fmt: skip
+            stores[spec] = open_score_store(str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}"
+                                                ".sqlite"), teacher)  # fmt: skip
         else:
-            log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", spec_text)
+            log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", teacher.label)
     return ServedIndex(name, Path(path), True, searcher, searcher.num_docs, docstore, teachers, stores)
 
 
@@ -167,18 +167,14 @@ class Engine:
         self.config = config
         self.may_judge = may_judge
         names = index_names(config.indexes, config.names)
-        if config.threads:  # as the search command: the encoder and a cross-encoder teacher share torch's pool
-            import torch
-
-            torch.set_num_threads(config.threads)
-        encoders, opened = QueryEncoders(), OpenIndexes()
-        self.indexes = {name: open_index(p, name, config, encoders, opened) for p, name in zip(config.indexes, names)}
+        encoders = QueryEncoders()
+        self.indexes = {name: open_index(plan, name, config, encoders) for plan, name in zip(config.plans, names)}
         self.rewriters: dict[tuple, Rewriter] = {}
         self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
         self.learner = self.open_learner() if config.learn else None
 
     @property
-    def judge(self) -> str | None:
+    def judge(self) -> TeacherSpec | None:
         """The teacher the server's policy asks: the first one it was started with."""
         return self.config.teachers[0] if self.config.teachers else None
 
@@ -204,11 +200,11 @@ class Engine:
         """The rewriter of ``plan`` (built once per index and plan: rewriters keep no state between searches)."""
         key = (handle.name, plan.rewriter, plan.options, plan.teacher)
         if key not in self.rewriters:
-            cls, config = check_rewriter(plan.rewriter, dict(plan.options), teacher=plan.teacher is not None)
+            cls = available_rewriters()[plan.rewriter]
             if plan.teacher is None:
-                self.rewriters[key] = cls(config=config)
+                self.rewriters[key] = cls(config=plan.config)
             else:
-                self.rewriters[key] = cls(handle.teachers[plan.teacher], config=config,
+                self.rewriters[key] = cls(handle.teachers[plan.teacher], config=plan.config,
                                           store=handle.stores[plan.teacher])  # fmt: skip
         return self.rewriters[key]
 
@@ -290,7 +286,7 @@ class Engine:
 
             results = None
             if depth:
-                judged = Plan(handle.name, plan.hits, "rerank", (("depth", depth),), self.judge)
+                judged = make_plan(handle.name, plan.hits, "rerank", {"depth": depth}, self.judge)
                 try:
                     results = search(self.rewriter(handle, judged))
                 except Abandoned:
@@ -322,8 +318,8 @@ class Engine:
         depth = dict(plan.options).get("depth", 100)
 
         def rerank_at(calls: int) -> Rewriter:
-            options = (("depth", min(calls, handle.num_docs)),)
-            return self.rewriter(handle, Plan(plan.index, plan.hits, "rerank", options, plan.teacher))
+            options = {"depth": min(calls, handle.num_docs)}
+            return self.rewriter(handle, make_plan(plan.index, plan.hits, "rerank", options, plan.teacher))
 
         show = min(max(plan.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
         return explain(StoppableIndex(handle.searcher, stop), handle.searcher.encode([query]), query, qid,

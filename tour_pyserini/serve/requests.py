@@ -14,6 +14,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from tour_pyserini.errors import UserError
@@ -21,6 +22,7 @@ from tour_pyserini.numbers import Number, param, positive_int
 from tour_pyserini.rewriters import available_rewriters, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import STATE
 from tour_pyserini.serve.access import ANONYMOUS
+from tour_pyserini.teachers import TeacherSpec
 
 DEFAULT_HITS = 10  # Pyserini's REST default
 MAX_QUERY_CHARS = 10_000  # far beyond what any encoder reads (512 tokens)
@@ -64,13 +66,27 @@ class RequestLimits:
 
 @dataclass(frozen=True)
 class Plan:
-    """What decides a request's ranking; requests with equal plans are searched as one batch."""
+    """What decides a request's ranking; requests with equal plans are searched as one batch. ``config`` is the
+    rewriter's typed configuration, checked from ``options`` once (:func:`make_plan`), as the search command's
+    plan keeps it."""
 
     index: str
     hits: int
     rewriter: str  # "none", a registered rewriter, or ONLINE
     options: tuple[tuple[str, object], ...] = ()  # the rewriter's options, sorted by parameter
-    teacher: str | None = None
+    teacher: TeacherSpec | None = None
+    config: Any = field(default=None, compare=False)  # equal options give equal configs
+
+
+def make_plan(index: str, hits: int, rewriter: str, options: Mapping[str, object],
+              teacher: TeacherSpec | None = None) -> Plan:  # fmt: skip
+    """The plan of ``rewriter`` with ``options`` (by parameter), its config checked (one line for a value out of
+    range, naming the request's parameter)."""
+    try:
+        _, config = check_rewriter(rewriter, dict(options), teacher=teacher is not None)
+    except UserError as e:
+        raise as_request(e) from None
+    return Plan(index, hits, rewriter, tuple(sorted(options.items())), teacher, config)
 
 
 @dataclass(frozen=True)
@@ -225,11 +241,12 @@ def check_work(rewriter: str, config, limits: RequestLimits) -> None:
             raise BadRequest(f"parameter {shown!r} ({value:g}) is beyond {MAX_FLOAT_OPTION:g}")
 
 
-def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool, teachers: Mapping[str, str],
+def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool,
+                 teachers: Mapping[str, TeacherSpec],
                  state: str | None, online: bool, limits: RequestLimits = RequestLimits(),
                  client: str = ANONYMOUS, keyed: bool = False) -> SearchRequest:  # fmt: skip
-    """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (public name ->
-    spec; a request names a teacher by either) and ``state`` (the file ``ttt-embed`` searches with); ``online``: a
+    """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (each name a request
+    may give it -> its spec) and ``state`` (the file ``ttt-embed`` searches with); ``online``: a
     request naming no rewriter follows the server's policy; ``client`` and ``keyed``: who sent it."""
     query = check_query(params.get("query"))
     hits = parse_hits(params.get("hits"), limits.max_hits, num_docs)
@@ -254,22 +271,19 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
         if stray := sorted(set(params) - COMMON):
             raise BadRequest(f"parameter {stray[0]!r} does not apply to BM25 index {index!r}")
         return SearchRequest(Plan(index, hits, "none", bm25), query, qid, trace, client, keyed, shown)
-    if teacher is not None and teacher not in teachers and teacher not in teachers.values():
-        started = ", ".join(teachers) if teachers else "none (start it with --teacher SPEC)"
+    if teacher is not None and teacher not in teachers:
+        public = [name for name, spec in teachers.items() if name != str(spec)]
+        started = ", ".join(public) if teachers else "none (start it with --teacher SPEC)"
         raise BadRequest(f"unknown teacher {teacher[:100]!r}; this server's teachers: {started}")
-    teacher = teachers.get(teacher, teacher)  # the spec, which the plan keeps
+    spec = None if teacher is None else teachers[teacher]
     options = rewriter_options(rewriter, params)
     if rewriter == "ttt-embed":
         if state is None:
             raise BadRequest("rewriter 'ttt-embed' searches with the server's state: start it with --state FILE")
         options["state"] = state
-    try:
-        _, config = check_rewriter(rewriter, options, teacher=teacher is not None)
-    except UserError as e:
-        raise as_request(e) from None
-    depth = getattr(config, "depth", None) or 0
+    plan = make_plan(index, hits, rewriter, options, spec)
+    depth = getattr(plan.config, "depth", None) or 0
     if depth > num_docs:
         raise BadRequest(f"parameter 'k' ({depth}) is larger than the index ({num_docs} documents)")
-    check_work(rewriter, config, limits)
-    plan = Plan(index, hits, rewriter, tuple(sorted(options.items())), teacher)
+    check_work(rewriter, plan.config, limits)
     return SearchRequest(plan, query, qid, trace, client, keyed, shown)

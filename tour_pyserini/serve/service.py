@@ -262,7 +262,7 @@ class SearchService:
         if not params.get("teacher"):
             if not self.config.teachers:
                 raise BadRequest("the explorer needs a teacher: start the server with --teacher SPEC")
-            params["teacher"] = self.config.teachers[0]
+            params["teacher"] = str(self.config.teachers[0])
         request = self.check_search(index, params, client, keyed)
         qid = request.qid if params.get("qid") else self.topic_qid(request.query) or request.qid
         job = ExplainRequest(request.plan, request.query, qid)
@@ -328,7 +328,7 @@ class SearchService:
         rewriters = sorted(available_rewriters())
         return {"api": "v1", "indexes": [
             {"name": h.name, "kind": "dense" if h.dense else "bm25", "documents": h.num_docs,
-             "teachers": list(h.names), "rewriters": rewriters if h.dense else ["none"],
+             "teachers": h.labels, "rewriters": rewriters if h.dense else ["none"],
              "policy": ONLINE if h.dense and self.config.budget is not None else "none"}
             for h in self.engine.indexes.values()]}  # fmt: skip
 
@@ -339,6 +339,5 @@ class SearchService:
                 "budget": None if engine.allocator is None else {"judgments_per_query": engine.allocator.budget,
                                                                  "served": engine.allocator.served,
                                                                  "judgments": engine.allocator.spent},
-                "query_encoder": {"runtime": engine.config.encoder_runtime,
-                                  "precision": engine.config.encoder_precision},
+                "query_encoder": engine.config.query_encoding or None,
                 "learning": engine.learner.status() if engine.learner else None}  # fmt: skip

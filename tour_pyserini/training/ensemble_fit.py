@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.search.configure import SearchConfig
 from tour_pyserini.teachers.base import TeacherSpec
 
 
@@ -69,7 +71,7 @@ def relative_spec(spec: str, base: Path) -> str:
 
 
 def fit_ensemble(
-    index: str | Path,
+    index: str | Path | SearchConfig,
     topics,
     qrels,
     teacher_specs: Sequence[str],
@@ -80,19 +82,26 @@ def fit_ensemble(
     topics_name: str = "",
 ) -> dict:
     """Fit the weights of ``teacher_specs`` on ``topics`` (qrels, or None: candidates holding an answer string
-    are relevant) re-ranking the dense top ``depth`` of ``index``; write the ensemble file ``output`` and return
-    what it records of the fit (``alone``: each teacher's metric by itself; ``ensemble``; ``parts``)."""
+    are relevant) re-ranking the dense top ``depth`` of ``index`` (a directory, or a search's configuration with
+    the device and the teachers' flags); write the ensemble file ``output`` and return what it records of the fit
+    (``alone``: each teacher's metric by itself; ``ensemble``; ``parts``). The teachers share the search's query
+    encoder and index, as a search's teacher does."""
     from tqdm import tqdm
 
+    from tour_pyserini.encoders.query import QueryEncoders
     from tour_pyserini.eval import evaluate
     from tour_pyserini.eval.answers import AnswerMatcher, answer_qrels
-    from tour_pyserini.search import TourSearcher
-    from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
+    from tour_pyserini.search.configure import open_search, open_teacher, plan_search, plan_teachers
+    from tour_pyserini.teachers import ScoreRequest
     from tour_pyserini.teachers.ensemble import write_ensemble
 
+    config = index if isinstance(index, SearchConfig) else SearchConfig(index=str(index))
+    config = replace(config, rewriter=None)
+    specs = plan_teachers(teacher_specs, config)  # every spec known before anything loads
+    plan, encoders = plan_search(config), QueryEncoders()
+    searcher = open_search(plan, encoders).searcher
     metric = "nDCG@10" if qrels is not None else "Success@1"
     judged_by = "qrels" if qrels is not None else "answer strings"
-    searcher = TourSearcher.from_index(index)
     rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=depth)
     if qrels is None:
         run = {q: {h.docid: -i for i, h in enumerate(hits)} for q, hits in rankings.items()}
@@ -103,8 +112,7 @@ def fit_ensemble(
     if not any(r.any() for r in relevant):  # known from the dense search alone: no teacher has loaded yet
         raise UserError(f"no query of {topics_name or 'the topics'} has a relevant document ({judged_by}) in its "
                         f"dense top {depth}: nothing to fit on")  # fmt: skip
-    context = TeacherContext(index_dir=str(index))
-    teachers = [get_teacher(spec, context) for spec in teacher_specs]
+    teachers = [open_teacher(spec, config, encoders, plan.opened) for spec in specs]
     features = []
     for t, docids in tqdm(list(zip(topics, candidates)), desc="score", unit="q"):
         request = ScoreRequest(t.qid, t.text, docids, searcher.docstore.get(docids))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.encoders.query import QueryEncoders
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
@@ -287,22 +288,23 @@ def pseudo_examples(kind: str, count: int, searcher, bm25, *, depth: int, rng: r
 
 
 def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng: random.Random,
-                      encoder: dict | None = None) -> list[Example]:  # fmt: skip
+                      encoder: dict | None = None, encoders: QueryEncoders | None = None) -> list[Example]:  # fmt: skip
     """``count`` examples (:func:`mine_examples`) from another collection's training questions, each with its
     candidates' texts, which this index does not hold; cycled when there are fewer than ``count``.
 
     Where ``index`` was built by ``encoder`` (the retriever's record: class, pooling, prefixes, weights), its
     stored vectors are what encoding those texts would give, up to the last bits, so each example gets its
-    similarities from them once instead of the trainer encoding its texts at every step.
+    similarities from them once instead of the trainer encoding its texts at every step. ``encoders``: query
+    encoders loaded already (the training index's), shared.
     """
     from tour_pyserini.index.layout import IndexMeta
-    from tour_pyserini.search import TourSearcher
     from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.search.configure import SearchConfig, open_search
     from tour_pyserini.teachers.base import ScoreRequest
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
-    from tour_pyserini.teachers.dense import DenseTeacher
 
-    searcher = TourSearcher.from_index(index)
+    opened = open_search(SearchConfig(index=str(index), rewriter=None, teacher="dense"), encoders)
+    searcher = opened.searcher
     chosen = rng.sample(list(topics), min(len(topics), count))
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
     examples, _, _ = mine_examples(searcher, bm25, chosen, qrels, depth=depth)
@@ -312,8 +314,7 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
         ex.texts = {doc.docid: doc.contents for doc in searcher.docstore.get(ex.positives + ex.negatives)}
     meta = IndexMeta.read(index)
     if encoder is not None and meta is not None and meta.encoder == encoder:
-        dense = DenseTeacher.of(index)
-        rows = dense.score([ScoreRequest(ex.qid, ex.query, list(ex.texts)) for ex in examples])
+        rows = opened.teacher.score([ScoreRequest(ex.qid, ex.query, list(ex.texts)) for ex in examples])
         for ex, row in zip(examples, rows):
             ex.similarities = dict(zip(ex.texts, row.tolist()))
     return (examples * math.ceil(count / len(examples)))[:count]
@@ -327,15 +328,18 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     every step, ``config.extra_per_step`` at a time.
     """
     from tour_pyserini.index.layout import IndexMeta
-    from tour_pyserini.search import TourSearcher
     from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.search.configure import SearchConfig, open_search
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
-    from tour_pyserini.teachers.dense import DenseTeacher
     from tour_pyserini.training.loop import Trainer
 
     config.check()  # the command line checked its flags already; a library caller gets the same rules
     check_model("base model", base_model)  # before the index is read and candidates are mined
-    searcher = TourSearcher.from_index(index)
+    # the search command's assembly: the residual's dense scores come from the searcher's own index and encoder
+    encoders = QueryEncoders()
+    opened = open_search(SearchConfig(index=str(index), rewriter=None,
+                                      teacher="dense" if config.residual_scale > 0 else None), encoders)  # fmt: skip
+    searcher, dense = opened.searcher, opened.teacher
     if searcher.docstore is None:
         raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
@@ -350,7 +354,6 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     settings = config.loop(len(train_set))
     meta = IndexMeta.read(index)
     encoder = meta.encoder if meta else None
-    dense = DenseTeacher.of(index) if config.residual_scale > 0 else None  # a second copy of the index
     task = ListwiseTask(base_model, searcher.docstore, dense, config, encoder=encoder, dev=dev,
                         dev_qrels={q: judged.get(q, {}) for q in dev_qids}, dev_measure=measure)  # fmt: skip
     count = settings.last * config.extra_per_step
@@ -358,7 +361,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
         task.extra = pseudo_examples(config.pseudo, count, searcher, bm25, depth=config.hard_depth, rng=task.extra_rng)
     elif questions is not None:
         task.extra = question_examples(*questions, count, depth=config.hard_depth, rng=task.extra_rng,
-                                       encoder=encoder if dense is not None else None)  # fmt: skip
+                                       encoder=encoder if dense is not None else None, encoders=encoders)  # fmt: skip
     about = {
         "config": asdict(config), "base_model": base_model, "index": str(index), "train_queries": len(train_set),
         "extra_examples": len(task.extra),
