@@ -13,10 +13,15 @@ One process writes a file at a time: the partial file is locked (``flock``), and
 The kernel releases the lock of a killed process, so it never blocks a rerun. A ``companion`` file (a run's trace:
 one JSON record per query) follows the same rules: reset with it, cut on resume to exactly the queries the main file
 holds, renamed together with it.
+
+A writer may record a ``carried`` state with each batch (a rewriter's state carried from query to query in run
+order, such as DART's buffer), in the same record as the batch's end: a resumed writer's ``carried`` is the state
+after exactly the batches it keeps.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Sequence
@@ -42,11 +47,14 @@ class ResumableWriter:
         self.companion = Path(companion) if companion else None
         self.companion_partial = partial_name(self.companion, ".partial") if self.companion else None
         self.done: set[str] = set()
+        self.carried: bytes | None = None  # the state recorded with the last whole batch (resumed from)
         check_outputs({flag: self.path, companion_flag: self.companion})
         self._file = open_locked(self.partial, flag, holder)
         self._companion_file = None
         self._signature = json.dumps(signature or {}, sort_keys=True)
         self._complete = self._companion_complete = 0  # bytes of the partial files that hold whole batches
+        self._recording: bytes | None = None  # the state the next record carries (that of the end it records)
+        self._recorded_carried: bytes | None = None  # the state in the record found on disk
         try:
             if self.companion:
                 self._companion_file = open_writable(self.companion_partial, companion_flag)
@@ -54,6 +62,7 @@ class ResumableWriter:
                 self.done = self._cut_to_whole_batches(end)
                 if self.companion and not _cut_companion(self.companion_partial, self.done):
                     self.done = set()  # the companion lacks queries the file holds: start both over
+                self.carried = self._recorded_carried if self.done else None
             if self.done:
                 # the companion was cut through another handle: its end is the file's, not this handle's position
                 companion_end = self._companion_file.seek(0, os.SEEK_END) if self._companion_file else 0
@@ -71,9 +80,9 @@ class ResumableWriter:
     def qid_of(line: bytes) -> str:
         raise NotImplementedError
 
-    def write_texts(self, batch: Sequence[tuple[str, str, dict | None]]) -> None:
-        """Append a batch of ``(qid, text, companion record)`` and flush it, then record its end, so an interrupt
-        keeps it and a resumed write starts after it."""
+    def write_texts(self, batch: Sequence[tuple[str, str, dict | None]], carried: bytes | None = None) -> None:
+        """Append a batch of ``(qid, text, companion record)`` and flush it, then record its end (and ``carried``,
+        the state after it), so an interrupt keeps it and a resumed write starts after it."""
         written = set()
         for qid, text, record in batch:
             if qid in self.done or qid in written:
@@ -86,21 +95,28 @@ class ResumableWriter:
         if self._companion_file:
             self._companion_file.flush()
         end, companion_end = self._file.tell(), self._companion_file.tell() if self._companion_file else 0
+        self._recording = carried
         self._record(end)
         # stored by one statement after the record: an interrupt sees the batch either done or not
-        self._complete, self._companion_complete, self.done = end, companion_end, self.done | written
+        self._complete, self._companion_complete, self.done, self.carried = (end, companion_end,
+                                                                             self.done | written, carried)  # fmt: skip
 
     def _recorded_end(self) -> int | None:
         """Where the whole batches of an interrupted write with this signature end; None if there is none."""
         try:
             record = json.loads(self.sidecar.read_text())
+            carried = record.get("carried")
+            self._recorded_carried = None if carried is None else base64.b64decode(carried, validate=True)
             return record["batches_end"] if record["signature"] == self._signature else None
-        except (OSError, ValueError, KeyError, TypeError):  # no record, or one from another version
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # no record, or one from another version
             return None
 
     def _record(self, end: int) -> None:
         staged = partial_name(self.sidecar, ".tmp")
-        staged.write_text(json.dumps({"signature": self._signature, "batches_end": end}))
+        record = {"signature": self._signature, "batches_end": end}
+        if self._recording is not None:
+            record["carried"] = base64.b64encode(self._recording).decode("ascii")
+        staged.write_text(json.dumps(record))
         os.replace(staged, self.sidecar)  # a kill never leaves half a record
 
     def _cut_to_whole_batches(self, end: int) -> set[str]:
@@ -129,6 +145,7 @@ class ResumableWriter:
                     if f:
                         f.flush()
                         os.ftruncate(f.fileno(), end)
+                self._recording = self.carried
                 self._record(self._complete)  # an interrupt may have come after a newer record
         finally:
             if self._companion_file:

@@ -64,10 +64,12 @@ class RunWriter(ResumableWriter):
         """Append one query's hits (and its trace record) as a batch of one."""
         self.write_batch([(qid, hits, trace)])
 
-    def write_batch(self, batch: Sequence[tuple[str, Sequence[Hit], dict | None]]) -> None:
-        """Append a batch of ``(qid, hits, trace record)``: kept by an interrupt, resumed after."""
+    def write_batch(self, batch: Sequence[tuple[str, Sequence[Hit], dict | None]], carried: bytes | None = None,
+                    ) -> None:  # fmt: skip
+        """Append a batch of ``(qid, hits, trace record)``: kept by an interrupt, resumed after (``carried``: the
+        rewriter's state after it, recorded with it)."""
         self.write_texts([(qid, format_run_lines(qid, hits, self.tag, self.decimals), trace)
-                          for qid, hits, trace in batch])  # fmt: skip
+                          for qid, hits, trace in batch], carried)  # fmt: skip
         self.no_hits += [qid for qid, hits, _ in batch if not hits]
 
 

@@ -158,3 +158,72 @@ def average_prf(q: np.ndarray, C: np.ndarray) -> np.ndarray:
 def aggregate(teacher_scores: np.ndarray, retriever_scores: np.ndarray, lam: float, smoothing: float = 100.0):
     """Final TOUR / re-ranking scores: lam softmax(teacher) + (1 - lam) softmax(sim / smoothing) over the list."""
     return lam * softmax(teacher_scores) + (1.0 - lam) * softmax(retriever_scores, smoothing)
+
+
+def refit_update(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray, lr: float, steps: int,
+                 temperature: float = 1.0) -> tuple[np.ndarray, list[float]]:  # fmt: skip
+    """ReFIT's distillation: ``steps`` plain gradient steps q <- q - lr dL_soft/dq over the fixed candidates ``C``
+    (the first search's top-k, never searched again in between); returns the new q and the loss before each step."""
+    losses = []
+    for _ in range(steps):
+        loss, grad = soft_loss_and_grad(q, C, teacher_probs, temperature)
+        losses.append(loss)
+        q = q - lr * grad
+    return q, losses
+
+
+def confidence_weights(scores: np.ndarray, positives: int, negatives: int,
+                       temperature: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """DART's confidence in its pseudo labels, from the retriever's own scores (best first): softmax(s / temperature)
+    over the top ``positives``, and softmax(-s / temperature) over the bottom ``negatives`` (the lower, the surer)."""
+    s = np.asarray(scores, dtype=np.float64)
+    return softmax(s[:positives], temperature), softmax(-s[len(s) - negatives :], temperature)
+
+
+def margin_loss_and_grad(scores: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray,
+                         margin: float) -> tuple[float, np.ndarray]:  # fmt: skip
+    """L = sum_{p, n} w_p w_n max(0, margin - (s_p - s_n)), the positives being the first ``len(w_pos)`` scores and
+    the negatives the last ``len(w_neg)``, and dL/ds. A pair exactly at the margin adds no gradient (as torch's
+    relu)."""
+    s = np.asarray(scores, dtype=np.float64)
+    k, n_pos, n_neg = len(s), len(w_pos), len(w_neg)
+    slack = margin - (s[:n_pos, None] - s[None, k - n_neg :])
+    weights = np.outer(w_pos, w_neg)
+    active = weights * (slack > 0)
+    grad = np.zeros(k)
+    grad[:n_pos] -= active.sum(axis=1)
+    grad[k - n_neg :] += active.sum(axis=0)
+    return float(np.sum(weights * np.maximum(slack, 0.0))), grad
+
+
+def bilinear_grad(q: np.ndarray, C: np.ndarray, score_grad: np.ndarray) -> np.ndarray:
+    """dL/dW for the scores s_j = q^T W c_j: q (C^T dL/ds)^T, always of rank one."""
+    return np.outer(q, C.T @ score_grad)
+
+
+def dart_adapt(q: np.ndarray, C: np.ndarray, buffer: np.ndarray | None, w_pos: np.ndarray, w_neg: np.ndarray,
+               margin: float, lr: float, steps: int) -> tuple[np.ndarray, np.ndarray, list[float]]:  # fmt: skip
+    """DART's steps on W for one query, from W_0 = I + ``buffer`` (None: zero): ``steps`` SGD steps
+    W <- W - lr dL/dW on the margin loss over the scores s = C W^T q.
+
+    Each dL/dW is q g^T (:func:`bilinear_grad`), so W = I + B + q h^T throughout and only h (d,) is kept: the scores
+    are C (W_0^T q + |q|^2 h), O(kd) per step instead of O(d^2). Returns the final scores, h and the loss before each
+    step."""
+    u = q if buffer is None else q + buffer.T @ q
+    qq = float(q @ q)
+    h = np.zeros_like(q, dtype=np.float64)
+    losses = []
+    for _ in range(steps):
+        loss, score_grad = margin_loss_and_grad(C @ (u + qq * h), w_pos, w_neg, margin)
+        losses.append(loss)
+        h = h - lr * (C.T @ score_grad)
+    return C @ (u + qq * h), h, losses
+
+
+def dart_buffer(buffer: np.ndarray | None, q: np.ndarray, h: np.ndarray, momentum: float) -> np.ndarray | None:
+    """The cross-query buffer after a query: B' = momentum (W - I) = momentum (B + q h^T), the query's adapted W
+    shrunk towards the identity; the next query starts from W_0 = I + B'. ``momentum`` 0 keeps no buffer (None)."""
+    if momentum == 0:
+        return None
+    adapted = np.outer(q, h) if buffer is None else buffer + np.outer(q, h)
+    return momentum * adapted

@@ -1,0 +1,262 @@
+"""make bench-methods: every test-time method side by side on every shipped collection, at equal teacher budgets.
+
+Collections: SciFact test (nDCG@10, R@100), nq-oracle test (DPR top-k accuracy) and Cranfield (nDCG@10, R@100),
+each with its own MiniLM and BM25 index. Teacher-free methods run once: dense, Rocchio, average PRF and DART. With
+each teacher (BM25 everywhere; the shipped cross-encoder and its ensemble where they were trained for the
+collection) and each budget b of 10, 20 and 100 judgments per query: re-ranking of the top b, ReFIT, TOUR-hard and
+TOUR-soft at k = b (the passage preset: T = 1, which may judge up to 2b; the calls are reported), and TTT-Embed's
+query-scope state fitted on the teacher's scores of the base top b.
+
+Settings are each method's defaults, chosen on training queries only, never on test: TOUR's passage preset is the
+paper's (chosen there on its training data), ReFIT's and DART's were chosen on SciFact's training claims
+(docs/algorithms.md), Rocchio and average PRF are Pyserini's, TTT-Embed's fitting defaults its paper's. None is tuned
+on nq-oracle or Cranfield.
+
+Per row: the metrics, the paired t-test against dense and against re-ranking at the same teacher and budget (p
+values Holm-corrected over the whole table), milliseconds per query (measured end to end after encoding, which
+every method shares, teacher included, one process, methods in turn) and teacher calls per query.
+Writes runs/bench-methods.json, runs/bench-methods.md and runs/bench-methods-<collection>.png.
+Usage: python bench/methods.py [--collections scifact] [--teachers bm25] [--budgets 10 20] [--limit 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from wrapper_overhead import ensure_indexes
+
+HITS = 100
+BUDGETS = (10, 20, 100)
+COMMAND = "make bench-methods"
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str
+    topics: str
+    qrels: str | None  # None: judged by the topics' answer strings
+    metrics: tuple[str, ...]
+    teachers: tuple[str, ...]  # teacher specs that apply
+    remove_query: bool = False  # BEIR: a document whose id is the query's id is not a result
+
+    @property
+    def index(self) -> str:
+        return f"indexes/{self.name}.minilm"
+
+    @property
+    def bm25_index(self) -> str:
+        return f"indexes/{self.name}.bm25"
+
+
+COLLECTIONS = {
+    "scifact": Collection("scifact", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt",
+                          ("nDCG@10", "R@100"), ("bm25", "cross-encoder:models/scifact-rce",
+                                                 "ensemble:models/scifact-rce/ensemble.json"), remove_query=True),
+    "nq-oracle": Collection("nq-oracle", "collections/nq-oracle/topics.test.jsonl", None,
+                            ("Acc@1", "Acc@20", "Acc@100"), ("bm25", "cross-encoder:models/nq-oracle-ce",
+                                                             "ensemble:models/nq-oracle-ce/ensemble.json")),
+    "cranfield": Collection("cranfield", "collections/cranfield/topics.tsv", "qrels/cranfield.txt",
+                            ("nDCG@10", "R@100"), ("bm25",)),
+}  # fmt: skip
+
+
+class Bench:
+    """One collection's test topics, encoded once; each method searched from the same vectors, in batches."""
+
+    def __init__(self, col: Collection, batch_size: int, limit: int | None):
+        from tour_pyserini.eval import QrelsJudge
+        from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
+        from tour_pyserini.files import read_qrels, read_topics
+        from tour_pyserini.search import TourSearcher
+
+        self.col, self.batch_size = col, batch_size
+        self.searcher = TourSearcher.from_index(col.index)
+        qrels = read_qrels(col.qrels) if col.qrels else None
+        self.topics = [t for t in read_topics(col.topics) if qrels is None or t.qid in qrels][:limit]
+        self.texts, self.qids = [t.text for t in self.topics], [t.qid for t in self.topics]
+        self.vectors = self.searcher.encode(self.texts)
+        if qrels is not None:
+            self.judge = QrelsJudge(qrels, col.metrics, qids=self.qids)
+        else:
+            ks = [int(m.split("@")[1]) for m in col.metrics]
+            self.judge = AnswerJudge(self.topics, AnswerMatcher(self.searcher.docstore), ks)
+        self.rows: list[dict] = []
+
+    def run(self, method: str, rewriter, teacher: str = "-", budget: int | None = None, command: str = COMMAND):
+        """Search every topic with ``rewriter`` (DART carrying its buffer in topic order) and record the row."""
+        rewriter.start_run()
+        start, results = time.perf_counter(), []
+        for i in range(0, len(self.topics), self.batch_size):
+            at = slice(i, i + self.batch_size)
+            results += self.searcher.retrieve_vectors(self.texts[at], self.qids[at], self.vectors[at], HITS,
+                                                      rewriter=rewriter)  # fmt: skip
+        return self.record(method, teacher, budget, results, time.perf_counter() - start, command)
+
+    def record(self, method: str, teacher: str, budget: int | None, results, seconds: float, command: str) -> dict:
+        drop = self.col.remove_query
+        run = {r.qid: {h.docid: h.score for h in r.hits if not (drop and h.docid == r.qid)} for r in results}
+        per_query = self.judge.per_query(run)
+        row = {"collection": self.col.name, "method": method, "teacher": teacher, "budget": budget,
+               "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
+               "ms_per_query": 1000 * seconds / len(results),
+               "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
+               "command": command, "per_query": per_query}  # fmt: skip
+        self.rows.append(row)
+        print(f"{self.col.name:9s} {method:10s} {teacher[:28]:28s} {budget or '-':>4} "
+              + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
+              + f"  {row['ms_per_query']:8.1f} ms/q {row['teacher_calls_per_query']:6.1f} calls/q",
+              flush=True)  # fmt: skip
+        return row
+
+    def command(self, flags: str) -> str:
+        col = self.col
+        drop = " --remove-query" if col.remove_query else ""
+        return (f"python -m tour_pyserini.search --index {col.index} --topics {col.topics} --hits {HITS}{drop} "
+                f"{flags} --output runs/methods/{col.name}.trec")  # fmt: skip
+
+    def ttt_query_scope(self, teacher, spec: str, budget: int) -> dict:
+        """TTT-Embed's query-scope state, fitted on the teacher's scores of each query's base top ``budget``, then
+        one search with unit(x + alpha v)."""
+        from tour_pyserini.results import SearchResult, Trace
+        from tour_pyserini.rewriters.ttt_embed import shift_queries
+        from tour_pyserini.teachers import ScoreCache
+        from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+        from tour_pyserini.ttt.objectives import FitConfig
+        from tour_pyserini.ttt.state import State
+
+        start, traces = time.perf_counter(), [Trace() for _ in self.qids]
+        found = self.searcher.search_candidates(self.vectors, budget)
+        scores = ScoreCache(teacher, self.searcher.docstore).score(self.qids, self.texts, [f.docids for f in found],
+                                                                   traces, list(self.vectors),
+                                                                   self.searcher.query_encoder)  # fmt: skip
+        queries = [RewardedQuery(self.col.name, qid, x, f.vectors, s) for qid, x, f, s in
+                   zip(self.qids, self.vectors, found, scores) if not np.isnan(s).all()]  # fmt: skip
+        config = FitConfig()
+        keys, V, counts = fit_scope(queries, "query", config)
+        state = State("query", keys, V, counts, [self.col.name], config.to_json(), {})
+        moved = shift_queries(self.vectors, state.residuals(self.qids, self.col.name))
+        rankings = self.searcher.search_vectors(moved, HITS)
+        seconds = time.perf_counter() - start
+        results = [SearchResult(q, r, t) for q, r, t in zip(self.qids, rankings, traces)]
+        return self.record("ttt-embed", spec, budget, results, seconds, COMMAND)
+
+
+def run_collection(col: Collection, teachers: list[str], budgets: list[int], batch_size: int, limit: int | None):
+    from tour_pyserini.rewriters import Identity
+    from tour_pyserini.rewriters.dart import Dart
+    from tour_pyserini.rewriters.prf import AveragePrf, Rocchio
+    from tour_pyserini.rewriters.refit import Refit
+    from tour_pyserini.rewriters.rerank import Rerank
+    from tour_pyserini.rewriters.tour import TourHard, TourSoft
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+
+    ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
+    bench = Bench(col, batch_size, limit)
+    for method, rewriter in (("dense", Identity()), ("rocchio", Rocchio()), ("avg-prf", AveragePrf()),
+                             ("dart", Dart())):  # fmt: skip
+        flags = "" if method == "dense" else f"--rewriter {method}"
+        bench.run(method, rewriter, command=bench.command(flags))
+    for spec in (s for s in col.teachers if s.split(":")[0] in teachers):
+        teacher = get_teacher(spec, TeacherContext(index_dir=col.index))
+        for b in budgets:
+            for cls in (Rerank, Refit, TourHard, TourSoft):
+                options = {"preset": "passage"} if cls in (TourHard, TourSoft) else {}
+                extra = " --preset passage" if options else ""
+                bench.run(cls.name, cls(teacher, depth=b, **options), spec, b,
+                          bench.command(f"--rewriter {cls.name} --teacher {spec} --k {b}{extra}"))  # fmt: skip
+            bench.ttt_query_scope(teacher, spec, b)
+    return bench.rows
+
+
+def add_significance(rows: list[dict]) -> None:
+    """Paired t-tests against dense and against re-ranking at the same teacher and budget, Holm-corrected over
+    every test of the table."""
+    from tour_pyserini.eval.significance import holm, paired_t_test
+
+    tests = []  # (row, key, metric, p)
+    for row in rows:
+        dense = next(r for r in rows if r["collection"] == row["collection"] and r["method"] == "dense")
+        rerank = next((r for r in rows if (r["collection"], r["teacher"], r["budget"], r["method"]) ==
+                       (row["collection"], row["teacher"], row["budget"], "rerank")), None)  # fmt: skip
+        for key, base in (("vs_dense", dense), ("vs_rerank", rerank)):
+            if base is None or base is row:
+                continue
+            for metric, values in row["per_query"].items():
+                qids = sorted(values)
+                p = paired_t_test([values[q] for q in qids], [base["per_query"][metric][q] for q in qids])
+                tests.append((row, key, metric, p))
+    for (row, key, metric, p), adjusted in zip(tests, holm([t[3] for t in tests])):
+        row.setdefault("p", {}).setdefault(key, {})[metric] = {"p": p, "holm": adjusted}
+
+
+def write_table(rows: list[dict], path: Path) -> None:
+    lines = ["# Every test-time method, at equal teacher budgets", "",
+             f"Rebuilt by `{COMMAND}`; paired t-tests, Holm-corrected over the table.", ""]  # fmt: skip
+    for name in dict.fromkeys(r["collection"] for r in rows):
+        mine = [r for r in rows if r["collection"] == name]
+        metrics = list(mine[0]["metrics"])
+        lines += [f"## {name}", "", "| method | teacher | budget | " + " | ".join(metrics)
+                  + " | ms/query | teacher calls/query |", "|---" * (len(metrics) + 5) + "|"]  # fmt: skip
+        for r in mine:
+            cells = []
+            for m in metrics:
+                marks = "".join(s for key, s in (("vs_dense", "ᵈ"), ("vs_rerank", "ʳ"))
+                                if r.get("p", {}).get(key, {}).get(m, {}).get("holm", 1) < 0.05)  # fmt: skip
+                cells.append(f"{r['metrics'][m]:.4f}{marks}")
+            lines.append(f"| {r['method']} | {r['teacher']} | {r['budget'] or '-'} | " + " | ".join(cells)
+                         + f" | {r['ms_per_query']:.1f} | {r['teacher_calls_per_query']:.1f} |")  # fmt: skip
+        lines.append("")
+    lines.append("ᵈ, ʳ: different from dense, from re-ranking at the same teacher and budget (Holm-corrected "
+                 "p < 0.05).")  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+
+
+def plot(rows: list[dict], out: str) -> None:
+    """One quality-against-cost plot per collection: the first metric against milliseconds per query."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for name in dict.fromkeys(r["collection"] for r in rows):
+        mine = [r for r in rows if r["collection"] == name]
+        metric = next(iter(mine[0]["metrics"]))
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for method in dict.fromkeys(r["method"] for r in mine):
+            pts = [r for r in mine if r["method"] == method]
+            ax.scatter([r["ms_per_query"] for r in pts], [r["metrics"][metric] for r in pts], label=method)
+        ax.set_xscale("log")
+        ax.set(xlabel="ms per query (log)", ylabel=metric, title=f"{name}: quality against cost")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(f"{out}-{name}.png", dpi=120)
+        plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
+    ap.add_argument("--teachers", nargs="+", default=["bm25", "cross-encoder", "ensemble"],
+                    choices=["bm25", "cross-encoder", "ensemble"])  # fmt: skip
+    ap.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS))
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--limit", type=int, help="the first N test queries only (a smoke run)")
+    ap.add_argument("--output", default="runs/bench-methods")
+    args = ap.parse_args()
+    rows = []
+    for name in args.collections:
+        rows += run_collection(COLLECTIONS[name], args.teachers, args.budgets, args.batch_size, args.limit)
+    add_significance(rows)
+    Path(f"{args.output}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "per_query"}
+                                                       for r in rows], indent=1) + "\n")  # fmt: skip
+    write_table(rows, Path(f"{args.output}.md"))
+    plot(rows, args.output)
+
+
+if __name__ == "__main__":
+    main()
