@@ -58,6 +58,20 @@ def opened_faiss_searcher() -> type:
 log = logging.getLogger(__name__)
 
 
+class _KeepingVectors:
+    """The searcher as a rewriter sees it, except that every hit carries its exact index vector: what
+    ``return_vector=True`` hands back with the final hits, whichever rewriter ranked them."""
+
+    def __init__(self, index: TourSearcher):
+        self.index = index
+
+    def __getattr__(self, name: str):
+        return getattr(self.index, name)
+
+    def search_vectors(self, vectors: np.ndarray, depth: int, return_vector: bool = False) -> list[list[Hit]]:
+        return self.index.search_vectors(vectors, depth, True)
+
+
 class DimensionMismatchError(UserError):
     """Query vectors and index vectors have different sizes."""
 
@@ -263,8 +277,91 @@ class TourSearcher(PyseriniSearch):
         has gone).
         """
         check_queries(texts, qids)
+        return self._rewrite(texts, qids, vectors, k, rewriter, traces, encoded_by,
+                             self if stop is None else StoppableIndex(self, stop))  # fmt: skip
+
+    def _rewrite(self, texts, qids, vectors, k, rewriter, traces, encoded_by, index) -> list[SearchResult]:
         k = check_k(k)
         vectors = self._check_vectors(vectors)
         batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None,
                            encoded_by)  # fmt: skip
-        return (rewriter or self.rewriter).rewrite(batch, self if stop is None else StoppableIndex(self, stop), k)
+        return (rewriter or self.rewriter).rewrite(batch, index, k)
+
+    # Pyserini's FaissSearcher API: its parameters by its names and positions, its return values; ``threads``
+    # alone differs in its default (None: the searcher's own, which ``from_index`` sets; Pyserini's is 1)
+    @hits_is_k
+    def search(self, query: str | np.ndarray, k: int = 10, threads: int | None = None, remove_dups: bool = False,
+               return_vector: bool = False, *, qid: str = "q"):  # fmt: skip
+        """The top ``k`` of one query (a text, or a vector (1, d) or (d,) searched as it is), ranked by the
+        searcher's rewriter, as ``FaissSearcher.search``: a list of hits (``docid``, ``score``); with
+        ``return_vector``, ``(query vector (1, d), [PrfDenseSearchResult(docid, score, vectors)])``: the vector the
+        search started from and each hit's exact index vector, what Pyserini's PRF classes read. ``remove_dups``
+        keeps each docid's first hit. ``qid`` is what a TTT-Embed query state and teachers know the query by.
+        """
+        if isinstance(query, np.ndarray):
+            vectors = self._check_vectors(query)
+            if len(vectors) != 1:
+                raise UserError(f"search takes one query vector, got {len(vectors)}: use batch_search")
+            queries = vectors
+        else:
+            queries = [query]
+        vectors, found = self._pyserini_search(queries, [qid], k, threads, return_vector)
+        hits = found[qid]
+        if return_vector:
+            return (query if isinstance(query, np.ndarray) else vectors), hits
+        if remove_dups:
+            first: dict[str, Hit] = {}
+            for hit in hits:
+                first.setdefault(hit.docid, hit)
+            hits = list(first.values())
+        return hits
+
+    @hits_is_k
+    def batch_search(self, queries: Sequence[str] | np.ndarray, q_ids: Sequence[str], k: int = 10,
+                     threads: int | None = None, return_vector: bool = False):  # fmt: skip
+        """The top ``k`` of many queries (texts, or vectors (n, d)), keyed by qid, as ``FaissSearcher.batch_search``:
+        ``{qid: hits}``; with ``return_vector``, ``(query vectors (n, d), {qid: [PrfDenseSearchResult]})``.
+        ``threads`` applies to this call only."""
+        vectors, found = self._pyserini_search(queries, list(q_ids), k, threads, return_vector)
+        if return_vector:
+            return (queries if isinstance(queries, np.ndarray) else vectors), found
+        return found
+
+    def _pyserini_search(self, queries, qids: list[str], k, threads: int | None, return_vector: bool):
+        """(the query vectors, {qid: hits}) for ``search`` and ``batch_search``."""
+        if isinstance(queries, np.ndarray):
+            if (rewriter := self.rewriter).needs_teacher:
+                raise UserError(f"rewriter {rewriter.name!r} asks a teacher about the query texts: search with texts, "
+                                "not vectors")  # fmt: skip
+            vectors, texts, encoded_by = self._check_vectors(queries), qids, None  # no teacher reads the texts
+            if len(vectors) != len(qids):
+                raise ValueError(f"{len(vectors)} query vectors but {len(qids)} qids")
+        else:
+            texts = list(queries)
+            if not all(isinstance(t, str) for t in texts):
+                raise UserError("queries are texts or an array of query vectors (Pyserini's dict queries are not "
+                                "supported)")  # fmt: skip
+            check_queries(texts, qids)
+            vectors, encoded_by = self.encode(texts), self.query_encoder
+        saved = self.threads
+        self.threads = saved if threads is None else threads
+        try:
+            index = _KeepingVectors(self) if return_vector else self
+            results = self._rewrite(texts, qids, vectors, k, None, None, encoded_by, index)
+        finally:
+            self.threads = saved
+        if not return_vector:
+            return vectors, {r.qid: r.hits for r in results}
+        result_class = import_pyserini("pyserini.search.faiss").PrfDenseSearchResult
+        return vectors, {r.qid: [result_class(h.docid, h.score, v) for h, v in zip(r.hits, self._hit_vectors(r.hits))]
+                         for r in results}  # fmt: skip
+
+    def _hit_vectors(self, hits: list[Hit]) -> list[np.ndarray]:
+        """Each hit's exact index vector: the one it came with, else read from the index by its docid."""
+        missing = [h.docid for h in hits if h.vector is None]
+        if not missing:
+            return [h.vector for h in hits]
+        wanted = set(missing)
+        rows = {d: i for i, d in enumerate(self.faiss.docids) if d in wanted}
+        read = dict(zip(missing, faiss_index.rows(self.faiss.index, np.array([rows[d] for d in missing]))))
+        return [read[h.docid] if h.vector is None else h.vector for h in hits]
