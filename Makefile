@@ -15,7 +15,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --teacher-runtime openvino --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
 
 install: $(VENV)/.installed
 
@@ -37,12 +37,12 @@ demo-steps:
 	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv \
 	    --output runs/scifact.minilm.trec --hits 1000 --run-tag minilm
 	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv $(SEARCH_TEACHER) \
-	    --rewriter rerank --k 20 --output runs/scifact.rerank-20.ensemble.trec --run-tag rerank-20.ensemble
+	    --rewriter rerank --depth 20 --output runs/scifact.rerank-20.ensemble.trec --run-tag rerank-20.ensemble
 	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv $(SEARCH_TEACHER) \
-	    --rewriter tour-soft --preset passage --k 20 --output runs/scifact.tour-soft-20.ensemble.trec \
+	    --rewriter tour-soft --preset passage --depth 20 --output runs/scifact.tour-soft-20.ensemble.trec \
 	    --run-tag tour-soft-20.ensemble --trace runs/scifact.tour-soft-20.ensemble.trace.jsonl
 	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv --hits 1000 \
-	    --remove-query --teacher bm25 --rewriter tour-soft --preset passage --k 20 \
+	    --remove-query --teacher bm25 --rewriter tour-soft --preset passage --depth 20 \
 	    --output runs/scifact.tour-soft-20.bm25.trec --run-tag tour-soft-20.bm25
 	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt --metrics nDCG@10 R@100 RR@10 \
 	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec runs/scifact.rerank-20.ensemble.trec \
@@ -148,6 +148,11 @@ bench-quality: install
 bench-teachers: install
 	$(PY) bench/teachers.py
 	$(PY) bench/reranker_step.py
+
+# every test-time method at equal teacher budgets (10, 20, 100) on SciFact, nq-oracle and Cranfield, with BM25 and
+# the shipped cross-encoder teachers: runs/bench-methods.{json,md} and one quality-against-cost plot per collection
+bench-methods: install
+	$(PY) bench/methods.py
 
 # TTT-Embed as its paper measures it: SciFact test, nq-oracle test and Cranfield, BM25 and oracle rewards
 bench-ttt: install

@@ -316,9 +316,14 @@ def print_speed(part: dict) -> None:
               f"  {row['gflops']:6.1f} GFLOPS{peak}")  # fmt: skip
     print("matmul GFLOPS:", {k: round(v, 1) for k, v in part["matmul_gflops"].items()})
     prof = part["bf16_profile"]
-    print("bf16 t2, where the time goes: " + ", ".join(
-        f"{k} {prof['share_of_time'][k]:.0%} of the time ({prof['share_of_flops'].get(k, 0):.0%} of the FLOPs"
-        + (f", {prof['gflops'][k]:.0f} GFLOPS)" if k in prof["gflops"] else ")") for k in prof["share_of_time"]))
+    print(
+        "bf16 t2, where the time goes: "
+        + ", ".join(
+            f"{k} {prof['share_of_time'][k]:.0%} of the time ({prof['share_of_flops'].get(k, 0):.0%} of the FLOPs"
+            + (f", {prof['gflops'][k]:.0f} GFLOPS)" if k in prof["gflops"] else ")")
+            for k in prof["share_of_time"]
+        )
+    )
 
 
 def print_quality(part: dict) -> None:

@@ -85,8 +85,12 @@ def one_way(runtime: str, precision: str, threads: int) -> dict:
     encode_all()  # warm-up (and a graph compiled for these shapes)
     ms = best_seconds(encode_all, 3) / len(texts) * 1000
     tour = tour_as_searched(INDEX, TOPICS, precision, repeats=2, batch=BATCH, runtime=runtime)
-    return {"ms_per_claim": ms, "tour_ms_per_query": tour["ms_per_query"][BATCH],
-            "tour_encode_share": tour["share_of_time_by_phase"][BATCH]["encode"], "torch_kernels": cpu_kernels()}
+    return {
+        "ms_per_claim": ms,
+        "tour_ms_per_query": tour["ms_per_query"][BATCH],
+        "tour_encode_share": tour["share_of_time_by_phase"][BATCH]["encode"],
+        "torch_kernels": cpu_kernels(),
+    }
 
 
 def speed(rounds: int, threads: int) -> dict:

@@ -96,7 +96,7 @@ SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "-
 CRANFIELD_TOPICS, CRANFIELD_HITS = f"{CRANFIELD}/topics.tsv", ("--hits", "1000")
 TOPICS = {"nq-oracle": (NQ_TEST, NQ_HITS), "scifact": (SCIFACT_TEST, SCIFACT_HITS),
           "cranfield": (CRANFIELD_TOPICS, CRANFIELD_HITS)}  # fmt: skip
-TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--k", "20", "--teacher", "bm25")
+TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--depth", "20", "--teacher", "bm25")
 
 
 COLLECTIONS = {"nq-oracle": NQ, "scifact": SCIFACT, "cranfield": CRANFIELD}

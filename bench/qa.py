@@ -134,7 +134,7 @@ def retrieval(name: str, topics: str = TEST):
     if name in TEACHERS:
         tour = name.startswith("tour")
         rewriter = ["--rewriter", "tour-hard", "--preset", "passage"] if tour else ["--rewriter", "rerank"]
-        path, cmd, secs = search(DENSE, slug(name), "--teacher", TEACHERS[name], "--k", "20", *rewriter,
+        path, cmd, secs = search(DENSE, slug(name), "--teacher", TEACHERS[name], "--depth", "20", *rewriter,
                                  topics=topics)  # fmt: skip
         return path, [cmd], secs / n if secs else None
     if name == "orqa-joint":

@@ -250,7 +250,7 @@ class Bench:
         if method == "rocchio":
             cmd += f" --rewriter rocchio --prf-iterations {system.iterations}"
         elif system.teacher != "-":
-            cmd += f" --rewriter {method} --teacher {self.specs[system.teacher]} --k {system.k}"
+            cmd += f" --rewriter {method} --teacher {self.specs[system.teacher]} --depth {system.k}"
             if self.specs[system.teacher] != "bm25":
                 cmd += f" --teacher-precision {self.precision}"
             if method.startswith("tour"):

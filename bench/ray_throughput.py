@@ -42,7 +42,7 @@ def main() -> None:
     topics = ROOT / "runs" / "scale" / f"scifact.test.first{args.queries}.tsv"
     topics.write_text("".join((ROOT / TOPICS).read_text().splitlines(keepends=True)[: args.queries]))
     base = ["-m", "tour_pyserini.search", "--index", INDEX, "--topics", str(topics.relative_to(ROOT)), "--hits",
-            "100", "--batch-size", "2", "--threads", "1", "--no-resume", "--rewriter", "rerank", "--k", "20",
+            "100", "--batch-size", "2", "--threads", "1", "--no-resume", "--rewriter", "rerank", "--depth", "20",
             "--teacher", "cross-encoder:models/scifact-rce"]  # fmt: skip
     rows = []
     for label, extra in (("one process", []), ("ray, 1 worker", ["--ray", "--workers", "1"]),

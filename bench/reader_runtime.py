@@ -79,8 +79,12 @@ def one_way(runtime: str, precision: str, threads: int) -> dict:
                            stride=options.stride)  # fmt: skip
     reader.logits(windows)  # warm-up (and a graph compiled for these shapes)
     seconds = best_seconds(lambda: reader.logits(windows), 3)
-    return {"ms_per_window": seconds / len(windows) * 1000, "windows": len(windows),
-            "mean_tokens": float(np.mean([len(w.input_ids) for w in windows])), "torch_kernels": cpu_kernels()}
+    return {
+        "ms_per_window": seconds / len(windows) * 1000,
+        "windows": len(windows),
+        "mean_tokens": float(np.mean([len(w.input_ids) for w in windows])),
+        "torch_kernels": cpu_kernels(),
+    }
 
 
 def speed(rounds: int, threads: int, ways: list[str]) -> dict:
@@ -152,14 +156,18 @@ def main() -> None:
         measured = speed(args.rounds, args.threads, ways)
         keep_speed(report, measured)
         for row in measured["rows"]:
-            print(f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_window']:6.2f} ms/window "
-                  f"x{row['x_torch_fp32']} torch fp32 ({row['windows']} windows, {row['mean_tokens']} tokens)")
+            print(
+                f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_window']:6.2f} ms/window "
+                f"x{row['x_torch_fp32']} torch fp32 ({row['windows']} windows, {row['mean_tokens']} tokens)"
+            )
     if args.part in ("quality", "both"):
         report["quality"] = quality(ways)
         for way, row in report["quality"]["rows"].items():
             diff = row.get("difference", {"EM": 0.0, "F1": 0.0})
-            print(f"{way:14s} EM {row['EM']:.4f} ({diff['EM']:+.4f}) F1 {row['F1']:.4f} ({diff['F1']:+.4f}), "
-                  f"{row.get('answers_changed', 0)} answers changed, within the bound: {row.get('within_bound', '-')}")
+            print(
+                f"{way:14s} EM {row['EM']:.4f} ({diff['EM']:+.4f}) F1 {row['F1']:.4f} ({diff['F1']:+.4f}), "
+                f"{row.get('answers_changed', 0)} answers changed, within the bound: {row.get('within_bound', '-')}"
+            )
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)} in {time.perf_counter() - started:.0f} s")

@@ -168,7 +168,8 @@ def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: 
     runtime, precision = WAYS[way]
     cmd = [sys.executable, "-m", "tour_pyserini.search", "--index", index, "--topics", topics, "--hits", "1000",
            "--teacher", f"cross-encoder:{teacher}", "--teacher-runtime", runtime, "--teacher-precision", precision,
-           "--rewriter", "rerank", "--k", "20", "--threads", str(threads), "--output", str(out), *flags]  # fmt: skip
+           "--rewriter", "rerank", "--depth", "20", "--threads", str(threads), "--output", str(out),
+           *flags]  # fmt: skip
     out.unlink(missing_ok=True)
     subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, **(env or {})})
     return shlex.join([*(f"{k}={v}" for k, v in (env or {}).items()), "python", *cmd[1:]])

@@ -42,7 +42,7 @@ REAL = {
     "nq-oracle": {"topics": "collections/nq-oracle/topics.test.jsonl", "qrels": None,
                   "metrics": ("Acc@1", "Acc@5", "Acc@20", "Acc@100"), "remove_query": False},
 }  # fmt: skip
-TOUR_FLAGS = ["--rewriter", "tour-soft", "--preset", "passage", "--k", "20"]
+TOUR_FLAGS = ["--rewriter", "tour-soft", "--preset", "passage", "--depth", "20"]
 
 
 def rss_mb() -> float:

@@ -66,8 +66,11 @@ def main() -> None:
                 judge = judge_for(collection, split, topics, searcher.docstore)
                 qids, texts = [t.qid for t in topics], [t.text for t in topics]
                 queries = searcher.encode(texts)
-                settings = [("dense", None)] + [(r, rule) for r in ("tour-hard", "tour-soft")
-                                                for rule in (("norms", "fixed") if encoder == "raw" else ("norms",))]
+                settings = [("dense", None)] + [
+                    (r, rule)
+                    for r in ("tour-hard", "tour-soft")
+                    for rule in (("norms", "fixed") if encoder == "raw" else ("norms",))
+                ]
                 for rewriter_name, rule in settings:
                     rewriter = Identity() if rule is None else get_rewriter(
                         rewriter_name, teacher=teacher, preset=collection["preset"], depth=collection["depth"],

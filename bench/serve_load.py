@@ -41,8 +41,12 @@ from tour_pyserini.ttt.state import State
 INDEX = "indexes/scifact.minilm"
 CONFIGS = {
     "dense": {},
-    "tour-soft-bm25": {"rewriter": "tour-soft", "teacher": "bm25", "k": "20"},
-    "tour-soft-ensemble": {"rewriter": "tour-soft", "teacher": "ensemble:models/scifact-rce/ensemble.json", "k": "20"},
+    "tour-soft-bm25": {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"},
+    "tour-soft-ensemble": {
+        "rewriter": "tour-soft",
+        "teacher": "ensemble:models/scifact-rce/ensemble.json",
+        "depth": "20",
+    },
 }
 TEACHERS = ["bm25", "ensemble:models/scifact-rce/ensemble.json"]
 OUT = Path("runs/bench-serve-load.json")

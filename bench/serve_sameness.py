@@ -30,8 +30,8 @@ OUT = Path("runs/bench-serve-sameness.json")
 CONFIGS = {
     "dense": ([], {}),
     "rocchio": (["--rewriter", "rocchio"], {"rewriter": "rocchio"}),
-    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "20"],
-                       {"rewriter": "tour-soft", "teacher": "bm25", "k": "20"}),
+    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "20"],
+                       {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"}),
     "ttt-embed": (["--rewriter", "ttt-embed", "--state", str(WORK / "state.safetensors")], {"rewriter": "ttt-embed"}),
 }  # fmt: skip
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}

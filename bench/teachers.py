@@ -56,7 +56,7 @@ def command(teacher_spec: str | None, rewriter: str, out: str, *, k: int | None 
     """The search command that rebuilds a run (scores are the teacher's own; the stores only save time)."""
     cmd = f"python -m tour_pyserini.search --index {INDEX} --topics {topics} --hits {HITS} --remove-query"
     if teacher_spec:
-        cmd += f" --teacher {teacher_spec} --teacher-precision {precision} --rewriter {rewriter} --k {k}"
+        cmd += f" --teacher {teacher_spec} --teacher-precision {precision} --rewriter {rewriter} --depth {k}"
         if rewriter.startswith("tour"):
             cmd += f" --preset passage --final {final} --retriever-temperature {temperature:g}"
     return cmd + f" --output {out}"

@@ -13,7 +13,7 @@
    queries encoded beforehand (the rewriting loop alone), once end to end (each batch's texts encoded
    with it, texts of one token length together); plotted, with the per-pair Anserini teacher for
    comparison, to runs/bench-tour-speed.png.
-6. The search command's TOUR as users run it (``--rewriter tour-soft --teacher bm25 --k 20 --hits 100``),
+6. The search command's TOUR as users run it (``--rewriter tour-soft --teacher bm25 --depth 20 --hits 100``),
    end to end (texts encoded per batch), one query at a time against batches of 32, with the query
    encoder in float32 (the default) and in bfloat16 (``--encoder-precision bf16``): milliseconds per
    query, the share of each phase in the traced time (encode, search, teacher, update), and the sameness of the two
@@ -372,7 +372,7 @@ def main() -> None:
           f"{max(e2e['max_score_difference_vs_one_at_a_time'].values()):.1e}")  # fmt: skip
     for row in searched:
         phases = ", ".join(f"{k} {v:.0%}" for k, v in row["share_of_time_by_phase"][32].items())
-        print(f"tour-soft --teacher bm25 --k 20 --hits 100, encoder {row['precision']}: batch 1 "
+        print(f"tour-soft --teacher bm25 --depth 20 --hits 100, encoder {row['precision']}: batch 1 "
               f"{row['ms_per_query'][1]:.2f} ms/query, batch 32 {row['ms_per_query'][32]:.2f} ms/query = "
               f"{row['speedup']:.2f}x (targets >= 3x, <= 3 ms); batch 32's time by phase: {phases}; the same "
               f"run: {row['same_run']} ({row['identical_queries']}/{row['queries']} queries identical, scores "

@@ -105,8 +105,19 @@ def start_server(port: int = 0, **settings) -> ThreadingHTTPServer:
     server.daemon_threads = True
     server.lock, server.requests, server.seen = threading.Lock(), [], set()
     server.in_flight = server.max_in_flight = 0
-    settings = {"delay": 0.0, "key": None, "logprobs": True, "fail_next": 0, "fail_status": 503, "retry_after": "0",
-                "body": None, "answers": (" Yes", " No"), "logprob": None, "usage": None, **settings}
+    settings = {
+        "delay": 0.0,
+        "key": None,
+        "logprobs": True,
+        "fail_next": 0,
+        "fail_status": 503,
+        "retry_after": "0",
+        "body": None,
+        "answers": (" Yes", " No"),
+        "logprob": None,
+        "usage": None,
+        **settings,
+    }
     for name, value in settings.items():
         setattr(server, name, value)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -133,7 +133,7 @@ def test_unknown_names_are_user_errors():
     from tour_pyserini.rewriters import get_rewriter
     from tour_pyserini.teachers import get_teacher
 
-    with pytest.raises(UserError, match="unknown rewriter 'tuor'; choose one of: avg-prf, none, rerank"):
+    with pytest.raises(UserError, match="unknown rewriter 'tuor'; choose one of: avg-prf, dart, none, refit, rerank"):
         get_rewriter("tuor")
     with pytest.raises(UserError, match="unknown teacher 'colbert'"):
         get_teacher("colbert")

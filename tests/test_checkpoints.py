@@ -97,8 +97,11 @@ def test_teachers_and_the_reader_refuse_a_checkpoint_without_their_head(bert, tm
     with pytest.raises(UserError, match=r"lacks 2 of the \d+ parameters of BertForSequenceClassification "
                                         r"\(classifier.bias, classifier.weight\)"):  # fmt: skip
         get_teacher(f"cross-encoder:{claims['BertForSequenceClassification']}")
-    with pytest.raises(UserError, match=r"reader .*: its checkpoint lacks 2 of the \d+ parameters of "
-                                        r"BertForQuestionAnswering \(qa_outputs.bias, qa_outputs.weight\)"):
+    with pytest.raises(
+        UserError,
+        match=r"reader .*: its checkpoint lacks 2 of the \d+ parameters of "
+        r"BertForQuestionAnswering \(qa_outputs.bias, qa_outputs.weight\)",
+    ):
         Reader(str(claims["BertForQuestionAnswering"]), ReaderOptions())
 
 

@@ -193,7 +193,7 @@ def test_the_old_teacher_flags_still_work_for_one_release(capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--rewriter", "ttt-embed"], "--rewriter ttt-embed needs --state"),
-    (["--teacher", "bm25"], "--teacher is for the rewriters that ask one (rerank, tour-hard, tour-soft); "
+    (["--teacher", "bm25"], "--teacher is for the rewriters that ask one (refit, rerank, tour-hard, tour-soft); "
                             "--rewriter none asks none"),
     (["--rewriter", "rerank"], "rewriter 'rerank' needs a teacher (--teacher TEACHER)"),
     (["--rewriter", "rocchio", "--rocchio-topk", "-1"], "--rocchio-topk must be positive, got -1"),

@@ -48,7 +48,7 @@ def test_ray_runs_are_identical_to_one_process(dense_index, bm25_index, mini_sci
     rewriters = {
         "dense": [],
         "rocchio": ["--rewriter", "rocchio"],
-        "tour-soft": ["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "10"],
+        "tour-soft": ["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "10"],
     }
     for name, flags in rewriters.items():
         alone, distributed = tmp_path / f"{name}.trec", tmp_path / f"{name}.ray.trec"
@@ -90,7 +90,7 @@ def killed_worker_case(argv: list[str]) -> None:
 
 def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(dense_index, bm25_index, mini_scifact, tmp_path):
     argv = search_args(dense_index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher",
-                       "bm25", "--k", "10")  # fmt: skip
+                       "bm25", "--depth", "10")  # fmt: skip
     code = (
         f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_distributed as t; t.killed_worker_case({argv!r})"
     )
@@ -132,7 +132,7 @@ def test_ray_workers_keep_an_api_teacher_within_its_concurrency(dense_index, min
     requests of the search at once (3 per worker before the split), and the run is the one-process run."""
     server = start_server(delay=0.01)
     try:
-        flags = ["--rewriter", "rerank", "--k", "5", "--teacher", f"openai:{url(server)}", "--teacher-model",
+        flags = ["--rewriter", "rerank", "--depth", "5", "--teacher", f"openai:{url(server)}", "--teacher-model",
                  "judge-1", "--teacher-judge", "logprobs", "--teacher-concurrency", "3"]  # fmt: skip
         alone, distributed = tmp_path / "alone.trec", tmp_path / "ray.trec"
         search(*search_args(dense_index, mini_scifact, alone, *flags))

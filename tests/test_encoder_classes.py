@@ -81,8 +81,16 @@ def models(tmp_path_factory) -> dict[str, Path]:
     # Pyserini 2.x reads ANCE weights from pytorch_model.bin only, 1.6.0 from model.safetensors first: both, alike
     torch.save(model.state_dict(), dirs["roberta"] / "pytorch_model.bin")
     RobertaTokenizer(vocab, merges).save_pretrained(dirs["roberta"])
-    qwen = Qwen3Config(vocab_size=610, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                       num_key_value_heads=1, head_dim=16, intermediate_size=64, max_position_embeddings=512)
+    qwen = Qwen3Config(
+        vocab_size=610,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
     Qwen3Model(qwen).save_pretrained(dirs["qwen"])
     Qwen2Tokenizer(vocab, merges, pad_token="<|endoftext|>", eos_token="<|endoftext|>").save_pretrained(dirs["qwen"])
     pipeline = SentenceTransformer(modules=[st.Transformer(str(dirs["bert"]), max_seq_length=128),
@@ -248,7 +256,7 @@ def test_dpr_pair_index_and_search_with_tour_and_rocchio(models, mini_scifact, i
     topics = str(mini_scifact["topics"])
     n = len(mini_scifact["topics"].read_text().splitlines())
     base = ["--index", str(dense), "--topics", topics, "--encoder", str(models["dpr-q"]), "--hits", "50"]
-    for name, extra in {"tour": ["--rewriter", "tour-hard", "--teacher", "bm25", "--k", "10"],
+    for name, extra in {"tour": ["--rewriter", "tour-hard", "--teacher", "bm25", "--depth", "10"],
                         "rocchio": ["--rewriter", "rocchio", "--prf-depth", "5"]}.items():  # fmt: skip
         out = tmp_path / f"{name}.trec"
         _search(*base, *extra, "--output", str(out))
@@ -290,15 +298,17 @@ def test_each_family_indexes_records_itself_and_runs_tour(models, mini_scifact, 
     n = len(mini_scifact["topics"].read_text().splitlines())
     out = tmp_path / "tour.trec"
     _search("--index", str(dense), "--topics", str(mini_scifact["topics"]), "--hits", "20", "--rewriter", "tour-hard",
-            "--teacher", "bm25", "--k", "10", "--output", str(out))  # fmt: skip
+            "--teacher", "bm25", "--depth", "10", "--output", str(out))  # fmt: skip
     assert set(_run_qids(out).values()) == {20} and len(_run_qids(out)) == n
 
 
 def test_bad_encoder_input_is_one_line(models, dense_index, mini_scifact, tmp_path, capsys):
     topics = str(mini_scifact["topics"])
     base = ["--index", str(dense_index), "--topics", topics, "--output", str(tmp_path / "x.trec")]
-    for name, message in (("colbert", "colbert': unknown encoder class; choose from dkrr, cosdpr, dpr"),
-                          ("clip", "clip: Pyserini's image and multimodal encoders are not supported")):
+    for name, message in (
+        ("colbert", "colbert': unknown encoder class; choose from dkrr, cosdpr, dpr"),
+        ("clip", "clip: Pyserini's image and multimodal encoders are not supported"),
+    ):
         with pytest.raises(SystemExit) as stop:
             _search(*base, "--encoder-class", name)
         err = capsys.readouterr().err
@@ -418,4 +428,3 @@ def test_minilm_as_sentence_class_gives_todays_run(dense_index, mini_scifact, tm
     _search(*base, "--encoder", "sentence-transformers/all-MiniLM-L6-v2", "--encoder-class", "sentence",
             "--output", str(tmp_path / "sentence.trec"))  # fmt: skip
     assert (tmp_path / "today.trec").read_text() == (tmp_path / "sentence.trec").read_text()
-

@@ -129,7 +129,7 @@ def test_a_search_through_a_runtime_with_the_dense_teacher_loads_the_encoder_onc
     is exported from the same loaded model."""
     index = dense_index_of(model, mini_scifact, tmp_path / "mini.minilm")
     loads = encoder_loads
-    search(index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher", "dense", "--k", "10",
+    search(index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher", "dense", "--depth", "10",
            "--encoder-runtime", "openvino")  # fmt: skip
     assert len(loads) == 1
 
@@ -166,7 +166,7 @@ def test_a_search_through_openvino_ranks_as_torch_and_writes_the_same_bytes_twic
     from tour_pyserini.files.runs import read_run
     from tour_pyserini.files.sameness import diff_runs
 
-    flags = ["--encoder", str(model), "--rewriter", "tour-soft", "--teacher", "bm25", "--k", "10"]
+    flags = ["--encoder", str(model), "--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "10"]
     torch_run = search(dense_index, mini_scifact, tmp_path / "torch.trec", *flags)
     first, second = (search(dense_index, mini_scifact, tmp_path / f"{n}.trec", *flags, "--encoder-runtime",
                             "openvino") for n in ("first", "second"))  # fmt: skip
@@ -219,7 +219,7 @@ def test_a_server_through_openvino_ranks_as_the_search_command_through_it(mini_s
         served = http_run(server, index.name, topics, {"rewriter": "tour-soft", "teacher": teacher, "k": "10"}, 20)
         status = server.get("/v1/status")[1]
     assert status["query_encoder"] == {"runtime": "openvino", "precision": "fp32"}
-    cli = search(index, mini_scifact, tmp_path / "cli.trec", "--rewriter", "tour-soft", "--teacher", teacher, "--k",
+    cli = search(index, mini_scifact, tmp_path / "cli.trec", "--rewriter", "tour-soft", "--teacher", teacher, "--depth",
                  "10", "--encoder-runtime", "openvino", "--threads", "1")  # fmt: skip
     diff = diff_runs(read_run(cli), served)
     assert diff.same and diff.queries == len(topics), diff.summary()

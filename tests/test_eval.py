@@ -61,8 +61,9 @@ def test_a_run_that_shares_no_document_with_the_qrels_is_named(tmp_path, caplog)
     with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
         eval_main(["--qrels", str(qrels), "--run", str(ours), str(other), "--metrics", "RR@10"])
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warned == [f"{other} shares no document with {qrels}, so every query scores 0 (a run of another "
-                      "collection?)"]
+    assert warned == [
+        f"{other} shares no document with {qrels}, so every query scores 0 (a run of another collection?)"
+    ]
 
 
 @pytest.mark.slow

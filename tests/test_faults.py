@@ -121,8 +121,8 @@ def search_args(case: str, tmp_path: Path, *, mini_topics: Path, cross_encoder: 
         return ["--topics", topics, "--hits", 100, "--batch-size", 1]
     common = ["--topics", first_topics(mini_topics, 8, tmp_path / "topics.tsv"), "--hits", 100, "--batch-size", 1]
     if case == "tour-bm25":
-        return [*common, "--rewriter", "tour-soft", "--teacher", "bm25", "--preset", "passage", "--k", 20]
-    return [*common, "--rewriter", "rerank", "--k", 5, "--teacher", f"cross-encoder:{cross_encoder}",
+        return [*common, "--rewriter", "tour-soft", "--teacher", "bm25", "--preset", "passage", "--depth", 20]
+    return [*common, "--rewriter", "rerank", "--depth", 5, "--teacher", f"cross-encoder:{cross_encoder}",
             "--teacher-max-length", 128]  # fmt: skip
 
 
@@ -274,8 +274,10 @@ BAD_CORPORA = {
     "not-an-object": (GOOD + '["d2", "b"]\n', "corpus.jsonl:2: expected a JSON object, got list"),
     "id-with-space": (GOOD + '{"id": "d 2", "text": "b"}\n', "corpus.jsonl:2: document id 'd 2' is empty or contains"),
     "empty": ("", "corpus.jsonl: the corpus holds no documents"),
-    "all-empty-text": ('{"id": "d1", "text": ""}\n{"id": "d2", "title": " ", "contents": ""}\n',
-                       "corpus.jsonl: all 2 documents have empty text; there is nothing to index"),
+    "all-empty-text": (
+        '{"id": "d1", "text": ""}\n{"id": "d2", "title": " ", "contents": ""}\n',
+        "corpus.jsonl: all 2 documents have empty text; there is nothing to index",
+    ),
 }
 
 
@@ -449,8 +451,8 @@ def test_runs_with_non_finite_scores_are_refused(command, score, mini_scifact, t
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--rewriter", "rerank", "--teacher", "bm25", "--k", "100000"], "larger than the index"),
-        (["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "10", "--lr", "nan"], ""),
+        (["--rewriter", "rerank", "--teacher", "bm25", "--depth", "100000"], "larger than the index"),
+        (["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "10", "--lr", "nan"], ""),
     ],
     ids=["k-beyond-the-index", "lr-nan"],
 )
@@ -491,7 +493,7 @@ def test_bm25_queries_without_hits_are_reported(bm25_index, tmp_path):
 def test_a_missing_cross_encoder_is_one_line(dense_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out,
-               "--rewriter", "rerank", "--k", 5, "--teacher", f"cross-encoder:{tmp_path / 'no-model'}")  # fmt: skip
+               "--rewriter", "rerank", "--depth", 5, "--teacher", f"cross-encoder:{tmp_path / 'no-model'}")  # fmt: skip
     assert_one_line_error(proc, str(tmp_path / "no-model"))
     assert_nothing_left(out)
 
@@ -501,7 +503,7 @@ def test_a_cross_encoder_reads_queries_longer_than_its_length(dense_index, mini_
     topics, out = tmp_path / "topics.tsv", tmp_path / "run.trec"
     topics.write_text(f"long1\t{' '.join(words[:700])}\nlong2\t{' '.join(words[700:1400])}\n".replace('"', ""))
     proc = cli("search", "--index", dense_index, "--topics", topics, "--output", out, "--rewriter", "rerank",
-               "--k", 5, "--hits", 10, "--teacher", f"cross-encoder:{cross_encoder_dir}")  # fmt: skip
+               "--depth", 5, "--hits", 10, "--teacher", f"cross-encoder:{cross_encoder_dir}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert qids_in(out) == ["long1", "long2"]
 
@@ -510,7 +512,7 @@ def test_a_cross_encoder_reads_queries_longer_than_its_length(dense_index, mini_
 def test_out_of_range_tour_options_are_refused(options, dense_index, bm25_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out,
-               "--rewriter", "tour-soft", "--teacher", "bm25", "--k", 10, *options)  # fmt: skip
+               "--rewriter", "tour-soft", "--teacher", "bm25", "--depth", 10, *options)  # fmt: skip
     assert_one_line_error(proc)
     assert_nothing_left(out)
 

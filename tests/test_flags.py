@@ -134,10 +134,26 @@ def test_a_rewriter_flag_out_of_range_is_refused_before_the_searcher_opens(tmp_p
     index = fake_dense_index(tmp_path / "index")  # not a Faiss file: reading it would fail otherwise
     (tmp_path / "t.tsv").write_text("1\tquery\n")
     proc = cli(*SEARCH[:2], index, "--topics", "t.tsv", "--output", "run.trec", "--rewriter", "rerank",
+               "--teacher", "bm25", "--depth", "0", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2
+    one_line_error(proc.stderr, "--depth must be positive, got 0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index", "t.tsv"]
+
+
+def test_the_old_flag_k_is_depth_with_a_warning(tmp_path):
+    """--k, the re-ranking depth's old flag, still works for one release: the same value, one warning."""
+    from tour_pyserini.commands.search import parser
+
+    old, new = (parser().parse_args([*SEARCH[1:], flag, "7"]) for flag in ("--k", "--depth"))
+    assert old.depth == new.depth == 7
+    index = fake_dense_index(tmp_path / "index")
+    (tmp_path / "t.tsv").write_text("1\tquery\n")
+    proc = cli(*SEARCH[:2], index, "--topics", "t.tsv", "--output", "run.trec", "--rewriter", "rerank",
                "--teacher", "bm25", "--k", "0", cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 2
-    one_line_error(proc.stderr, "--k must be positive, got 0")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index", "t.tsv"]
+    assert proc.stderr.splitlines()[0] == ("warning: --k is the old name of --depth (same meaning); it will be "
+                                           "removed in the next release")  # fmt: skip
+    assert proc.stderr.splitlines()[1:] == ["error: --depth must be positive, got 0"]
 
 
 def test_max_steps_0_is_documented_as_no_limit():
@@ -375,14 +391,18 @@ def test_ttt_fit_flags_say_the_fit_config_defaults():
 
 
 def test_the_fit_config_names_the_value_it_refuses():
+    """From Python by the parameter's name; the command line (the table above) and a request name their own."""
+    from tour_pyserini.serve.requests import as_request
     from tour_pyserini.ttt.allocation import allocate
     from tour_pyserini.ttt.objectives import FitConfig
 
-    with pytest.raises(UserError, match="--tau-teacher must be positive and finite, got 0"):
+    with pytest.raises(UserError, match="^tau_teacher must be positive and finite, got 0$") as refused:
         FitConfig(tau_teacher=0)
-    with pytest.raises(UserError, match="--lr must be positive and finite, got nan"):
+    assert refused.value.naming(refused.value.flag) == "--tau-teacher must be positive and finite, got 0"
+    assert str(as_request(refused.value)) == "parameter 'tau-teacher' must be positive and finite, got 0"
+    with pytest.raises(UserError, match="^lr must be positive and finite, got nan"):
         FitConfig(lr=float("nan"))
-    with pytest.raises(UserError, match="--objective must be one of kd, rkl, grpo, got 'kl'"):
+    with pytest.raises(UserError, match="^objective must be one of kd, rkl, grpo, got 'kl'"):
         FitConfig(objective="kl")
     with pytest.raises(UserError, match="budget must be a finite number"):
         allocate([["1", "2"]], float("inf"))

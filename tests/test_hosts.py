@@ -134,8 +134,10 @@ def test_a_bm25_index_records_its_lucene_and_one_too_new_is_one_line(bm25_index,
     segments.write_bytes(bytes(data))
     assert lucene_created_major(newer) == lucene_major() + 1
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    for command in (["search", "--index", newer, "--topics", mini_scifact["topics"], "--output", tmp_path / "r.trec"],
-                    ["index", "--bm25", "--collection", mini_scifact["collection"], "--output", newer]):
+    for command in (
+        ["search", "--index", newer, "--topics", mini_scifact["topics"], "--output", tmp_path / "r.trec"],
+        ["index", "--bm25", "--collection", mini_scifact["collection"], "--output", newer],
+    ):
         proc = subprocess.run([sys.executable, "-m", "tour_pyserini", *map(str, command)], capture_output=True,
                               text=True, timeout=300, env=env)  # fmt: skip
         lines = proc.stderr.strip().splitlines()

@@ -153,7 +153,7 @@ def test_a_search_through_int8_writes_the_same_bytes_twice(shipped, dense_index,
     for run in runs:
         main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
               "--teacher", f"cross-encoder:{shipped}", "--teacher-runtime", "onnx", "--teacher-precision", "int8",
-              "--rewriter", "rerank", "--k", "5", "--hits", "10"])  # fmt: skip
+              "--rewriter", "rerank", "--depth", "5", "--hits", "10"])  # fmt: skip
     assert runs[0].read_bytes() == runs[1].read_bytes() and runs[0].stat().st_size > 0
 
 

@@ -28,8 +28,8 @@ def stored_pairs(path) -> int:
 def test_tour_reuses_the_pairs_reranking_stored_and_ranks_the_same(dense_index, bm25_index, mini_scifact, tmp_path):
     store = tmp_path / "bm25.sqlite"
     base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "50", "--teacher", "bm25"]
-    tour = ["--rewriter", "tour-soft", "--k", "10"]
-    search_main([*base, "--rewriter", "rerank", "--k", "10", "--score-store", str(store),
+    tour = ["--rewriter", "tour-soft", "--depth", "10"]
+    search_main([*base, "--rewriter", "rerank", "--depth", "10", "--score-store", str(store),
                  "--output", str(tmp_path / "rerank.trec")])  # fmt: skip
     assert stored_pairs(store) == 10 * 40  # the fixture's 40 queries, 10 candidates each
     search_main([*base, *tour, "--output", str(tmp_path / "alone.trec"), "--trace", str(tmp_path / "alone.jsonl")])
@@ -46,7 +46,7 @@ def test_a_store_of_another_teacher_or_without_a_teacher_is_refused(dense_index,
     ScoreStore(store, "cross-encoder:old max_length 128 weights 0123456789abcdef").close()
     base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(tmp_path / "r.trec")]
     with pytest.raises(UserError, match="holds scores of teacher"):
-        search_main([*base, "--teacher", "bm25", "--rewriter", "rerank", "--k", "5", "--score-store", str(store)])
+        search_main([*base, "--teacher", "bm25", "--rewriter", "rerank", "--depth", "5", "--score-store", str(store)])
     with pytest.raises(UserError, match="--score-store keeps the scores of a --teacher"):
         search_main([*base, "--rewriter", "rocchio", "--score-store", str(tmp_path / "none.sqlite")])
     assert not (tmp_path / "r.trec").exists()
@@ -89,7 +89,7 @@ def test_a_store_filled_from_one_bm25_index_is_refused_with_another(dense_index,
                                                                     mini_scifact, tmp_path):  # fmt: skip
     store = tmp_path / "bm25.sqlite"
     base = ["--index", dense_index, "--topics", mini_scifact["topics"], "--hits", "20", "--rewriter", "rerank",
-            "--k", "10"]  # fmt: skip
+            "--depth", "10"]  # fmt: skip
     done = search_cli(*base, "--teacher", "bm25", "--score-store", store, "--output", tmp_path / "first.trec")
     assert done.returncode == 0, done.stderr
     before = store.read_bytes()

@@ -122,7 +122,7 @@ def test_k_beyond_the_collection_returns_every_document_once(searcher, mini_scif
 
 def test_rewriter_registry():
     assert isinstance(get_rewriter("none"), Identity)
-    with pytest.raises(ValueError, match="unknown rewriter .tuor.; choose one of: avg-prf, none, rerank, rocchio"):
+    with pytest.raises(ValueError, match="unknown rewriter .tuor.; choose one of: avg-prf, dart, none, refit, rerank"):
         get_rewriter("tuor")
 
 

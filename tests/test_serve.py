@@ -24,9 +24,13 @@ HITS = 20
 CONFIGS = {
     "dense": ([], {}),
     "rocchio": (["--rewriter", "rocchio"], {"rewriter": "rocchio"}),
-    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--k", "20"],
-                       {"rewriter": "tour-soft", "teacher": "bm25", "k": "20"}),
+    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "20"],
+                       {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"}),
     "ttt-embed": (["--rewriter", "ttt-embed", "--state", "{state}"], {"rewriter": "ttt-embed"}),
+    "refit-bm25": (["--rewriter", "refit", "--teacher", "bm25", "--depth", "20"],
+                   {"rewriter": "refit", "teacher": "bm25", "depth": "20"}),
+    # every request starts from W = I, as a run does without its buffer (queries of a server's batch share none)
+    "dart": (["--rewriter", "dart", "--depth", "30", "--dart-momentum", "0"], {"rewriter": "dart", "depth": "30"}),
 }  # fmt: skip
 
 
@@ -63,10 +67,22 @@ def test_pyserinis_response_shape_and_documents(server, dense_index, bm25_index)
 
 
 def test_the_trace_on_request(server, dense_index):
-    plain = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", k=10)
-    traced = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", k=10, trace="true")
-    assert "trace" not in plain
+    plain = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", depth=10)
+    traced = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", depth=10,
+                           trace="true")  # fmt: skip
+    assert "trace" not in plain and "warnings" not in plain
     assert traced["trace"]["teacher_calls"] >= 10 and len(traced["trace"]["judgments"]) >= 10
+
+
+def test_k_is_the_old_name_of_depth(server, dense_index):
+    """A request with the old name ranks as with the new one, and its answer says the name is old."""
+    new = server.search(dense_index.name, "bone density", rewriter="rerank", teacher="bm25", depth=7)
+    old = server.search(dense_index.name, "bone density", rewriter="rerank", teacher="bm25", k=7)
+    assert old["candidates"] == new["candidates"] and new["teacher_calls"] == 7
+    assert old["warnings"] == ["parameter 'k' is the old name of 'depth' (same meaning); it will be removed in the "
+                               "next release"]  # fmt: skip
+    status, body, _ = server.get(f"/v1/{dense_index.name}/search?query=a&rewriter=rerank&teacher=bm25&k=5&depth=5")
+    assert status == 400 and "'k' is the old name of 'depth': give one of them" in body["error"]
 
 
 BAD = [
@@ -83,8 +99,12 @@ BAD = [
     ({"query": "a", "rewriter": "tour-soft", "teacher": "nope"}, 400, "unknown teacher 'nope'"),
     ({"query": "a", "rewriter": "tour-soft"}, 400, "needs a teacher"),
     ({"query": "a", "teacher": "bm25"}, 400, "asks none"),
-    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "0"}, 400, "parameter 'k' must be positive"),
-    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "100000"}, 400, "larger than the index"),
+    (
+        {"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "depth": "0"},
+        400,
+        "parameter 'depth' must be positive",
+    ),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "depth": "100000"}, 400, "larger than the index"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "'nan' is not a finite number"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "1e9"}, 400, "is beyond 1000"),
     (
@@ -92,7 +112,11 @@ BAD = [
         400,
         "'iterations' (20000) is above this server's maximum of 10",
     ),
-    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "k": "101"}, 400, "'k' (101) is above this server's"),
+    (
+        {"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "depth": "101"},
+        400,
+        "'depth' (101) is above this server's",
+    ),
     ({"query": "a", "rewriter": "rocchio", "prf-depth": "500"}, 400, "'prf-depth' (500) is above this server's"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "preset": "x"}, 400, "must be one of"),
     ({"query": "a", "rewriter": "rocchio", "lr": "1"}, 400, "not an option of rewriter 'rocchio'"),
@@ -135,7 +159,7 @@ def test_clients_requests_are_batched_together(server, dense_index, mini_scifact
 
     def one(topic):
         barrier.wait()
-        return server.search(dense_index.name, topic.text, rewriter="tour-soft", teacher="bm25", k=10)
+        return server.search(dense_index.name, topic.text, rewriter="tour-soft", teacher="bm25", depth=10)
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, topics[:16]))
@@ -147,10 +171,10 @@ def test_clients_requests_are_batched_together(server, dense_index, mini_scifact
 
 def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_flight(dense_index, bm25_index,
                                                                                     tmp_path):  # fmt: skip
-    slow = {"rewriter": "tour-soft", "teacher": "bm25", "k": "300", "iterations": "20", "no-early-stop": "true",
+    slow = {"rewriter": "tour-soft", "teacher": "bm25", "depth": "300", "iterations": "20", "no-early-stop": "true",
             "hits": "5"}  # fmt: skip
     with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp", "--max-k", "300",
+                "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp", "--max-candidates", "300",
                 "--max-iterations", "3000") as server:  # fmt: skip
 
         def one(i):
@@ -176,9 +200,9 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
 
 def test_a_request_past_the_timeout_is_504(dense_index, bm25_index, tmp_path):
     with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--timeout", "0.001", "--no-mcp", "--max-k", "300") as server:  # fmt: skip
+                "--timeout", "0.001", "--no-mcp", "--max-candidates", "300") as server:  # fmt: skip
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", rewriter="tour-soft",
-                                     teacher="bm25", k="300", iterations="10")  # fmt: skip
+                                     teacher="bm25", depth="300", iterations="10")  # fmt: skip
         assert status == 504 and "timeout" in body["error"]
 
 
@@ -216,12 +240,12 @@ def test_a_restart_pays_for_no_pair_twice(dense_index, tmp_path):
     queries = ["vitamin D and bone density", "statins and muscle pain"]
     try:
         with Server(*args) as server:
-            first = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, k=10) for q in queries]
+            first = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, depth=10) for q in queries]
             assert server.stop() == 143
         paid = len(judge.requests)
         assert paid == 20 and all(a["teacher_calls"] == 10 for a in first)
         with Server(*args) as server:
-            again = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, k=10) for q in queries]
+            again = [server.search(dense_index.name, q, rewriter="rerank", teacher=spec, depth=10) for q in queries]
         assert len(judge.requests) == paid  # every judgment came from the score store
         assert [a["candidates"] for a in again] == [a["candidates"] for a in first]
     finally:

@@ -208,7 +208,7 @@ def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
 
 @pytest.mark.slow
 def test_a_teacher_that_scores_nothing_is_a_502_not_the_retrievers_order(keyed, judge, dense_index):
-    params = {"rewriter": "rerank", "teacher": f"openai:{url(judge)}", "k": "5", "hits": "5"}
+    params = {"rewriter": "rerank", "teacher": f"openai:{url(judge)}", "depth": "5", "hits": "5"}
     judge.body = "{}"  # the judge now answers nothing usable
     try:
         status, body, _ = keyed.get(f"/v1/{dense_index.name}/search", headers=key(0), query="a fresh query", **params)
@@ -222,9 +222,9 @@ def test_a_teacher_that_scores_nothing_is_a_502_not_the_retrievers_order(keyed, 
 def test_teachers_are_named_without_their_paths_or_urls(keyed, judge, dense_index):
     listed = keyed.get("/v1/indexes", headers=key(0))[1]["indexes"][0]["teachers"]
     assert listed == ["openai:judge-1"]  # its label: the model, not the server's address
-    by_name = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", k="5", hits=5,
+    by_name = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", depth="5", hits=5,
                            teacher="openai:judge-1")  # fmt: skip
-    by_spec = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", k="5", hits=5,
+    by_spec = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", depth="5", hits=5,
                            teacher=f"openai:{url(judge)}")  # the operator's own name works too  # fmt: skip
     assert by_name["candidates"] == by_spec["candidates"] and by_name["teacher"] == by_spec["teacher"] == listed[0]
     status, body, _ = keyed.get(f"/v1/{dense_index.name}/search", headers=key(0), query="a", rewriter="rerank",
@@ -271,7 +271,7 @@ def slash_index(tmp_path_factory):
 
 @pytest.mark.slow
 def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_index, slash_index, tmp_path):
-    slow = {"rewriter": "tour-soft", "teacher": "dense", "k": "40", "iterations": "100000", "no-early-stop": "true"}
+    slow = {"rewriter": "tour-soft", "teacher": "dense", "depth": "40", "iterations": "100000", "no-early-stop": "true"}
     with Server("--index", str(dense_index), "--index", str(slash_index), "--teacher", "dense", "--threads", "1",
                 "--data-dir", str(tmp_path), "--timeout", "6", "--max-iterations", "100000", "--batch-window", "0",
                 "--request-log", str(tmp_path / "requests.jsonl"), "--no-mcp") as server:  # fmt: skip
@@ -344,6 +344,6 @@ def test_a_full_data_directory_judges_nothing_more(dense_index, judge, tmp_path)
                 "--teacher-judge", "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--max-data-mb", "0.001",
                 "--no-mcp") as server:  # its score store alone is more than 1 KB  # fmt: skip
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="bone density", rewriter="rerank",
-                                     teacher="openai:judge-1", k="5")  # fmt: skip
+                                     teacher="openai:judge-1", depth="5")  # fmt: skip
         assert status == 507 and "data directory is full" in body["error"]
         assert server.search(dense_index.name, "bone density", hits=3)["candidates"]  # searching goes on

@@ -15,7 +15,7 @@ def test_an_agent_searches_with_tour_over_mcp(server, dense_index, bm25_index):
     from fastmcp.exceptions import ToolError
 
     query = "vitamin D and bone density"
-    rest = server.search(dense_index.name, query, hits=5, rewriter="tour-soft", teacher="bm25", k=20)
+    rest = server.search(dense_index.name, query, hits=5, rewriter="tour-soft", teacher="bm25", depth=20)
 
     async def session():
         async with Client(f"{server.url}/mcp/") as client:
@@ -28,7 +28,7 @@ def test_an_agent_searches_with_tour_over_mcp(server, dense_index, bm25_index):
                     "hits": 5,
                     "rewriter": "tour-soft",
                     "teacher": "bm25",
-                    "k": 20,
+                    "depth": 20,
                 },
             )
             first = found.structured_content["candidates"][0]["docid"]

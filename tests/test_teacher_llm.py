@@ -193,6 +193,7 @@ def test_a_gguf_file_cut_short_or_not_one_and_a_template_not_in_utf8_are_one_lin
 
 # -- the real Gemma 3 270M (Q4_K_M GGUF): llm: through transformers, openai: through llama.cpp's server
 
+
 def missing(*modules: str) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
@@ -374,7 +375,7 @@ def test_search_reranks_with_the_llm_teacher_and_stores_its_scores(dense_index, 
     topics.write_text("".join(mini_scifact["topics"].read_text().splitlines(keepends=True)[:3]))
     run, store = tmp_path / "run.trec", tmp_path / "scores.sqlite"
     proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(topics), "--output",
-                      str(run), "--rewriter", "rerank", "--k", "5", "--teacher", f"llm:{tiny_chat_lm}",
+                      str(run), "--rewriter", "rerank", "--depth", "5", "--teacher", f"llm:{tiny_chat_lm}",
                       "--teacher-instruction", "Find abstracts that support or refute the claim",
                       "--teacher-precision", "fp32", "--score-store", str(store))  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -167,8 +167,11 @@ def test_bad_input_is_one_line(server):
         (f"openai:{url(server)}", {}, "the openai teacher needs --teacher-model NAME"),
         (f"openai:{url(server)}", {"model": "judge-1", "judge": "vibes"}, "--teacher-judge 'vibes': choose one of"),
         (f"openai:{url(server)}", {"model": "other"}, "answered 404: no such endpoint, or no model 'other' there"),
-        (f"openai:{url(server)}", {"model": "judge-1", "judge": "score", "template": "plain"},
-         "--teacher-template: this openai teacher judges by 0-5 scores"),
+        (
+            f"openai:{url(server)}",
+            {"model": "judge-1", "judge": "score", "template": "plain"},
+            "--teacher-template: this openai teacher judges by 0-5 scores",
+        ),
         (f"openai:http://127.0.0.1:{closed}/v1", {"model": "judge-1"}, "cannot reach http://127.0.0.1"),
     ]
     for spec, options, message in rows:
@@ -234,8 +237,10 @@ def test_a_store_holding_null_scores_from_an_older_version_is_read_and_those_pai
     path = tmp_path / "s.sqlite"
     ScoreStore(path, judge.fingerprint).close()
     with sqlite3.connect(path) as db:  # what a server's NaN became in a store an older version wrote
-        db.executemany("INSERT INTO scores VALUES (?, ?, ?)", [("what causes cancer", "d0", None),
-                                                               ("what causes cancer", "d1", float("inf"))])
+        db.executemany(
+            "INSERT INTO scores VALUES (?, ?, ?)",
+            [("what causes cancer", "d0", None), ("what causes cancer", "d1", float("inf"))],
+        )
     store = ScoreStore(path, judge.fingerprint)
     got = StoredTeacher(judge, store).score([request(TEXTS[:3])])[0]
     fresh = OpenAITeacher(url(server), "judge-1", judge="logprobs").score([request(TEXTS[:3])])[0]
@@ -268,8 +273,10 @@ def test_waits_are_bounded_said_and_settable(caplog):
             OpenAITeacher(url(busy), "judge-1", judge="logprobs").score([request(TEXTS[:1])])
         assert time.monotonic() - start < 1
         busy.fail_next, busy.retry_after = 1, "1.2"  # obeyed, and said
-        teacher = get_teacher(f"openai:{url(busy)}", TeacherContext(options={"model": "judge-1", "judge": "logprobs",
-                                                                             "deadline": 30.0, "max_retry_after": 2.0}))
+        teacher = get_teacher(
+            f"openai:{url(busy)}",
+            TeacherContext(options={"model": "judge-1", "judge": "logprobs", "deadline": 30.0, "max_retry_after": 2.0}),
+        )
         assert (teacher.deadline, teacher.max_retry_after) == (30.0, 2.0)
         assert np.isfinite(teacher.score([request(TEXTS[:1])])[0]).all()
         assert "answered 429 Too Many Requests; trying again in 1.2 s (try 2 of 6)" in caplog.text

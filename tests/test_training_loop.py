@@ -186,7 +186,7 @@ def out_of_range(kind) -> str:
 def test_every_trainer_flag_says_its_config_default_and_refuses_a_value_out_of_range_in_one_line(
         command, config, needed, tmp_path, capsys):  # fmt: skip
     """Each config field is a flag whose help says the default the config has; a value out of its range is one
-    line naming the flag, from the command line (before anything is read) and from the library alike."""
+    line naming the flag from the command line (before anything is read), the parameter from the library."""
     from dataclasses import asdict
 
     from tour_pyserini.commands.runner import run_cli
@@ -206,6 +206,6 @@ def test_every_trainer_flag_says_its_config_default_and_refuses_a_value_out_of_r
         err = capsys.readouterr().err
         assert exited.value.code == 2 and err.startswith(f"error: {flag} must be {kind.rule}, got ") and \
             err.count("\n") == 1, err  # fmt: skip
-        with pytest.raises(UserError, match=f"^{flag} must be {re.escape(kind.rule)}, got "):
+        with pytest.raises(UserError, match=f"^{name} must be {re.escape(kind.rule)}, got "):
             cls(**{name: kind(bad)}).check()
     assert not list(tmp_path.iterdir())

@@ -94,7 +94,7 @@ def test_recycle_a_searchs_judgments_into_rewards(dense_index, bm25_index, mini_
     trace, rewards, state = tmp_path / "tour.jsonl", tmp_path / "r.tsv", tmp_path / "s.safetensors"
     search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "10",
                  "--output", str(tmp_path / "tour.trec"), "--trace", str(trace), "--rewriter", "tour-soft",
-                 "--teacher", "bm25", "--k", "10"])  # fmt: skip
+                 "--teacher", "bm25", "--depth", "10"])  # fmt: skip
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert all(len(r["judgments"]) == r["teacher_calls"] > 0 for r in records)
     main(["recycle", "--trace", str(trace), "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),

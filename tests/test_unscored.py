@@ -73,7 +73,7 @@ def test_unscored_pairs_rank_below_and_a_query_without_scores_keeps_the_retrieve
 
 def _search(dense_index, topics, out, server, *extra):
     search_main(["--index", str(dense_index), "--topics", str(topics), "--output", str(out), "--hits", "10",
-                 "--batch-size", "2", "--rewriter", "rerank", "--k", "5", "--teacher", f"openai:{url(server)}",
+                 "--batch-size", "2", "--rewriter", "rerank", "--depth", "5", "--teacher", f"openai:{url(server)}",
                  "--teacher-model", "judge-1", "--teacher-judge", "logprobs", *extra])  # fmt: skip
 
 
@@ -128,7 +128,7 @@ def test_a_teacher_with_oracle_in_its_path_is_no_oracle(dense_index, mini_scifac
     topics.write_text("".join(mini_scifact["topics"].read_text().splitlines(keepends=True)[:2]))
     out = tmp_path / "run.trec"
     search_main(["--index", str(dense_index), "--topics", str(topics), "--output", str(out), "--hits", "5",
-                 "--rewriter", "rerank", "--k", "5", "--teacher", f"cross-encoder:{model}"])  # fmt: skip
+                 "--rewriter", "rerank", "--depth", "5", "--teacher", f"cross-encoder:{model}"])  # fmt: skip
     assert {line.split()[-1] for line in out.read_text().splitlines()} == {"tour_pyserini"}
 
 

@@ -15,6 +15,19 @@ class UserError(ValueError):
     """Bad input (a file, a flag, a spec) that the user can correct; the message names what is wrong."""
 
 
+class ParamError(UserError):
+    """A parameter's value refused. The message names the parameter as Python does (``depth must be positive, got
+    0``); a command shows its flag instead and a server its request field (:meth:`naming`)."""
+
+    def __init__(self, name: str, flag: str, text: str):
+        super().__init__(f"{name} {text}")
+        self.name, self.flag, self.text = name, flag, text
+
+    def naming(self, shown: str) -> str:
+        """The message with the parameter called ``shown`` (``--depth``, ``parameter 'depth'``)."""
+        return f"{shown} {self.text}"
+
+
 # errors a user's input causes (a missing file included): one line where a command reports them, a traceback for
 # anything else
 USER_ERRORS = (UserError, FileNotFoundError)

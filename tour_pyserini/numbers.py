@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import ParamError, UserError
 
 
 class Number:
@@ -28,9 +28,15 @@ class Number:
     def __call__(self, text: str) -> int | float:
         return self.kind(text)
 
-    def check(self, flag: str, value: int | float) -> None:
+    def refusal(self, value: int | float) -> str | None:
+        """Why ``value`` is refused ("must be positive, got 0"), or None."""
         if not ((self.kind is int or math.isfinite(value)) and self.ok(value)):
-            raise UserError(f"{flag} must be {self.rule}, got {value if self.kind is int else format(value, 'g')}")
+            return f"must be {self.rule}, got {value if self.kind is int else format(value, 'g')}"
+        return None
+
+    def check(self, flag: str, value: int | float) -> None:
+        if refused := self.refusal(value):
+            raise UserError(f"{flag} {refused}")
 
 
 def at_least(low: int) -> Number:
@@ -67,6 +73,7 @@ class Param:
     shared: bool = False
     required: bool = False
     default_text: str | None = None  # what an unset (None) default means, for the help: "the preset's"
+    aliases: tuple[str, ...] = ()  # old flags (and request parameters) still accepted for one release, with a warning
 
     @property
     def option(self) -> str:
@@ -90,23 +97,16 @@ class Param:
         shown = self.default_shown
         return self.help if shown is None else f"{self.help} (default: {shown})"
 
-    def add_to(self, parser) -> None:
-        """The flag, on a command-line parser or group; it stays None when not given, so the default applies."""
-        if self.const is not None:
-            parser.add_argument(self.option, dest=self.dest, action="store_const", const=self.const,
-                                help=self.described)  # fmt: skip
-        else:
-            parser.add_argument(self.option, dest=self.dest, type=self.type, choices=self.choices,
-                                help=self.described, metavar=self.metavar)  # fmt: skip
-
     def check(self, value: Any) -> Any:
-        """``value``, or one line naming the flag: out of range, or not one of the choices."""
+        """``value``, or a :class:`~tour_pyserini.errors.ParamError` naming the parameter: out of range, or not
+        one of the choices."""
         if value is None:
             return value
-        if isinstance(self.type, Number):
-            self.type.check(self.option, value)
+        if isinstance(self.type, Number) and (refused := self.type.refusal(value)):
+            raise ParamError(self.name, self.option, refused)
         if self.choices is not None and value not in self.choices:
-            raise UserError(f"{self.option} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+            raise ParamError(self.name, self.option, f"must be one of {', '.join(map(str, self.choices))}, got "
+                             f"{value!r}")  # fmt: skip
         return value
 
 
@@ -116,7 +116,7 @@ def param(default: Any = None, type: Any = str, help: str = "", *, like: Param |
     if like is not None:
         type, help = like.type, help or like.help
         declared = {"flag": like.flag, "choices": like.choices, "const": like.const, "metavar": like.metavar,
-                    **declared}  # fmt: skip
+                    "aliases": like.aliases, **declared}  # fmt: skip
     return dataclasses.field(default=default, metadata={"param": (type, help, declared)})
 
 

@@ -105,9 +105,7 @@ def resolve_reader_precision(precision: str, runtime: str, device: str) -> str:
     as for a teacher (``auto``: bf16 where the device multiplies in bfloat16 natively; it answers within 0.002 EM
     and F1 of float32 on nq-oracle through both), but ``auto`` through ONNX Runtime is fp32: int8 moved F1 by
     -0.0025 there (docs/benchmarks.md). One line for anything refused, before any model loads."""
-    if runtime == "onnx" and precision == "auto":
-        precision = "fp32"
-    return resolve_runtime_precision(precision, runtime, device, "--precision", "--runtime")
+    return resolve_runtime_precision(precision, runtime, device, "--precision", "--runtime", auto={"onnx": "fp32"})
 
 
 SPAN_LOGITS = "span_logits"  # an exported reader's one output: start and end logits, stacked on the last axis
@@ -144,12 +142,14 @@ def exported_reader(name: str, tokenizer, precision: str, runtime: str):
             out = self.model(**inputs)
             return {SPAN_LOGITS: torch.stack((out.start_logits, out.end_logits), dim=-1)}
 
+        def set_attn_implementation(self, attention: str) -> None:
+            self.model.set_attn_implementation(attention)
+
     def export(write, graph: Path) -> None:
         windows = make_windows(tokenizer, ["a question", "another, longer question"],
                                ["a passage", "a longer passage of text"], max_length=64, stride=16)  # fmt: skip
         examples = {k: torch.from_numpy(v) for k, v in collate(windows, tokenizer.pad_token_id or 0).items()}
-        # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
-        write(SpanLogits(load_reader(name, attn_implementation="eager")).eval(), examples, SPAN_LOGITS, graph)
+        write(SpanLogits(load_reader(name)).eval(), examples, SPAN_LOGITS, graph)
 
     return exported_model(name, weights_sha256(name), precision, runtime, export, f"reader {name!r}")
 

@@ -18,7 +18,7 @@ SUBCOMMANDS = {
               "tour-pyserini index --collection collections/scifact --output indexes/scifact.minilm"),
     "search": ("search", "search an index for every topic and write a TREC run",
                "tour-pyserini search --index indexes/scifact.minilm --topics collections/scifact/topics.test.tsv "
-               "--output runs/tour.trec --rewriter tour-soft --teacher bm25 --k 20"),
+               "--output runs/tour.trec --rewriter tour-soft --teacher bm25 --depth 20"),
     "eval": ("eval", "score TREC runs against qrels or answers",
              "tour-pyserini eval --qrels qrels/scifact.test.txt --run runs/tour.trec"),
     "compare": ("compare", "compare runs with a baseline: deltas, significance tests, win/tie/loss; or --diff",

@@ -9,12 +9,15 @@ before the command does any work.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import Number, configure, params_of, positive_int
+from tour_pyserini.numbers import Number, Param, configure, params_of, positive_int
 from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES
+
+log = logging.getLogger(__name__)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -40,7 +43,31 @@ def add_param_flags(ap, config_class) -> None:
     """A flag for each parameter the dataclass ``config_class`` declares with :func:`~tour_pyserini.numbers.param`
     (its help says the default; its range is checked as it is parsed); each stays None when not given."""
     for p in params_of(config_class):
-        p.add_to(ap)
+        add_param(ap, p)
+
+
+def add_param(ap, p: Param) -> None:
+    """The flag of ``p`` on a parser or group; it stays None when not given, so the default applies. Each of its
+    old names (``p.aliases``) is the same flag, hidden from the help, and warns when given."""
+    kind = {"action": "store_const", "const": p.const} if p.const is not None else \
+        {"type": p.type, "choices": p.choices, "metavar": p.metavar}  # fmt: skip
+    ap.add_argument(p.option, dest=p.dest, help=p.described, **kind)
+    for alias in p.aliases:
+        ap.add_argument(alias, dest=p.dest, help=argparse.SUPPRESS, action=OldName, new=p.option,
+                        **({"nargs": 0, "const": p.const} if p.const is not None else kind))  # fmt: skip
+
+
+class OldName(argparse.Action):
+    """A flag's old name: stores the value as the new flag does, with one warning that the name is old."""
+
+    def __init__(self, *args, new: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        log.warning("%s is the old name of %s (same meaning); it will be removed in the next release",
+                    option_string, self.new)  # fmt: skip
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
 def config_from_flags(config_class, args: argparse.Namespace, **values):
@@ -65,7 +92,7 @@ def add_teacher_flags(ap) -> None:
                     f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
                     f"{DEFAULT_PRECISION})")  # fmt: skip
     for option in teacher_options():
-        option.add_to(ap)
+        add_param(ap, option)
 
 
 def teacher_flags(args: argparse.Namespace) -> dict:
@@ -185,11 +212,14 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
 
 def add_encoder_runtime_flags(group) -> None:
     """``--encoder-precision`` and ``--encoder-runtime``: how the query encoder runs (search and serve)."""
-    group.add_argument("--encoder-precision", choices=RUNTIME_PRECISIONS,
-                       help="the query encoder's arithmetic: bf16 (torch: bfloat16 autocast, openvino: its "
-                       "bfloat16 inference; about 2x faster on CPUs with AVX512-BF16 or AMX, vectors within "
-                       "about 1.5e-3 of fp32), int8 (onnx: 8-bit weights), fp32, or auto (default: fp32 through "
-                       "every runtime, since bf16 and int8 reorder near-tied documents; docs/algorithms.md)")
+    group.add_argument(
+        "--encoder-precision",
+        choices=RUNTIME_PRECISIONS,
+        help="the query encoder's arithmetic: bf16 (torch: bfloat16 autocast, openvino: its "
+        "bfloat16 inference; about 2x faster on CPUs with AVX512-BF16 or AMX, vectors within "
+        "about 1.5e-3 of fp32), int8 (onnx: 8-bit weights), fp32, or auto (default: fp32 through "
+        "every runtime, since bf16 and int8 reorder near-tied documents; docs/algorithms.md)",
+    )
     group.add_argument("--encoder-runtime", choices=RUNTIMES, default="torch",
                        help="what runs the query encoder (auto, sentence and contriever classes): torch "
                        "(default), onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside "

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 from tour_pyserini.devices import share_cores
-from tour_pyserini.errors import USER_ERRORS
+from tour_pyserini.errors import USER_ERRORS, ParamError
 
 
 class TerminalFormatter(logging.Formatter):
@@ -69,8 +69,8 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         main(argv)
-    except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
+    except USER_ERRORS as e:  # a parameter is named by its flag here
+        print(f"error: {e.naming(e.flag) if isinstance(e, ParamError) else e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
         print(f"{'terminated' if terminated else 'interrupted'}{f': {e}' if e.args else ''}", file=sys.stderr)

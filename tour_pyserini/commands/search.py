@@ -17,6 +17,7 @@ from dataclasses import replace
 from tour_pyserini.commands.flags import (
     ArgumentParser,
     add_encoder_flags,
+    add_param,
     add_renamed,
     add_teacher_flags,
     apply_renamed,
@@ -104,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
     for name, options in rewriter_options().items():
         group = ap.add_argument_group(f"{name} options")
         for option in options:
-            option.add_to(group)
+            add_param(group, option)
     return ap
 
 
@@ -143,7 +144,7 @@ def check_scored(results: list[SearchResult], teacher: TeacherInfo | None, kept:
 
 def rewriter_options() -> dict[str, list[Param]]:
     """Every rewriter's flags, grouped under the first rewriter that declares each. A flag several rewriters
-    declare (``--k``) is one parameter with each rewriter's default, which its help lists."""
+    declare (``--depth``) is one parameter with each rewriter's default, which its help lists."""
     declared: dict[str, list[tuple[str, Param]]] = {}
     for name, cls in available_rewriters().items():
         for option in cls.options:
@@ -189,20 +190,30 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
     )  # fmt: skip
 
 
-def batch_searcher(args: argparse.Namespace, plan: SearchPlan,
-                   stack: ExitStack) -> tuple[Callable[[list], Iterator], TeacherInfo | None]:  # fmt: skip
+def nothing_carried() -> None:
+    """The state of a rewriter that carries none from query to query."""
+    return None
+
+
+def batch_searcher(args: argparse.Namespace, plan: SearchPlan, stack: ExitStack, carried: bytes | None = None,
+                   ) -> tuple[Callable[[list], Iterator], TeacherInfo | None, Callable[[], bytes | None]]:  # fmt: skip
     """A function from (texts, qids, hits) batches to their results in order, run here (built from ``plan``) or
-    on Ray workers (each planning its own); and what the teacher is."""
+    on Ray workers (each planning its own); what the teacher is; and the state the rewriter carries after the
+    batches so far (DART's buffer: it starts from ``carried``, a resumed run's)."""
     if args.ray is None:
         searcher, teacher = open_searcher(plan)
-        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher
+        run_state = nothing_carried
+        if plan.rewriter is not None and plan.rewriter.carries:
+            searcher.rewriter.start_run(carried)
+            run_state = searcher.rewriter.run_state
+        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher, run_state
     from tour_pyserini.search.distributed import RayPool
 
     workers = args.workers or DEFAULT_WORKERS
     pool = stack.enter_context(RayPool(plan.config, workers=workers,
                                        address=None if args.ray == "local" else args.ray))  # fmt: skip
     print(f"ray: {workers} workers ready in {pool.startup_seconds:.1f} s")
-    return pool.map, pool.teacher
+    return pool.map, pool.teacher, nothing_carried
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -224,7 +235,10 @@ def main(argv: list[str] | None = None) -> None:
             plan = plan_search(search_config(args))  # in the driver, before any model, the JVM or Ray starts
             if plan.config.encoded_queries:
                 check_encoded_texts(plan.config.encoded_queries, {t.qid: t.text for t in topics})
-            search, teacher = batch_searcher(args, plan, stack)
+            if plan.rewriter is not None and plan.rewriter.carries and args.ray is not None:
+                raise UserError(f"--rewriter {args.rewriter} carries its state from query to query in run order: it "
+                                "runs in one process, without --ray")  # fmt: skip
+            search, teacher, run_state = batch_searcher(args, plan, stack, writer.carried)
             teacher_label = teacher.label if teacher else None
             start = time.perf_counter()
             if teacher and teacher.oracle and "oracle" not in writer.tag:
@@ -242,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
                         (r.qid, [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
                          {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()})
                         for r in results
-                    ])  # fmt: skip
+                    ], run_state())  # fmt: skip
                     done.extend(results)
                     bar.update(len(results))
     except KeyboardInterrupt:

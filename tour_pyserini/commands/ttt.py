@@ -90,9 +90,16 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     from tour_pyserini.ttt.rewards import TaskSource, write_rewards
 
     # the search command's assembly, without a rewriter: the teacher shares the searcher's encoder and index
-    opened = open_search(SearchConfig(index=args.index, rewriter=None, teacher=args.teacher,
-                                      teacher_max_length=args.teacher_max_length,
-                                      teacher_precision=args.teacher_precision, teacher_options=teacher_flags(args)))
+    opened = open_search(
+        SearchConfig(
+            index=args.index,
+            rewriter=None,
+            teacher=args.teacher,
+            teacher_max_length=args.teacher_max_length,
+            teacher_precision=args.teacher_precision,
+            teacher_options=teacher_flags(args),
+        )
+    )
     teacher = opened.teacher
     source = TaskSource(task_name(args), args.index, args.topics)
     rewards = judge_rewards(opened.searcher, teacher, topics, pairs, source,

@@ -49,16 +49,19 @@ _CLASSES = (
     EncoderClass("bpr", "bpr", None, paired_models=True),
     EncoderClass("tct_colbert", "tct_colbert", "tct_colbert"),
     EncoderClass("ance", "ance", "ance"),
-    EncoderClass("sentence", "sentence", "sentence-transformers", pooling="mean", l2_norm=True, query_prefix=True,
-                 batched=True),  # fmt: skip
-    EncoderClass("contriever", "contriever", "contriever", pooling="mean", l2_norm=False, query_prefix=True,
-                 batched=True),  # fmt: skip
+    EncoderClass(
+        "sentence", "sentence", "sentence-transformers", pooling="mean", l2_norm=True, query_prefix=True, batched=True
+    ),  # fmt: skip
+    EncoderClass(
+        "contriever", "contriever", "contriever", pooling="mean", l2_norm=False, query_prefix=True, batched=True
+    ),  # fmt: skip
     EncoderClass("aggretriever", "aggretriever", "aggretriever"),
     EncoderClass("openai-api", "openai-api", "openai-api", query_max_length=True),
     EncoderClass("auto", "auto", "auto", query_prefix=True, doc_prefix=True, batched=True),
     EncoderClass("arctic", "arctic", "arctic"),
-    EncoderClass("qwen3", "qwen3", "qwen3", pooling="last", query_prefix=True, doc_prefix=True,
-                 query_max_length=True),  # fmt: skip
+    EncoderClass(
+        "qwen3", "qwen3", "qwen3", pooling="last", query_prefix=True, doc_prefix=True, query_max_length=True
+    ),  # fmt: skip
     EncoderClass("st-pipeline", None, None, query_prefix=True, doc_prefix=True, batched=True),
 )
 CLASSES = {c.name: c for c in _CLASSES}

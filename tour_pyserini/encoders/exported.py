@@ -40,13 +40,6 @@ def exported_transformer(model, tokenizer, path: str | Path, precision: str, run
     def export(write, graph: Path) -> None:
         examples = tokenizer(["a query", "another, longer query"], padding=True, return_tensors="pt",
                              return_token_type_ids=False)  # fmt: skip
-        examples = {name: examples[name] for name in INPUTS}
-        attention = model.config._attn_implementation
-        # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
-        model.set_attn_implementation("eager")
-        try:
-            write(model.eval(), examples, OUTPUT, graph)
-        finally:
-            model.set_attn_implementation(attention)
+        write(model.eval(), {name: examples[name] for name in INPUTS}, OUTPUT, graph)
 
     return exported_model(path, weights_sha256(path), precision, runtime, export, f"--encoder {path}")

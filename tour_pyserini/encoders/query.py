@@ -34,7 +34,7 @@ from tour_pyserini.encoders.exported import INPUTS, exported_transformer
 from tour_pyserini.encoders.pyserini_compat import add_post_init, encoded_queries, encoded_table
 from tour_pyserini.encoders.spec import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
-from tour_pyserini.runtime import resolve_runtime_precision
+from tour_pyserini.runtime import RUNTIMES, resolve_runtime_precision
 
 PYSERINI_QUERY_MAX_LENGTH = 256  # python -m pyserini.search.faiss's --max-length default
 AUTO_FAMILY = ("auto", "sentence", "contriever")
@@ -51,9 +51,8 @@ def resolve_query_precision(precision: str | None, device: str = "cpu", runtime:
     """The arithmetic ``--encoder-precision`` (None: auto) means through ``runtime`` (``--encoder-runtime``) on
     ``device``: auto is :data:`AUTO_PRECISION` through every runtime; a precision the runtime or the device
     cannot run is the user's error, in one line, before any model loads."""
-    if precision in (None, "auto"):
-        precision = AUTO_PRECISION
-    return resolve_runtime_precision(precision, runtime, device, "--encoder-precision", "--encoder-runtime")
+    return resolve_runtime_precision(precision or "auto", runtime, device, "--encoder-precision", "--encoder-runtime",
+                                     auto=dict.fromkeys(RUNTIMES, AUTO_PRECISION))  # fmt: skip
 
 
 def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -116,8 +116,11 @@ def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrit
         with staged_directory(output, "the index") as tmp:
             meta = write(tmp)
             meta.build_seconds = round(time.perf_counter() - start, 2)
-            meta.peak_rss_mb = round(max(resource.getrusage(who).ru_maxrss
-                                         for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024, 1)
+            meta.peak_rss_mb = round(
+                max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+                / 1024,
+                1,
+            )
             meta.write(tmp)
     return meta
 

@@ -15,8 +15,10 @@ def is_prebuilt_name(name: str) -> bool:
     try:
         return name in import_pyserini("pyserini.prebuilt_index_info").FAISS_INDEX_INFO
     except OSError as e:
-        raise UserError(f"index {name!r}: no such directory, and Pyserini's catalogue of prebuilt indexes could not "
-                        f"be fetched ({getattr(e, 'reason', e)}); without network, pass an index directory") from None
+        raise UserError(
+            f"index {name!r}: no such directory, and Pyserini's catalogue of prebuilt indexes could not "
+            f"be fetched ({getattr(e, 'reason', e)}); without network, pass an index directory"
+        ) from None
 
 
 def resolve_index(index: str) -> str:

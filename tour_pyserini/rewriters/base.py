@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import ParamError
 from tour_pyserini.numbers import Param, configure, params_of, positive_float, positive_int, probability
 from tour_pyserini.registry import Registry
 from tour_pyserini.results import NOT_RERANKED, Hit, SearchResult, Trace, timed
@@ -23,7 +23,9 @@ from tour_pyserini.rewriters.updates import aggregate, fill_unscored
 if TYPE_CHECKING:
     from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.index.docstore import DocStore
+    from tour_pyserini.teachers import Teacher
     from tour_pyserini.teachers.cache import ScoreCache
+    from tour_pyserini.teachers.store import ScoreStore
 
 
 class VectorIndex(Protocol):
@@ -119,8 +121,9 @@ class NoOptions:
 
 
 # parameters of every rewriter that ranks with a teacher, declared once (each rewriter's config sets the default)
+# ``depth``, not ``k``: k is the number of hits, as in Pyserini's search(query, k); --k is its old flag
 DEPTH = Param("depth", positive_int, help="candidates the teacher scores per query (and per TOUR iteration)",
-              flag="--k", metavar="DEPTH")  # fmt: skip
+              metavar="DEPTH", aliases=("--k",))  # fmt: skip
 LAMBDA = Param("lam", probability, help="final weight of the teacher (1 - lambda: the retriever)", flag="--lambda")
 SMOOTHING = Param("smoothing", positive_float, help="retriever logits are sim / smoothing in the final ranking")
 
@@ -142,6 +145,7 @@ class Rewriter(ABC):
     Config: ClassVar[type] = NoOptions
     options: ClassVar[tuple[Param, ...]] = ()  # the Config's parameters, set for each subclass
     needs_teacher: ClassVar[bool] = False
+    carries: ClassVar[bool] = False  # carries a state from query to query in run order (:meth:`start_run`)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -160,6 +164,27 @@ class Rewriter(ABC):
 
     @abstractmethod
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]: ...
+
+    def start_run(self, state: bytes | None = None) -> None:
+        """A rewriter that :attr:`carries` a state carries it from each query to the next from now on, in the order
+        queries come (a run's order), starting from ``state`` (what :meth:`run_state` gave; None: fresh). Until then
+        every query starts fresh, as each request to a server does."""
+        return None
+
+    def run_state(self) -> bytes | None:
+        """The carried state after the queries so far (None: none), for a run to record with them and resume from."""
+        return None
+
+
+class TeacherRewriter(Rewriter):
+    """A rewriter that asks a teacher: built with it, and with the score store that keeps its scores across
+    searches (see :class:`~tour_pyserini.teachers.cache.ScoreCache`)."""
+
+    needs_teacher = True
+
+    def __init__(self, teacher: Teacher, config: Any = None, *, store: ScoreStore | None = None, **values) -> None:
+        super().__init__(config, **values)
+        self.teacher, self.store = teacher, store
 
 
 REWRITERS: Registry[type[Rewriter]] = Registry("rewriter", "tour_pyserini.rewriters")
@@ -182,7 +207,7 @@ def rerank_head(hits: Sequence[Hit], head_scores: np.ndarray) -> list[Hit]:
 def check_depth(depth: int, index: VectorIndex) -> None:
     """Rewriters that need ``depth`` candidates refuse an index with fewer documents."""
     if depth > index.num_docs:
-        raise UserError(f"--k {depth} is larger than the index ({index.num_docs} documents)")
+        raise ParamError(DEPTH.name, DEPTH.option, f"{depth} is larger than the index ({index.num_docs} documents)")
 
 
 def rank_by_teacher(

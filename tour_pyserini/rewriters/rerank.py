@@ -12,12 +12,12 @@ from tour_pyserini.rewriters.base import (
     REWRITERS,
     SMOOTHING,
     QueryBatch,
-    Rewriter,
+    TeacherRewriter,
     VectorIndex,
     check_depth,
     rank_by_teacher,
 )
-from tour_pyserini.teachers import ScoreCache, ScoreStore, Teacher
+from tour_pyserini.teachers import ScoreCache
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class RerankConfig:
 
 
 @REWRITERS.register
-class Rerank(Rewriter):
+class Rerank(TeacherRewriter):
     """Score the top-``depth`` with the teacher and sort; documents below ``depth`` keep retriever order.
 
     ``lam`` < 1 interpolates as TOUR's final aggregation does: lam softmax(teacher) + (1 - lam)
@@ -37,13 +37,6 @@ class Rerank(Rewriter):
 
     name = "rerank"
     Config = RerankConfig
-    needs_teacher = True
-
-    def __init__(self, teacher: Teacher, config: RerankConfig | None = None, *, store: ScoreStore | None = None,
-                 **values):  # fmt: skip
-        """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`)."""
-        super().__init__(config, **values)
-        self.teacher, self.store = teacher, store
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config

@@ -31,7 +31,7 @@ from tour_pyserini.rewriters.base import (
     REWRITERS,
     SMOOTHING,
     QueryBatch,
-    Rewriter,
+    TeacherRewriter,
     VectorIndex,
     check_depth,
     rank_by_teacher,
@@ -82,8 +82,12 @@ class TourConfig:
                                          "20)")  # fmt: skip
     p: float = param(0.5, mass, "nucleus mass of the hard pseudo positives")
     smoothing: float = param(100.0, like=SMOOTHING)
-    fixed_positives: int | None = param(None, positive_int, "ablation: the retriever's top-k' are the pseudo "
-                                        "positives (TOUR-hard then equals Rocchio; no early stop)", metavar="K'")
+    fixed_positives: int | None = param(
+        None,
+        positive_int,
+        "ablation: the retriever's top-k' are the pseudo positives (TOUR-hard then equals Rocchio; no early stop)",
+        metavar="K'",
+    )
     teacher_positives: int | None = param(None, positive_int, "ablation: the teacher's top-k' are the pseudo "
                                           "positives (TOUR-hard)", metavar="K'")  # fmt: skip
     soft_stop: str = param("argmax", str, "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
@@ -97,8 +101,13 @@ class TourConfig:
     similarity_scale: str = param("fixed", str, "fixed: lr, clip, weight decay and temperatures as given; norms: "
                                   "they are for unit vectors, converted by each query's norm and its candidates' "
                                   "(unit-length encoders unchanged)", choices=("fixed", "norms"))  # fmt: skip
-    final: str = param("search", str, "final ranking: the last search's top-k (paper), or its union with every "
-                       "candidate scored on the way (no extra teacher calls)", choices=("search", "union"))
+    final: str = param(
+        "search",
+        str,
+        "final ranking: the last search's top-k (paper), or its union with every "
+        "candidate scored on the way (no extra teacher calls)",
+        choices=("search", "union"),
+    )
     # beyond the paper: start from a TTT-Embed state's unit(x + alpha v) instead of x
     state: str | None = param(None, like=STATE)
     task: str | None = param(None, like=TASK)
@@ -135,18 +144,16 @@ class _Step:
     grad: np.ndarray
 
 
-class _Tour(Rewriter):
+class _Tour(TeacherRewriter):
     stop_reason: str  # the trace's stop reason when the early-stop rule fires
     Config = TourConfig
-    needs_teacher = True
 
     def __init__(self, teacher: Teacher, config: TourConfig | None = None, *, store: ScoreStore | None = None,
                  start: StateShift | None = None, **values):  # fmt: skip
         """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`); ``config.state``, a
         TTT-Embed state file, moves each query it covers to unit(x + alpha v) before the first step (``start``:
         that state already read, as a search's plan reads it once)."""
-        super().__init__(config, **values)
-        self.teacher, self.store = teacher, store
+        super().__init__(teacher, config, store=store, **values)
         self.start = start or (StateShift.load(self.config.state, self.config.task) if self.config.state else None)
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray, temperature: float) -> _Step:

@@ -7,6 +7,7 @@ bfloat16 natively, as torch's rule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tour_pyserini.devices import PRECISIONS, exact_int8, resolve_precision
@@ -44,12 +45,16 @@ def check_model_directory(path: str | Path, runtime: str, runtime_flag: str, wha
                         "local model directory")  # fmt: skip
 
 
-def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str) -> str:
+def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str,
+                              auto: Mapping[str, str] | None = None) -> str:  # fmt: skip
     """The arithmetic ``precision`` means through ``runtime`` on ``device`` (``flag`` and ``runtime_flag`` name
     them in errors): torch's and OpenVINO's as :func:`~tour_pyserini.devices.resolve_precision` says (OpenVINO on
     the CPU only); ONNX Runtime runs fp32 or int8 on the CPU, auto being :data:`ONNX_AUTO` where the CPU has VNNI
-    (:func:`~tour_pyserini.devices.exact_int8`), else fp32. Everything refused is one line, before any model
-    loads."""
+    (:func:`~tour_pyserini.devices.exact_int8`), else fp32. ``auto``: what auto means through a runtime for a
+    model whose measured bounds chose otherwise (a query encoder, a reader), by runtime. Everything refused is one
+    line, before any model loads."""
+    if precision == "auto" and auto and runtime in auto:
+        precision = auto[runtime]
     if runtime not in RUNTIMES:
         raise UserError(f"{runtime_flag} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     if precision not in RUNTIME_PRECISIONS:

@@ -93,8 +93,21 @@ def traceable(model, names: list[str], output: str):
     return Traced().eval()
 
 
+@contextlib.contextmanager
+def eager_attention(model) -> Iterator[None]:
+    """``model`` (a HuggingFace model, or one that passes the call on) with eager attention while it is traced:
+    eager attention exports as the matrix products ONNX Runtime's attention fusion recognises; the model's own
+    implementation is restored after."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
 def export_graph(model, inputs: Mapping, output: str, path: Path) -> None:
-    """Export ``model`` (a HuggingFace encoder in eval mode, loaded with eager attention) called on ``inputs``
+    """Export ``model`` (a HuggingFace encoder in eval mode) called on ``inputs``
     (name -> tensor, padded examples of a batch) to an ONNX graph at ``path`` whose batch and sequence axes are
     free, with one output ``output`` (:func:`trace_graph`), then fused (:func:`fuse_graph`)."""
     trace_graph(model, inputs, output, path)
@@ -107,7 +120,8 @@ def trace_graph(model, inputs: Mapping, output: str, path: Path) -> None:
 
     names = list(inputs)
     axes = {name: {0: "batch", 1: "sequence"} for name in names} | {output: {0: "batch"}}
-    with warnings.catch_warnings():  # the tracer's notes on Python branches, which the examples' padding settles
+    # the tracer's notes on Python branches, which the examples' padding settles, are not shown
+    with eager_attention(model), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(traceable(model, names, output), tuple(inputs[n] for n in names), str(path),
                           input_names=names, output_names=[output], dynamic_axes=axes, opset_version=OPSET,

@@ -21,7 +21,7 @@ from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import EncoderSettings, EncoderSpec, encoder_identity
 from tour_pyserini.encoders.exported import check_exportable
 from tour_pyserini.encoders.query import QueryEncoder, QueryEncoders, check_encoded_queries, resolve_query_precision
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import ParamError, UserError
 from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes, set_search_params
 from tour_pyserini.index.layout import check_readable, index_kind
 from tour_pyserini.index.query_side import index_query_encoder
@@ -134,10 +134,11 @@ def plan_search(config: SearchConfig, opened: OpenIndexes | None = None) -> Sear
     opened = OpenIndexes() if opened is None else opened
     index = opened.get(config.index)
     set_search_params(index.index, ef_search=config.ef_search, nprobe=config.nprobe, where=config.index)
-    for param, flag in (("depth", "--k"), ("prf_depth", "--prf-depth")):
-        if index.meta is not None and getattr(rewriter_config, param, 0) > index.meta.num_docs:
-            raise UserError(f"{flag} {getattr(rewriter_config, param)} is larger than the index "
-                            f"({index.meta.num_docs} documents)")  # fmt: skip
+    for option in rewriter.options if rewriter else ():  # what a rewriter searches deeper than the index holds
+        if option.name in ("depth", "prf_depth") and index.meta is not None and \
+                getattr(rewriter_config, option.name) > index.meta.num_docs:  # fmt: skip
+            raise ParamError(option.name, option.option, f"{getattr(rewriter_config, option.name)} is larger than "
+                             f"the index ({index.meta.num_docs} documents)")  # fmt: skip
     state = getattr(rewriter_config, "state", None)
     start = StateShift.load(state, rewriter_config.task) if state else None
     spec = None
@@ -249,5 +250,14 @@ def open_score_store(path: str, teacher):
     return ScoreStore(path, teacher.fingerprint)
 
 
-__all__ = ["OpenSearch", "SearchConfig", "SearchPlan", "TeacherInfo", "open_search", "open_searcher", "open_teacher", "plan_search",
-           "plan_teachers"]
+__all__ = [
+    "OpenSearch",
+    "SearchConfig",
+    "SearchPlan",
+    "TeacherInfo",
+    "open_search",
+    "open_searcher",
+    "open_teacher",
+    "plan_search",
+    "plan_teachers",
+]

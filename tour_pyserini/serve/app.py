@@ -170,7 +170,7 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
     @app.get("/v1/{index}/search", summary="Search an index (Pyserini's route), optionally with a query rewriter")
     async def search(request: Request, index: str, query: str | None = None, hits: str | None = None,
                      parse: str | None = None, rewriter: str | None = None, teacher: str | None = None,
-                     k: str | None = None, qid: str | None = None, trace: str | None = None):  # fmt: skip
+                     depth: str | None = None, qid: str | None = None, trace: str | None = None):  # fmt: skip
         return await service.search(index, dict(request.query_params), **caller(request),
                                     gone=request.is_disconnected)  # fmt: skip
 

@@ -22,10 +22,10 @@ from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, available_rewriters
+from tour_pyserini.search.configure import SearchPlan
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import MIN_JUDGMENTS, OnlineLearner, Reward, usable
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest, make_plan
-from tour_pyserini.search.configure import SearchPlan
 from tour_pyserini.teachers import ScoreStore, Teacher, TeacherSpec
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
 
@@ -82,8 +82,10 @@ class ServedIndex:
     def names(self) -> dict[str, TeacherSpec]:
         """How a request may name each teacher: by its public name (its label, which names no local path or URL)
         or by its spec as the server was started."""
-        return {**{str(spec): spec for spec in self.teachers},
-                **{teacher.label: spec for spec, teacher in self.teachers.items()}}
+        return {
+            **{str(spec): spec for spec in self.teachers},
+            **{teacher.label: spec for spec, teacher in self.teachers.items()},
+        }
 
     @property
     def labels(self) -> list[str]:

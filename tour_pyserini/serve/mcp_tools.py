@@ -71,8 +71,8 @@ def mcp_server(service: SearchService):
 
     @mcp.tool()
     async def search(query: str, index: str, hits: int = 10, parse: bool = True, rewriter: str = "",
-                     teacher: str = "", k: int = 0, k1: float | None = None, b: float | None = None,
-                     max_doc_length: int | None = None) -> dict:  # fmt: skip
+                     teacher: str = "", depth: int = 0, k1: float | None = None, b: float | None = None,
+                     max_doc_length: int | None = None, k: int = 0) -> dict:  # fmt: skip
         """Search one of the server's indexes (list_indexes names them); returns the top ``hits`` candidates
         with docid, score, rank and document, as Pyserini's REST route does.
 
@@ -84,12 +84,14 @@ def mcp_server(service: SearchService):
             rewriter: "" for the server's default; "tour-soft" or "tour-hard" to optimise the query vector at test
                 time with the teacher's judgments (TOUR), "rerank", "rocchio", ... (list_indexes names them)
             teacher: one of the server's teachers (list_indexes names them), for rewriters that ask one
-            k: candidates the teacher judges per iteration (0: the rewriter's default)
+            depth: candidates the teacher judges per iteration (0: the rewriter's default)
             k1: BM25's k1 for this search (BM25 indexes only)
             b: BM25's b for this search (BM25 indexes only)
             max_doc_length: each document's text cut to this many characters
+            k: the old name of depth (it will be removed in the next release)
         """
-        optional = {"rewriter": rewriter, "teacher": teacher, "k": k or None, "k1": k1, "b": b,
+        optional = {"rewriter": rewriter, "teacher": teacher, "depth": depth or None, "k": k or None, "k1": k1,
+                    "b": b,
                     "max_doc_length": max_doc_length}  # fmt: skip
         params = {"query": query, "hits": str(hits), "parse": str(parse).lower()}
         params |= {name: str(value) for name, value in optional.items() if value not in ("", None)}

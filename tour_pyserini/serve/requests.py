@@ -1,7 +1,7 @@
 """A search request's parameters, checked into a :class:`Plan` before it waits for the searcher.
 
 Parameters are Pyserini's (``query``, ``hits``, ``qid``) plus ``rewriter``, ``teacher``, ``trace`` and each
-rewriter's own options, named as its flags without the dashes (``k``, ``lr``, ``iterations``, ``preset``,
+rewriter's own options, named as its flags without the dashes (``depth``, ``lr``, ``iterations``, ``preset``,
 ``lambda``, ``prf-depth``; a flag that takes no value, such as ``no-early-stop``, is ``true``). Numbers are ASCII
 digits, booleans ``true`` or ``false``. The work one request may ask is bounded by the server's
 :class:`RequestLimits`. Every refusal is a :class:`BadRequest`: one line, and the HTTP status that fits it.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import ParamError, UserError
 from tour_pyserini.numbers import Number, param, positive_int
 from tour_pyserini.rewriters import available_rewriters, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import STATE
@@ -28,7 +28,7 @@ DEFAULT_HITS = 10  # Pyserini's REST default
 MAX_QUERY_CHARS = 10_000  # far beyond what any encoder reads (512 tokens)
 MAX_FLOAT_OPTION = 1000.0  # no rewriter's float (lr, weights, temperatures) means anything beyond this
 ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-# options that count candidates a rewriter searches, judges or feeds back per step: bounded by max_k
+# options that count candidates a rewriter searches, judges or feeds back per step: bounded by max_candidates
 CANDIDATE_COUNTS = ("depth", "prf_depth", "topk", "bottomk", "fixed_positives", "teacher_positives")
 ONLINE = "online"  # the server's own policy under --budget / --learn: the learned state, the teacher on a share
 SHOWN = ("parse", "max_doc_length")  # how documents are shown (Pyserini's REST parameters): any index, any rewriter
@@ -48,8 +48,10 @@ FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 
 def as_request(error: UserError) -> BadRequest:
-    """A library error as a request's refusal: the command-line flags it names are this request's parameters
-    (``--k`` is ``'k'``, ``--prf-depth`` is ``'prf-depth'``)."""
+    """A library error as a request's refusal, naming this request's parameters: a parameter's by its field
+    (``parameter 'prf-depth'``), and the command-line flags another names (``--depth`` is ``'depth'``)."""
+    if isinstance(error, ParamError):
+        return BadRequest(error.naming(f"parameter {error.flag.lstrip('-')!r}"))
     return BadRequest(FLAG.sub(lambda m: f"'{m.group(1)}'", str(error)))
 
 
@@ -59,8 +61,8 @@ class RequestLimits:
     with the BM25 teacher well within the default timeout on two cores."""
 
     max_hits: int = param(1000, positive_int, "most hits one request may ask")
-    max_k: int = param(100, positive_int, "most candidates a request's rewriter may judge or feed back per step "
-                       "(k, prf-depth, ...)")  # fmt: skip
+    max_candidates: int = param(100, positive_int, "most candidates a request's rewriter may judge or feed back per "
+                                "step (depth, prf-depth, ...)", aliases=("--max-k",))  # fmt: skip
     max_iterations: int = param(10, positive_int, "most iterations (TOUR steps, PRF rounds) one request may ask")
 
 
@@ -111,6 +113,7 @@ class SearchRequest:
     client: str = ANONYMOUS
     keyed: bool = False
     shown: Shown = Shown()
+    warnings: tuple[str, ...] = ()  # what the answer says of the request (an old parameter name)
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
@@ -166,18 +169,27 @@ def check_query(query: str | None) -> str:
     return query
 
 
-def rewriter_options(rewriter: str, params: Mapping[str, str]) -> dict:
-    """The rewriter's options among ``params``, parsed and range-checked as its flags are; others refused."""
+def rewriter_options(rewriter: str, params: Mapping[str, str]) -> tuple[dict, list[str]]:
+    """The rewriter's options among ``params``, parsed and range-checked as its flags are (others refused), and a
+    warning for each given by its old name (``k`` for ``depth``)."""
     cls = available_rewriters()[rewriter]
-    by_name = {o.option.lstrip("-"): o for o in cls.options if o.name != STATE.name}  # files are the server's
-    if stray := sorted(set(params) - COMMON - set(by_name)):
+    declared = [o for o in cls.options if o.name != STATE.name]  # files are the server's
+    by_name = {o.option.lstrip("-"): o for o in declared}
+    old = {alias.lstrip("-"): o for o in declared for alias in o.aliases}
+    if stray := sorted(set(params) - COMMON - set(by_name) - set(old)):
         known = ", ".join(sorted(by_name)) or "none"
         raise BadRequest(f"parameter {stray[0]!r} is not an option of rewriter {rewriter!r} (its options: {known})")
-    options = {}
+    options, warnings = {}, []
     for name, raw in params.items():
-        if name not in by_name:
+        option = by_name.get(name) or old.get(name)
+        if option is None:
             continue
-        option = by_name[name]
+        if option.name in options:  # given by both names
+            raise BadRequest(f"parameter {option.aliases[0].lstrip('-')!r} is the old name of "
+                             f"{option.option.lstrip('-')!r}: give one of them")  # fmt: skip
+        if name in old:
+            warnings.append(f"parameter {name!r} is the old name of {option.option.lstrip('-')!r} (same meaning); "
+                            "it will be removed in the next release")  # fmt: skip
         if option.const is not None:
             if parse_boolean(name, raw):
                 options[option.name] = option.const
@@ -191,7 +203,7 @@ def rewriter_options(rewriter: str, params: Mapping[str, str]) -> dict:
         if option.choices and value not in option.choices:
             raise BadRequest(f"parameter {name!r} must be one of {', '.join(option.choices)}, got {value!r}")
         options[option.name] = value
-    return options
+    return options, warnings
 
 
 def check_qid(qid: str | None, query: str) -> str:
@@ -232,8 +244,8 @@ def check_work(rewriter: str, config, limits: RequestLimits) -> None:
     for name, option in by_name.items():
         value = getattr(config, name, None)
         shown = option.option.lstrip("-")
-        if name in CANDIDATE_COUNTS and value is not None and value > limits.max_k:
-            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_k}")
+        if name in CANDIDATE_COUNTS and value is not None and value > limits.max_candidates:
+            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_candidates}")
         if name == "iterations" and value is not None and value > limits.max_iterations:
             raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of "
                              f"{limits.max_iterations}")  # fmt: skip
@@ -276,7 +288,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
         started = ", ".join(public) if teachers else "none (start it with --teacher SPEC)"
         raise BadRequest(f"unknown teacher {teacher[:100]!r}; this server's teachers: {started}")
     spec = None if teacher is None else teachers[teacher]
-    options = rewriter_options(rewriter, params)
+    options, warnings = rewriter_options(rewriter, params)
     if rewriter == "ttt-embed":
         if state is None:
             raise BadRequest("rewriter 'ttt-embed' searches with the server's state: start it with --state FILE")
@@ -284,6 +296,6 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     plan = make_plan(index, hits, rewriter, options, spec)
     depth = getattr(plan.config, "depth", None) or 0
     if depth > num_docs:
-        raise BadRequest(f"parameter 'k' ({depth}) is larger than the index ({num_docs} documents)")
+        raise BadRequest(f"parameter 'depth' ({depth}) is larger than the index ({num_docs} documents)")
     check_work(rewriter, plan.config, limits)
-    return SearchRequest(plan, query, qid, trace, client, keyed, shown)
+    return SearchRequest(plan, query, qid, trace, client, keyed, shown, tuple(warnings))

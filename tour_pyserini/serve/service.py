@@ -240,6 +240,8 @@ class SearchService:
         }  # fmt: skip
         if request.trace:
             answer["trace"] = trace.to_json()
+        if request.warnings:
+            answer["warnings"] = list(request.warnings)
         return answer
 
     async def document(self, index: str, docid: str, params: Mapping[str, str] | None = None) -> dict:
@@ -274,8 +276,7 @@ class SearchService:
         judged = self.relevance.get(qid)
         return {"api": "v1", "index": index, "query": {"text": request.query}, "qid": qid,
                 "rewriter": request.plan.rewriter, "teacher": handle.public(request.plan.teacher),
-                "k": dict(request.plan.options).get(
-                    "depth", 100), **out, "titles": {d.docid: (d.title or d.text)[:120] for d in docs},
+                "depth": request.plan.config.depth, **out, "titles": {d.docid: (d.title or d.text)[:120] for d in docs},
                 "relevance": None if judged is None else {d: judged.get(d, 0) for d in shown}}  # fmt: skip
 
     def topic_qid(self, text: str) -> str | None:

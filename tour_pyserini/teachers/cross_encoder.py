@@ -135,8 +135,7 @@ def exported_classifier(path: str, tokenizer, precision: str, runtime: str):
 
     def export(write, graph: Path) -> None:
         examples = pair_inputs(tokenizer, ["a query", "another query"], ["a document", "a longer document text"], 32)
-        # eager attention exports as the matrix products ONNX Runtime's attention fusion recognises
-        write(load_classifier(path, "cpu", attn_implementation="eager"), examples, "logits", graph)
+        write(load_classifier(path, "cpu"), examples, "logits", graph)
 
     return exported_model(path, weights_sha256(path), precision, runtime, export, f"cross-encoder {path!r}")
 

@@ -80,7 +80,7 @@ def check_ensemble(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     that names itself through its parts is one line showing the circle."""
     here = path.resolve()
     if here in chain:
-        circle = " -> ".join(str(p) for p in (*chain[chain.index(here):], here))
+        circle = " -> ".join(str(p) for p in (*chain[chain.index(here) :], here))
         raise UserError(f"ensemble file {path} names itself through its parts: {circle}")
     record = read_ensemble(path)
     for part in record["parts"]:

@@ -57,8 +57,14 @@ PRESETS = {
     "plain": Template("plain", f"{SYSTEM}\n\n{USER}\n\nAnswer (yes or no):"),
 }
 
-INSTRUCTION_OPTION = Param("instruction", str, help="the task an LLM teacher is told, before the query",
-                           flag="--teacher-instruction", metavar="TEXT", default_text=repr(INSTRUCTION))
+INSTRUCTION_OPTION = Param(
+    "instruction",
+    str,
+    help="the task an LLM teacher is told, before the query",
+    flag="--teacher-instruction",
+    metavar="TEXT",
+    default_text=repr(INSTRUCTION),
+)
 TEMPLATE_OPTION = Param("template", str, help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
                         "with {query}, {document} and {instruction}", flag="--teacher-template",
                         metavar="PRESET|FILE", default_text="the model's chat template, else plain")  # fmt: skip

@@ -60,14 +60,13 @@ def fit_weights(
     return weights.detach().numpy().copy()
 
 
-def relative_spec(spec: str, base: Path) -> str:
+def relative_spec(spec: TeacherSpec, base: Path) -> str:
     """``spec`` with a path argument under ``base`` written relative to it (the file moves with its directory)."""
-    parsed = TeacherSpec.parse(spec)
-    if parsed.argument and Path(parsed.argument).exists():
-        relative = os.path.relpath(Path(parsed.argument).resolve(), base.resolve())
+    if spec.argument and Path(spec.argument).exists():
+        relative = os.path.relpath(Path(spec.argument).resolve(), base.resolve())
         if not relative.startswith(".."):
-            return str(parsed.with_argument(relative))
-    return spec
+            return str(spec.with_argument(relative))
+    return str(spec)
 
 
 def fit_ensemble(
@@ -130,6 +129,6 @@ def fit_ensemble(
     alone = {spec: quality(np.eye(len(teachers))[i]) for i, spec in enumerate(teacher_specs)}
     fitted_on = {"topics": topics_name, "queries": len(topics), "depth": depth, "l2": l2,
                  "metric": metric, "alone": alone, "ensemble": quality(weights)}  # fmt: skip
-    parts = [(relative_spec(spec, output.parent), float(w)) for spec, w in zip(teacher_specs, weights)]
+    parts = [(relative_spec(spec, output.parent), float(w)) for spec, w in zip(specs, weights)]
     write_ensemble(output, parts, fitted_on)
     return {**fitted_on, "parts": parts}

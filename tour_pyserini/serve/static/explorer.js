@@ -65,7 +65,7 @@ async function setUp() {
 
 async function run() {
   const params = new URLSearchParams({
-    query: $("query").value, teacher: $("teacher").value, rewriter: $("rewriter").value, k: $("k").value,
+    query: $("query").value, teacher: $("teacher").value, rewriter: $("rewriter").value, depth: $("depth").value,
     iterations: $("iterations").value, lr: $("lr").value, hits: "10",
   });
   if ($("topic").value) params.set("qid", $("topic").value);
@@ -82,7 +82,7 @@ async function run() {
 function draw(result) {
   const trace = result.trace;
   const stop = trace.stop_reason ? `, stopped: ${trace.stop_reason}` : "";
-  $("summary").textContent = `${result.rewriter} with teacher ${result.teacher}, k = ${result.k}: ` +
+  $("summary").textContent = `${result.rewriter} with teacher ${result.teacher}, depth = ${result.depth}: ` +
     `${trace.iterations} step(s), ${trace.teacher_calls} teacher calls${stop}.` +
     (result.relevance ? "" : " (No qrels for this query: pick an example of a server started with --qrels.)");
   drawPlot(result);
