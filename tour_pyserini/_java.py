@@ -15,7 +15,12 @@ Pyserini import in this project goes through :func:`import_pyserini`, which
    ``KeyboardInterrupt``,
 4. imports the Pyserini module with a placeholder OpenAI key that is removed again afterwards (Pyserini 1.6.0
    builds an OpenAI client at import; 2.x no longer does),
-5. lets Pyserini 2.x be imported without a network (:func:`import_catalogue`, below).
+5. lets Pyserini 2.x be imported without a network (:func:`import_catalogue`, below),
+6. keeps the JVM's and Lucene's own warnings off the terminal unless :func:`show_java_warnings` asks for them
+   (a command's ``--verbose``): the note that the vector incubator module is in use, Lucene's log that it was
+   built for an older Java, and the JDK's warning that Lucene calls ``sun.misc.Unsafe::invokeCleaner`` (allowed
+   explicitly on Java 23+, where that memory access is otherwise only warned about). They say nothing a user
+   can act on.
 
 Two hosts are supported: Pyserini 1.6.0 (Python 3.11, Lucene 9) and Pyserini 2.4.0 (Python 3.12+, Lucene 10).
 :func:`lucene_major` says which Lucene runs; a Lucene index is readable by its own major and the next one only.
@@ -29,6 +34,7 @@ internal SIGSEGV kills the process (measured: BM25 searches after ``ray.init`` c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import importlib
@@ -54,6 +60,36 @@ log = logging.getLogger(__name__)
 MIN_JAVA = 21
 JVM_SEARCH_ROOT = Path("/usr/lib/jvm")
 _INCUBATOR_VECTOR = "jdk.incubator.vector"
+_UNSAFE_FLAG_SINCE = 23  # --sun-misc-unsafe-memory-access: a JVM before it refuses to start when given it
+_STARTUP_NOTE = f"WARNING: Using incubator modules: {_INCUBATOR_VECTOR}"
+_java_warnings = {"shown": False}
+
+
+def show_java_warnings(shown: bool = True) -> None:
+    """Let the JVM's and Lucene's own warnings reach stderr (``--verbose``); before the JVM starts."""
+    _java_warnings["shown"] = shown
+
+
+@contextmanager
+def _without_startup_note() -> Iterator[None]:
+    """The process's stderr (file descriptor 2) during JVM start-up, less the JVM's note on the incubator module:
+    everything else it writes there is written back."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as written:
+        os.dup2(written.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            written.seek(0)
+            kept = [line for line in written.read().decode("utf-8", "replace").splitlines(keepends=True)
+                    if line.rstrip() != _STARTUP_NOTE]  # fmt: skip
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
 
 
 class JavaNotFoundError(UserError):
@@ -166,8 +202,14 @@ def start_jvm() -> JavaRuntime | None:
     jnius_config.add_options("-Xrs")  # the JVM installs no SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers
     if rt.has_vector_module:
         jnius_config.add_options(f"--add-modules={_INCUBATOR_VECTOR}")
-    import jnius  # noqa: F401  (importing jnius is what starts the JVM)
-
+    shown = _java_warnings["shown"]
+    if rt.major >= _UNSAFE_FLAG_SINCE and not shown:
+        jnius_config.add_options("--sun-misc-unsafe-memory-access=allow")
+    with contextlib.nullcontext() if shown else _without_startup_note():
+        import jnius  # (importing jnius is what starts the JVM)
+    if not shown:  # Lucene logs through java.util.logging, whose console handler writes to stderr
+        logger, level = jnius.autoclass("java.util.logging.Logger"), jnius.autoclass("java.util.logging.Level")
+        logger.getLogger("").setLevel(level.SEVERE)
     return rt
 
 

@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 
+from tour_pyserini._java import show_java_warnings
 from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, Param, configure, params_of, positive_int
@@ -22,10 +23,17 @@ log = logging.getLogger(__name__)
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors and :class:`Number` flags checked at parse time (subcommands' too:
-    they are parsers of this class)."""
+    they are parsers of this class), and ``--verbose`` on every command."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--verbose", action="store_true",
+                          help="also show the JVM's and Lucene's own warnings (kept off the terminal by default)")
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
+        if getattr(namespace, "verbose", False):
+            show_java_warnings()
         for action in self._actions:
             if isinstance(action.type, Number):
                 values = getattr(namespace, action.dest, None)

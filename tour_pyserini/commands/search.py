@@ -40,7 +40,8 @@ from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cache import mostly_unscored
 
 # flags that do not change the run, so an interrupted run may resume under different values
-_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store", "allow_unscored")
+_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store", "allow_unscored",
+                     "verbose")  # fmt: skip
 DEFAULT_WORKERS = 2
 
 
