@@ -168,7 +168,7 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
                 options = {"preset": "passage"} if cls in (TourHard, TourSoft) else {}
                 extra = " --preset passage" if options else ""
                 bench.run(cls.name, cls(teacher, depth=b, **options), spec, b,
-                          bench.command(f"--rewriter {cls.name} --teacher {spec} --k {b}{extra}"))  # fmt: skip
+                          bench.command(f"--rewriter {cls.name} --teacher {spec} --depth {b}{extra}"))  # fmt: skip
             bench.ttt_query_scope(teacher, spec, b)
     return bench.rows
 

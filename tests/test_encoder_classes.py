@@ -169,6 +169,26 @@ def test_document_vectors_are_pyserini_encodes(models, encoder_class, model, set
     assert np.abs(ours - np.asarray(expected, dtype=np.float32)).max() <= 1e-6
 
 
+def test_documents_are_cut_where_pyserini_encode_cuts_them_by_default(models):
+    """A DPR context encoder, which has no sentence-transformers config, reads a long document's first 256 tokens,
+    as python -m pyserini.encode does without --max-length (its parser's default, read from its source)."""
+    import inspect
+    import re
+
+    source = inspect.getsource(import_pyserini("pyserini.encode.__main__"))
+    pyserini_default = int(re.search(r"'--max-length', type=int, help='max length', default=(\d+)", source).group(1))
+    spec = EncoderSpec.resolve(str(models["dpr-ctx"]), settings=EncoderSettings(encoder_class="dpr"), side="document")
+    assert spec.max_length == pyserini_default == 256
+    long = [" ".join(["cells divide and grow"] * 120)]  # about 480 tokens
+    ours = DocumentEncoder(spec).encode(long, [""])
+    init = import_pyserini("pyserini.encode.__main__").init_encoder
+    theirs = init(str(models["dpr-ctx"]), "dpr", "cpu", "cls", False, None, False, False)
+    expected = theirs.encode(texts=long, titles=[""], max_length=pyserini_default, fp16=False, add_sep=False)
+    assert np.abs(ours - np.asarray(expected, dtype=np.float32)).max() <= 1e-6
+    longer = theirs.encode(texts=long, titles=[""], max_length=512, fp16=False, add_sep=False)
+    assert np.abs(ours - np.asarray(longer, dtype=np.float32)).max() > 1e-4  # the cut is what makes them equal
+
+
 def test_dpr_pairs_title_and_text_and_pipeline_is_sentence_transformers_own(models):
     """DPR's context encoder reads title and text as a pair; st-pipeline runs Dense layers after pooling."""
     from sentence_transformers import SentenceTransformer

@@ -14,6 +14,7 @@ import sys
 
 from tour_pyserini._java import show_java_warnings
 from tour_pyserini.devices import PRECISIONS, resolve_precision
+from tour_pyserini.encoders.spec import DOCUMENT_LENGTH
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, Param, configure, params_of, positive_int
 from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES
@@ -215,7 +216,7 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
             help="text put before each document (auto, qwen3, st-pipeline), e.g. E5's 'passage:'",
         )
         group.add_argument("--max-length", type=positive_int, help="document tokens (default: the model's "
-                           "sentence-transformers config, else 512)")  # fmt: skip
+                           f"sentence-transformers config, else {DOCUMENT_LENGTH}, pyserini.encode's)")  # fmt: skip
 
 
 def add_encoder_runtime_flags(group) -> None:

@@ -1,7 +1,7 @@
 """tour-pyserini serve: search indexes over HTTP (Pyserini 2.x's /v1 routes) and MCP, with query rewriters,
 and optionally learn a TTT-Embed state online from the judgments a budget buys.
 
-Routes: GET /v1/{index}/search?query=...&hits=10[&rewriter=tour-soft&teacher=bm25&k=20], GET
+Routes: GET /v1/{index}/search?query=...&hits=10[&rewriter=tour-soft&teacher=bm25&depth=20], GET
 /v1/{index}/doc/{docid}, GET /v1/indexes, GET /v1/status; the explorer page at /explore; OpenAPI at /docs and
 /openapi.json; MCP (streamable HTTP) at /mcp/. An index is named by its directory's base name (or by its name in
 --config). With keys (--api-keys, or api_keys in --config) every route but the page and the API's description

@@ -41,6 +41,10 @@ class EncoderSettings:
 
 
 NO_SETTINGS = EncoderSettings()
+# document tokens when neither --max-length nor a sentence-transformers config says: python -m pyserini.encode's
+# --max-length default, so an index ranks as Pyserini's built with the same model and flags. A sentence-transformers
+# model keeps its own max_seq_length, the length it was trained for and encodes at in sentence-transformers
+DOCUMENT_LENGTH = 256
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class EncoderSpec:
             path=str(path),
             pooling=pool,
             l2_norm=norm,
-            max_length=document_length or defaults.get("max_length", 512),
+            max_length=document_length or defaults.get("max_length", DOCUMENT_LENGTH),
             encoder_class=klass.name,
             query_prefix=settings.query_prefix if settings.query_prefix is not None else prompts.get("query"),
             doc_prefix=settings.doc_prefix if settings.doc_prefix is not None else prompts.get("document"),
