@@ -28,8 +28,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.add_argument("--verbose", action="store_true",
-                          help="also show the JVM's and Lucene's own warnings (kept off the terminal by default)")
+        self.add_argument(
+            "--verbose",
+            action="store_true",
+            help="also show the JVM's and Lucene's own warnings (kept off the terminal by default)",
+        )
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
