@@ -116,7 +116,7 @@ def test_ctrl_c_stays_with_python_once_the_jvm_runs():
 
 @pytest.mark.slow
 def test_the_jvms_and_lucenes_own_warnings_reach_the_terminal_only_with_verbose(bm25_index, mini_scifact, tmp_path):
-    """A BM25 search writes its progress and nothing else on stderr; --verbose shows what the JVM and Lucene say
+    """A BM25 search writes nothing of the JVM's or Lucene's on stderr; --verbose shows what they say
     (on this machine's Java, at least the incubator module's note)."""
     command = [sys.executable, "-m", "tour_pyserini.search", "--index", str(bm25_index), "--topics",
                str(mini_scifact["topics"]), "--hits", "5"]  # fmt: skip
@@ -125,7 +125,7 @@ def test_the_jvms_and_lucenes_own_warnings_reach_the_terminal_only_with_verbose(
                                      capture_output=True, text=True, timeout=300)
                       for name, flags in (("quiet", []), ("verbose", ["--verbose"])))  # fmt: skip
     assert quiet.returncode == verbose.returncode == 0, quiet.stderr[-2000:] + verbose.stderr[-2000:]
-    said = [line for line in quiet.stderr.replace("\r", "\n").splitlines() if line and not line.startswith("search:")]
-    assert said == []
+    said = quiet.stderr.replace("\r", "\n").splitlines()
+    assert not [line for line in said if line.startswith("WARNING") or "org.apache" in line], said  # the JVM's
     assert "WARNING:" in verbose.stderr
     assert (tmp_path / "quiet.trec").read_bytes() == (tmp_path / "verbose.trec").read_bytes()

@@ -18,9 +18,9 @@ Pyserini import in this project goes through :func:`import_pyserini`, which
 5. lets Pyserini 2.x be imported without a network (:func:`import_catalogue`, below),
 6. keeps the JVM's and Lucene's own warnings off the terminal unless :func:`show_java_warnings` asks for them
    (a command's ``--verbose``): the note that the vector incubator module is in use, Lucene's log that it was
-   built for an older Java, and the JDK's warning that Lucene calls ``sun.misc.Unsafe::invokeCleaner`` (allowed
-   explicitly on Java 23+, where that memory access is otherwise only warned about). They say nothing a user
-   can act on.
+   built for an older Java, the JDK's warning that Lucene calls ``sun.misc.Unsafe::invokeCleaner`` (allowed
+   explicitly on Java 23+, where that memory access is otherwise only warned about) and Lucene 10's native
+   access (allowed explicitly). They say nothing a user can act on.
 
 Two hosts are supported: Pyserini 1.6.0 (Python 3.11, Lucene 9) and Pyserini 2.4.0 (Python 3.12+, Lucene 10).
 :func:`lucene_major` says which Lucene runs; a Lucene index is readable by its own major and the next one only.
@@ -203,6 +203,8 @@ def start_jvm() -> JavaRuntime | None:
     if rt.has_vector_module:
         jnius_config.add_options(f"--add-modules={_INCUBATOR_VECTOR}")
     shown = _java_warnings["shown"]
+    if not shown:  # Lucene 10 calls java.lang.foreign's restricted methods: allowed, as they would be on demand
+        jnius_config.add_options("--enable-native-access=ALL-UNNAMED")
     if rt.major >= _UNSAFE_FLAG_SINCE and not shown:
         jnius_config.add_options("--sun-misc-unsafe-memory-access=allow")
     with contextlib.nullcontext() if shown else _without_startup_note():
