@@ -338,12 +338,12 @@ def test_the_trainers_check_their_config_for_library_callers_too(tmp_path):
     from tour_pyserini.errors import UserError
     from tour_pyserini.training import early_update, ict_training, reranker
 
-    with pytest.raises(UserError, match="--batch-size must be at least 2"):
+    with pytest.raises(UserError, match="^batch_size must be at least 2"):
         ict_training.train("no-collection", tmp_path / "o", "no-model", ict_training.IctConfig(batch_size=1),
                            tied=True)  # fmt: skip
-    with pytest.raises(UserError, match="--top-c must be positive"):
+    with pytest.raises(UserError, match="^top_c must be positive"):
         early_update.train(tmp_path / "no-index", [], tmp_path / "o", "no-model", early_update.QaConfig(top_c=0))
-    with pytest.raises(UserError, match="--negatives must be positive"):
+    with pytest.raises(UserError, match="^negatives must be positive"):
         reranker.train("no-index", [], None, tmp_path / "o", "no-model", reranker.TrainConfig(negatives=0))
     assert not list(tmp_path.iterdir())
 
