@@ -167,3 +167,22 @@ def server(dense_index, bm25_index, state_file, mini_scifact, tmp_path_factory):
                 str(state_file), "--topics", str(mini_scifact["topics"]), "--qrels", str(mini_scifact["qrels"]),
                 "--threads", "1", "--data-dir", str(data)) as s:  # fmt: skip
         yield s
+
+
+def interrupted_at_the_third_batch(monkeypatch, search) -> None:
+    """Run ``search()`` and stop it with Ctrl-C as its run writer is about to record the third batch (after the
+    writer's first record and two whole batches); the writer is restored after."""
+    from tour_pyserini.files.runs import RunWriter
+
+    record, calls = RunWriter._record, []
+
+    def interrupt(writer, end):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        record(writer, end)
+
+    monkeypatch.setattr(RunWriter, "_record", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        search()
+    monkeypatch.setattr(RunWriter, "_record", record)

@@ -59,7 +59,7 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     """Interrupted in the middle of a batch, the rerun redoes that whole batch: byte-identical to a run
     never interrupted (at the same batch size and threads), although the batch's first queries were in
     the file already and a query's vector depends in its last bits on its batch."""
-    from tour_pyserini.files.runs import RunWriter
+    from conftest import interrupted_at_the_third_batch
 
     out = tmp_path / "resumed.trec"
     args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
@@ -67,19 +67,7 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     search_main(args)
     complete = out.read_text()
     out.unlink()
-    record = RunWriter._record
-    calls = []
-
-    def interrupt_at_the_third_batch(writer, end):
-        calls.append(1)
-        if len(calls) == 4:  # the writer's first record, then two whole batches; the third is written
-            raise KeyboardInterrupt
-        record(writer, end)
-
-    monkeypatch.setattr(RunWriter, "_record", interrupt_at_the_third_batch)
-    with pytest.raises(KeyboardInterrupt):
-        search_main(args)
-    monkeypatch.setattr(RunWriter, "_record", record)
+    interrupted_at_the_third_batch(monkeypatch, lambda: search_main(args))
     partial = out.with_name(out.name + ".partial")
     assert partial.read_text().count("\n") == 2 * 8 * 20  # the third batch, never recorded, is not kept
     with open(partial, "a") as f:  # and a batch cut off mid-line by a kill, which closes nothing

@@ -150,8 +150,9 @@ def test_the_buffer_follows_run_order_across_batches_and_only_in_a_run(searcher,
 def test_an_interrupted_run_resumes_byte_identically(dense_index, mini_scifact, tmp_path, monkeypatch):
     """The buffer is recorded with each whole batch: a run interrupted at its third batch and resumed writes the
     bytes of a run never interrupted; without the buffer (momentum 0) the run differs, so the state matters."""
+    from conftest import interrupted_at_the_third_batch
+
     from tour_pyserini.commands.search import main as search_main
-    from tour_pyserini.files.runs import RunWriter
 
     out = tmp_path / "dart.trec"
     args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out), "--hits",
@@ -161,18 +162,7 @@ def test_an_interrupted_run_resumes_byte_identically(dense_index, mini_scifact, 
     search_main([*args, "--dart-momentum", "0", "--output", str(tmp_path / "fresh.trec")])
     assert (tmp_path / "fresh.trec").read_text() != complete
     out.unlink()
-    record, calls = RunWriter._record, []
-
-    def interrupt_at_the_third_batch(writer, end):
-        calls.append(1)
-        if len(calls) == 4:  # the writer's first record, then two whole batches; the third is written
-            raise KeyboardInterrupt
-        record(writer, end)
-
-    monkeypatch.setattr(RunWriter, "_record", interrupt_at_the_third_batch)
-    with pytest.raises(KeyboardInterrupt):
-        search_main(args)
-    monkeypatch.setattr(RunWriter, "_record", record)
+    interrupted_at_the_third_batch(monkeypatch, lambda: search_main(args))
     assert out.with_name(out.name + ".partial").read_text().count("\n") == 2 * 8 * 20
     search_main(args)
     assert out.read_text() == complete
