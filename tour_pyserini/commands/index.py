@@ -2,11 +2,14 @@
 
 Dense indexes are exact (``--faiss-index flat``, the default), HNSW graphs or IVF-PQ with exact refinement
 vectors; ``--from-index`` builds one type from another dense index's vectors without encoding again.
+``--shard I --shards N`` encodes one shard of the collection (as ``pyserini.encode --shard-id --shard-num``)
+and ``--merge`` joins every shard into the index one process builds.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from functools import partial
 from pathlib import Path
 
@@ -14,10 +17,13 @@ from tour_pyserini.commands.flags import ArgumentParser, add_encoder_flags, enco
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.staging import check_place
 from tour_pyserini.index.build import IndexRequest, build_index
 from tour_pyserini.index.corpus import check_corpus, corpus_file
 from tour_pyserini.index.faiss_index import INDEX_TYPES, FaissIndexSpec
-from tour_pyserini.numbers import positive_int
+from tour_pyserini.index.layout import IndexMeta
+from tour_pyserini.index.shards import Shard
+from tour_pyserini.numbers import non_negative_int, positive_int
 
 
 def parser() -> argparse.ArgumentParser:
@@ -25,6 +31,8 @@ def parser() -> argparse.ArgumentParser:
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--collection", help="collection directory with corpus.jsonl, or a .jsonl file")
     source.add_argument("--from-index", metavar="DIR", help="re-index the vectors of this dense index (no encoding)")
+    source.add_argument("--merge", nargs="+", metavar="SHARD_DIR", help="join all the shards of a build (any "
+                        "order) into the index one process builds, of the shards' encoder and index type")  # fmt: skip
     ap.add_argument("--output", required=True, help="index directory to create (reused when it exists and was "
                     "built as asked, refused when built otherwise)")  # fmt: skip
     ap.add_argument("--bm25", action="store_true", help="build a Lucene BM25 index instead of a dense one")
@@ -36,6 +44,18 @@ def parser() -> argparse.ArgumentParser:
                     "stays until the new one is complete)")  # fmt: skip
     ap.add_argument("--no-prebuilt", action="store_true", help="encode even if prebuilt/ holds this corpus's vectors")
     add_encoder_flags(ap, "document")
+    sh = ap.add_argument_group("sharded builds (dense only; the documents of pyserini.encode --shard-id --shard-num)")
+    sh.add_argument("--shard", type=non_negative_int, metavar="I", help="encode only shard I (0-based) into --output; "
+                    "the --faiss-index flags are recorded for --merge")  # fmt: skip
+    sh.add_argument("--shards", type=positive_int, metavar="N", help="the number of shards; with --shard, or with "
+                    "--ray (default: one per worker)")  # fmt: skip
+    dist = ap.add_argument_group("sharded builds on Ray (dense only)")
+    dist.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="encode the shards on Ray workers "
+                      "and merge them into --output; alone, a local Ray instance started for this build; 'auto' or "
+                      "ray://HOST:PORT, a running cluster. Finished shards are kept in OUTPUT.shards until the "
+                      "merge: run again to resume")  # fmt: skip
+    dist.add_argument("--workers", type=positive_int, help=f"Ray workers, each encoding one shard at a time (one CPU, "
+                      f"or one GPU with --device cuda; default {DEFAULT_WORKERS}); needs --ray")  # fmt: skip
     fx = ap.add_argument_group("Faiss index type (dense only; flags as in pyserini.index.faiss)")
     fx.add_argument("--faiss-index", choices=INDEX_TYPES, default="flat", help="exact, HNSW graph, or IVF-PQ")
     fx.add_argument("--M", type=positive_int, default=32, help="HNSW: neighbours per node")
@@ -57,9 +77,51 @@ def faiss_spec(args: argparse.Namespace) -> FaissIndexSpec:
     return spec.check()
 
 
+MERGE_OPTIONS = ("merge", "output", "overwrite")  # the rest comes from the shards
+DEFAULT_WORKERS = 2
+
+
+def check_sharding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Shard | None:
+    """The shard asked for (None: the whole collection), with the flags that do not go with sharding refused
+    before anything is read."""
+    if args.merge:
+        if given := [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+                     if k not in MERGE_OPTIONS and v != ap.get_default(k)]:  # fmt: skip
+            raise UserError(f"--merge takes the encoder, its settings and the index type from its shards; "
+                            f"{', '.join(given)} cannot be given with it")  # fmt: skip
+        return None
+    if args.workers is not None and args.ray is None:
+        raise UserError("--workers needs --ray (without it the index is built in this process)")
+    if args.ray is not None:
+        if args.shard is not None:
+            raise UserError("--ray builds every shard: --shard I builds one, without --ray")
+        if args.bm25 or args.from_index:
+            raise UserError(
+                f"--ray encodes a collection; it does not apply to {'--bm25' if args.bm25 else '--from-index'}"
+            )
+        return None
+    if (args.shard is None) != (args.shards is None):
+        raise UserError("--shard I and --shards N go together")
+    if args.shard is None:
+        return None
+    if args.bm25 or args.from_index:
+        raise UserError(f"--shard splits the encoding of a collection; it does not apply to "
+                        f"{'--bm25' if args.bm25 else '--from-index'}")  # fmt: skip
+    return Shard(args.shard, args.shards).check()
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    shard = check_sharding(ap, args)
     reused = Path(args.output).exists() and not args.overwrite
+    if args.merge:
+        from tour_pyserini.index.shards import check_shards, merge_shards
+
+        shards = check_shards(args.merge)
+        meta = build_index(args.output, partial(merge_shards, shards), args.overwrite, shards.request())
+        print(("reusing " if reused else "") + describe(args.output, meta))
+        return
     spec = faiss_spec(args)
     if args.from_index:
         if args.bm25:
@@ -76,6 +138,10 @@ def main(argv: list[str] | None = None) -> None:
         checked = check_corpus(corpus)
         if not args.bm25:
             spec.check_size(checked.num_docs)  # IVF-PQ's training needs: refused before anything is encoded
+        if shard is not None:
+            shard.check_size(checked.num_docs)
+        if args.ray is not None:
+            Shard(0, ray_shards(args)).check_size(checked.num_docs)
     if args.bm25:
         from tour_pyserini.index.bm25 import write_bm25_index
 
@@ -85,6 +151,20 @@ def main(argv: list[str] | None = None) -> None:
         from tour_pyserini.index.dense import write_dense_index
 
         encoder = EncoderSpec.resolve(args.encoder, settings=encoder_settings(args), side="document")
+        if shard is not None:
+            from tour_pyserini.index.shards import shard_request, write_dense_shard
+
+            request = shard_request(args.collection, encoder, shard, spec, args.batch_size)
+            write = partial(write_dense_shard, args.collection, encoder=encoder, shard=shard,
+                            batch_size=args.batch_size, faiss_spec=spec, device=check_device(args.device))  # fmt: skip
+            meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite, request=request)
+            print(("reusing " if reused else "") + f"shard {shard.id} of {shard.of}: " + describe(args.output, meta))
+            return
+        if args.ray is not None and not reused:
+            start = time.perf_counter()
+            meta = build_on_ray(args, encoder, spec, checked.num_docs)
+            print(f"ray: encoded and merged in {time.perf_counter() - start:.1f} s; " + describe(args.output, meta))
+            return
         request = IndexRequest("dense", collection=args.collection, encoder=encoder_identity(encoder),
                                faiss_index=spec, prebuilt=not args.no_prebuilt)  # fmt: skip
         write = partial(write_dense_index, args.collection, encoder=encoder, batch_size=args.batch_size,
@@ -96,7 +176,42 @@ def main(argv: list[str] | None = None) -> None:
     print(("reusing " if reused else "") + describe(args.output, meta))
 
 
-def describe(output: str, meta) -> str:
+def ray_shards(args: argparse.Namespace) -> int:
+    return args.shards or args.workers or DEFAULT_WORKERS
+
+
+def build_on_ray(args: argparse.Namespace, encoder: EncoderSpec, spec: FaissIndexSpec, num_docs: int) -> IndexMeta:
+    """The shards encoded on Ray workers (one bar for all), then merged into ``--output`` in this process."""
+    import shutil
+
+    from tqdm import tqdm
+
+    from tour_pyserini.index.distributed import ShardedBuild, encode_shards_on_ray, shards_directory
+    from tour_pyserini.index.shards import check_shards, merge_shards
+
+    check_place(Path(args.output))  # before Ray starts
+    build = ShardedBuild(args.collection, encoder, ray_shards(args), args.batch_size, spec,
+                         check_device(args.device))  # fmt: skip
+    workers = args.workers or DEFAULT_WORKERS
+    with tqdm(total=num_docs, unit="doc", desc=f"encoding {build.shards} shards on {workers} Ray workers") as bar:
+
+        def show(progress) -> None:
+            if progress.kept and bar.n == 0:
+                bar.write(f"ray: {len(progress.kept)} of {build.shards} shards kept from an earlier run")
+            if progress.documents != bar.n:
+                bar.n = progress.documents
+                bar.refresh()
+
+        directories = encode_shards_on_ray(build, args.output, total=num_docs, workers=workers,
+                                           address=None if args.ray == "local" else args.ray,
+                                           overwrite=args.overwrite, on_progress=show)  # fmt: skip
+    shards = check_shards(directories)
+    meta = build_index(args.output, partial(merge_shards, shards), args.overwrite, shards.request())
+    shutil.rmtree(shards_directory(args.output))  # the index is whole: its shards are no longer needed
+    return meta
+
+
+def describe(output: str, meta: IndexMeta) -> str:
     kind = meta.kind if meta.kind != "dense" else f"dense ({meta.faiss_index['type']})"
     return (
         f"{kind} index {output}: {meta.num_docs} docs"

@@ -24,6 +24,13 @@ def corpus_identity(corpus: Path) -> dict:
             "sha256": file_sha256(corpus)}  # fmt: skip
 
 
+def _part(shard: dict | None) -> str:
+    if shard is None:
+        return "the whole collection"
+    merged = FaissIndexSpec(**shard["faiss_index"]).describe()
+    return f"shard {shard['id']} of {shard['of']} (batch size {shard.get('batch_size')}, to merge as {merged})"
+
+
 def _weights(identity: dict) -> str:
     sha = identity.get("weights_sha256")
     return f"{identity['name']} (weights {sha[:12] if sha else 'unhashed'})"
@@ -39,12 +46,16 @@ class IndexRequest:
     faiss_index: FaissIndexSpec | None = None  # dense only
     from_index: str | None = None
     prebuilt: bool = True  # whether prebuilt vectors may stand in for encoding
+    shard: dict | None = None  # Shard.to_json() of a shard of the collection; None: the whole of it
 
     def differences(self, meta: IndexMeta) -> list[str]:
         """``"WHAT RECORDED, asked ASKED"`` for each thing the existing index was built with otherwise."""
         if meta.kind != self.kind:
             return [f"kind {meta.kind}, asked {self.kind}"]
         found: list[str] = []
+        recorded = meta.extra.get("shard")
+        if recorded != self.shard:  # a shard is never reused as the whole index, nor as another shard
+            found.append(f"{_part(recorded)}, asked {_part(self.shard)}")
         if self.collection is not None:
             found += self._corpus_differences(meta)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
@@ -68,8 +69,10 @@ def write_dense_index(
 
 
 def encode_corpus(corpus: Path, out_dir: Path, encoder: EncoderSpec, batch_size: int, fields: tuple[str, ...],
-                  check: CorpusCheck, device: str = "cpu") -> tuple[int, int]:  # fmt: skip
-    """Encode the corpus into ``index`` + ``docid``; (documents indexed, dimension).
+                  check: CorpusCheck, device: str = "cpu", shard: tuple[int, int] = (0, 1),
+                  progress: Callable[[int], None] | None = None) -> tuple[int, int]:  # fmt: skip
+    """Encode the corpus (or shard ``(id, count)`` of it, as ``pyserini.encode --shard-id --shard-num`` splits
+    it) into ``index`` + ``docid``; (documents indexed, dimension). ``progress`` is told each batch's size.
 
     The same code path as ``python -m pyserini.encode ... --to-faiss``: Pyserini's
     ``JsonlCollectionIterator`` reads the fields (with a progress bar), the encoder's class encodes them
@@ -91,12 +94,14 @@ def encode_corpus(corpus: Path, out_dir: Path, encoder: EncoderSpec, batch_size:
             dimension = document_encoder.dimension(with_titles="title" in fields)
         writer = optional.FaissRepresentationWriter(str(out_dir), dimension=dimension)
         with writer, torch.inference_mode():
-            for batch in batches(batch_size):
+            for batch in batches(batch_size, *shard):
                 # Pyserini reads an empty field as None and would encode the string "None"
                 texts = [t or "" for t in batch["text"]]
                 titles = [t or "" for t in batch["title"]] if "title" in batch else None
                 batch["vector"] = document_encoder.encode(texts, titles)
                 writer.write(batch, list(fields))
+                if progress is not None:
+                    progress(len(batch["id"]))
     return writer.index.ntotal, dimension
 
 

@@ -76,6 +76,10 @@ class FaissIndexSpec:
         nprobe = min(self.nprobe or max(32, nlist // 16), nlist)
         return FaissIndexSpec(**{**asdict(self), "nlist": nlist, "pq_m": pq_m, "nprobe": nprobe})
 
+    def describe(self) -> str:
+        """``"ivfpq, pq_nbits 4"``: the type and the parameters set (defaults not yet resolved are left out)."""
+        return ", ".join([self.type] + [f"{k} {v}" for k, v in self.to_json().items() if k != "type" and v is not None])
+
     def to_json(self) -> dict:
         keys = {"flat": ("type",), "hnsw": ("type", "M", "ef_construction", "ef_search"),
                 "ivfpq": ("type", "nlist", "nprobe", "pq_m", "pq_nbits")}  # fmt: skip
