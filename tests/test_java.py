@@ -129,3 +129,23 @@ def test_the_jvms_and_lucenes_own_warnings_reach_the_terminal_only_with_verbose(
     assert not [line for line in said if line.startswith("WARNING") or "org.apache" in line], said  # the JVM's
     assert "WARNING:" in verbose.stderr
     assert (tmp_path / "quiet.trec").read_bytes() == (tmp_path / "verbose.trec").read_bytes()
+
+
+@pytest.mark.slow
+def test_the_bm25_indexer_logs_no_info_lines_unless_verbose(tmp_path):
+    """Anserini's indexer runs in a JVM of its own and logs each step at INFO on stdout (log4j2): a BM25 index
+    command prints its own summary only; --verbose shows the indexer's log."""
+    from conftest import SCIFACT
+
+    lines = (SCIFACT / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:20]
+    (tmp_path / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    quiet, verbose = (subprocess.run([sys.executable, "-m", "tour_pyserini.index", "--bm25", "--collection",
+                                      str(tmp_path), "--output", str(tmp_path / f"{name}.bm25"), *flags], env=env,
+                                     capture_output=True, text=True, timeout=300)
+                      for name, flags in (("quiet", []), ("verbose", ["--verbose"])))  # fmt: skip
+    assert quiet.returncode == verbose.returncode == 0, quiet.stderr[-2000:] + verbose.stderr[-2000:]
+    said = (quiet.stdout + quiet.stderr).splitlines()
+    assert not [line for line in said if " INFO " in line or line.startswith(("WARNING", "SLF4J"))], said
+    assert "20 docs" in quiet.stdout
+    assert " INFO " in verbose.stdout  # what the quiet run left out is there to leave out

@@ -20,7 +20,10 @@ Pyserini import in this project goes through :func:`import_pyserini`, which
    (a command's ``--verbose``): the note that the vector incubator module is in use, Lucene's log that it was
    built for an older Java, the JDK's warning that Lucene calls ``sun.misc.Unsafe::invokeCleaner`` (allowed
    explicitly on Java 23+, where that memory access is otherwise only warned about) and Lucene 10's native
-   access (allowed explicitly). They say nothing a user can act on.
+   access (allowed explicitly). They say nothing a user can act on. The same holds for the JVM that Anserini's
+   indexer runs in (:func:`indexer_command`), whose log4j2 logger writes each indexing step at INFO on stdout
+   (Anserini's ``log4j2.xml``; the ``java.util.logging`` level set here does not reach it): unless asked,
+   the indexer runs ``-quiet`` (errors only).
 
 Two hosts are supported: Pyserini 1.6.0 (Python 3.11, Lucene 9) and Pyserini 2.4.0 (Python 3.12+, Lucene 10).
 :func:`lucene_major` says which Lucene runs; a Lucene index is readable by its own major and the next one only.
@@ -188,6 +191,35 @@ def anserini_jar() -> Path:
     return Path(max(jars, key=os.path.getmtime))
 
 
+def jvm_options(rt: JavaRuntime) -> list[str]:
+    """The options of every JVM started for Pyserini, in this process or a child: the vector module where ``rt`` has
+    it and, unless :func:`show_java_warnings` asked for the JVM's warnings, what keeps them away."""
+    options = [f"--add-modules={_INCUBATOR_VECTOR}"] if rt.has_vector_module else []
+    if not _java_warnings["shown"]:
+        # Lucene 10 calls java.lang.foreign's restricted methods: allowed, as they would be on demand
+        options.append("--enable-native-access=ALL-UNNAMED")
+        if rt.major >= _UNSAFE_FLAG_SINCE:
+            options.append("--sun-misc-unsafe-memory-access=allow")
+        options.append("-Dslf4j.internal.verbosity=WARN")  # SLF4J's note on the logging provider it found
+    return options
+
+
+def java_startup_note_hidden() -> contextlib.AbstractContextManager:
+    """Around a JVM's start (this process's, or a child's that inherits stderr): its note on the incubator module
+    kept off stderr, unless :func:`show_java_warnings` asked for it."""
+    return contextlib.nullcontext() if _java_warnings["shown"] else _without_startup_note()
+
+
+def indexer_command(args: list[str]) -> list[str]:
+    """The command line that runs Anserini's ``IndexCollection`` with ``args`` in a JVM of its own (what
+    ``python -m pyserini.index.lucene`` runs): this process's runtime and JVM options, and ``-quiet`` unless
+    :func:`show_java_warnings` asked for the JVM's output (Anserini then logs only errors)."""
+    rt = find_java()
+    quiet = [] if _java_warnings["shown"] else ["-quiet"]
+    return [str(rt.home / "bin" / "java"), *jvm_options(rt), "-cp", str(anserini_jar()),
+            "io.anserini.index.IndexCollection", *args, *quiet]  # fmt: skip
+
+
 def start_jvm() -> JavaRuntime | None:
     """Start the JVM for Pyserini once per process; returns the runtime, or None if it already ran."""
     import jnius_config
@@ -200,14 +232,9 @@ def start_jvm() -> JavaRuntime | None:
     os.environ["PATH"] = os.pathsep.join([str(rt.home / "bin"), os.environ.get("PATH", "")])
     jnius_config.set_classpath(str(anserini_jar()))
     jnius_config.add_options("-Xrs")  # the JVM installs no SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers
-    if rt.has_vector_module:
-        jnius_config.add_options(f"--add-modules={_INCUBATOR_VECTOR}")
+    jnius_config.add_options(*jvm_options(rt))
     shown = _java_warnings["shown"]
-    if not shown:  # Lucene 10 calls java.lang.foreign's restricted methods: allowed, as they would be on demand
-        jnius_config.add_options("--enable-native-access=ALL-UNNAMED")
-    if rt.major >= _UNSAFE_FLAG_SINCE and not shown:
-        jnius_config.add_options("--sun-misc-unsafe-memory-access=allow")
-    with contextlib.nullcontext() if shown else _without_startup_note():
+    with java_startup_note_hidden():
         import jnius  # (importing jnius is what starts the JVM)
     if not shown:  # Lucene logs through java.util.logging, whose console handler writes to stderr
         logger, level = jnius.autoclass("java.util.logging.Logger"), jnius.autoclass("java.util.logging.Level")

@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tour_pyserini._java import anserini_jar, find_java, import_pyserini
+from tour_pyserini._java import import_pyserini, indexer_command, java_startup_note_hidden
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25_matrix import write_term_matrix
 from tour_pyserini.index.build import check_count, corpus_identity
@@ -22,17 +22,14 @@ def run_indexer(args: list[str]) -> None:
     """Anserini's ``IndexCollection`` with ``args``, in a JVM of its own: a call into this process's JVM holds
     Python's signal handlers until Lucene finishes (seconds), while a child process is killed at once on
     Ctrl-C or SIGTERM, so the staged index is removed with nothing writing into it."""
-    runtime = find_java()
-    modules = ["--add-modules=jdk.incubator.vector"] if runtime.has_vector_module else []
-    command = [str(runtime.home / "bin" / "java"), *modules, "-cp", str(anserini_jar()),
-               "io.anserini.index.IndexCollection", *args]  # fmt: skip
-    indexer = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-    try:
-        status = indexer.wait()
-    except BaseException:
-        indexer.kill()
-        indexer.wait()
-        raise
+    with java_startup_note_hidden():
+        indexer = subprocess.Popen(indexer_command(args), stdin=subprocess.DEVNULL)
+        try:
+            status = indexer.wait()
+        except BaseException:
+            indexer.kill()
+            indexer.wait()
+            raise
     if status != 0:
         raise UserError(f"Anserini's indexer failed (exit status {status}; its messages are above); no index was "
                         "written")  # fmt: skip
