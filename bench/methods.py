@@ -139,7 +139,7 @@ class Bench:
         config = FitConfig()
         keys, V, counts = fit_scope(queries, "query", config)
         state = State("query", keys, V, counts, [self.col.name], config.to_json(), {})
-        moved = shift_queries(self.vectors, state.residuals(self.qids, self.col.name))
+        moved = shift_queries(self.vectors, state.residuals(self.qids, self.col.name, self.vectors))
         rankings = self.searcher.search_vectors(moved, HITS)
         seconds = time.perf_counter() - start
         results = [SearchResult(q, r, t) for q, r, t in zip(self.qids, rankings, traces)]

@@ -195,7 +195,7 @@ def search_with(task: Task, state, alpha: float | None = None) -> list[list[str]
         return task.base
     if state.scope != "global" and task.name not in state.tasks:
         return task.base
-    residuals = state.residuals(task.qids, None if state.scope == "global" else task.name)
+    residuals = state.residuals(task.qids, None if state.scope == "global" else task.name, task.X)
     if alpha is not None:  # the ablation: the rule's α of this task's row replaced by a fixed one
         rule = state.alphas[state.keys.index((None, None) if state.scope == "global" else (task.name, None))]
         residuals = residuals / rule * alpha

@@ -203,3 +203,39 @@ def test_pair_agreement_by_hand():
     X = np.array([[1.0, 0.0], [0.0, 1.0]])
     Z = np.array([[1.0, 0.0], [0.0, 1.0]])
     assert mean_agreement(X, [Z, Z], [np.array([1.0, 0.0]), np.array([1.0, 0.0])]) == 0.5  # (1 + 0) / 2
+
+
+def test_a_shared_state_that_no_alpha_helps_on_held_out_queries_is_not_served(tmp_path):
+    """Each rewarded query prefers a candidate in a direction of its own: cross-validation over them finds no α
+    that helps the others, so the fitted state is not served and the status says what was measured."""
+    rng = np.random.default_rng(0)
+    vectors, rewards = {}, []
+    for i in range(16):
+        x = unit(*rng.standard_normal(8))
+        vectors[f"q{i}"], vectors[f"up{i}"], vectors[f"down{i}"] = x, unit(*(x + rng.standard_normal(8))), \
+            unit(*(x + rng.standard_normal(8)))  # fmt: skip
+        rewards.append(Reward("t", f"q{i}", f"q{i}", {f"up{i}": 1.0, f"down{i}": 0.0}, "a"))
+    online = learner(tmp_path, vectors, scope="task")
+    online.add(rewards)
+    status = wait_until(lambda: online.status()["fits"] and online.status())
+    online.close()
+    assert status["version"] == 0 and status["states_refused"] == 1 and status["last_fit"]["served"] is False
+    assert status["last_fit"]["why"].startswith("cross-validation over the rewarded queries: best held-out")
+
+
+def test_a_neighbours_state_moves_a_new_query_by_the_rewarded_queries_near_it(tmp_path):
+    """Queries near e1 prefer the candidate towards e2: a new query near them, never judged, is moved towards e2."""
+    rng = np.random.default_rng(1)
+    vectors = {"up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
+    for i in range(12):
+        vectors[f"q{i}"] = unit(*(np.array([1.0, 0, 0, 0]) + 0.2 * rng.standard_normal(4)))
+    online = learner(tmp_path, vectors, scope="neighbours")
+    online.add([Reward("t", f"q{i}", f"q{i}", {"up": 1.0, "down": 0.0}, "a") for i in range(12)])
+    status = wait_until(lambda: online.status()["fits"] and online.status())
+    online.close()
+    assert status["version"] == 1 and status["last_fit"]["served"] and status["last_fit"]["alpha"] > 0
+    state = online.current[1]
+    assert state.scope == "neighbours" and state.anchors.shape == (len(state.keys), 4)
+    new = np.array([unit(1, 0.05, 0, 0)])
+    moved = online.shift("t", ["new"], ["b"], new)[0]
+    assert moved @ vectors["up"] > new[0] @ vectors["up"] + 0.05

@@ -8,6 +8,7 @@ from tour_pyserini.commands.runner import run_cli
 from tour_pyserini.commands.ttt import main
 from tour_pyserini.rewriters import Identity, QueryBatch
 from tour_pyserini.rewriters.ttt_embed import TttEmbed
+from tour_pyserini.ttt.magnitude import GRID
 from tour_pyserini.ttt.rewards import read_rewards
 from tour_pyserini.ttt.state import State
 
@@ -46,6 +47,12 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
         run_cli(main, ["fit", "--rewards", str(rewards), "--output", str(tmp_path / "g.safetensors"),
                        "--scope", "global", "--init", str(state_file)])  # fmt: skip
     assert exited.value.code == 2 and "holds a task state; this fit is of the global scope" in capsys.readouterr().err
+    # α chosen by cross-validation over the 8 rewarded queries: whatever it is, the state applies it and says why
+    chosen_file = tmp_path / "cv.safetensors"
+    main(["fit", "--rewards", str(rewards), "--output", str(chosen_file), "--scope", "task", "--alpha-rule", "cv"])
+    chosen = State.load(chosen_file)
+    assert chosen.alpha_rule == "cv" and chosen.alphas[0] in (0.0, *GRID) and (chosen.vectors == state.vectors).all()
+    assert f"alpha {chosen.alphas[0]:g}" in capsys.readouterr().out and chosen.provenance["magnitude"]["queries"] == 8
     from tour_pyserini.files import read_topics
 
     topics = read_topics(mini_scifact["topics"])
@@ -72,6 +79,14 @@ REWARDS = ["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher",
         (["fit", "--rewards", "missing.tsv", "--output", "s.safetensors", "--scope", "task"], "does not exist"),
         ([*REWARDS, "--budget", "0"], "--budget must be positive"),
         ([*REWARDS, "--budget", "101"], "is the most there is"),
+        (
+            ["fit", "--rewards", "r.tsv", "--output", "s.safetensors", "--scope", "query", "--alpha-rule", "cv"],
+            "held-out queries cannot judge it",
+        ),
+        (
+            ["fit", "--rewards", "r.tsv", "--output", "s.safetensors", "--scope", "task", "--cv-folds", "1"],
+            "--cv-folds must be at least 2",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, dense_index, mini_scifact, tmp_path, capsys, monkeypatch):

@@ -144,7 +144,11 @@ def test_the_servers_online_learner_recovers_the_planted_shift(planted, mini_sci
     # same fit without those judgments recovers u (measured 0.925).
     seen = state.provenance["online"]["rewards"]  # the rewards its fit had received; every 5th one is held back
     records = [r for i, r in enumerate(RewardsLog(tmp_path / "learn" / "rewards.jsonl").read()[:seen]) if i % HELD_BACK]
-    assert state.counts == [len(records)] and len(records) >= 20
+    # the state served last came from the first dozen or so rewarded queries: its α (chosen by cross-validation
+    # over them) already orders the held-back queries' candidates as the teacher does, and later states, fitted
+    # on judgments that include other queries' planted documents, agree a little less and are not served
+    assert state.counts == [len(records)] and len(records) >= 10
+    assert state.alpha_rule == "cv" and state.alphas[0] > 0
     vectors, docs = searcher.encode([r.text for r in records]), DocVectors(index)
     planted_docs = {d for judged in planted["qrels"].values() for d in judged}
 

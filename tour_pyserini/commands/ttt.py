@@ -25,6 +25,8 @@ from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import non_negative_int, positive_float
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
+from tour_pyserini.ttt.magnitude import MagnitudeConfig
+from tour_pyserini.ttt.neighbours import NeighbourConfig
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
 
@@ -56,6 +58,8 @@ def parser() -> argparse.ArgumentParser:
     ft.add_argument("--output", required=True, help="state file to write (safetensors)")
     ft.add_argument("--scope", required=True, choices=SCOPES)
     add_param_flags(ft, FitConfig)
+    add_param_flags(ft, MagnitudeConfig)
+    add_param_flags(ft, NeighbourConfig)
     ft.add_argument("--init", metavar="STATE", help="warm start: each residual begins at its value in this "
                     "state file (same scope and encoder), e.g. the state fitted before the latest rewards")  # fmt: skip
     return ap
@@ -137,6 +141,14 @@ def fit_command(args: argparse.Namespace) -> None:
     from tour_pyserini.ttt.rewards import read_rewards
 
     config = config_from_flags(FitConfig, args)
+    magnitude = config_from_flags(MagnitudeConfig, args)
+    mixing = config_from_flags(NeighbourConfig, args)
+    if args.scope != "neighbours" and (args.neighbours is not None or args.neighbour_temperature is not None):
+        raise UserError("--neighbours and --neighbour-temperature set how a neighbours state mixes; this fit is of "
+                        f"the {args.scope} scope")  # fmt: skip
+    if magnitude.alpha_rule == "cv" and args.scope == "query":
+        raise UserError("--alpha-rule cv: a query state moves only its own query, so held-out queries cannot judge "
+                        "it; cross-validation is for global and task states")  # fmt: skip
     with locked_output(args.output):
         init = read_init(args.init, args.scope) if args.init else None
         rewards = read_rewards(args.rewards)
@@ -149,7 +161,7 @@ def fit_command(args: argparse.Namespace) -> None:
             if missing := [q for q in rewards.judgments[task] if q not in known]:
                 raise UserError(f"task {task!r}: query {missing[0]!r} of the rewards is not in {source.topics}")
             texts[task] = known
-        run_fit(args, config, rewards, texts, init)
+        run_fit(args, config, magnitude, mixing, rewards, texts, init)
 
 
 def read_init(path: str, scope: str):
@@ -162,11 +174,15 @@ def read_init(path: str, scope: str):
     return state
 
 
-def run_fit(args: argparse.Namespace, config: FitConfig, rewards, texts, init=None) -> None:
+def run_fit(args: argparse.Namespace, config: FitConfig, magnitude: MagnitudeConfig, mixing: NeighbourConfig,
+            rewards, texts, init=None) -> None:  # fmt: skip
     from tour_pyserini.ttt.pipeline import fit_state
 
-    state, seconds = fit_state(rewards, texts, args.scope, config, init=init, init_path=args.init)
+    state, seconds = fit_state(rewards, texts, args.scope, config, init=init, init_path=args.init, magnitude=magnitude,
+                               mixing=mixing)  # fmt: skip
     state.save(args.output)
+    if "magnitude" in state.provenance:
+        print(f"alpha by cross-validation over the rewarded queries: {state.provenance['magnitude']['summary']}")
     queries = sum(len(judged) for judged in rewards.judgments.values())
     print(f"wrote {args.output}: {args.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
           f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)")  # fmt: skip

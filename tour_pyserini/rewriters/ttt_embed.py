@@ -69,7 +69,7 @@ class StateShift:
 
     def __call__(self, batch: QueryBatch, index: VectorIndex) -> np.ndarray:
         self.check_index(index)
-        return shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task))
+        return shift_queries(batch.vectors, self.state.residuals(batch.qids, self.task, batch.vectors))
 
 
 def check_task(state: str | None, task: str | None) -> None:

@@ -5,11 +5,14 @@ judgments the budget buys for trusted clients (the engine decides whom) are appe
 lines, each flushed and fsynced before the query's answer leaves), and a background thread refits the state,
 warm-started from the current one (``ttt fit --init``: the same objective, hyper-parameters and α rule).
 
-Three rules keep one client from steering what every client is served:
+Four rules keep one client from steering what every client is served:
 
 - every query is its client's: its key is (task, client/qid), so no client writes another's query state;
 - a refit uses at most ``max_key_share`` of its queries from any one client (each client's most recent ones,
   up to the largest count that keeps every share within the cap: with a share of 0.2, five clients at least);
+- a global or task state moves queries nobody judged, so its α is chosen by cross-validation over the rewarded
+  queries it is fitted on (:mod:`tour_pyserini.ttt.magnitude`); when no α raises their held-out agreement with
+  the teacher significantly, the fitted state is not served, and the status says what was measured;
 - one judged query in ``HELD_BACK`` (the 1st, 6th, 11th, ... to arrive) is never fitted on: a new state is served
   only if it orders the held-back queries' candidates as the teacher does at least as often as the state it
   would replace (:mod:`tour_pyserini.ttt.agreement`); otherwise it is dropped and the status says so. A query
@@ -42,6 +45,7 @@ from tour_pyserini.rewriters.ttt_embed import shift_queries
 from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.ttt.agreement import mean_agreement
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+from tour_pyserini.ttt.magnitude import cross_validated_alpha
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import State
 
@@ -166,7 +170,7 @@ def shift_by_state(state: State | None, task: str, qids: Sequence[str], vectors:
     """Query vectors moved by ``state``'s residuals for ``task`` (unchanged without a state or one for the task)."""
     if state is None or (state.scope != "global" and task not in state.tasks):
         return vectors
-    return shift_queries(vectors, state.residuals(list(qids), None if state.scope == "global" else task))
+    return shift_queries(vectors, state.residuals(list(qids), None if state.scope == "global" else task, vectors))
 
 
 class OnlineLearner:
@@ -327,9 +331,7 @@ class OnlineLearner:
         config = self.fit_config if state is None else replace(self.fit_config, steps=self.refit_steps)
         start = time.perf_counter()
         keys_, V, counts = fit_scope(queries, self.scope, config, init=state.by_key() if state is not None else None)
-        self.fit_seconds += time.perf_counter() - start
-        self.fits += 1
-        tasks = list(dict.fromkeys(q.task for q in queries))
+        seconds = time.perf_counter() - start
         provenance = {
             "online": {
                 "version": version + 1,
@@ -341,27 +343,48 @@ class OnlineLearner:
                 "warm start": version or None,
             }
         }
-        new = State(self.scope, keys_, V, counts, tasks, config.to_json(), self.encoder, provenance)
-        self.last = {"fitted": True, "held_back": len(held), "served": True}
-        if self.scope != "query":  # a query state moves only its own query: the held-back ones cannot judge it
-            before, after = self.agreement(state, held), self.agreement(new, held)
-            self.last |= {"agreement": None if np.isnan(after) else round(after, 4),
-                          "serving_agreement": None if np.isnan(before) else round(before, 4)}  # fmt: skip
-            if np.isnan(after) or np.isnan(before):
-                self.last |= {"served": False, "why": "the teacher ordered no pair of the held-back queries' "
-                              "candidates: nothing to check a new state on"}  # fmt: skip
-                self.refused += 1
-                return
-            if after < before:
-                self.last["served"] = False
-                self.refused += 1
-                log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries "
-                            "(%.4f < %.4f); it is not served", len(held), after, before)  # fmt: skip
-                return
-        new.scaled  # computed here, not by the first batch it serves  # noqa: B018
-        self.versions.save(version + 1, new)
-        self.current = (version + 1, new)  # the swap: one assignment, read once per served batch
-        log.info("online TTT-Embed: state version %d from %d rewarded queries", version + 1, len(queries))
+        anchors = np.stack([self.vectors[key] for key in keys]) if self.scope == "neighbours" else None
+        new = State(self.scope, keys_, V, counts, list(dict.fromkeys(q.task for q in queries)), config.to_json(),
+                    self.encoder, provenance, anchors=anchors)  # fmt: skip
+        new, last = self.judge(new, state, queries, held)
+        if new is not None:
+            new.scaled  # computed here, not by the first batch it serves  # noqa: B018
+            self.versions.save(version + 1, new)
+            self.current = (version + 1, new)  # the swap: one assignment, read once per served batch
+            log.info("online TTT-Embed: state version %d from %d rewarded queries", version + 1, len(queries))
+        else:
+            self.refused += 1
+        # counted last: a status that counts this fit shows its decision
+        self.fit_seconds += seconds
+        self.last = last
+        self.fits += 1
+
+    def judge(self, new: State, serving: State | None, queries: Sequence[RewardedQuery],
+              held: Sequence[RewardedQuery]) -> tuple[State | None, dict]:  # fmt: skip
+        """``new`` with its α chosen by cross-validation over ``queries`` (a state that moves other queries), or
+        None when it must not be served; and what was found, for the status."""
+        if self.scope == "query":  # a query state moves only its own query: neither check can judge it
+            return new, {"fitted": True, "held_back": len(held), "served": True}
+        # from scratch, with the first fit's steps: what a state fitted on these queries would do
+        choice = cross_validated_alpha(queries, self.scope, self.fit_config)
+        new.provenance["magnitude"] = {**choice.to_json(), "summary": choice.describe()}
+        if choice.alpha == 0:
+            log.info("online TTT-Embed: a new state is not served: %s", choice.describe())
+            return None, {"fitted": True, "served": False, "why": "cross-validation over the rewarded queries: "
+                          f"{choice.describe()}; no alpha helped held-out queries, so it is not served"}  # fmt: skip
+        new = replace(new, chosen_alphas=[choice.alpha] * len(new.keys))
+        before, after = self.agreement(serving, held), self.agreement(new, held)
+        last = {"fitted": True, "held_back": len(held), "served": True, "alpha": choice.alpha,
+                "agreement": None if np.isnan(after) else round(after, 4),
+                "serving_agreement": None if np.isnan(before) else round(before, 4)}  # fmt: skip
+        if np.isnan(after) or np.isnan(before):
+            return None, last | {"served": False, "why": "the teacher ordered no pair of the held-back queries' "
+                                 "candidates: nothing to check a new state on"}  # fmt: skip
+        if after < before:
+            log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries "
+                        "(%.4f < %.4f); it is not served", len(held), after, before)  # fmt: skip
+            return None, last | {"served": False}
+        return new, last
 
     def close(self) -> None:
         """Stop refitting; a fit in progress finishes and is written (the last version stays complete)."""

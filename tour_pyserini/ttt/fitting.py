@@ -27,7 +27,8 @@ def scope_plan(queries: Sequence[RewardedQuery], scope: str) -> tuple[list[tuple
 
     Weights make every group's loss a mean: global gives each task the same weight and splits it
     equally among the task's queries, so a task with many rewarded queries does not drown the others;
-    task averages its own queries; query weighs its one query 1.
+    task averages its own queries; query (and neighbours, whose residuals are query states) weighs its one
+    query 1.
     """
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}; choose one of: {', '.join(SCOPES)}")

@@ -18,6 +18,8 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.files.digest import file_sha256
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+from tour_pyserini.ttt.magnitude import MagnitudeConfig, cross_validated_alpha
+from tour_pyserini.ttt.neighbours import NeighbourConfig
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.rewards import Rewards, TaskSource
 from tour_pyserini.ttt.state import State
@@ -54,9 +56,12 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
 
 
 def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: str, config: FitConfig, *,
-              init: State | None = None, init_path: str | None = None) -> tuple[State, float]:  # fmt: skip
+              init: State | None = None, init_path: str | None = None,
+              magnitude: MagnitudeConfig | None = None, mixing: NeighbourConfig | None = None,
+              ) -> tuple[State, float]:  # fmt: skip
     """The ``scope`` state fitted on ``rewards`` (query texts per task in ``texts``), warm-started from
-    ``init``; and the seconds the fit took. Every task must be encoded by one encoder."""
+    ``init``, its α chosen by ``magnitude``'s rule, mixed as ``mixing`` says (neighbours scope); and the seconds
+    the fit took. Every task must be encoded by one encoder."""
     queries, encoder = [], None
     for task, judged in rewards.judgments.items():
         source = rewards.tasks[task]
@@ -76,6 +81,10 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
         init.check_encoder(encoder, f"--init {init_path}")
     start = time.perf_counter()
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
+    chosen = None
+    if magnitude is not None and magnitude.alpha_rule == "cv":
+        choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing)
+        chosen = [choice.alpha] * len(keys)
     seconds = time.perf_counter() - start
     provenance = {path: {**info, "sha256": file_sha256(path)}
                   for path, info in rewards.provenance.items()}  # fmt: skip
@@ -84,5 +93,9 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
             "state": init_path,
             "sha256": file_sha256(init_path),
         }
-    state = State(scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance)
+    if chosen is not None:
+        provenance["magnitude"] = {**choice.to_json(), "summary": choice.describe()}
+    anchors = np.stack([q.x for q in queries]) if scope == "neighbours" else None  # keys are in query order
+    state = State(scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance, chosen,
+                  anchors, mixing if scope == "neighbours" else None)  # fmt: skip
     return state, seconds

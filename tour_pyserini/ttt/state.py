@@ -1,10 +1,13 @@
 """State files: the fitted residuals v_g of one scope, with everything needed to use them safely.
 
 One safetensors file: the tensor ``v`` (G, d) float32 holds one row per scope key, and the metadata
-entry ``ttt_embed`` holds JSON with the keys (task and qid of each row), n_g and α_g = n_g / (n_g + 1),
+entry ``ttt_embed`` holds JSON with the keys (task and qid of each row), n_g and α_g (n_g / (n_g + 1) by
+the count rule, or chosen by cross-validation over the rewarded queries: :mod:`tour_pyserini.ttt.magnitude`),
 the scope, the task names, the objective and its hyper-parameters, the encoder's identity (name,
 pooling, normalisation, maximum length and a SHA-256 of its weight files) and the rewards' provenance.
-A state only applies to queries encoded by the encoder it was fitted for.
+A state only applies to queries encoded by the encoder it was fitted for. A neighbours state also holds the
+tensor ``x`` (G, d): each rewarded query's own vector, by which other queries find it
+(:mod:`tour_pyserini.ttt.neighbours`), and its mixing settings.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import numpy as np
 
 from tour_pyserini.encoders import describe, same_encoder
 from tour_pyserini.errors import UserError
+from tour_pyserini.ttt.neighbours import NeighbourConfig, mix
 
 FORMAT = "tour-pyserini ttt-embed state 1"
-SCOPES = ("global", "task", "query")
+SCOPES = ("global", "task", "query", "neighbours")
 
 
 def alpha(n: int) -> float:
@@ -33,7 +37,8 @@ def alpha(n: int) -> float:
 class State:
     """Residuals of one scope: row g of ``vectors`` belongs to ``keys[g]`` = (task, qid).
 
-    Keys are (None, None) for the global scope, (task, None) for a task and (task, qid) for a query.
+    Keys are (None, None) for the global scope, (task, None) for a task and (task, qid) for a query (query and
+    neighbours scopes); a neighbours state has ``anchors``, the raw vector of each key's query, and ``mixing``.
     """
 
     scope: str
@@ -44,6 +49,9 @@ class State:
     fit: dict  # the objective and its hyper-parameters
     encoder: dict  # encoder_identity() of the encoder the queries were encoded with
     provenance: dict = field(default_factory=dict)
+    chosen_alphas: list[float] | None = None  # α_g chosen by cross-validation; None: the count rule
+    anchors: np.ndarray | None = None  # (G, d) float32, neighbours scope only
+    mixing: NeighbourConfig | None = None  # neighbours scope only
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -52,10 +60,23 @@ class State:
         self.keys = [tuple(k) for k in self.keys]
         if self.vectors.ndim != 2 or not (len(self.keys) == len(self.counts) == len(self.vectors)):
             raise ValueError("a state needs one key, one count and one vector per row")
+        if self.chosen_alphas is not None and len(self.chosen_alphas) != len(self.keys):
+            raise ValueError("a state with chosen magnitudes needs one per row")
+        if (self.scope == "neighbours") != (self.anchors is not None):
+            raise ValueError("a neighbours state, and only one, needs the vector of each rewarded query")
+        if self.anchors is not None:
+            self.anchors = np.asarray(self.anchors, dtype=np.float32)
+            self.mixing = self.mixing or NeighbourConfig()
+            if self.anchors.shape != self.vectors.shape:
+                raise ValueError("a neighbours state needs one query vector per residual")
 
     @property
     def alphas(self) -> list[float]:
-        return [alpha(n) for n in self.counts]
+        return list(self.chosen_alphas) if self.chosen_alphas is not None else [alpha(n) for n in self.counts]
+
+    @property
+    def alpha_rule(self) -> str:
+        return "count" if self.chosen_alphas is None else "cv"
 
     @property
     def dimension(self) -> int:
@@ -64,8 +85,9 @@ class State:
     def metadata(self) -> dict:
         return {
             "format": FORMAT, "scope": self.scope, "keys": [list(k) for k in self.keys], "counts": self.counts,
-            "alphas": self.alphas, "tasks": self.tasks, "fit": self.fit, "encoder": self.encoder,
-            "provenance": self.provenance,
+            "alphas": self.alphas, "alpha_rule": self.alpha_rule, "tasks": self.tasks, "fit": self.fit,
+            "encoder": self.encoder, "provenance": self.provenance,
+            **({"mixing": self.mixing.to_json()} if self.mixing is not None else {}),
         }  # fmt: skip
 
     def save(self, path: str | Path) -> None:
@@ -75,7 +97,10 @@ class State:
         path = Path(path)
         tmp = path.with_name(path.name + ".partial")
         metadata = {"ttt_embed": json.dumps(self.metadata())}
-        save_file({"v": np.ascontiguousarray(self.vectors)}, str(tmp), metadata=metadata)
+        tensors = {"v": np.ascontiguousarray(self.vectors)}
+        if self.anchors is not None:
+            tensors["x"] = np.ascontiguousarray(self.anchors)
+        save_file(tensors, str(tmp), metadata=metadata)
         with open(tmp, "rb") as f:  # on disk before it takes the name: a power cut leaves the old file, not zeros
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -96,13 +121,16 @@ class State:
             with safe_open(str(path), framework="np") as f:
                 raw = (f.metadata() or {}).get("ttt_embed")
                 vectors = f.get_tensor("v") if raw else None
+                anchors = f.get_tensor("x") if raw and "x" in f.keys() else None
         except (SafetensorError, OSError) as e:
             raise UserError(f"{path}: not a safetensors state file ({e})") from None
         meta = json.loads(raw) if raw else {}
         if meta.get("format") != FORMAT:
             raise UserError(f"{path}: not a TTT-Embed state file (python -m tour_pyserini.ttt fit writes them)")
+        chosen = meta["alphas"] if meta.get("alpha_rule", "count") == "cv" else None
         return cls(meta["scope"], meta["keys"], vectors, meta["counts"], meta["tasks"], meta["fit"],
-                   meta["encoder"], meta["provenance"])  # fmt: skip
+                   meta["encoder"], meta["provenance"], chosen, anchors,
+                   NeighbourConfig(**meta["mixing"]) if "mixing" in meta else None)  # fmt: skip
 
     def select_task(self, task: str | None) -> str | None:
         """The task whose residuals apply: ``task``, or the state's only task; None for a global state, which
@@ -124,9 +152,15 @@ class State:
         """v_g (unscaled) by key: where a warm start (``fit_scope(init=...)``) begins each residual."""
         return dict(zip(self.keys, self.vectors))
 
-    def residuals(self, qids: list[str], task: str | None) -> np.ndarray:
-        """α_g v_g for each query (n, d) float64; rows of queries the scope has no residual for are 0."""
+    def residuals(self, qids: list[str], task: str | None, vectors: np.ndarray | None = None) -> np.ndarray:
+        """α_g v_g for each query (n, d) float64; rows of queries the scope has no residual for are 0. A
+        neighbours state mixes its task's residuals by the queries' ``vectors`` (n, d), which it needs."""
         task = self.select_task(task)
+        if self.scope == "neighbours":
+            if vectors is None:
+                raise ValueError("a neighbours state moves queries by their vectors: pass them")
+            mine = [g for g, key in enumerate(self.keys) if key[0] == task]
+            return mix(vectors, self.anchors[mine], self.scaled[mine], self.mixing)
         rows = {key: g for g, key in enumerate(self.keys)}
         if self.scope == "query":
             found = [(i, rows.get((task, qid))) for i, qid in enumerate(qids)]

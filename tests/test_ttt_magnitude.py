@@ -1,0 +1,83 @@
+"""The α of a shared state chosen by cross-validation over its rewarded queries: folds, the choice, and a state
+that keeps its chosen α through a file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tour_pyserini.ttt.fitting import RewardedQuery
+from tour_pyserini.ttt.magnitude import GRID, MagnitudeConfig, choose_alpha, cross_validated_alpha, fold_of
+from tour_pyserini.ttt.objectives import FitConfig
+from tour_pyserini.ttt.state import State
+
+D = 32
+
+
+def unit(a):
+    return a / np.linalg.norm(a, axis=-1, keepdims=True)
+
+
+def queries(rng, n: int, shared: bool) -> list[RewardedQuery]:
+    """n queries with 8 candidates each, all as far from the query, in random directions; the rewarded one's
+    direction is one shared by every query (``shared``) or a random one of its own, like the others'."""
+    u = unit(rng.standard_normal(D))
+    out = []
+    for i in range(n):
+        x = unit(rng.standard_normal(D))
+        Z = unit(x + 1.2 * unit(rng.standard_normal((8, D))))
+        if shared:
+            Z[3] = unit(x + 1.2 * u)
+        out.append(RewardedQuery("t", str(i), x, Z, np.eye(8)[3] * 4.0))
+    return out
+
+
+def test_folds_hold_out_each_item_once_and_differ_in_size_by_at_most_one():
+    fold = fold_of(23, 5, seed=7)
+    assert sorted(np.bincount(fold)) == [4, 4, 5, 5, 5]
+    assert not np.array_equal(fold, fold_of(23, 5, seed=8)) and np.array_equal(fold, fold_of(23, 5, seed=7))
+
+
+def test_choice_is_the_best_significant_gain_or_zero():
+    base = np.linspace(0.4, 0.6, 12)
+    better = np.stack([base, base + 0.05 + 0.01 * np.sin(np.arange(12)), base + 0.1 + 0.01 * np.cos(np.arange(12))], 1)
+    choice = choose_alpha(better, (0.25, 0.5))
+    assert choice.alpha == 0.5 and choice.gains[0.5] == pytest.approx(0.1 + 0.01 * np.cos(np.arange(12)).mean())
+    assert choice.p < 1e-6 and choice.queries == 12
+    noisy = np.stack([base, base + 0.2 * np.sin(np.arange(12))], 1)  # mean gain ≈ 0.02, far from significant
+    assert choose_alpha(noisy, (0.5,)).alpha == 0.0
+    worse = np.stack([base, base - 0.05], 1)
+    assert choose_alpha(worse, (0.5,)).alpha == 0.0 and choose_alpha(better[:1], (0.25, 0.5)).alpha == 0.0
+
+
+def test_a_shared_displacement_is_kept_and_private_ones_are_not():
+    rng = np.random.default_rng(0)
+    shared = cross_validated_alpha(queries(rng, 40, shared=True), "task", FitConfig())
+    assert shared.alpha > 0 and shared.p < 0.05 and shared.gains[shared.alpha] > 0.1 and shared.queries == 40
+    private = cross_validated_alpha(queries(rng, 40, shared=False), "task", FitConfig())
+    assert private.alpha == 0.0, private.describe()
+    with pytest.raises(ValueError, match="global, task and neighbours"):
+        cross_validated_alpha(queries(rng, 4, shared=True), "query")
+
+
+def test_a_chosen_alpha_is_what_the_state_applies_and_survives_its_file(tmp_path):
+    rng = np.random.default_rng(1)
+    encoder = {"name": "m", "pooling": "mean", "l2_norm": True, "max_length": 256, "weights_sha256": "ab" * 32}
+    state = State("task", [("t", None)], rng.standard_normal((1, D)), [9], ["t"], FitConfig().to_json(), encoder,
+                  chosen_alphas=[GRID[1]])  # fmt: skip
+    assert state.alphas == [0.25] and state.alpha_rule == "cv"
+    assert np.array_equal(state.residuals(["q"], "t")[0], 0.25 * state.vectors[0].astype(np.float64))
+    state.save(tmp_path / "s.safetensors")
+    loaded = State.load(tmp_path / "s.safetensors")
+    assert loaded.alphas == [0.25] and loaded.alpha_rule == "cv" and loaded.metadata() == state.metadata()
+    counted = State("task", [("t", None)], state.vectors, [9], ["t"], FitConfig().to_json(), encoder)
+    counted.save(tmp_path / "c.safetensors")
+    assert State.load(tmp_path / "c.safetensors").alphas == [0.9] and counted.alpha_rule == "count"
+
+
+def test_the_rule_is_declared_once():
+    assert MagnitudeConfig().alpha_rule == "count"
+    with pytest.raises(ValueError):
+        MagnitudeConfig(alpha_rule="always")
+    with pytest.raises(ValueError):
+        MagnitudeConfig(cv_folds=1)

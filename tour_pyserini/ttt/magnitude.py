@@ -1,0 +1,138 @@
+"""How far a shared state should move queries it was not fitted on, chosen from the rewarded queries alone.
+
+The count rule α_g = n_g / (n_g + 1) moves every query of a task almost the full length of v_g once a few
+queries are rewarded, whether or not v_g carries over to other queries. Cross-validation asks the rewarded
+queries instead: split them into folds, fit the scope on all folds but one, and score each held-out query's
+own judged candidates (their rewards are known; no unseen label is read) under x + α v for every α in a
+grid. The measure is pair agreement with the teacher (:mod:`tour_pyserini.ttt.agreement`), whose order
+does not change when x + α v is normalised. The α with the highest mean gain over α = 0 is chosen only if
+that gain is positive with a one-sided paired t-test below ``significance``; otherwise α = 0: the state is
+kept, but it moves no query, because nothing showed it helps queries it was not fitted on.
+
+A query state moves only its own query, so held-out queries cannot judge it: the rule is for global, task and
+neighbours states (a held-out query is then moved by the mixture of the other folds' query states).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from tour_pyserini.numbers import at_least, check_fields, fraction, param
+from tour_pyserini.ttt.agreement import pair_agreement
+from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+from tour_pyserini.ttt.neighbours import NeighbourConfig, mix
+from tour_pyserini.ttt.objectives import FitConfig
+
+ALPHA_RULES = ("count", "cv")
+GRID = (0.1, 0.25, 0.5, 0.75, 1.0)  # besides α = 0, which every candidate is compared with
+
+
+@dataclass(frozen=True)
+class MagnitudeConfig:
+    """How the deployment magnitude α of a global or task state is chosen, each parameter declared once."""
+
+    alpha_rule: str = param("count", str, "count: alpha = n/(n+1) of the rewarded queries behind a residual; cv: "
+                            "chosen by cross-validation over the rewarded queries (0 when no alpha helps held-out "
+                            "ones)", choices=ALPHA_RULES)  # fmt: skip
+    cv_folds: int = param(5, at_least(2), "folds of the rewarded queries for --alpha-rule cv")
+    significance: float = param(0.05, fraction, "--alpha-rule cv keeps an alpha only if its held-out gain is "
+                                "positive at this one-sided p-value")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class MagnitudeChoice:
+    """The chosen α (0: the state moves nothing), the mean held-out agreement gain over α = 0 of every α tried,
+    the one-sided p-value of the best one, and the number of held-out queries that judged them."""
+
+    alpha: float
+    gains: dict[float, float]
+    p: float
+    queries: int
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "gains": {str(a): round(g, 6) for a, g in self.gains.items()}}
+
+    def describe(self) -> str:
+        best = max(self.gains, key=self.gains.get) if self.gains else 0.0
+        found = f"best held-out agreement gain {self.gains.get(best, 0.0):+.4f} at alpha {best:g} (p {self.p:.3g}"
+        return f"{found}, {self.queries} held-out rewarded queries): alpha {self.alpha:g}"
+
+
+def fold_of(n: int, folds: int, seed: int = 0) -> np.ndarray:
+    """The fold (0 .. folds-1) of each of n items: a seeded permutation dealt round-robin, so fold sizes differ
+    by at most one and each item is held out exactly once."""
+    out = np.empty(n, dtype=np.int64)
+    out[np.random.default_rng(seed).permutation(n)] = np.arange(n) % folds
+    return out
+
+
+def residual_of(keys: Sequence[tuple], V: np.ndarray, scope: str, query: RewardedQuery, train: Sequence[RewardedQuery],
+                mixing: NeighbourConfig) -> np.ndarray | None:  # fmt: skip
+    """The unscaled residual that would move ``query``: its task's or the global v, or (neighbours) the mixture of
+    the query states of its task's ``train`` queries; None when the fit has none."""
+    if scope == "neighbours":
+        mine = [g for g, q in enumerate(train) if q.task == query.task]
+        anchors = np.stack([train[g].x for g in mine]) if mine else np.zeros((0, V.shape[1]))
+        return mix(np.asarray(query.x)[None], anchors, V[mine], mixing)[0] if mine else None
+    key = (None, None) if scope == "global" else (query.task, None)
+    return V[list(keys).index(key)] if key in keys else None
+
+
+def held_out_agreements(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None, *,
+                        folds: int = 5, alphas: Sequence[float] = GRID, seed: int = 0,
+                        mixing: NeighbourConfig | None = None) -> np.ndarray:  # fmt: skip
+    """Agreement (m, 1 + len(alphas)) of each held-out query that a fit could judge, at α = 0 and each α of
+    ``alphas``, over ``folds`` folds of ``queries``; queries whose teacher orders no pair are left out."""
+    if scope not in ("global", "task", "neighbours"):
+        raise ValueError(f"cross-validated magnitudes are for global, task and neighbours states, not {scope!r}")
+    fold = fold_of(len(queries), folds, seed)
+    rows = []
+    for f in range(folds):
+        train = [q for q, g in zip(queries, fold) if g != f]
+        if not train:
+            continue
+        keys, V, _ = fit_scope(train, scope, config)
+        for q in (q for q, g in zip(queries, fold) if g == f):
+            v = residual_of(keys, V, scope, q, train, mixing or NeighbourConfig())
+            if v is None:
+                continue
+            x, Z = np.asarray(q.x, dtype=np.float64), np.asarray(q.Z, dtype=np.float64)
+            row = [pair_agreement(Z @ (x + a * v), q.rewards) for a in (0.0, *alphas)]
+            if not np.isnan(row[0]):
+                rows.append(row)
+    return np.array(rows).reshape(-1, 1 + len(alphas))
+
+
+def choose_alpha(agreements: np.ndarray, alphas: Sequence[float] = GRID, significance: float = 0.05) -> MagnitudeChoice:
+    """The α whose held-out agreement gain over α = 0 is highest, if positive at ``significance`` (one-sided
+    paired t-test); else 0."""
+    from scipy.stats import ttest_rel
+
+    if len(agreements) < 2:
+        return MagnitudeChoice(0.0, {}, 1.0, len(agreements))
+    gains = agreements[:, 1:] - agreements[:, :1]
+    means = {float(a): float(g) for a, g in zip(alphas, gains.mean(axis=0))}
+    best = int(np.argmax(gains.mean(axis=0)))
+    column = gains[:, best]
+    with warnings.catch_warnings():  # a gain nearly the same for every query is a clear answer, not a precision loss
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = 1.0 if not column.any() else float(ttest_rel(column, np.zeros_like(column), alternative="greater").pvalue)
+    chosen = float(alphas[best]) if means[float(alphas[best])] > 0 and p < significance else 0.0
+    return MagnitudeChoice(chosen, means, p, len(agreements))
+
+
+def cross_validated_alpha(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None,
+                          magnitude: MagnitudeConfig | None = None, *, seed: int = 0,
+                          mixing: NeighbourConfig | None = None) -> MagnitudeChoice:  # fmt: skip
+    """α for the ``scope`` state fitted on ``queries``, chosen by cross-validation over those queries."""
+    magnitude = magnitude or MagnitudeConfig(alpha_rule="cv")
+    agreements = held_out_agreements(queries, scope, config, folds=min(magnitude.cv_folds, len(queries)), seed=seed,
+                                     mixing=mixing)  # fmt: skip
+    return choose_alpha(agreements, GRID, magnitude.significance)
