@@ -15,7 +15,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --teacher-runtime openvino --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-scale bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
 
 install: $(VENV)/.installed
 
@@ -164,11 +164,24 @@ bench-ttt: install
 	$(PY) -m tour_pyserini.index --bm25 --collection $(CRAN) --output indexes/cranfield.bm25
 	$(PY) bench/ttt.py
 
+# does a TTT-Embed state carry over to queries nobody judged? 5 folds, every query unseen once; scopes, the alpha
+# rules, a learning curve, the factors and other state forms (about 15 minutes on 2 cores; indexes of bench-ttt)
+bench-transfer: install
+	$(PY) bench/transfer.py
+
 # HNSW and IVF-PQ against flat on SciFact, nq-oracle and synthetic collections up to 3M vectors (about an
 # hour on 2 cores, most of it building HNSW at 1M), then Ray's throughput with 1 and 2 local workers
 bench-scale: install
 	$(PY) bench/scale.py
 	$(PY) bench/ray_throughput.py
+
+# IVF-PQ of the paper's size measured: 21M synthetic 384-d vectors streamed in chunks into the index file
+# (never all in memory), its search and TOUR (dense and oracle teachers) -> runs/bench-scale-21m.json.
+# Sized for a 24 GiB / 2-core machine: needs about 35 GB of free disk (the index is deleted at the end) and
+# about 1.5 hours on 2 idle cores; a benchmark run by hand, not in CI. VECTORS=10000000 measures a smaller one
+VECTORS ?= 21000000
+bench-scale-21m: install
+	cd bench && nice -n 10 ../$(PY) scale_21m.py --vectors $(VECTORS)
 
 # TOUR on MiniLM without its normalisation (an unnormalised encoder), with and without the scale rule:
 # SciFact and nq-oracle, training and test queries (docs/algorithms.md); encoding both corpora anew takes

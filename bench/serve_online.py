@@ -160,7 +160,7 @@ def main() -> None:
     ap.add_argument(
         "--budget", type=float, default=2.0, help="judgments per served query (2: every fifth query gets 10)"
     )
-    ap.add_argument("--scope", default="task", choices=["global", "task"])
+    ap.add_argument("--scope", default="task", choices=["global", "task", "neighbours"])
     ap.add_argument("--train-queries", type=int, default=400, help="length of the training stream")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
