@@ -153,6 +153,27 @@ def experiment(collection: str, split: str, args: argparse.Namespace) -> dict:
     }  # fmt: skip
 
 
+def table(rows: list[dict]) -> str:
+    """The rows as docs/serve.md shows them: the later half of each stream, learning against not learning."""
+
+    def cell(c: dict) -> str:
+        return f"{c['delta']:+.4f} ({c['p_t']:.2f})" if c["queries"] else "–"
+
+    head = ("| collection | teacher | stream | b | scope | queries | later half: learn | without | Δ | p (t) "
+            "| p (rand.) | W/T/L | later unjudged Δ (p) | earlier half Δ (p) | last version (refused) |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in sorted(rows, key=lambda r: (r["collection"] != "scifact", "oracle" in r["teacher"], r["budget"],
+                                         r["scope"], r["split"] != "train")):  # fmt: skip
+        later, learning = r["later_half"], r["learning"]
+        teacher = "labels (oracle: upper bound)" if r["teacher"].startswith("oracle") else "shipped ensemble"
+        lines.append(f"| {r['collection']} ({r['metric']}) | {teacher} | {r['split']} | {r['budget']:g} | {r['scope']} "
+                     f"| {r['queries']} | {later['learn']:.4f} | {later['no_learn']:.4f} | **{later['delta']:+.4f}** "
+                     f"| {later['p_t']:.3f} | {later['p_rand']:.3f} | {'/'.join(map(str, later['win_tie_loss']))} "
+                     f"| {cell(r['later_unjudged'])} | {cell(r['earlier_half'])} | {r['final_state_version']} "
+                     f"({learning.get('states_refused', '–')}) |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
@@ -169,8 +190,12 @@ def main() -> None:
         help="the labels as the teacher (qrels collections only): an "
         "upper bound, not a system; shows what the learning does with rewards that carry the truth",
     )
+    ap.add_argument("--report", action="store_true", help="print the table of the rows recorded so far, and exit")
     args = ap.parse_args()
     results = json.loads(OUT.read_text()) if OUT.exists() else {"rows": []}
+    if args.report:
+        print(table(results["rows"]))
+        return
     for collection in args.collections:
         for split in args.splits:
             row = experiment(collection, split, args)
