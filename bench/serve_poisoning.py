@@ -99,12 +99,13 @@ def settled(url: str, key: str | None, timeout: float = 600) -> dict:
     raise RuntimeError("the learner did not catch up")
 
 
-def arm(name: str, victims, chosen: set[str], attack: list[str], legit: list[list[str]], cwd: Path | None) -> dict:
+def arm(name: str, victims, chosen: set[str], attack: list[str], legit: list[list[str]], cwd: Path | None,
+        scope: str = "task") -> dict:  # fmt: skip
     data = WORK / name
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     (data / "keys").write_text("\n".join(KEYS) + "\n")
-    args = ["--index", str(Path.cwd() / INDEX), "--teacher", "bm25", "--budget", "2", "--learn", "task",
+    args = ["--index", str(Path.cwd() / INDEX), "--teacher", "bm25", "--budget", "2", "--learn", scope,
             "--threads", "2", "--data-dir", str(data.resolve())]  # fmt: skip
     args += {"anonymous-learning": ["--learn-from-anonymous", "--max-key-share", "1"],
              "keyed": ["--api-keys", str((data / "keys").resolve())]}.get(name, [])  # fmt: skip
@@ -135,6 +136,7 @@ def main() -> None:
     ap.add_argument("--earlier-tree", type=Path, help="a checkout of an earlier version, run as the 'earlier' arm")
     ap.add_argument("--arms", nargs="+", default=["open", "anonymous-learning", "keyed"])
     ap.add_argument("--attack", choices=["sentences", "abstracts"], default="sentences")
+    ap.add_argument("--scope", choices=["task", "neighbours"], default="task", help="the state the server learns")
     args = ap.parse_args()
     victims = read_topics("collections/scifact/topics.test.tsv")[:VICTIMS]
     train = [t.text for t in read_topics("collections/scifact/topics.train.tsv")]
@@ -148,13 +150,15 @@ def main() -> None:
     arms = [*args.arms, *(["earlier"] if args.earlier_tree else [])]
     rows = []
     for name in arms:
-        row = arm(name, victims, chosen, attack, legit, args.earlier_tree.resolve() if name == "earlier" else None)
-        row["chosen"], row["attack"] = sorted(chosen), args.attack
+        row = arm(name, victims, chosen, attack, legit, args.earlier_tree.resolve() if name == "earlier" else None,
+                  args.scope)  # fmt: skip
+        row["chosen"], row["attack"], row["scope"] = sorted(chosen), args.attack, args.scope
         row["bench_command"] = "python bench/serve_poisoning.py " + " ".join(sys.argv[1:])
         print(json.dumps({k: v for k, v in row.items() if k != "learning"}), flush=True)
         rows.append(row)
     earlier = json.loads(OUT.read_text()) if OUT.exists() else []
-    kept = [r for r in earlier if r["attack"] != args.attack]  # the other attack's rows stay
+    ran = {(args.attack, args.scope, r["arm"]) for r in rows}  # the rows of other attacks, scopes and arms stay
+    kept = [r for r in earlier if (r["attack"], r.get("scope", "task"), r["arm"]) not in ran]
     OUT.write_text(json.dumps(kept + rows, indent=1) + "\n")
 
 
