@@ -65,16 +65,27 @@ def recall(found: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact)]))
 
 
-def synthetic(real: np.ndarray, n: int, seed: int = 0, noise: float = 0.6) -> np.ndarray:
-    """``n`` unit vectors, each a real document vector plus Gaussian noise of norm about ``noise``."""
+def synthetic_chunks(real: np.ndarray, n: int, seed: int = 0, noise: float = 0.6, chunk: int = 100_000):
+    """``n`` unit vectors, ``chunk`` rows at a time, each a real document vector plus Gaussian noise of norm
+    about ``noise``, in float32 arithmetic (runs/bench-scale.json's sizes were made in float64: the same draws,
+    rows differing in the last bits). One seed gives the same chunks in the same order: a collection of n rows
+    starts with the whole chunks of any smaller one."""
     rng = np.random.default_rng(seed)
-    out = np.empty((n, real.shape[1]), dtype=np.float32)
-    for start in range(0, n, 100_000):
-        m = min(100_000, n - start)
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
         x = real[rng.integers(0, len(real), m)] + rng.standard_normal((m, real.shape[1]), dtype=np.float32) * (
-            noise / np.sqrt(real.shape[1])
+            np.float32(noise / np.sqrt(real.shape[1]))
         )
-        out[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+        yield x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def synthetic(real: np.ndarray, n: int, seed: int = 0, noise: float = 0.6) -> np.ndarray:
+    """The ``n`` rows of :func:`synthetic_chunks` as one array."""
+    out = np.empty((n, real.shape[1]), dtype=np.float32)
+    start = 0
+    for x in synthetic_chunks(real, n, seed, noise):
+        out[start : start + len(x)] = x
+        start += len(x)
     return out
 
 

@@ -117,3 +117,20 @@ def test_ivfpq_on_too_small_a_collection_is_refused_before_anything_is_encoded(m
         "error: IVF-PQ with 1 lists and 8-bit codes needs at least 256 documents to train; the collection has 50"
     ]
     assert not out.exists() and not list(tmp_path.glob("small.ivfpq*"))
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivfpq"])
+def test_a_streamed_build_writes_the_file_an_in_memory_build_writes(kind, tmp_path):
+    import faiss
+
+    vectors = np.random.default_rng(0).standard_normal((3000, 16)).astype(np.float32)
+    spec = FaissIndexSpec(type=kind, nlist=8, pq_m=2)
+    faiss.write_index(faiss_index.build(vectors, spec, chunk=1000), str(tmp_path / "memory"))
+    seconds = faiss_index.write_streamed(lambda: (vectors[i : i + 1000] for i in range(0, 3000, 1000)), 3000, 16,
+                                         spec, tmp_path / "streamed")  # fmt: skip
+    assert (tmp_path / "streamed").read_bytes() == (tmp_path / "memory").read_bytes()
+    assert "write_wall_s" in seconds and ("add_cpu_s" in seconds) == (kind == "ivfpq")
+    with pytest.raises(ValueError, match="2000"):
+        faiss_index.write_streamed(lambda: iter([vectors[:2000]]), 3000, 16, spec, tmp_path / "short")
+    with pytest.raises(UserError, match="hnsw"):
+        faiss_index.write_streamed(lambda: iter([vectors]), 3000, 16, FaissIndexSpec(type="hnsw"), tmp_path / "h")

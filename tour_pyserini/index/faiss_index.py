@@ -6,11 +6,15 @@ Rewriters update queries with candidate *vectors*, so every index type here retu
 the search ranks candidates by their PQ codes, re-scores ``REFINE_FACTOR`` times as many as asked for with
 the exact vectors, and ``reconstruct`` returns exact vectors too. Every index is opened memory-mapped, so
 processes on one machine share one copy in the page cache and only the pages a search touches are read.
+:func:`write_streamed` writes a flat or IVF-PQ file from vectors given in chunks, for collections larger than
+memory.
 """
 
 from __future__ import annotations
 
 import math
+import struct
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -86,14 +90,10 @@ class FaissIndexSpec:
         return {k: v for k, v in asdict(self).items() if k in keys[self.type]}
 
 
-def build(vectors, spec: FaissIndexSpec, chunk: int = 100_000):
-    """A Faiss inner-product index of ``vectors``, rows in docid order: an (n, d) float32 array, or another
-    Faiss index keeping exact vectors, read ``chunk`` rows at a time (a memory-mapped source is never copied
-    into memory whole: the build holds the new index and one chunk)."""
+def empty_index(spec: FaissIndexSpec, d: int):
+    """The untrained, empty Faiss index of a resolved ``spec`` (:meth:`FaissIndexSpec.resolved`)."""
     import faiss
 
-    n, d = (vectors.ntotal, vectors.d) if isinstance(vectors, faiss.Index) else vectors.shape
-    spec = spec.resolved(n, d)
     if spec.type == "flat":
         index = faiss.IndexFlatIP(d)
     elif spec.type == "hnsw":
@@ -115,10 +115,96 @@ def build(vectors, spec: FaissIndexSpec, chunk: int = 100_000):
         ivfpq.pq.cp.min_points_per_centroid = 1
         ivfpq.do_polysemous_training = False  # the factory's default; 10x the training time, unused by search
         index.k_factor = REFINE_FACTOR
+    return index
+
+
+def build(vectors, spec: FaissIndexSpec, chunk: int = 100_000):
+    """A Faiss inner-product index of ``vectors``, rows in docid order: an (n, d) float32 array, or another
+    Faiss index keeping exact vectors, read ``chunk`` rows at a time (a memory-mapped source is never copied
+    into memory whole: the build holds the new index and one chunk)."""
+    import faiss
+
+    n, d = (vectors.ntotal, vectors.d) if isinstance(vectors, faiss.Index) else vectors.shape
+    spec = spec.resolved(n, d)
+    index = empty_index(spec, d)
+    if spec.type == "ivfpq":
         index.train(rows(vectors, training_sample(n, spec)))
     for start in range(0, n, chunk):
         index.add(rows(vectors, np.arange(start, min(n, start + chunk))))
     return index
+
+
+def write_streamed(
+    chunks: Callable[[], Iterable[np.ndarray]], n: int, d: int, spec: FaissIndexSpec, path: str | Path
+) -> dict:
+    """Build a flat or IVF-PQ index of ``n`` vectors of dimension ``d`` straight into the Faiss file ``path``,
+    for collections whose vectors do not fit in memory: ``chunks()`` yields the rows in docid order (float32
+    arrays of any number of rows) and is called once per pass, giving the same rows each time (a generator
+    over a file, or one that makes them again). The file is the one ``faiss.write_index(build(vectors, spec))``
+    writes, byte for byte when the chunks are :func:`build`'s; memory holds one chunk and, for IVF-PQ, the
+    compressed codes (d/8 + 8 bytes a document), never the exact store, which is written to disk as it comes.
+    IVF-PQ makes three passes (the training sample, the codes, the exact store), flat one. Returns the seconds
+    of each pass (wall and CPU)."""
+    import time
+
+    import faiss
+
+    spec = spec.resolved(n, d)
+    if spec.type not in ("flat", "ivfpq"):
+        raise UserError(f"a streamed build writes flat or IVF-PQ indexes; {spec.type} holds its vectors in memory")
+    seconds: dict[str, float] = {}
+
+    def checked():
+        done = 0
+        for chunk in chunks():
+            chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+            if chunk.ndim != 2 or chunk.shape[1] != d or done + len(chunk) > n:
+                raise ValueError(f"chunk of shape {chunk.shape} after {done} rows; expected {n} rows of {d}")
+            yield done, chunk
+            done += len(chunk)
+        if done != n:
+            raise ValueError(f"the chunks gave {done} rows, not {n}")
+
+    def timed(name, start, cpu):
+        seconds[f"{name}_wall_s"] = round(time.perf_counter() - start, 2)
+        seconds[f"{name}_cpu_s"] = round(time.process_time() - cpu, 2)
+
+    def header(fourcc: bytes, ntotal: int) -> bytes:  # Faiss's index header, inner product, trained
+        return struct.pack("<4siqqq?i", fourcc, d, ntotal, 1 << 20, 1 << 20, True, faiss.METRIC_INNER_PRODUCT)
+
+    with open(path, "wb") as out:
+        if spec.type == "ivfpq":
+            index = empty_index(spec, d)
+            start, cpu = time.perf_counter(), time.process_time()
+            wanted, filled = training_sample(n, spec), 0
+            sample = np.empty((len(wanted), d), dtype=np.float32)
+            for at, chunk in checked():
+                lo, hi = np.searchsorted(wanted, [at, at + len(chunk)])
+                sample[filled : filled + hi - lo] = chunk[wanted[lo:hi] - at]
+                filled += hi - lo
+            index.train(sample)
+            del sample
+            timed("train", start, cpu)
+            start, cpu = time.perf_counter(), time.process_time()
+            base = index.base_index
+            for _, chunk in checked():
+                base.add(chunk)
+            timed("add", start, cpu)
+            start, cpu = time.perf_counter(), time.process_time()
+            out.write(header(b"IxRF", n))
+            faiss.write_index(base, faiss.PyCallbackIOWriter(out.write))
+            k_factor = index.k_factor
+            del index, base
+        else:
+            start, cpu = time.perf_counter(), time.process_time()
+        # the exact store: a flat index, its vectors as one vector of n * d floats
+        out.write(header(b"IxFI", n) + struct.pack("<q", n * d))
+        for _, chunk in checked():
+            out.write(chunk.tobytes())
+        if spec.type == "ivfpq":
+            out.write(struct.pack("<f", k_factor))
+        timed("write", start, cpu)
+    return seconds
 
 
 def training_sample(n: int, spec: FaissIndexSpec, seed: int = 0) -> np.ndarray:
