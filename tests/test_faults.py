@@ -223,8 +223,9 @@ def start_index(args: list, log: Path) -> subprocess.Popen:
 
 
 def start_lucene_build(out: Path, log: Path) -> subprocess.Popen:
-    """A BM25 build of SciFact's 5,183 abstracts (about 5 s in Lucene), once Lucene has started indexing."""
-    proc = start_index(["--bm25", "--collection", ROOT / "collections/scifact", "--output", out], log)
+    """A BM25 build of SciFact's 5,183 abstracts (about 5 s in Lucene), once Lucene has started indexing (which
+    Lucene logs with --verbose only)."""
+    proc = start_index(["--bm25", "--collection", ROOT / "collections/scifact", "--output", out, "--verbose"], log)
     wait_for(lambda: "Starting to index" in log.read_text(), proc, "Lucene's indexing")
     return proc
 
