@@ -73,16 +73,24 @@ def fold_of(n: int, folds: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-def residual_of(keys: Sequence[tuple], V: np.ndarray, scope: str, query: RewardedQuery, train: Sequence[RewardedQuery],
-                mixing: NeighbourConfig) -> np.ndarray | None:  # fmt: skip
-    """The unscaled residual that would move ``query``: its task's or the global v, or (neighbours) the mixture of
-    the query states of its task's ``train`` queries; None when the fit has none."""
-    if scope == "neighbours":
-        mine = [g for g, q in enumerate(train) if q.task == query.task]
-        anchors = np.stack([train[g].x for g in mine]) if mine else np.zeros((0, V.shape[1]))
-        return mix(np.asarray(query.x)[None], anchors, V[mine], mixing)[0] if mine else None
-    key = (None, None) if scope == "global" else (query.task, None)
-    return V[list(keys).index(key)] if key in keys else None
+def held_out_residuals(keys: Sequence[tuple], V: np.ndarray, scope: str, train: Sequence[RewardedQuery],
+                       held: Sequence[RewardedQuery], mixing: NeighbourConfig) -> list[np.ndarray | None]:  # fmt: skip
+    """The unscaled residual that would move each ``held`` query: its task's or the global v, or (neighbours) the
+    mixture of the query states of its task's ``train`` queries, one mixture per task; None when the fit has none."""
+    if scope != "neighbours":
+        rows = {key: g for g, key in enumerate(keys)}
+        found = [rows.get((None, None) if scope == "global" else (q.task, None)) for q in held]
+        return [None if g is None else V[g] for g in found]
+    out: list[np.ndarray | None] = [None] * len(held)
+    for task in dict.fromkeys(q.task for q in held):
+        mine = [g for g, q in enumerate(train) if q.task == task]
+        if not mine:
+            continue
+        at = [i for i, q in enumerate(held) if q.task == task]
+        mixed = mix(np.stack([held[i].x for i in at]), np.stack([train[g].x for g in mine]), V[mine], mixing)
+        for i, r in zip(at, mixed):
+            out[i] = r
+    return out
 
 
 def held_out_agreements(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None, *,
@@ -99,8 +107,8 @@ def held_out_agreements(queries: Sequence[RewardedQuery], scope: str, config: Fi
         if not train:
             continue
         keys, V, _ = fit_scope(train, scope, config)
-        for q in (q for q, g in zip(queries, fold) if g == f):
-            v = residual_of(keys, V, scope, q, train, mixing or NeighbourConfig())
+        held = [q for q, g in zip(queries, fold) if g == f]
+        for q, v in zip(held, held_out_residuals(keys, V, scope, train, held, mixing or NeighbourConfig())):
             if v is None:
                 continue
             x, Z = np.asarray(q.x, dtype=np.float64), np.asarray(q.Z, dtype=np.float64)
