@@ -148,7 +148,7 @@ def fit_command(args: argparse.Namespace) -> None:
                         f"the {args.scope} scope")  # fmt: skip
     if magnitude.alpha_rule == "cv" and args.scope == "query":
         raise UserError("--alpha-rule cv: a query state moves only its own query, so held-out queries cannot judge "
-                        "it; cross-validation is for global and task states")  # fmt: skip
+                        "it; cross-validation is for global, task and neighbours states")  # fmt: skip
     with locked_output(args.output):
         init = read_init(args.init, args.scope) if args.init else None
         rewards = read_rewards(args.rewards)

@@ -367,7 +367,7 @@ class OnlineLearner:
             return new, {"fitted": True, "held_back": len(held), "served": True}
         # from scratch, with the first fit's steps: what a state fitted on these queries would do
         choice = cross_validated_alpha(queries, self.scope, self.fit_config)
-        new.provenance["magnitude"] = {**choice.to_json(), "summary": choice.describe()}
+        new.provenance["magnitude"] = choice.to_json()
         if choice.alpha == 0:
             log.info("online TTT-Embed: a new state is not served: %s", choice.describe())
             return None, {"fitted": True, "served": False, "why": "cross-validation over the rewarded queries: "

@@ -57,7 +57,9 @@ class MagnitudeChoice:
     queries: int
 
     def to_json(self) -> dict:
-        return {**asdict(self), "gains": {str(a): round(g, 6) for a, g in self.gains.items()}}
+        """What a state's provenance records of the choice, with :meth:`describe`'s line as ``summary``."""
+        return {**asdict(self), "gains": {str(a): round(g, 6) for a, g in self.gains.items()},
+                "summary": self.describe()}  # fmt: skip
 
     def describe(self) -> str:
         best = max(self.gains, key=self.gains.get) if self.gains else 0.0

@@ -81,10 +81,8 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
         init.check_encoder(encoder, f"--init {init_path}")
     start = time.perf_counter()
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
-    chosen = None
-    if magnitude is not None and magnitude.alpha_rule == "cv":
-        choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing)
-        chosen = [choice.alpha] * len(keys)
+    cv = magnitude is not None and magnitude.alpha_rule == "cv"
+    choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing) if cv else None
     seconds = time.perf_counter() - start
     provenance = {path: {**info, "sha256": file_sha256(path)}
                   for path, info in rewards.provenance.items()}  # fmt: skip
@@ -93,9 +91,11 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
             "state": init_path,
             "sha256": file_sha256(init_path),
         }
-    if chosen is not None:
-        provenance["magnitude"] = {**choice.to_json(), "summary": choice.describe()}
-    anchors = np.stack([q.x for q in queries]) if scope == "neighbours" else None  # keys are in query order
+    if choice is not None:
+        provenance["magnitude"] = choice.to_json()
+    chosen = None if choice is None else [choice.alpha] * len(keys)
+    neighbours = scope == "neighbours"
+    anchors = np.stack([q.x for q in queries]) if neighbours else None  # keys are in query order
     state = State(scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance, chosen,
-                  anchors, mixing if scope == "neighbours" else None)  # fmt: skip
+                  anchors, mixing if neighbours else None)  # fmt: skip
     return state, seconds
