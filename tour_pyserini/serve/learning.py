@@ -3,16 +3,16 @@
 A served query is searched with unit(x + α_g v_g) of the current state (none before the first fit). The
 judgments the budget buys for trusted clients (the engine decides whom) are appended to a rewards log (JSON
 lines, each flushed and fsynced before the query's answer leaves), and a background thread refits the state,
-warm-started from the current one (``ttt fit --init``: the same objective, hyper-parameters and α rule).
+warm-started from the current one (``ttt fit --init``: the same objective and hyper-parameters).
 
 Four rules keep one client from steering what every client is served:
 
 - every query is its client's: its key is (task, client/qid), so no client writes another's query state;
 - a refit uses at most ``max_key_share`` of its queries from any one client (each client's most recent ones,
   up to the largest count that keeps every share within the cap: with a share of 0.2, five clients at least);
-- a global or task state moves queries nobody judged, so its α is chosen by cross-validation over the rewarded
-  queries it is fitted on (:mod:`tour_pyserini.ttt.magnitude`); when no α raises their held-out agreement with
-  the teacher significantly, the fitted state is not served, and the status says what was measured;
+- a global, task or neighbours state moves queries nobody judged, so its α is chosen by cross-validation over
+  the rewarded queries it is fitted on (:mod:`tour_pyserini.ttt.magnitude`); when no α raises their held-out
+  agreement with the teacher significantly, the fitted state is not served, and the status says what was measured;
 - one judged query in ``HELD_BACK`` (the 1st, 6th, 11th, ... to arrive) is never fitted on: a new state is served
   only if it orders the held-back queries' candidates as the teacher does at least as often as the state it
   would replace (:mod:`tour_pyserini.ttt.agreement`); otherwise it is dropped and the status says so. A query
