@@ -10,10 +10,11 @@ DENSE   := indexes/scifact.minilm
 BM25    := indexes/scifact.bm25
 # the shipped SciFact teacher: the residual cross-encoder models/scifact-rce summed with BM25 and the
 # retriever's similarity, weighted as fitted on its dev training claims; its scores are kept in one store,
-# so TOUR does not score again the pairs re-ranking scored. The cross-encoder runs through OpenVINO (exported
-# once, beside its weights): bf16 where the CPU has bfloat16 units, else fp32, faster than torch either way
+# so TOUR does not score again the pairs re-ranking scored. The runtimes are the defaults (auto): the cross-encoder
+# and the query encoder through OpenVINO (exported once, beside their weights), the cross-encoder in bf16 where the
+# CPU has bfloat16 units, else fp32, faster than torch either way
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
-    --teacher-runtime openvino --score-store runs/scifact.ensemble.scores.sqlite
+    --score-store runs/scifact.ensemble.scores.sqlite
 
 .PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
 

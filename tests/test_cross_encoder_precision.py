@@ -34,9 +34,10 @@ def pairs(mini_scifact) -> list[tuple[str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def teachers(dense_index) -> dict[str, CrossEncoderTeacher]:
-    """The shipped residual teacher at each precision, on an index of its own bi-encoder."""
+    """The shipped residual teacher at each precision through torch, on an index of its own bi-encoder."""
     precisions = ("fp32", "bf16") if native_bf16("cpu") else ("fp32",)
-    context = {p: TeacherContext(index_dir=str(dense_index), precision=p) for p in precisions}
+    context = {p: TeacherContext(index_dir=str(dense_index), precision=p, options={"runtime": "torch"})
+               for p in precisions}  # fmt: skip
     return {p: get_teacher(f"cross-encoder:{MODEL}", c) for p, c in context.items()}
 
 

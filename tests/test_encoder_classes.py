@@ -355,8 +355,8 @@ def test_bad_encoder_input_is_one_line(models, dense_index, mini_scifact, tmp_pa
 
 
 def test_encoded_queries_in_pyserinis_format(searcher, dense_index, mini_scifact, tmp_path):
-    """Pre-encoded queries (embedding.pkl, Pyserini's format) give the run the encoder gives; a topic whose
-    text has no vector is one line."""
+    """Pre-encoded queries (embedding.pkl, Pyserini's format) give the run the encoder gives through torch (the
+    searcher's); a topic whose text has no vector is one line."""
     import pandas as pd
 
     from tour_pyserini.files import read_topics
@@ -367,7 +367,7 @@ def test_encoded_queries_in_pyserinis_format(searcher, dense_index, mini_scifact
     encoded.mkdir()
     pd.DataFrame({"text": [t.text for t in topics], "embedding": list(vectors)}).to_pickle(encoded / "embedding.pkl")
     base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "20"]
-    _search(*base, "--output", str(tmp_path / "model.trec"))
+    _search(*base, "--encoder-runtime", "torch", "--output", str(tmp_path / "model.trec"))
     _search(*base, "--encoded-queries", str(encoded), "--output", str(tmp_path / "encoded.trec"))
     assert (tmp_path / "model.trec").read_text() == (tmp_path / "encoded.trec").read_text()
 

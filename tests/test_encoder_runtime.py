@@ -106,7 +106,7 @@ def test_auto_is_float32_through_every_runtime_and_bad_pairs_are_one_line():
         resolve_query_precision("int8", "cpu", "openvino")
     with pytest.raises(UserError, match="--encoder-precision bf16: ONNX Runtime's CPU kernels have no bfloat16"):
         resolve_query_precision("bf16", "cpu", "onnx")
-    with pytest.raises(UserError, match="--encoder-runtime must be one of torch, onnx, openvino, got 'tvm'"):
+    with pytest.raises(UserError, match="--encoder-runtime must be one of auto, torch, onnx, openvino, got 'tvm'"):
         resolve_query_precision("fp32", "cpu", "tvm")
 
 
@@ -162,14 +162,15 @@ def search(dense_index, mini_scifact, out: Path, *flags) -> Path:
 def test_a_search_through_openvino_ranks_as_torch_and_writes_the_same_bytes_twice(dense_index, bm25_index, mini_scifact,
                                                                                   model, tmp_path):  # fmt: skip
     """TOUR with the BM25 teacher (whose query vector steps start from the encoder's): the runtime's run is
-    torch's up to ties of 1e-5, and the same command writes the same bytes again (from the cached graph)."""
+    torch's up to ties of 1e-5, and the same command writes the same bytes again (from the cached graph). With no
+    flag (auto, the default) the command runs OpenVINO: the runtime extra is installed and the model is local."""
     from tour_pyserini.files.runs import read_run
     from tour_pyserini.files.sameness import diff_runs
 
     flags = ["--encoder", str(model), "--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "10"]
-    torch_run = search(dense_index, mini_scifact, tmp_path / "torch.trec", *flags)
-    first, second = (search(dense_index, mini_scifact, tmp_path / f"{n}.trec", *flags, "--encoder-runtime",
-                            "openvino") for n in ("first", "second"))  # fmt: skip
+    torch_run = search(dense_index, mini_scifact, tmp_path / "torch.trec", *flags, "--encoder-runtime", "torch")
+    first = search(dense_index, mini_scifact, tmp_path / "first.trec", *flags)
+    second = search(dense_index, mini_scifact, tmp_path / "second.trec", *flags, "--encoder-runtime", "openvino")
     assert first.read_bytes() == second.read_bytes()
     report = diff_runs(read_run(torch_run), read_run(first))
     assert report.same and report.queries == len(read_topics(mini_scifact["topics"])), report.summary()

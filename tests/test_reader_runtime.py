@@ -98,7 +98,7 @@ def test_the_shipped_reader_answers_as_torch_through_openvino(tmp_path):
     for runtime in ("torch", "openvino"):
         outputs[runtime] = tmp_path / f"{runtime}.jsonl"
         answer_main(["--run", str(run), "--topics", TOPICS, "--collection", NQ, "--reader", str(model), "--k", "1",
-                     "--runtime", runtime, "--output", str(outputs[runtime])])  # fmt: skip
+                     "--runtime", runtime, "--precision", "fp32", "--output", str(outputs[runtime])])  # fmt: skip
     torch_preds, ours = ([json.loads(line) for line in outputs[r].read_text().splitlines()] for r in outputs)
     assert [(p["qid"], p["answer"]) for p in ours] == [(p["qid"], p["answer"]) for p in torch_preds]
     assert sum(bool(p["answer"]) for p in ours) == len(topics)

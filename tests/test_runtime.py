@@ -56,7 +56,7 @@ def test_float32_scores_through_a_runtime_equal_torchs(which, runtime, shipped, 
     """The shipped teacher's classifier and a random-headed MiniLM: every score within 1e-5 of torch's, through
     ONNX Runtime's fused graph and through OpenVINO compiling the graph as traced."""
     path = shipped if which == "shipped" else copy_model(cross_encoder_dir, tmp_path / "tiny")
-    exact = scores(CrossEncoderTeacher(path, precision="fp32"), pairs)
+    exact = scores(CrossEncoderTeacher(path, precision="fp32", runtime="torch"), pairs)
     teacher = CrossEncoderTeacher(path, precision="fp32", runtime=runtime)
     assert np.abs(exact - scores(teacher, pairs)).max() < 1e-5
     assert np.ptp(exact) > 1e-2  # scores that spread 1,000 times the tolerance: the comparison means something
@@ -70,7 +70,7 @@ def test_float32_scores_through_a_runtime_equal_torchs(which, runtime, shipped, 
 def test_openvino_bf16_rounds_and_repeats_itself(shipped, pairs):
     """OpenVINO's bfloat16 hint: scores that are not float32's but near them, the same twice, and auto's choice
     where the CPU multiplies in bfloat16 (torch's rule)."""
-    exact = scores(CrossEncoderTeacher(shipped, precision="fp32"), pairs)
+    exact = scores(CrossEncoderTeacher(shipped, precision="fp32", runtime="torch"), pairs)
     teacher = CrossEncoderTeacher(shipped, precision="bf16", runtime="openvino")
     a, b = scores(teacher, pairs), scores(teacher, pairs)
     assert np.array_equal(a, b) and not np.array_equal(a, exact) and np.abs(a - exact).max() < 0.2
@@ -140,7 +140,7 @@ def test_int8_is_the_same_bytes_every_time_and_quantises(shipped, pairs, tmp_pat
     assert first.graph.path.stat().st_size < fp32.stat().st_size / 3  # 8-bit weights
     a, b = scores(first, pairs), scores(second, pairs)
     assert np.array_equal(a, b)
-    exact = scores(CrossEncoderTeacher(shipped, precision="fp32"), pairs)
+    exact = scores(CrossEncoderTeacher(shipped, precision="fp32", runtime="torch"), pairs)
     assert not np.array_equal(a, exact) and np.abs(a - exact).max() < 1.0
 
 
@@ -176,6 +176,31 @@ def test_auto_through_onnx_is_int8_the_fastest_precision_within_the_bounds(cross
     else:
         assert teacher.precision == "fp32"
     assert CrossEncoderTeacher(cross_encoder_dir).precision in ("fp32", "bf16")
+
+
+def test_auto_is_openvino_where_it_can_run_the_model_and_torch_elsewhere(cross_encoder_dir, monkeypatch, caplog):
+    """The default runtime: OpenVINO (the fastest way within every measured bound) for a local model on the CPU;
+    torch on a GPU, for a hub id or a class no runtime runs, and where the runtime extra is missing, which is said
+    once. A teacher made with the default is the one asked for by name: the same runtime, the same fingerprint."""
+    from tour_pyserini.errors import warn_once
+    from tour_pyserini.runtime import resolve_runtime
+
+    def resolve(model=cross_encoder_dir, device="cpu", exportable=True):
+        return resolve_runtime("auto", device, model, "--r", "the model", exportable=exportable)
+
+    assert resolve() == "openvino" and resolve_runtime("onnx", "cpu", "org/hub-id", "--r", "m") == "onnx"
+    assert resolve(device="cuda") == resolve(model="org/hub-id") == resolve(exportable=False) == "torch"
+    auto = CrossEncoderTeacher(cross_encoder_dir)
+    assert auto.runtime == "openvino"
+    assert auto.fingerprint == CrossEncoderTeacher(cross_encoder_dir, runtime="openvino").fingerprint
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as if the runtime extra were not installed
+    warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        assert resolve() == resolve() == "torch"
+    assert [r.getMessage() for r in caplog.records] == [
+        "--r auto: torch runs the model, since the runtime extra is not installed (openvino); pip install "
+        "'tour-pyserini[runtime]' runs it through OpenVINO, faster within the same bounds"]  # fmt: skip
+    assert CrossEncoderTeacher(cross_encoder_dir).runtime == "torch"
 
 
 def test_without_vnni_auto_through_onnx_is_fp32_and_int8_warns(monkeypatch, caplog):
@@ -267,7 +292,7 @@ def test_an_unknown_runtime_and_a_runtime_for_another_teacher_are_refused(dense_
     assert "--teacher-runtime: invalid choice: 'tensorrt'" in capsys.readouterr().err
     assert search(dense_index, mini_scifact, tmp_path, "--teacher", "bm25", "--teacher-runtime", "onnx") == 2
     assert "error: --teacher-runtime: not an option of the bm25 teacher" in capsys.readouterr().err
-    with pytest.raises(UserError, match="--teacher-runtime must be one of torch, onnx, openvino, got 'tvm'"):
+    with pytest.raises(UserError, match="--teacher-runtime must be one of auto, torch, onnx, openvino, got 'tvm'"):
         CrossEncoderTeacher("/no/such/model", runtime="tvm")  # the library's own check, before the path's
 
 
@@ -282,7 +307,7 @@ def test_openvino_exports_and_runs_without_onnx_runtime(cross_encoder_dir, pairs
     record = json.loads((teacher.graph.path.parent / "graph.json").read_text())
     assert record["recipe"] == "plain" and "onnxruntime" not in record and "onnx" in record
     monkeypatch.undo()
-    exact = scores(CrossEncoderTeacher(path, precision="fp32"), pairs)
+    exact = scores(CrossEncoderTeacher(path, precision="fp32", runtime="torch"), pairs)
     assert np.abs(exact - scores(teacher, pairs)).max() < 1e-5
 
 

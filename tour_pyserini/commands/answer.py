@@ -22,7 +22,7 @@ from tour_pyserini.commands.flags import ArgumentParser, add_param_flags, config
 from tour_pyserini.commands.outputs import check_output
 from tour_pyserini.devices import check_device
 from tour_pyserini.numbers import positive_int
-from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES
+from tour_pyserini.runtime import AUTO, RUNTIME_CHOICES, RUNTIME_PRECISIONS, resolve_runtime
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,13 +35,14 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--index", help="index directory whose document store holds the run's passages")
     ap.add_argument("--reader", required=True, help="extractive QA model: directory or Hugging Face id")
     ap.add_argument("--output", required=True, help="predictions file to write (JSON lines)")
-    ap.add_argument("--precision", choices=RUNTIME_PRECISIONS, default="fp32",
-                    help="the reader's arithmetic: bf16 (torch's autocast, OpenVINO's hint) where the CPU multiplies "
-                    "in bfloat16, int8 (--runtime onnx), auto (the fastest within the reader's bounds: bf16 where "
-                    "native through torch or OpenVINO, fp32 through ONNX Runtime)")  # fmt: skip
-    ap.add_argument("--runtime", choices=RUNTIMES, default="torch",
-                    help="what runs the reader: torch, or (the runtime extra; a local model directory) onnx or "
-                    "openvino, exported once and cached beside its weights")  # fmt: skip
+    ap.add_argument("--precision", choices=RUNTIME_PRECISIONS, default="auto",
+                    help="the reader's arithmetic: auto (default: the fastest within the reader's bounds, bf16 where "
+                    "native through torch or OpenVINO, fp32 through ONNX Runtime), fp32, bf16 (torch's autocast, "
+                    "OpenVINO's hint) where the CPU multiplies in bfloat16, int8 (--runtime onnx)")  # fmt: skip
+    ap.add_argument("--runtime", choices=RUNTIME_CHOICES, default=AUTO,
+                    help="what runs the reader: auto (default: openvino where it can, else torch), torch, or (the "
+                    "runtime extra; a local model directory) onnx or openvino, exported once and cached beside its "
+                    "weights")  # fmt: skip
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--questions-per-batch", type=positive_int, default=16,
                     help="questions read, and written, together (the unit an interrupted run resumes at)")  # fmt: skip
@@ -61,8 +62,9 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     device = check_device(args.device)
-    precision = resolve_reader_precision(args.precision, args.runtime, device)
-    options = config_from_flags(ReaderOptions, args, precision=precision, runtime=args.runtime, device=device)
+    runtime = resolve_runtime(args.runtime, device, args.reader, "--runtime", f"the reader {args.reader}")
+    precision = resolve_reader_precision(args.precision, runtime, device)
+    options = config_from_flags(ReaderOptions, args, precision=precision, runtime=runtime, device=device)
     output = check_output(args.output)
     signature = {"run": str(Path(args.run).resolve()), "topics": str(Path(args.topics).resolve()),
                  "reader": args.reader, "options": asdict(options),

@@ -17,7 +17,7 @@ from tour_pyserini.devices import PRECISIONS, resolve_precision
 from tour_pyserini.encoders.spec import DOCUMENT_LENGTH
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, Param, configure, params_of, positive_int
-from tour_pyserini.runtime import RUNTIME_PRECISIONS, RUNTIMES
+from tour_pyserini.runtime import AUTO, RUNTIME_CHOICES, RUNTIME_PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -232,11 +232,13 @@ def add_encoder_runtime_flags(group) -> None:
         "about 1.5e-3 of fp32), int8 (onnx: 8-bit weights), fp32, or auto (default: fp32 through "
         "every runtime, since bf16 and int8 reorder near-tied documents; docs/algorithms.md)",
     )
-    group.add_argument("--encoder-runtime", choices=RUNTIMES, default="torch",
-                       help="what runs the query encoder (auto, sentence and contriever classes): torch "
-                       "(default), onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside "
-                       "its weights) or openvino (OpenVINO on the CPU, the same export unfused: fp32 about 1.2x "
-                       "torch's speed); both need the runtime extra")  # fmt: skip
+    group.add_argument("--encoder-runtime", choices=RUNTIME_CHOICES, default=AUTO,
+                       help="what runs the query encoder: auto (default: openvino where it can, else torch), torch, "
+                       "onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside its weights) "
+                       "or openvino (OpenVINO on the CPU, the same export unfused: fp32 1.1-2.1x torch's speed, "
+                       "vectors within 3e-7 of torch's); onnx and openvino run the auto, sentence and contriever "
+                       "classes from a local directory and need the runtime extra, which auto uses where "
+                       "installed")  # fmt: skip
 
 
 def encoder_settings(args: argparse.Namespace):

@@ -3,16 +3,20 @@ weights, and run on the CPU by ONNX Runtime (``onnx``: fused, fp32 or int8) or O
 bf16); which runtime and precision a flag means is checked first (:mod:`.choice`)."""
 
 from tour_pyserini.runtime.choice import (
+    AUTO,
     INT8,
     ONNX_AUTO,
+    RUNTIME_CHOICES,
     RUNTIME_PRECISIONS,
     RUNTIMES,
     check_model_directory,
+    resolve_runtime,
     resolve_runtime_precision,
 )
 from tour_pyserini.runtime.exported import exported_model
 from tour_pyserini.runtime.onnx import RECIPE, OnnxModel
 from tour_pyserini.runtime.openvino import OpenVinoModel
 
-__all__ = ["INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_PRECISIONS", "OnnxModel", "OpenVinoModel",
-           "check_model_directory", "exported_model", "resolve_runtime_precision"]  # fmt: skip
+__all__ = ["AUTO", "INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_CHOICES", "RUNTIME_PRECISIONS",
+           "OnnxModel", "OpenVinoModel", "check_model_directory", "exported_model", "resolve_runtime",
+           "resolve_runtime_precision"]  # fmt: skip

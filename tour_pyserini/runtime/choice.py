@@ -7,6 +7,7 @@ bfloat16 natively, as torch's rule.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,6 +15,12 @@ from tour_pyserini.devices import PRECISIONS, exact_int8, resolve_precision
 from tour_pyserini.errors import UserError, warn_once
 
 RUNTIMES = ("torch", "onnx", "openvino")
+AUTO = "auto"
+RUNTIME_CHOICES = (AUTO, *RUNTIMES)  # what a --*-runtime flag takes; auto is the default
+# what auto means on the CPU for a local model directory where the runtime extra is installed: OpenVINO was the
+# fastest way within every ranking bound measured (the cross-encoder, the query encoder and the reader) on each CPU
+# kind measured (AMX, AVX512-BF16, AVX2 only; docs/benchmarks.md)
+AUTO_RUNTIME = "openvino"
 INT8 = "int8"
 RUNTIME_PRECISIONS = (*PRECISIONS, INT8)  # int8 runs through ONNX Runtime only
 # what auto means through ONNX Runtime where the CPU has VNNI: the fastest precision within the ranking bounds.
@@ -45,6 +52,25 @@ def check_model_directory(path: str | Path, runtime: str, runtime_flag: str, wha
                         "local model directory")  # fmt: skip
 
 
+def resolve_runtime(runtime: str, device: str, model: str | Path, runtime_flag: str, what: str,
+                    exportable: bool = True) -> str:  # fmt: skip
+    """The runtime ``runtime`` means for ``what`` (the model at ``model``) on ``device``: itself, or for auto
+    :data:`AUTO_RUNTIME` where it can run the model (the CPU, an ``exportable`` model in a local directory, the
+    runtime extra installed), else torch. A missing extra is said once, since installing it is the user's choice;
+    the other cases are where torch is the better or the only way (a GPU, a hub id, a class no runtime runs)."""
+    if runtime != AUTO:
+        return runtime
+    if device != "cpu" or not exportable or not Path(model).expanduser().is_dir():
+        return "torch"
+    missing = [m for m in MODULES[AUTO_RUNTIME] if importlib.util.find_spec(m) is None]
+    if missing:
+        warn_once(__name__, f"{runtime_flag} auto: torch runs {what}, since the runtime extra is not "
+                            f"installed ({missing[0]}); {INSTALL} runs it through OpenVINO, faster within the "
+                            "same bounds")  # fmt: skip
+        return "torch"
+    return AUTO_RUNTIME
+
+
 def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str,
                               auto: Mapping[str, str] | None = None) -> str:  # fmt: skip
     """The arithmetic ``precision`` means through ``runtime`` on ``device`` (``flag`` and ``runtime_flag`` name
@@ -55,13 +81,13 @@ def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: s
     line, before any model loads."""
     if precision == "auto" and auto and runtime in auto:
         precision = auto[runtime]
-    if runtime not in RUNTIMES:
-        raise UserError(f"{runtime_flag} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime not in RUNTIME_CHOICES:
+        raise UserError(f"{runtime_flag} must be one of {', '.join(RUNTIME_CHOICES)}, got {runtime!r}")
     if precision not in RUNTIME_PRECISIONS:
         raise UserError(f"{flag} {precision!r}: choose one of {', '.join(RUNTIME_PRECISIONS)}")
     if runtime != "onnx" and precision == INT8:
         raise UserError(f"{flag} int8 runs through ONNX Runtime only ({runtime_flag} onnx)")
-    if runtime == "torch":
+    if runtime in ("torch", AUTO):  # auto is torch or OpenVINO, whose precisions resolve alike
         return resolve_precision(precision, device, flag)
     if device != "cpu":
         raise UserError(f"{runtime_flag} {runtime} runs on the CPU here (its wheel's GPU support is not used), "

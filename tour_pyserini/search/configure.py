@@ -19,7 +19,7 @@ from typing import Any
 
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import EncoderSettings, EncoderSpec, encoder_identity
-from tour_pyserini.encoders.exported import check_exportable
+from tour_pyserini.encoders.exported import EXPORTABLE, check_exportable
 from tour_pyserini.encoders.query import QueryEncoder, QueryEncoders, check_encoded_queries, resolve_query_precision
 from tour_pyserini.errors import ParamError, UserError
 from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes, set_search_params
@@ -27,7 +27,7 @@ from tour_pyserini.index.layout import check_readable, index_kind
 from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.rewriters import Rewriter, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import StateShift
-from tour_pyserini.runtime import resolve_runtime_precision
+from tour_pyserini.runtime import AUTO, resolve_runtime, resolve_runtime_precision
 from tour_pyserini.teachers import Teacher, TeacherSpec, check_shared_teacher_options, options_for
 from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cross_encoder import RUNTIME
@@ -59,7 +59,7 @@ class SearchConfig:
     encoder_settings: EncoderSettings = EncoderSettings()  # class, pooling, prefix, ... as the flags give them
     encoded_queries: str | None = None  # Pyserini's pre-encoded queries instead of an encoder
     encoder_precision: str | None = None  # the query encoder's arithmetic: auto (None), fp32, bf16 or int8
-    encoder_runtime: str = "torch"  # what runs the query encoder: torch, onnx or openvino
+    encoder_runtime: str = AUTO  # what runs the query encoder: auto (resolve_runtime), torch, onnx or openvino
     rewriter: str | None = "none"  # None: no rewriter; a teacher is opened for the caller to ask (rewards, training)
     rewriter_options: Mapping[str, object] = field(default_factory=dict)  # parameters the rewriter declares
     teacher: str | TeacherSpec | None = None
@@ -87,7 +87,7 @@ class SearchPlan:
     opened: OpenIndexes = field(default_factory=OpenIndexes)  # the index (and any a teacher reads), opened once
     encoder: EncoderSpec | None = None  # None: pre-encoded queries
     encoder_precision: str = "fp32"
-    encoder_runtime: str = "torch"
+    encoder_runtime: str = "torch"  # auto resolved
     start: StateShift | None = None  # the TTT-Embed state the rewriter searches with or starts from, read
     teacher: TeacherSpec | None = None  # the config's teacher spec, parsed and its kind known
 
@@ -141,10 +141,10 @@ def plan_search(config: SearchConfig, opened: OpenIndexes | None = None) -> Sear
                              f"the index ({index.meta.num_docs} documents)")  # fmt: skip
     state = getattr(rewriter_config, "state", None)
     start = StateShift.load(state, rewriter_config.task) if state else None
-    spec = None
+    spec, runtime = None, "torch"
     if config.encoded_queries:
         if (config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision
-                or config.encoder_runtime != "torch"):  # fmt: skip
+                or config.encoder_runtime != AUTO):  # fmt: skip
             raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
         check_encoded_queries(config.encoded_queries, dimension=index.index.d)
         if start:
@@ -154,11 +154,14 @@ def plan_search(config: SearchConfig, opened: OpenIndexes | None = None) -> Sear
         spec = index_query_encoder(index.directory, index.meta, config.encoder, config.encoder_settings)
         if start:  # a TTT-Embed state of another encoder
             start.state.check_encoder(encoder_identity(spec), f"--state {state}")
-        check_exportable(spec, config.encoder_runtime)
+        runtime = resolve_runtime(config.encoder_runtime, config.device, spec.path, "--encoder-runtime",
+                                  f"the query encoder {spec.name}",
+                                  exportable=spec.encoder_class in EXPORTABLE)  # fmt: skip
+        check_exportable(spec, runtime)
     check_device(config.device)
-    precision = resolve_query_precision(config.encoder_precision, config.device, config.encoder_runtime)
-    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, config.encoder_runtime,
-                      start, teacher)  # fmt: skip
+    precision = resolve_query_precision(config.encoder_precision, config.device, runtime)
+    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, runtime, start,
+                      teacher)  # fmt: skip
 
 
 @dataclass

@@ -135,7 +135,8 @@ class TourSearcher(PyseriniSearch):
         one ``pyserini.index.faiss`` wrote), memory-mapped.
 
         ``encoder`` (a name, a spec, or a ready :class:`QueryEncoder` such as pre-encoded queries) defaults
-        to the one the index was built with, else the bundled MiniLM; it runs on ``device``. ``ef_search``
+        to the one the index was built with, else the bundled MiniLM; it runs on ``device`` through torch, as
+        Pyserini's ``FaissSearcher`` runs it (``SearchConfig.encoder_runtime`` chooses another). ``ef_search``
         (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
         """
         index_dir = Path(index_dir)

@@ -21,15 +21,24 @@ from tour_pyserini.encoders.spec import check_model, check_weights
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import Document
 from tour_pyserini.numbers import Param
-from tour_pyserini.runtime import RECIPE, RUNTIMES, check_model_directory, resolve_runtime_precision
+from tour_pyserini.runtime import (
+    AUTO,
+    RECIPE,
+    RUNTIME_CHOICES,
+    check_model_directory,
+    resolve_runtime,
+    resolve_runtime_precision,
+)
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
 from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
-RUNTIME = Param("runtime", str, "torch", flag="--teacher-runtime", choices=RUNTIMES,
-                help="what runs a cross-encoder teacher: torch, onnx (ONNX Runtime on the CPU: the model exported "
-                     "once, fused, cached beside its weights; --teacher-precision fp32, int8 or auto) or openvino "
-                     "(OpenVINO on the CPU, the same export unfused; fp32, bf16 or auto); both need the runtime "
+RUNTIME = Param("runtime", str, AUTO, flag="--teacher-runtime", choices=RUNTIME_CHOICES,
+                help="what runs a cross-encoder teacher: auto (default: openvino on the CPU for a local model "
+                     "directory where the runtime extra is installed, the fastest within the ranking bounds "
+                     "measured; else torch), torch, onnx (ONNX Runtime on the CPU: the model exported once, fused, "
+                     "cached beside its weights; --teacher-precision fp32, int8 or auto) or openvino (OpenVINO on "
+                     "the CPU, the same export unfused; fp32, bf16 or auto); onnx and openvino need the runtime "
                      "extra")  # fmt: skip
 # how a fingerprint names a runtime's scores: the way the graph was made is part of them
 RUNTIME_NAMES = {"onnx": f"onnx {RECIPE}", "openvino": "openvino"}
@@ -146,9 +155,9 @@ class CrossEncoderTeacher(Teacher):
 
     Pairs are sorted by length and scored in batches under ``torch.inference_mode`` (less padding,
     same scores); inputs are cut to ``max_length`` tokens (at most the tokenizer's ``model_max_length``,
-    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``runtime`` is torch,
-    onnx (ONNX Runtime, CPU) or openvino (OpenVINO, CPU). ``precision`` is one of
-    :data:`~tour_pyserini.runtime.RUNTIME_PRECISIONS`:
+    which ``train_reranker`` sets to the training length) by :func:`pair_inputs`. ``runtime`` is auto
+    (:func:`~tour_pyserini.runtime.resolve_runtime`), torch, onnx (ONNX Runtime, CPU) or openvino (OpenVINO,
+    CPU). ``precision`` is one of :data:`~tour_pyserini.runtime.RUNTIME_PRECISIONS`:
     ``bf16`` (torch) runs the encoder under bfloat16 autocast and the head in float32; ``int8`` (onnx) the
     graph with 8-bit weights; bf16 (openvino) OpenVINO's bfloat16 inference precision;
     ``auto`` (the default) is bf16 where the device has bfloat16 arithmetic, else fp32, through torch and
@@ -167,9 +176,9 @@ class CrossEncoderTeacher(Teacher):
 
         path = str(path)
         self.precision = check_runtime(precision, runtime, device)
-        self.runtime = runtime
         check_model("cross-encoder", path)
         check_weights("cross-encoder", path)
+        self.runtime = runtime = resolve_runtime(runtime, device, path, RUNTIME.option, f"cross-encoder {path!r}")
         check_model_directory(path, runtime, RUNTIME.option, f"cross-encoder {path!r}")
         try:
             config = AutoConfig.from_pretrained(path)
