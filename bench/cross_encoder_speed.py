@@ -136,10 +136,10 @@ def arithmetic_teachers() -> dict:
 
     from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
 
-    teachers = {p: CrossEncoderTeacher(MODEL, precision=p) for p in ("fp32", "bf16")}
-    teachers["bf16-logit"] = CrossEncoderTeacher(MODEL, precision="fp32")
+    teachers = {p: CrossEncoderTeacher(MODEL, precision=p, runtime="torch") for p in ("fp32", "bf16")}
+    teachers["bf16-logit"] = CrossEncoderTeacher(MODEL, precision="fp32", runtime="torch")
     teachers["bf16-logit"].precision = "bf16"  # autocast over the whole model, head included: a rounded score
-    teachers["int8"] = CrossEncoderTeacher(MODEL, precision="fp32")
+    teachers["int8"] = CrossEncoderTeacher(MODEL, precision="fp32", runtime="torch")
     teachers["int8"].model = torch.ao.quantization.quantize_dynamic(teachers["int8"].model, {torch.nn.Linear},
                                                                    dtype=torch.qint8)  # fmt: skip
     return teachers
@@ -156,7 +156,7 @@ def scorers(queries: list[str], texts: list[str], tmp: str) -> dict:
     for threads in (1, 2):
         ways |= {f"{name} t{threads}": (teacher, threads, 32) for name, teacher in teachers.items()}
         try:
-            onnx = CrossEncoderTeacher(MODEL, precision="fp32")
+            onnx = CrossEncoderTeacher(MODEL, precision="fp32", runtime="torch")
             example = pair_inputs(onnx.tokenizer, queries[:2], texts[:2], onnx.max_length)
             onnx.model = OrtModel(onnx.model, example, threads, tmp)
             ways[f"onnx t{threads}"] = (onnx, threads, 32)

@@ -115,7 +115,7 @@ def floors(sample: int, threads: int) -> dict:
     quantised attention kernel), so its floor is the linear layers at the int8 peak plus attention at float32's."""
     from tour_pyserini.teachers.cross_encoder import CrossEncoderTeacher
 
-    teacher = CrossEncoderTeacher(MODEL)
+    teacher = CrossEncoderTeacher(MODEL, runtime="torch")
     config = teacher.model.config
     queries, texts = sample_pairs(sample)
     lengths = padded_lengths(teacher, queries, texts)

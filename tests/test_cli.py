@@ -77,6 +77,26 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     assert not partial.exists()
 
 
+def test_a_run_begun_through_openvino_starts_over_where_the_runtime_extra_is_gone(dense_index, mini_scifact, tmp_path,
+                                                                                  monkeypatch):  # fmt: skip
+    """The default runtime resolves from the flags, the model and whether the runtime extra is installed: a run
+    interrupted under OpenVINO and rerun without the extra (so through torch) is not resumed, which would mix
+    the two ways' queries in one file; it is torch's run from the start."""
+    import sys
+
+    from conftest import interrupted_at_the_third_batch
+
+    out, torch_run = tmp_path / "run.trec", tmp_path / "torch.trec"
+    args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "20", "--batch-size", "8"]
+    search_main([*args, "--output", str(torch_run), "--encoder-runtime", "torch"])
+    interrupted_at_the_third_batch(monkeypatch, lambda: search_main([*args, "--output", str(out)]))
+    monkeypatch.undo()
+    assert out.with_name(out.name + ".partial").read_text().count("\n") == 2 * 8 * 20
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as if the extra were not installed
+    search_main([*args, "--output", str(out)])
+    assert out.read_bytes() == torch_run.read_bytes()
+
+
 def test_matches_pyserini_faiss_cli(dense_index, mini_scifact, tmp_path):
     """Same index, topics and encoder settings: the same ranking as ``python -m pyserini.search.faiss``."""
     from tour_pyserini.encoders import bundled_model_dir

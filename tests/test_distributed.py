@@ -143,3 +143,15 @@ def test_ray_workers_keep_an_api_teacher_within_its_concurrency(dense_index, min
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_worker_whose_runtime_extra_differs_from_the_drivers_is_refused(dense_index):
+    """Auto resolves from whether the runtime extra is installed: a worker lacking what the driver lacks (here
+    the driver said it lacks OpenVINO, this process has it) would run the other way, so it refuses in one line;
+    with the runtimes named, auto is not read and it opens."""
+    from tour_pyserini.search.distributed import SearchWorker, raise_user_error
+
+    with pytest.raises(UserError, match="the runtime extra is installed here, but not on the driver"):
+        raise_user_error(SearchWorker(SearchConfig(index=str(dense_index)), ["openvino"]).open())
+    named = SearchConfig(index=str(dense_index), encoder_runtime="torch")
+    assert raise_user_error(SearchWorker(named, ["openvino"]).open())[0] == os.getpid()

@@ -59,6 +59,21 @@ def test_a_cross_encoders_fingerprint_names_its_weights_and_length(cross_encoder
     assert short.fingerprint.split("weights ")[1] == full.fingerprint.split("weights ")[1]  # the same weights' hash
 
 
+def test_a_store_filled_through_another_runtime_is_refused_naming_the_flag_that_reads_it(cross_encoder_dir, tmp_path):
+    """A store filled through torch (the default before auto) and asked for by the default teacher (OpenVINO)
+    says which --teacher-runtime reads it; a store of another teacher altogether gets no such hint."""
+    torch_teacher, default = (CrossEncoderTeacher(cross_encoder_dir, runtime=r) for r in ("torch", "auto"))
+    ScoreStore(tmp_path / "s.sqlite", torch_teacher.fingerprint).db.close()
+    with pytest.raises(UserError, match=r"name another file \(only the runtime differs: --teacher-runtime torch "):
+        ScoreStore(tmp_path / "s.sqlite", default.fingerprint)
+    ScoreStore(tmp_path / "o.sqlite", default.fingerprint).db.close()
+    with pytest.raises(UserError, match=r"--teacher-runtime openvino reads it\)$"):
+        ScoreStore(tmp_path / "o.sqlite", torch_teacher.fingerprint)
+    short = CrossEncoderTeacher(cross_encoder_dir, max_length=128, runtime="torch")
+    with pytest.raises(UserError, match="name another file$"):
+        ScoreStore(tmp_path / "o.sqlite", short.fingerprint)
+
+
 def search_cli(*args) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "tour_pyserini.search", *map(str, args)]

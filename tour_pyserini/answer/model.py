@@ -54,7 +54,7 @@ class ReaderOptions:
         if self.precision not in ("fp32", "bf16", "int8"):
             raise UserError(f"precision {self.precision!r}: fp32, bf16 or int8 (resolve 'auto' first)")
         if self.runtime not in RUNTIMES:
-            raise UserError(f"runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
+            raise UserError(f"runtime {self.runtime!r}: one of {', '.join(RUNTIMES)} (resolve auto first)")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
 from tour_pyserini.results import NOT_RERANKED, SearchResult
 from tour_pyserini.rewriters import available_rewriters, get_rewriter_class
-from tour_pyserini.runtime import RUNTIME_PRECISIONS
+from tour_pyserini.runtime import RUNTIME_PRECISIONS, missing_auto_modules
 from tour_pyserini.search.configure import SearchConfig, SearchPlan, TeacherInfo, open_searcher, plan_search
 from tour_pyserini.teachers import teacher_usages
 from tour_pyserini.teachers.bm25_math import K1, B
@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.workers is not None and args.ray is None:
         raise UserError("--workers needs --ray (without it the search runs in this process)")
     signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
+    # what the runtimes' auto resolves from besides the flags: a run resumed after the extra came or went would mix
+    # OpenVINO's queries with torch's
+    signature["runtime_extra_missing"] = missing_auto_modules()
     # the outputs are checked (writable, distinct, not locked by another search) before any model or JVM loads
     check_outputs({"--output": args.output, "--trace": args.trace, "--score-store": args.score_store})
     writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)

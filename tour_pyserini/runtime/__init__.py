@@ -10,6 +10,7 @@ from tour_pyserini.runtime.choice import (
     RUNTIME_PRECISIONS,
     RUNTIMES,
     check_model_directory,
+    missing_auto_modules,
     resolve_runtime,
     resolve_runtime_precision,
 )
@@ -18,5 +19,5 @@ from tour_pyserini.runtime.onnx import RECIPE, OnnxModel
 from tour_pyserini.runtime.openvino import OpenVinoModel
 
 __all__ = ["AUTO", "INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_CHOICES", "RUNTIME_PRECISIONS",
-           "OnnxModel", "OpenVinoModel", "check_model_directory", "exported_model", "resolve_runtime",
-           "resolve_runtime_precision"]  # fmt: skip
+           "OnnxModel", "OpenVinoModel", "check_model_directory", "exported_model", "missing_auto_modules",
+           "resolve_runtime", "resolve_runtime_precision"]  # fmt: skip

@@ -52,6 +52,12 @@ def check_model_directory(path: str | Path, runtime: str, runtime_flag: str, wha
                         "local model directory")  # fmt: skip
 
 
+def missing_auto_modules() -> list[str]:
+    """The modules :data:`AUTO_RUNTIME` needs that are not installed (found, not imported: importing OpenVINO
+    takes a second): with the device and the model's path, what auto resolves from."""
+    return [m for m in MODULES[AUTO_RUNTIME] if importlib.util.find_spec(m) is None]
+
+
 def resolve_runtime(runtime: str, device: str, model: str | Path, runtime_flag: str, what: str,
                     exportable: bool = True) -> str:  # fmt: skip
     """The runtime ``runtime`` means for ``what`` (the model at ``model``) on ``device``: itself, or for auto
@@ -62,7 +68,7 @@ def resolve_runtime(runtime: str, device: str, model: str | Path, runtime_flag: 
         return runtime
     if device != "cpu" or not exportable or not Path(model).expanduser().is_dir():
         return "torch"
-    missing = [m for m in MODULES[AUTO_RUNTIME] if importlib.util.find_spec(m) is None]
+    missing = missing_auto_modules()
     if missing:
         warn_once(__name__, f"{runtime_flag} auto: torch runs {what}, since the runtime extra is not "
                             f"installed ({missing[0]}); {INSTALL} runs it through OpenVINO, faster within the "

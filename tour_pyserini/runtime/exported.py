@@ -20,6 +20,8 @@ def exported_model(model_dir: str | Path, weights_sha256: str | None, precision:
     graph's output. ONNX Runtime reads its fused graph (int8 quantised from it), OpenVINO the graph as traced (it
     fuses for itself). ``export(write, path)`` loads the torch model and calls ``write(model, examples, output,
     path)``, only when the cache lacks the graph."""
+    if runtime not in ("onnx", "openvino"):  # a caller's bug: auto is resolved before any model loads
+        raise ValueError(f"runtime {runtime!r}: onnx or openvino (resolve auto with resolve_runtime first)")
     if weights_sha256 is None:
         raise UserError(f"{what} has no weight files to export")
     if runtime == "onnx":

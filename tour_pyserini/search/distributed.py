@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -20,6 +21,7 @@ from dataclasses import replace
 from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.errors import USER_ERRORS, UserError
 from tour_pyserini.results import SearchResult
+from tour_pyserini.runtime import AUTO, missing_auto_modules
 from tour_pyserini.search.configure import SearchConfig, TeacherInfo, open_searcher
 from tour_pyserini.teachers import options_read_by
 
@@ -64,16 +66,27 @@ def worker_configs(config: SearchConfig, workers: int) -> list[SearchConfig]:
 
 
 class SearchWorker:
-    """One Ray actor: a searcher opened from the search's configuration on first use (again after a restart)."""
+    """One Ray actor: a searcher opened from the search's configuration on first use (again after a restart).
+    ``missing``: the runtime extra's modules the driver lacks; a worker resolves the runtimes' auto as the driver
+    does only where it lacks the same ones, so a node that differs is refused in one line."""
 
-    def __init__(self, config: SearchConfig):
+    def __init__(self, config: SearchConfig, missing: Sequence[str] = ()):
         self.config = replace(config, threads=config.threads or 1)
+        self.missing = list(missing)
         self.searcher = None
         self.teacher = None
 
     @returns_user_errors
     def open(self) -> tuple[int, TeacherInfo | None]:
         """Open the searcher now; the worker's process id and what its teacher is."""
+        config = self.config
+        teacher_auto = config.teacher is not None and config.teacher_options.get("runtime") in (None, AUTO)
+        if (config.encoder_runtime == AUTO or teacher_auto) and missing_auto_modules() != self.missing:
+            raise UserError(f"ray worker on {platform.node()}: the runtime extra is "
+                            f"{'not ' if missing_auto_modules() else ''}installed here, but "
+                            f"{'not ' if self.missing else ''}on the driver, so the runtimes' auto would differ: "
+                            "install the same extras on every node, or name --encoder-runtime and "
+                            "--teacher-runtime")  # fmt: skip
         if self.searcher is None:
             self.searcher, self.teacher = open_searcher(self.config)
         return os.getpid(), self.teacher
@@ -112,7 +125,7 @@ class RayPool:
         threads = config.threads or 1
         gpus = 1 if config.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
-        self.actors = [actor.remote(c) for c in configs]
+        self.actors = [actor.remote(c, missing_auto_modules()) for c in configs]
         opened = [raise_user_error(value) for value in ray.get([a.open.remote() for a in self.actors])]
         self.pids = [pid for pid, _ in opened]
         self.teacher = opened[0][1]

@@ -62,9 +62,14 @@ class ServeConfig:
 
     @property
     def query_encoding(self) -> dict:
-        """What runs the dense indexes' query encoders, and in which arithmetic (one setting for all)."""
+        """What runs the dense indexes' query encoders, and in which arithmetic: one flag for all, which auto
+        may resolve to another runtime for another index's encoder (a hub id, a class OpenVINO does not run), so
+        each names every value the indexes resolved to."""
         dense = [plan for plan in self.plans if plan.kind == "dense"]
-        return {"runtime": dense[0].encoder_runtime, "precision": dense[0].encoder_precision} if dense else {}
+        if not dense:
+            return {}
+        return {"runtime": ", ".join(sorted({plan.encoder_runtime for plan in dense})),
+                "precision": ", ".join(sorted({plan.encoder_precision for plan in dense}))}  # fmt: skip
 
 
 @dataclass

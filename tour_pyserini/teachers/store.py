@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import sqlite3
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,16 @@ from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext, w
 APPLICATION_ID = 0x544F5552  # "TOUR", in the SQLite header at offset 68
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TABLES = {"meta", "scores"}  # stores written before the stamp are recognised by their tables
+RUNTIME_PART = re.compile(r" runtime (onnx|openvino)\b( fused)?")  # how a cross-encoder's fingerprint names one
+
+
+def runtime_hint(stored: str, wanted: str) -> str:
+    """Where two teachers' fingerprints differ only in the runtimes named, the flag that reads the stored
+    scores (a store filled before the runtimes' default became auto names none: torch)."""
+    if stored == wanted or RUNTIME_PART.sub("", stored) != RUNTIME_PART.sub("", wanted):
+        return ""
+    found = {m.group(1) for m in RUNTIME_PART.finditer(stored)} or {"torch"}
+    return f" (only the runtime differs: --teacher-runtime {found.pop()} reads it)" if len(found) == 1 else ""
 
 
 def _is_store(path: Path) -> bool:
@@ -92,7 +103,7 @@ class ScoreStore:
         if stored is not None and stored[0] != teacher_label:
             self.db.close()
             raise UserError(f"score store {self.path} holds scores of teacher {stored[0]!r}, not {teacher_label!r}; "
-                            "name another file")  # fmt: skip
+                            f"name another file{runtime_hint(stored[0], teacher_label)}")  # fmt: skip
         if stored is None:
             self.db.execute("INSERT INTO meta VALUES ('teacher', ?)", (teacher_label,))
             self.db.execute("INSERT INTO meta VALUES ('query', 'sha256')")

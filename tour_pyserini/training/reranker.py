@@ -303,7 +303,9 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
     from tour_pyserini.teachers.base import ScoreRequest
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
 
-    opened = open_search(SearchConfig(index=str(index), rewriter=None, teacher="dense"), encoders)
+    # through torch, as the dense teacher encodes: one encoding serves both, and the shipped teachers' examples
+    opened = open_search(SearchConfig(index=str(index), rewriter=None, teacher="dense", encoder_runtime="torch"),
+                         encoders)  # fmt: skip
     searcher = opened.searcher
     chosen = rng.sample(list(topics), min(len(topics), count))
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
@@ -337,7 +339,7 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     check_model("base model", base_model)  # before the index is read and candidates are mined
     # the search command's assembly: the residual's dense scores come from the searcher's own index and encoder
     encoders = QueryEncoders()
-    opened = open_search(SearchConfig(index=str(index), rewriter=None,
+    opened = open_search(SearchConfig(index=str(index), rewriter=None, encoder_runtime="torch",  # as mining's
                                       teacher="dense" if config.residual_scale > 0 else None), encoders)  # fmt: skip
     searcher, dense = opened.searcher, opened.teacher
     if searcher.docstore is None:
