@@ -84,6 +84,8 @@ cranfield: install
 # retriever itself (models/README.md), so the shipped nq-oracle teacher is still models/nq-oracle-ce, from
 # the earlier pairwise recipe, inside its ensemble.
 TRAIN := $(PY) -m tour_pyserini train-reranker --seed 13 --overwrite
+# the shipped ensembles were fitted with the cross-encoders through torch, the default then
+FIT := $(PY) -m tour_pyserini fit-ensemble --teacher-runtime torch
 
 teachers: install
 	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
@@ -93,10 +95,10 @@ teachers: install
 	$(TRAIN) --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv --qrels qrels/scifact.train.txt \
 	    --exclude-texts-from $(SCIFACT)/topics.test.tsv --extra-topics $(NQ)/topics.train.jsonl \
 	    --extra-index indexes/nq-oracle.minilm --max-steps 80 --output models/scifact-rce
-	$(PY) -m tour_pyserini fit-ensemble --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv \
+	$(FIT) --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv \
 	    --qrels qrels/scifact.train.txt --dev-of models/scifact-rce \
 	    --teachers cross-encoder:models/scifact-rce bm25 dense --output models/scifact-rce/ensemble.json
-	$(PY) -m tour_pyserini fit-ensemble --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
+	$(FIT) --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
 	    --dev-of models/nq-oracle-ce --teachers cross-encoder:models/nq-oracle-ce bm25 dense \
 	    --output models/nq-oracle-ce/ensemble.json
 	$(TRAIN) --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \

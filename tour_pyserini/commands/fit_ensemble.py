@@ -65,8 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     if qrels is not None and not any(grade > 0 for t in topics for grade in qrels.get(t.qid, {}).values()):
         raise UserError(f"no query of {args.topics}{' (its --dev-of queries)' if args.dev_of else ''} has a relevant "
                         f"document in {args.qrels}: nothing to fit on")  # fmt: skip
+    # the candidates through torch, as the dense member encodes them (one encoding serves both)
     search = SearchConfig(index=args.index, device=args.device, teacher_max_length=args.teacher_max_length,
-                          teacher_precision=args.teacher_precision, teacher_options=teacher_flags(args))  # fmt: skip
+                          teacher_precision=args.teacher_precision, teacher_options=teacher_flags(args),
+                          encoder_runtime="torch")  # fmt: skip
     with staged_output(output) as staged:  # beside the output: the specs are written relative to its directory
         fitted = fit_ensemble(search, topics, qrels, args.teachers, staged, depth=args.depth, l2=args.l2,
                               topics_name=args.topics)  # fmt: skip
