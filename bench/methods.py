@@ -129,8 +129,9 @@ class Bench:
     def command(self, flags: str) -> str:
         col = self.col
         drop = " --remove-query" if col.remove_query else ""
+        # the query encoder through torch, as TourSearcher.from_index opens it here
         return (f"python -m tour_pyserini.search --index {col.index} --topics {col.topics} --hits {HITS}{drop} "
-                f"{flags} --output runs/methods/{col.name}.trec")  # fmt: skip
+                f"--encoder-runtime torch {flags} --output runs/methods/{col.name}.trec")  # fmt: skip
 
     def ttt_query_scope(self, teacher, spec: str, budget: int) -> dict:
         """TTT-Embed's query-scope state, fitted on the teacher's scores of each query's base top ``budget``, then
@@ -177,12 +178,15 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
         flags = "" if method == "dense" else f"--rewriter {method}"
         bench.run(method, rewriter, command=bench.command(flags))
     for spec in (s for s in col.teachers if s.split(":")[0] in teachers):
-        teacher = get_teacher(spec, TeacherContext(index_dir=col.index))
+        # cross-encoders through torch, as the rows measured before the runtimes' default became auto
+        pinned = spec.split(":")[0] in ("cross-encoder", "ensemble")
+        teacher = get_teacher(spec, TeacherContext(index_dir=col.index, options={"runtime": "torch"} if pinned else {}))
+        runtime = " --teacher-runtime torch" if pinned else ""  # in the commands the rows record
         bench.warm_up(Rerank(teacher, depth=min(budgets)))
         for b in budgets:
             for cls in (Rerank, Refit, TourHard, TourSoft):
                 options = {"preset": "passage"} if cls in (TourHard, TourSoft) else {}
-                extra = " --preset passage" if options else ""
+                extra = (" --preset passage" if options else "") + runtime
                 bench.run(cls.name, cls(teacher, depth=b, **options), spec, b,
                           bench.command(f"--rewriter {cls.name} --teacher {spec} --depth {b}{extra}"))  # fmt: skip
             bench.ttt_query_scope(teacher, spec, b)
