@@ -168,7 +168,8 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
     from tour_pyserini.rewriters.refit import Refit
     from tour_pyserini.rewriters.rerank import Rerank
     from tour_pyserini.rewriters.tour import TourHard, TourSoft
-    from tour_pyserini.teachers import TeacherContext, get_teacher
+    from tour_pyserini.teachers import TeacherContext, get_teacher, options_for
+    from tour_pyserini.teachers.cross_encoder import RUNTIME
 
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
     bench = Bench(col, batch_size, limit, repeats)
@@ -179,9 +180,9 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
         bench.run(method, rewriter, command=bench.command(flags))
     for spec in (s for s in col.teachers if s.split(":")[0] in teachers):
         # cross-encoders through torch, as the rows measured before the runtimes' default became auto
-        pinned = spec.split(":")[0] in ("cross-encoder", "ensemble")
-        teacher = get_teacher(spec, TeacherContext(index_dir=col.index, options={"runtime": "torch"} if pinned else {}))
-        runtime = " --teacher-runtime torch" if pinned else ""  # in the commands the rows record
+        options = options_for(spec, {RUNTIME.name: "torch"})
+        teacher = get_teacher(spec, TeacherContext(index_dir=col.index, options=options))
+        runtime = f" {RUNTIME.option} torch" if options else ""  # in the commands the rows record
         bench.warm_up(Rerank(teacher, depth=min(budgets)))
         for b in budgets:
             for cls in (Rerank, Refit, TourHard, TourSoft):

@@ -24,6 +24,7 @@ from tour_pyserini.results import SearchResult
 from tour_pyserini.runtime import AUTO, missing_auto_modules
 from tour_pyserini.search.configure import SearchConfig, TeacherInfo, open_searcher
 from tour_pyserini.teachers import options_read_by
+from tour_pyserini.teachers.cross_encoder import RUNTIME
 
 
 def returns_user_errors(method):
@@ -79,11 +80,11 @@ class SearchWorker:
     @returns_user_errors
     def open(self) -> tuple[int, TeacherInfo | None]:
         """Open the searcher now; the worker's process id and what its teacher is."""
-        config = self.config
-        teacher_auto = config.teacher is not None and config.teacher_options.get("runtime") in (None, AUTO)
-        if (config.encoder_runtime == AUTO or teacher_auto) and missing_auto_modules() != self.missing:
+        config, here = self.config, missing_auto_modules()
+        teacher_auto = config.teacher is not None and config.teacher_options.get(RUNTIME.name) in (None, AUTO)
+        if (config.encoder_runtime == AUTO or teacher_auto) and here != self.missing:
             raise UserError(f"ray worker on {platform.node()}: the runtime extra is "
-                            f"{'not ' if missing_auto_modules() else ''}installed here, but "
+                            f"{'not ' if here else ''}installed here, but "
                             f"{'not ' if self.missing else ''}on the driver, so the runtimes' auto would differ: "
                             "install the same extras on every node, or name --encoder-runtime and "
                             "--teacher-runtime")  # fmt: skip

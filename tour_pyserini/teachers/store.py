@@ -24,11 +24,14 @@ import numpy as np
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.teachers.base import ScoreRequest, Teacher, TeacherContext, with_docids, with_texts
+from tour_pyserini.teachers.cross_encoder import RUNTIME_NAMES
 
 APPLICATION_ID = 0x544F5552  # "TOUR", in the SQLite header at offset 68
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TABLES = {"meta", "scores"}  # stores written before the stamp are recognised by their tables
-RUNTIME_PART = re.compile(r" runtime (onnx|openvino)\b( fused)?")  # how a cross-encoder's fingerprint names one
+# how a cross-encoder's fingerprint names a runtime other than torch, and which runtime each name is
+RUNTIME_PART = re.compile(" runtime (" + "|".join(map(re.escape, RUNTIME_NAMES.values())) + ")")
+RUNTIME_OF_NAME = {name: runtime for runtime, name in RUNTIME_NAMES.items()}
 
 
 def runtime_hint(stored: str, wanted: str) -> str:
@@ -36,7 +39,7 @@ def runtime_hint(stored: str, wanted: str) -> str:
     scores (a store filled before the runtimes' default became auto names none: torch)."""
     if stored == wanted or RUNTIME_PART.sub("", stored) != RUNTIME_PART.sub("", wanted):
         return ""
-    found = {m.group(1) for m in RUNTIME_PART.finditer(stored)} or {"torch"}
+    found = {RUNTIME_OF_NAME[m.group(1)] for m in RUNTIME_PART.finditer(stored)} or {"torch"}
     return f" (only the runtime differs: --teacher-runtime {found.pop()} reads it)" if len(found) == 1 else ""
 
 
