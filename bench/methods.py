@@ -16,13 +16,17 @@ Per row: the metrics, the paired t-test against dense and against re-ranking at 
 values Holm-corrected over the whole table), milliseconds per query (measured end to end after encoding, which
 every method shares, teacher included, one process, methods in turn, after one untimed pass of plain search and
 one of re-ranking with each teacher) and teacher calls per query.
-Writes runs/bench-methods.json, runs/bench-methods.md and runs/bench-methods-<collection>.png.
+Writes runs/bench-methods.json, runs/bench-methods.md, runs/bench-methods-<collection>.png and the rows with
+their per-query values, runs/bench-methods.per-query.json.gz; runs made apart (one teacher, one budget) become one
+table, with one Holm family, through --merge.
 Usage: python bench/methods.py [--collections scifact] [--teachers bm25] [--budgets 10 20] [--limit 50]
+       python bench/methods.py --merge runs/a.per-query.json.gz runs/b.per-query.json.gz --output runs/x
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import time
 from dataclasses import dataclass
@@ -33,6 +37,7 @@ from wrapper_overhead import ensure_indexes
 
 HITS = 100
 BUDGETS = (10, 20, 100)
+WARM_UP_DEPTH = 10
 COMMAND = "make bench-methods"
 
 
@@ -183,7 +188,7 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
         options = options_for(spec, {RUNTIME.name: "torch"})
         teacher = get_teacher(spec, TeacherContext(index_dir=col.index, options=options))
         runtime = f" {RUNTIME.option} torch" if options else ""  # in the commands the rows record
-        bench.warm_up(Rerank(teacher, depth=min(budgets)))
+        bench.warm_up(Rerank(teacher, depth=WARM_UP_DEPTH))  # warms the teacher; shallow, any depth does
         for b in budgets:
             for cls in (Rerank, Refit, TourHard, TourSoft):
                 options = {"preset": "passage"} if cls in (TourHard, TourSoft) else {}
@@ -259,6 +264,36 @@ def plot(rows: list[dict], out: str) -> None:
         plt.close(fig)
 
 
+def write(rows: list[dict], output: str) -> None:
+    """The table, the plots, the rows without their per-query values (``.json``) and with them
+    (``.per-query.json.gz``, what ``--merge`` reads)."""
+    add_significance(rows)
+    with gzip.open(f"{output}.per-query.json.gz", "wt") as f:
+        json.dump(rows, f)
+    Path(f"{output}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "per_query"} for r in rows],
+                                                 indent=1) + "\n")  # fmt: skip
+    write_table(rows, Path(f"{output}.md"))
+    plot(rows, output)
+
+
+def merge(paths: list[str]) -> list[dict]:
+    """The rows of several runs as one table: a teacher-free row measured by more than one run is kept once
+    (from the first; the runs give the same results and differ only in time), and the p values are computed
+    again over the merged table."""
+    rows, seen = [], set()
+    for path in paths:
+        with gzip.open(path, "rt") as f:
+            for row in json.load(f):
+                key = (row["collection"], row["method"], row["teacher"], row["budget"])
+                if key in seen:
+                    if row["teacher"] != "-":
+                        raise SystemExit(f"{path}: {key} is measured by an earlier file too")
+                    continue
+                seen.add(key)
+                rows.append({k: v for k, v in row.items() if k != "p"})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
@@ -269,17 +304,18 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="the first N test queries only (a smoke run)")
     ap.add_argument("--repeats", type=int, default=1, help="timed passes per method (the median is reported; "
                     "TTT-Embed's row is one pass)")  # fmt: skip
+    ap.add_argument("--merge", nargs="+", metavar="PER_QUERY_JSON_GZ",
+                    help="measure nothing: one table and Holm family from runs' .per-query.json.gz")  # fmt: skip
     ap.add_argument("--output", default="runs/bench-methods")
     args = ap.parse_args()
+    if args.merge:
+        write(merge(args.merge), args.output)
+        return
     rows = []
     for name in args.collections:
         rows += run_collection(COLLECTIONS[name], args.teachers, args.budgets, args.batch_size, args.limit,
                                args.repeats)  # fmt: skip
-    add_significance(rows)
-    Path(f"{args.output}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "per_query"}
-                                                       for r in rows], indent=1) + "\n")  # fmt: skip
-    write_table(rows, Path(f"{args.output}.md"))
-    plot(rows, args.output)
+    write(rows, args.output)
 
 
 if __name__ == "__main__":
