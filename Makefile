@@ -16,7 +16,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
+.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods bench-dart-settings
 
 install: $(VENV)/.installed
 
@@ -156,6 +156,10 @@ bench-teachers: install
 # the shipped cross-encoder teachers: runs/bench-methods.{json,md} and one quality-against-cost plot per collection
 bench-methods: install
 	$(PY) bench/methods.py
+
+# DART's defaults, chosen on SciFact's training claims: a grid around them and the variants of the paper's summary
+bench-dart-settings: install
+	$(PY) bench/dart_settings.py
 
 # TTT-Embed as its paper measures it: SciFact test, nq-oracle test and Cranfield, BM25 and oracle rewards
 bench-ttt: install

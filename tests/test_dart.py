@@ -13,6 +13,7 @@ from tour_pyserini.rewriters import get_rewriter
 from tour_pyserini.rewriters.base import DEPTH
 from tour_pyserini.rewriters.dart import Dart
 from tour_pyserini.rewriters.updates import (
+    adaptive_margin,
     bilinear_grad,
     confidence_weights,
     dart_adapt,
@@ -40,6 +41,14 @@ def test_margin_loss_by_hand():
     assert loss == pytest.approx(0.2 * 0.3 * 0.05)
     assert grad == pytest.approx([0.0, -0.06, 0.0, 0.06, 0.0])
     assert margin_loss_and_grad(np.array([1.0, 0.5]), ONE, ONE, 0.5) == (0.0, pytest.approx([0.0, 0.0]))  # at it
+
+
+def test_adaptive_margin_by_hand():
+    """The margin widens by slope (1 - s_1): nearly the base margin where the retriever is sure of its first
+    document, wider where it is not; slope 0 keeps the base margin."""
+    assert adaptive_margin(0.9, 0.1, 1.0) == pytest.approx(0.2)
+    assert adaptive_margin(0.4, 0.1, 2.0) == pytest.approx(1.3)
+    assert adaptive_margin(0.4, 0.1, 0.0) == 0.1
 
 
 def test_one_step_and_one_buffer_update_by_hand():
@@ -138,6 +147,14 @@ def test_the_buffer_follows_run_order_across_batches_and_only_in_a_run(searcher,
     fresh, single = run(12, carry=False), run(1, carry=False)
     assert ranked(fresh[0]) == ranked(single[0]) and fresh[1].buffer is None
     assert ranked(fresh[0])[0] == ranked(whole)[0] and ranked(fresh[0])[1:] != ranked(whole)[1:]
+
+    def first_query(rewriter):
+        return ranked(searcher.retrieve_vectors(texts[:1], qids[:1], vectors[:1], 40, rewriter=rewriter))
+
+    top = float(searcher.search_candidates(vectors[:1], 30)[0].scores[0])  # each query's margin is its own
+    widened = first_query(Dart(depth=30, margin_slope=2.0))
+    assert widened == first_query(Dart(depth=30, margin=0.1 + 2.0 * (1 - top), margin_slope=0.0))
+    assert widened != first_query(Dart(depth=30, margin_slope=0.0))
     first, resumed = Dart(depth=30), Dart(depth=30)  # a run's state, handed to another rewriter, carries on
     first.start_run()
     searcher.retrieve_vectors(texts[:6], qids[:6], vectors[:6], 40, rewriter=first)

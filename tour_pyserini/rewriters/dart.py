@@ -18,7 +18,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import below_one, non_negative_float, param, positive_float, positive_int
 from tour_pyserini.results import Hit, SearchResult, timed
 from tour_pyserini.rewriters.base import DEPTH, REWRITERS, QueryBatch, Rewriter, VectorIndex, check_depth, rerank_head
-from tour_pyserini.rewriters.updates import confidence_weights, dart_adapt, dart_buffer
+from tour_pyserini.rewriters.updates import adaptive_margin, confidence_weights, dart_adapt, dart_buffer
 
 TOO_FEW = "fewer candidates than pseudo positives and negatives"  # a trace's stop reason
 
@@ -27,13 +27,16 @@ TOO_FEW = "fewer candidates than pseudo positives and negatives"  # a trace's st
 class DartConfig:
     depth: int = param(100, like=DEPTH)
     iterations: int = param(3, positive_int, "SGD steps on W per query", flag="--dart-steps")
-    lr: float = param(0.5, non_negative_float, "learning rate of W's steps (for unit-length vectors)",
+    lr: float = param(0.1, non_negative_float, "learning rate of W's steps (for unit-length vectors)",
                       flag="--dart-lr")  # fmt: skip
     positives: int = param(5, positive_int, "pseudo positives: the retriever's first documents",
                            flag="--dart-positives")  # fmt: skip
     negatives: int = param(20, positive_int, "pseudo negatives: the last documents of the top-k",
                            flag="--dart-negatives")  # fmt: skip
     margin: float = param(0.1, non_negative_float, "margin of the loss, in similarity units", flag="--dart-margin")
+    margin_slope: float = param(1.0, non_negative_float, "how much the margin widens as the retriever's first "
+                                "similarity s_1 falls: margin + slope (1 - s_1)",
+                                flag="--dart-margin-slope")  # fmt: skip
     temperature: float = param(0.05, positive_float, "temperature of the confidence weights (softmax of the "
                                "retriever's scores)", flag="--dart-temperature")  # fmt: skip
     momentum: float = param(0.9, below_one, "share of a query's adapted W - I that warm-starts the next query of a "
@@ -85,9 +88,11 @@ class Dart(Rewriter):
                     results.append(SearchResult(qid, ranking[:hits], trace))
                     continue
                 q = vector.astype(np.float64)
-                w_pos, w_neg = confidence_weights(C @ q, cfg.positives, cfg.negatives, cfg.temperature)
+                retrieved = C @ q
+                w_pos, w_neg = confidence_weights(retrieved, cfg.positives, cfg.negatives, cfg.temperature)
+                margin = adaptive_margin(float(retrieved[0]), cfg.margin, cfg.margin_slope)
                 start = buffer if self.carrying else None
-                scores, h, losses = dart_adapt(q, C, start, w_pos, w_neg, cfg.margin, cfg.lr, cfg.iterations)
+                scores, h, losses = dart_adapt(q, C, start, w_pos, w_neg, margin, cfg.lr, cfg.iterations)
                 if self.carrying:
                     buffer = dart_buffer(start, q, h, cfg.momentum)
                 trace.iterations, trace.losses = cfg.iterations, losses

@@ -180,6 +180,12 @@ def confidence_weights(scores: np.ndarray, positives: int, negatives: int,
     return softmax(s[:positives], temperature), softmax(-s[len(s) - negatives :], temperature)
 
 
+def adaptive_margin(top_score: float, margin: float, slope: float) -> float:
+    """DART's margin for one query: ``margin`` + ``slope`` (1 - s_1), wider the less sure the retriever is of its
+    first document (s_1 its similarity, 1 at most for unit-length vectors)."""
+    return margin + slope * (1.0 - top_score)
+
+
 def margin_loss_and_grad(scores: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray,
                          margin: float) -> tuple[float, np.ndarray]:  # fmt: skip
     """L = sum_{p, n} w_p w_n max(0, margin - (s_p - s_n)), the positives being the first ``len(w_pos)`` scores and
