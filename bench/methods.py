@@ -243,22 +243,31 @@ def write_table(rows: list[dict], path: Path) -> None:
 
 
 def plot(rows: list[dict], out: str) -> None:
-    """One quality-against-cost plot per collection: the first metric against milliseconds per query."""
+    """One quality-against-cost plot per collection: the first metric against milliseconds per query, a colour per
+    method and a marker per teacher."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = dict(zip(["-", "bm25", "cross-encoder", "ensemble"], "oDs^"))
     for name in dict.fromkeys(r["collection"] for r in rows):
         mine = [r for r in rows if r["collection"] == name]
         metric = next(iter(mine[0]["metrics"]))
+        methods = list(dict.fromkeys(r["method"] for r in mine))
+        teachers = list(dict.fromkeys(r["teacher"].split(":")[0] for r in mine))
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for method in dict.fromkeys(r["method"] for r in mine):
-            pts = [r for r in mine if r["method"] == method]
-            ax.scatter([r["ms_per_query"] for r in pts], [r["metrics"][metric] for r in pts], label=method)
+        for r in mine:
+            ax.scatter(r["ms_per_query"], r["metrics"][metric], color=colours[methods.index(r["method"]) % 10],
+                       marker=markers.get(r["teacher"].split(":")[0], "v"))  # fmt: skip
+        handles = [Line2D([], [], color=colours[i % 10], marker="o", ls="", label=m) for i, m in enumerate(methods)]
+        handles += [Line2D([], [], color="black", marker=markers.get(t, "v"), ls="",
+                           label="no teacher" if t == "-" else t) for t in teachers]  # fmt: skip
         ax.set_xscale("log")
         ax.set(xlabel="ms per query (log)", ylabel=metric, title=f"{name}: quality against cost")
-        ax.legend(fontsize=8)
+        ax.legend(handles=handles, fontsize=7, ncol=2)
         fig.tight_layout()
         fig.savefig(f"{out}-{name}.png", dpi=120)
         plt.close(fig)
