@@ -17,32 +17,31 @@ from pathlib import Path
 
 import numpy as np
 
-DEPTH, POSITIVES, NEGATIVES, TEMPERATURE = 100, 5, 20, 0.05
 GRID = {"margin": (0.0, 0.05, 0.1), "margin_slope": (0.0, 0.5, 1.0, 2.0, 4.0), "lr": (0.05, 0.1, 0.2, 0.5),
-        "steps": (3, 5), "momentum": (0.0, 0.9)}  # fmt: skip
+        "iterations": (3, 5), "momentum": (0.0, 0.9)}  # fmt: skip
+FIXED = ("depth", "positives", "negatives", "temperature")  # the rewriter's defaults, not searched here
 # the summary's parts, each on top of the chosen defaults: SGD momentum within a query, the Reptile start at rate
 # beta_meta (instead of the decaying buffer), the exponential average at alpha_ema ranking
 VARIANTS = [{"sgd_momentum": 0.9}, {"beta_meta": 0.1}, {"beta_meta": 0.1, "alpha_ema": 0.5},
             {"beta_meta": 0.1, "alpha_ema": 0.9}, {"alpha_ema": 0.5}, {"alpha_ema": 0.9}]  # fmt: skip
 
 
-def adapt_run(queries, margin, margin_slope, lr, steps, momentum) -> list[np.ndarray]:
+def adapt_run(queries, fixed, margin, margin_slope, lr, iterations, momentum) -> list[np.ndarray]:
     """The rewriter's arithmetic over a run: each query from I + B, B carried in order (momentum 0: none)."""
     from tour_pyserini.rewriters.updates import adaptive_margin, confidence_weights, dart_adapt, dart_buffer
 
     buffer, out = None, []
     for q, C in queries:
-        s0 = C @ q
-        w_pos, w_neg = confidence_weights(s0, POSITIVES, NEGATIVES, TEMPERATURE)
-        m = adaptive_margin(float(s0[0]), margin, margin_slope)
-        scores, h, _ = dart_adapt(q, C, buffer, w_pos, w_neg, m, lr, steps)
+        w_pos, w_neg = confidence_weights(C @ q, fixed.positives, fixed.negatives, fixed.temperature)
+        margin_q = adaptive_margin(q, C[0], margin, margin_slope)
+        scores, h, _ = dart_adapt(q, C, buffer, w_pos, w_neg, margin_q, lr, iterations)
         buffer = dart_buffer(buffer, q, h, momentum)
         out.append(scores)
     return out
 
 
-def summary_run(queries, margin, margin_slope, lr, steps, momentum, sgd_momentum=0.0, beta_meta=0.0,
-                alpha_ema=0.0) -> list[np.ndarray]:  # fmt: skip
+def summary_run(queries, fixed, margin, margin_slope, lr, iterations, momentum=0.0, sgd_momentum=0.0,
+                beta_meta=0.0, alpha_ema=0.0) -> list[np.ndarray]:  # fmt: skip
     """The summary's parts: heavy-ball SGD within a query; with ``beta_meta``, the next query starts from
     W_meta <- W_meta + beta_meta (W* - W_meta) instead of the decaying buffer; with ``alpha_ema``, the query is
     ranked by W_ema <- alpha_ema W_ema + (1 - alpha_ema) W*. Within a query every gradient is q g^T, so
@@ -52,12 +51,11 @@ def summary_run(queries, margin, margin_slope, lr, steps, momentum, sgd_momentum
     d = len(queries[0][0])
     start, ema, out = np.eye(d), None, []
     for q, C in queries:
-        s0 = C @ q
-        w_pos, w_neg = confidence_weights(s0, POSITIVES, NEGATIVES, TEMPERATURE)
-        m = adaptive_margin(float(s0[0]), margin, margin_slope)
+        w_pos, w_neg = confidence_weights(C @ q, fixed.positives, fixed.negatives, fixed.temperature)
+        margin_q = adaptive_margin(q, C[0], margin, margin_slope)
         u, qq, h, v = start.T @ q, q @ q, np.zeros(d), np.zeros(d)
-        for _ in range(steps):
-            _, grad = margin_loss_and_grad(C @ (u + qq * h), w_pos, w_neg, m)
+        for _ in range(iterations):
+            _, grad = margin_loss_and_grad(C @ (u + qq * h), w_pos, w_neg, margin_q)
             v = sgd_momentum * v + C.T @ grad
             h = h - lr * v
         adapted = start + np.outer(q, h)
@@ -85,8 +83,9 @@ def main() -> None:
     topics = [t for t in read_topics("collections/scifact/topics.train.tsv") if t.qid in qrels][: args.limit]
     qids = [t.qid for t in topics]
     vectors = searcher.encode([t.text for t in topics])
-    found = searcher.search_candidates(vectors, DEPTH)
-    queries = [(x.astype(np.float64), f.vectors[:DEPTH].astype(np.float64)) for x, f in zip(vectors, found)]
+    fixed = DartConfig()
+    found = searcher.search_candidates(vectors, fixed.depth)
+    queries = [(x.astype(np.float64), f.vectors.astype(np.float64)) for x, f in zip(vectors, found)]
     judge = QrelsJudge(qrels, ("nDCG@10",), qids=qids)
 
     def ndcg(scores: list[np.ndarray]) -> float:
@@ -96,13 +95,18 @@ def main() -> None:
     rows = [{"setting": "dense", "nDCG@10": ndcg([C @ q for q, C in queries])}]
     for values in itertools.product(*GRID.values()):
         setting = dict(zip(GRID, values))
-        rows.append({"setting": setting, "nDCG@10": ndcg(adapt_run(queries, **setting))})
-    defaults = DartConfig()
-    chosen = {k: getattr(defaults, {"steps": "iterations"}.get(k, k)) for k in GRID}
+        rows.append({"setting": setting, "nDCG@10": ndcg(adapt_run(queries, fixed, **setting))})
+    chosen = {k: getattr(fixed, k) for k in GRID}
+    same = summary_run(queries, fixed, **chosen)  # with none of its parts, the summary's run is the rewriter's
+    assert all(np.allclose(a, b) for a, b in zip(same, adapt_run(queries, fixed, **chosen)))
     for variant in VARIANTS:
-        rows.append({"setting": {**chosen, **variant}, "nDCG@10": ndcg(summary_run(queries, **chosen, **variant))})
+        setting = {**chosen, **variant}
+        if "beta_meta" in variant:  # the Reptile start replaces the buffer
+            del setting["momentum"]
+        rows.append({"setting": setting, "nDCG@10": ndcg(summary_run(queries, fixed, **setting))})
     rows.sort(key=lambda r: -r["nDCG@10"])
-    out = {"command": "python bench/dart_settings.py", "claims": len(qids), "defaults": chosen, "rows": rows}
+    out = {"command": "python bench/dart_settings.py", "claims": len(qids), "defaults": chosen,
+           "fixed": {k: getattr(fixed, k) for k in FIXED}, "rows": rows}  # fmt: skip
     Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
     for r in rows[:10] + [r for r in rows if r["setting"] in ("dense", chosen)]:
         print(f"{r['nDCG@10']:.4f}  {r['setting']}")

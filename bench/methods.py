@@ -39,6 +39,7 @@ HITS = 100
 BUDGETS = (10, 20, 100)
 WARM_UP_DEPTH = 10
 COMMAND = "make bench-methods"
+TEACHER_KINDS = ("bm25", "cross-encoder", "ensemble")
 
 
 @dataclass(frozen=True)
@@ -220,9 +221,9 @@ def add_significance(rows: list[dict]) -> None:
         row.setdefault("p", {}).setdefault(key, {})[metric] = {"p": p, "holm": adjusted}
 
 
-def write_table(rows: list[dict], path: Path) -> None:
+def write_table(rows: list[dict], path: Path, source: str) -> None:
     lines = ["# Every test-time method, at equal teacher budgets", "",
-             f"Rebuilt by `{COMMAND}`; paired t-tests, Holm-corrected over the table.", ""]  # fmt: skip
+             f"Rebuilt by `{source}`; paired t-tests, Holm-corrected over the table.", ""]  # fmt: skip
     for name in dict.fromkeys(r["collection"] for r in rows):
         mine = [r for r in rows if r["collection"] == name]
         metrics = list(mine[0]["metrics"])
@@ -252,7 +253,7 @@ def plot(rows: list[dict], out: str) -> None:
     from matplotlib.lines import Line2D
 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    markers = dict(zip(["-", "bm25", "cross-encoder", "ensemble"], "oDs^"))
+    markers = dict(zip(("-", *TEACHER_KINDS), "oDs^"))
     for name in dict.fromkeys(r["collection"] for r in rows):
         mine = [r for r in rows if r["collection"] == name]
         metric = next(iter(mine[0]["metrics"]))
@@ -260,9 +261,11 @@ def plot(rows: list[dict], out: str) -> None:
         teachers = list(dict.fromkeys(r["teacher"].split(":")[0] for r in mine))
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in mine:
-            ax.scatter(r["ms_per_query"], r["metrics"][metric], color=colours[methods.index(r["method"]) % 10],
+            colour = colours[methods.index(r["method"]) % len(colours)]
+            ax.scatter(r["ms_per_query"], r["metrics"][metric], color=colour,
                        marker=markers.get(r["teacher"].split(":")[0], "v"))  # fmt: skip
-        handles = [Line2D([], [], color=colours[i % 10], marker="o", ls="", label=m) for i, m in enumerate(methods)]
+        handles = [Line2D([], [], color=colours[i % len(colours)], marker="o", ls="", label=m)
+                   for i, m in enumerate(methods)]  # fmt: skip
         handles += [Line2D([], [], color="black", marker=markers.get(t, "v"), ls="",
                            label="no teacher" if t == "-" else t) for t in teachers]  # fmt: skip
         ax.set_xscale("log")
@@ -273,32 +276,34 @@ def plot(rows: list[dict], out: str) -> None:
         plt.close(fig)
 
 
-def write(rows: list[dict], output: str) -> None:
+def write(rows: list[dict], output: str, source: str = COMMAND) -> None:
     """The table, the plots, the rows without their per-query values (``.json``) and with them
-    (``.per-query.json.gz``, what ``--merge`` reads)."""
+    (``.per-query.json.gz``, what ``--merge`` reads; no time stamp in it, so the same rows give the same bytes)."""
     add_significance(rows)
-    with gzip.open(f"{output}.per-query.json.gz", "wt") as f:
-        json.dump(rows, f)
+    Path(f"{output}.per-query.json.gz").write_bytes(gzip.compress(json.dumps(rows).encode(), mtime=0))
     Path(f"{output}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "per_query"} for r in rows],
                                                  indent=1) + "\n")  # fmt: skip
-    write_table(rows, Path(f"{output}.md"))
+    write_table(rows, Path(f"{output}.md"), source)
     plot(rows, output)
 
 
 def merge(paths: list[str]) -> list[dict]:
-    """The rows of several runs as one table: a teacher-free row measured by more than one run is kept once
-    (from the first; the runs give the same results and differ only in time), and the p values are computed
-    again over the merged table."""
-    rows, seen = [], set()
+    """The rows of several runs as one table, the p values computed again over it. A teacher-free row measured by
+    more than one run is kept once, from the first, and only if every run gave it the same per-query values (they
+    differ only in time); every row of a collection must be over the same queries."""
+    rows, seen, queries = [], {}, {}
     for path in paths:
         with gzip.open(path, "rt") as f:
             for row in json.load(f):
                 key = (row["collection"], row["method"], row["teacher"], row["budget"])
+                qids = queries.setdefault(row["collection"], sorted(next(iter(row["per_query"].values()))))
+                if any(sorted(values) != qids for values in row["per_query"].values()):
+                    raise SystemExit(f"{path}: {key} is over other {row['collection']} queries than the rows before")
                 if key in seen:
-                    if row["teacher"] != "-":
-                        raise SystemExit(f"{path}: {key} is measured by an earlier file too")
+                    if row["teacher"] != "-" or row["per_query"] != seen[key]:
+                        raise SystemExit(f"{path}: {key} is measured by an earlier file too, with other results")
                     continue
-                seen.add(key)
+                seen[key] = row["per_query"]
                 rows.append({k: v for k, v in row.items() if k != "p"})
     return rows
 
@@ -306,8 +311,7 @@ def merge(paths: list[str]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
-    ap.add_argument("--teachers", nargs="+", default=["bm25", "cross-encoder", "ensemble"],
-                    choices=["bm25", "cross-encoder", "ensemble"])  # fmt: skip
+    ap.add_argument("--teachers", nargs="+", default=list(TEACHER_KINDS), choices=TEACHER_KINDS)
     ap.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS))
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--limit", type=int, help="the first N test queries only (a smoke run)")
@@ -318,7 +322,7 @@ def main() -> None:
     ap.add_argument("--output", default="runs/bench-methods")
     args = ap.parse_args()
     if args.merge:
-        write(merge(args.merge), args.output)
+        write(merge(args.merge), args.output, "python bench/methods.py --merge " + " ".join(args.merge))
         return
     rows = []
     for name in args.collections:

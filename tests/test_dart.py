@@ -44,11 +44,13 @@ def test_margin_loss_by_hand():
 
 
 def test_adaptive_margin_by_hand():
-    """The margin widens by slope (1 - s_1): nearly the base margin where the retriever is sure of its first
-    document, wider where it is not; slope 0 keeps the base margin."""
-    assert adaptive_margin(0.9, 0.1, 1.0) == pytest.approx(0.2)
-    assert adaptive_margin(0.4, 0.1, 2.0) == pytest.approx(1.3)
-    assert adaptive_margin(0.4, 0.1, 0.0) == 0.1
+    """The margin widens by slope (1 - cos(q, c_1)): nearly the base margin where the retriever is sure of its first
+    document, wider where it is not, the same on any scale; slope 0 keeps the base margin."""
+    q, sure, unsure = np.array([1.0, 0.0]), np.array([0.9, np.sqrt(0.19)]), np.array([0.4, np.sqrt(0.84)])
+    assert adaptive_margin(q, sure, 0.1, 1.0) == pytest.approx(0.2)
+    assert adaptive_margin(q, unsure, 0.1, 2.0) == pytest.approx(1.3)
+    assert adaptive_margin(3 * q, 5 * unsure, 0.1, 2.0) == pytest.approx(1.3)
+    assert adaptive_margin(q, unsure, 0.1, 0.0) == 0.1
 
 
 def test_one_step_and_one_buffer_update_by_hand():
@@ -148,19 +150,30 @@ def test_the_buffer_follows_run_order_across_batches_and_only_in_a_run(searcher,
     assert ranked(fresh[0]) == ranked(single[0]) and fresh[1].buffer is None
     assert ranked(fresh[0])[0] == ranked(whole)[0] and ranked(fresh[0])[1:] != ranked(whole)[1:]
 
-    def first_query(rewriter):
-        return ranked(searcher.retrieve_vectors(texts[:1], qids[:1], vectors[:1], 40, rewriter=rewriter))
-
-    top = float(searcher.search_candidates(vectors[:1], 30)[0].scores[0])  # each query's margin is its own
-    widened = first_query(Dart(depth=30, margin_slope=2.0))
-    assert widened == first_query(Dart(depth=30, margin=0.1 + 2.0 * (1 - top), margin_slope=0.0))
-    assert widened != first_query(Dart(depth=30, margin_slope=0.0))
     first, resumed = Dart(depth=30), Dart(depth=30)  # a run's state, handed to another rewriter, carries on
     first.start_run()
     searcher.retrieve_vectors(texts[:6], qids[:6], vectors[:6], 40, rewriter=first)
     resumed.start_run(first.run_state())
     rest = searcher.retrieve_vectors(texts[6:], qids[6:], vectors[6:], 40, rewriter=resumed)
     assert ranked(rest) == ranked(whole[6:])
+
+
+@pytest.mark.slow
+def test_each_query_of_a_batch_gets_its_own_margin(searcher, mini_scifact):
+    """The loss before the first step, from W = I, is the margin loss of the retriever's own scores at that query's
+    margin: the margin is read from each query's first document, not one for the batch."""
+    topics = read_topics(mini_scifact["topics"])[:6]
+    texts, qids = [t.text for t in topics], [t.qid for t in topics]
+    vectors = searcher.encode(texts)
+    dart = Dart(depth=30, margin=0.0, margin_slope=1.0)
+    results = searcher.retrieve_vectors(texts, qids, vectors, 40, rewriter=dart)
+    margins = []
+    for x, found, result in zip(vectors, searcher.search_candidates(vectors, 30), results):
+        q, C = x.astype(np.float64), found.vectors.astype(np.float64)
+        w_pos, w_neg = confidence_weights(C @ q, 5, 20, 0.05)
+        margins.append(adaptive_margin(q, C[0], 0.0, 1.0))
+        assert result.trace.losses[0] == pytest.approx(margin_loss_and_grad(C @ q, w_pos, w_neg, margins[-1])[0])
+    assert len(set(np.round(margins, 6))) == len(margins) and all(r.trace.losses[0] > 0 for r in results)
 
 
 @pytest.mark.slow

@@ -33,9 +33,10 @@ class DartConfig:
                            flag="--dart-positives")  # fmt: skip
     negatives: int = param(20, positive_int, "pseudo negatives: the last documents of the top-k",
                            flag="--dart-negatives")  # fmt: skip
-    margin: float = param(0.1, non_negative_float, "margin of the loss, in similarity units", flag="--dart-margin")
-    margin_slope: float = param(1.0, non_negative_float, "how much the margin widens as the retriever's first "
-                                "similarity s_1 falls: margin + slope (1 - s_1)",
+    margin: float = param(0.1, non_negative_float, "the loss's margin, in similarity units, for a query whose first "
+                          "document is at cosine 1", flag="--dart-margin")  # fmt: skip
+    margin_slope: float = param(1.0, non_negative_float, "how much the margin widens as the query's cosine with its "
+                                "first document falls: margin + slope (1 - cosine)",
                                 flag="--dart-margin-slope")  # fmt: skip
     temperature: float = param(0.05, positive_float, "temperature of the confidence weights (softmax of the "
                                "retriever's scores)", flag="--dart-temperature")  # fmt: skip
@@ -88,11 +89,10 @@ class Dart(Rewriter):
                     results.append(SearchResult(qid, ranking[:hits], trace))
                     continue
                 q = vector.astype(np.float64)
-                retrieved = C @ q
-                w_pos, w_neg = confidence_weights(retrieved, cfg.positives, cfg.negatives, cfg.temperature)
-                margin = adaptive_margin(float(retrieved[0]), cfg.margin, cfg.margin_slope)
+                w_pos, w_neg = confidence_weights(C @ q, cfg.positives, cfg.negatives, cfg.temperature)
+                margin_q = adaptive_margin(q, C[0], cfg.margin, cfg.margin_slope)
                 start = buffer if self.carrying else None
-                scores, h, losses = dart_adapt(q, C, start, w_pos, w_neg, margin, cfg.lr, cfg.iterations)
+                scores, h, losses = dart_adapt(q, C, start, w_pos, w_neg, margin_q, cfg.lr, cfg.iterations)
                 if self.carrying:
                     buffer = dart_buffer(start, q, h, cfg.momentum)
                 trace.iterations, trace.losses = cfg.iterations, losses

@@ -180,10 +180,13 @@ def confidence_weights(scores: np.ndarray, positives: int, negatives: int,
     return softmax(s[:positives], temperature), softmax(-s[len(s) - negatives :], temperature)
 
 
-def adaptive_margin(top_score: float, margin: float, slope: float) -> float:
-    """DART's margin for one query: ``margin`` + ``slope`` (1 - s_1), wider the less sure the retriever is of its
-    first document (s_1 its similarity, 1 at most for unit-length vectors)."""
-    return margin + slope * (1.0 - top_score)
+def adaptive_margin(q: np.ndarray, first: np.ndarray, margin: float, slope: float) -> float:
+    """DART's margin for one query: ``margin`` + ``slope`` (1 - cos(q, c_1)), wider the less sure the retriever is of
+    its first document c_1. The cosine rather than the inner product keeps the widening within [0, 2 slope] on any
+    encoder's scale (for unit-length vectors the two are the same)."""
+    norms = float(np.linalg.norm(q) * np.linalg.norm(first))
+    cosine = float(q @ first) / norms if norms > 0 else 0.0
+    return margin + slope * (1.0 - cosine)
 
 
 def margin_loss_and_grad(scores: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray,
