@@ -149,7 +149,6 @@ def test_the_buffer_follows_run_order_across_batches_and_only_in_a_run(searcher,
     fresh, single = run(12, carry=False), run(1, carry=False)
     assert ranked(fresh[0]) == ranked(single[0]) and fresh[1].buffer is None
     assert ranked(fresh[0])[0] == ranked(whole)[0] and ranked(fresh[0])[1:] != ranked(whole)[1:]
-
     first, resumed = Dart(depth=30), Dart(depth=30)  # a run's state, handed to another rewriter, carries on
     first.start_run()
     searcher.retrieve_vectors(texts[:6], qids[:6], vectors[:6], 40, rewriter=first)
