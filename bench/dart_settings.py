@@ -46,7 +46,7 @@ def summary_run(queries, fixed, margin, margin_slope, lr, iterations, momentum=0
     W_meta <- W_meta + beta_meta (W* - W_meta) instead of the decaying buffer; with ``alpha_ema``, the query is
     ranked by W_ema <- alpha_ema W_ema + (1 - alpha_ema) W*. Within a query every gradient is q g^T, so
     W = W_start + q h^T and its velocity q v^T."""
-    from tour_pyserini.rewriters.updates import adaptive_margin, confidence_weights, margin_loss_and_grad
+    from tour_pyserini.rewriters.updates import adaptive_margin, confidence_weights, dart_buffer, margin_loss_and_grad
 
     d = len(queries[0][0])
     start, ema, out = np.eye(d), None, []
@@ -64,7 +64,8 @@ def summary_run(queries, fixed, margin, margin_slope, lr, iterations, momentum=0
         if beta_meta:
             start = start + beta_meta * np.outer(q, h)
         else:  # the rewriter's buffer: I + momentum (W* - I)
-            start = np.eye(d) + momentum * (adapted - np.eye(d))
+            buffer = dart_buffer(start - np.eye(d), q, h, momentum)
+            start = np.eye(d) if buffer is None else np.eye(d) + buffer
     return out
 
 
