@@ -280,6 +280,7 @@ def write(rows: list[dict], output: str, source: str = COMMAND) -> None:
     """The table, the plots, the rows without their per-query values (``.json``) and with them
     (``.per-query.json.gz``, what ``--merge`` reads; no time stamp in it, so the same rows give the same bytes)."""
     add_significance(rows)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)  # not found only after an hour's measuring
     Path(f"{output}.per-query.json.gz").write_bytes(gzip.compress(json.dumps(rows).encode(), mtime=0))
     Path(f"{output}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "per_query"} for r in rows],
                                                  indent=1) + "\n")  # fmt: skip
