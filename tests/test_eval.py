@@ -110,3 +110,123 @@ def test_judge_is_built_once_and_scores_many_runs():
         assert judge.aggregate(run) == judge.evaluate(run).means
         assert set(judge.per_query(run)["RR@10"]) == {"1", "2"}
     assert judge.evaluate(runs[0]).per_relation == {}
+
+
+# --- every measure aggregated as ir-measures aggregates it ----------------------------------------------------
+
+# one parameterisation (or more) of every measure family ir-measures registers that an installed provider computes
+FAMILIES = {
+    "AP": ["AP", "AP@10", "AP(rel=2)"], "MAP": ["MAP"], "Accuracy": ["Accuracy", "Accuracy@10"],
+    "BPref": ["BPref"], "Bpref": ["Bpref"], "Compat": ["Compat(p=0.8)"], "ERR": ["ERR@10"], "IPrec": ["IPrec@0.2"],
+    "Judged": ["Judged@10"], "MRR": ["MRR@10"], "NDCG": ["NDCG@10"], "nDCG": ["nDCG", "nDCG@10",
+    'nDCG(dcg="exp-log2")@10', "nDCG(gains={0:0,1:1,2:3,3:7,4:15})@20", "nDCG(judged_only=True)@10"],
+    "NumQ": ["NumQ"], "NumRel": ["NumRel"], "NumRet": ["NumRet", "NumRet(rel=2)"], "NumRelRet": ["NumRelRet"],
+    "P": ["P@5", "P(rel=2)@10"], "Precision": ["Precision@5"], "R": ["R@100"], "Recall": ["Recall@10"],
+    "RR": ["RR", "RR@10", "RR(rel=3)"], "Rprec": ["Rprec"], "RPrec": ["RPrec"], "SetAP": ["SetAP"],
+    "SetF": ["SetF", "SetF(beta=0.5)"], "SetP": ["SetP"], "SetRelP": ["SetRelP"], "SetR": ["SetR"],
+    "Success": ["Success@10"], "infAP": ["infAP"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cranfield_run():
+    """Cranfield's real qrels (grades 0-4) and a real lexical run over its real abstracts: each query's 50 documents
+    sharing most words with it. Queries 1-20 are left out (a run that misses judged queries) and an unjudged query
+    999 is added (ignored by every measure; numeric, as gdeval, which computes ERR, reads only numeric ids)."""
+    from conftest import ROOT
+
+    from tour_pyserini.files import read_qrels, read_topics
+    from tour_pyserini.index.corpus import read_jsonl_corpus
+
+    qrels = read_qrels(ROOT / "qrels" / "cranfield.txt")
+    words = {d.docid: set(d.contents.split()) for d in read_jsonl_corpus(ROOT / "collections/cranfield/corpus.jsonl")}
+    run = {}
+    for topic in read_topics(ROOT / "collections/cranfield/topics.tsv")[20:]:
+        query = set(topic.text.split())
+        overlap = sorted(((len(query & w), d) for d, w in words.items()), key=lambda x: (-x[0], x[1]))[:50]
+        run[topic.qid] = {d: float(n) - i / 100 for i, (n, d) in enumerate(overlap)}
+    run["999"] = dict(run["21"])
+    return qrels, run
+
+
+def test_every_measure_family_is_covered_or_refused_in_one_line():
+    """Each family ir-measures registers is scored above or, where no installed provider computes it, refused."""
+    import ir_measures
+    from ir_measures.measures import registry
+
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.eval import QrelsJudge
+
+    required = {"cutoff": 10, "max_rel": 4, "recall": 0.2, "T": 1.0}  # the parameters some families require
+    for name, measure in registry.items():
+        if name in FAMILIES:
+            continue
+        measure = measure(**{p: required[p] for p, info in measure.SUPPORTED_PARAMS.items() if info.required})
+        assert not ir_measures.DefaultPipeline.supports(measure), name
+        with pytest.raises(UserError, match="no installed ir-measures provider computes it"):
+            QrelsJudge(QRELS, [str(measure)])
+
+
+def test_each_measure_is_aggregated_as_ir_measures_calc_aggregate_does(cranfield_run, tmp_path, capsys):
+    import ir_measures
+
+    qrels, run = cranfield_run
+    specs = [spec for specs in FAMILIES.values() for spec in specs]
+    for spec in specs:
+        measure = ir_measures.parse_measure(spec)
+        want = ir_measures.calc_aggregate([measure], qrels, run)[measure]
+        got = evaluate(qrels, run, [spec]).means[str(measure)]
+        assert got == pytest.approx(want, rel=1e-12), spec
+    # all at once (one evaluator, as the eval command builds it), through the command and its run file
+    measures = [ir_measures.parse_measure(spec) for spec in specs]
+    want = {str(m): v for m, v in ir_measures.calc_aggregate(measures, qrels, run).items()}
+    run_file, qrels_file = tmp_path / "run.trec", tmp_path / "qrels.txt"
+    run_file.write_text("".join(f"{q} Q0 {d} {r} {s} lexical\n" for q, docs in run.items()
+                                for r, (d, s) in enumerate(docs.items(), 1)))  # fmt: skip
+    qrels_file.write_text("".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    eval_main(["--qrels", str(qrels_file), "--run", str(run_file), "--json", "--metrics", *specs])
+    got = json.loads(capsys.readouterr().out)
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+    # the counts are sums over the judged queries in the run, not means
+    judged = [q for q in run if q in qrels]
+    assert got["NumQ"] == len(judged) == 205
+    assert got["NumRet"] == 50 * len(judged)
+    assert got["NumRel"] == sum(sum(g >= 1 for g in qrels[q].values()) for q in judged)
+
+
+def test_counts_print_as_sums_in_the_table(tmp_path, capsys):
+    qrels, run = tmp_path / "q.txt", tmp_path / "r.trec"
+    qrels.write_text("1 0 a 1\n1 0 b 2\n2 0 c 1\n")
+    run.write_text("1 Q0 x 1 3.0 t\n1 Q0 b 2 2.0 t\n2 Q0 c 1 1.0 t\n2 Q0 y 2 0.5 t\n")
+    eval_main(["--qrels", str(qrels), "--run", str(run), "--metrics", "NumRet", "NumRel", "NumRelRet", "RR"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["r.trec", "4", "3", "2", "0.7500"]  # NumRet, NumRel, NumRelRet summed; RR a mean
+    assert "NumRel, NumRet, NumRet(rel=1) summed" in lines[3]
+
+
+@pytest.mark.parametrize(
+    "metric, message",
+    [
+        ("P", "metric 'P' needs its cutoff (P@N)"),
+        ("RBP", "metric RBP: no installed ir-measures provider computes it"),
+        ("alpha_nDCG@10", "metric alpha_nDCG@10: no installed ir-measures provider computes it"),
+        ("ERR@10", "metric ERR@10 is computed by ir-measures' gdeval, which reads numeric query ids and grades up to "
+                   "4: the qrels' query 'q-1' is not a number"),
+        ('nDCG(dcg="exp-log2")@10', "metric nDCG(dcg='exp-log2')@10 is computed by ir-measures' gdeval, which reads "
+                                    "numeric query ids and grades up to 4: query '2' has grade 5"),
+    ],
+)  # fmt: skip
+def test_a_metric_ir_measures_cannot_compute_is_one_line(metric, message, tmp_path):
+    """Before: a traceback (an unsupported measure, a missing cutoff, gdeval stopping on a grade above 4), or, for
+    gdeval's ids 'q-1' and 'x-1' (both read as query 1), 0 for both queries."""
+    from test_cli import run_module
+
+    qrels, run = tmp_path / "q.txt", tmp_path / "r.trec"
+    if metric.startswith("ERR"):
+        qrels.write_text("q-1 0 a 1\nx-1 0 b 1\n")
+        run.write_text("q-1 Q0 a 1 1.0 t\nx-1 Q0 b 1 1.0 t\n")
+    else:
+        qrels.write_text("1 0 a 1\n2 0 b 5\n")
+        run.write_text("1 Q0 a 1 1.0 t\n")
+    proc = run_module("tour_pyserini.eval", "--qrels", str(qrels), "--run", str(run), "--metrics", metric)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n")

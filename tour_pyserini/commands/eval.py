@@ -15,6 +15,7 @@ from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.judging import add_judgement_arguments, judgements
 from tour_pyserini.commands.outputs import staged_output
 from tour_pyserini.errors import UserError
+from tour_pyserini.eval.judge import is_sum
 from tour_pyserini.eval.scoring import score_predictions, score_runs
 
 
@@ -65,15 +66,23 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(obj if len(results) == 1 else {"run": run, **obj}))
         return
     names = list(next(iter(results.values())).means)
+    sums = {n for n in names if is_sum(n)}
+
+    def cell(name: str, value: float | None) -> str:  # a count as trec_eval prints it; no value (Accuracy) as '-'
+        if value is None:
+            return "-"
+        return f"{value:.0f}" if name in sums and value.is_integer() else f"{value:.4f}"
+
     if args.per_query:
         for run, ev in results.items():
-            rows = [["qid", *names]] + [[qid, *(f"{ev.per_query[n][qid]:.4f}" for n in names)] for qid in qids]
+            rows = [["qid", *names]] + [[qid, *(cell(n, ev.per_query[n].get(qid)) for n in names)] for qid in qids]
             print(f"{run}\n{format_table(rows)}\n")
     for run, ev in results.items():
         if ev.per_relation:  # EntityQuestions: one row per relation
             rel = ev.per_relation
             rows = [["relation", *names]] + [[r, *(f"{rel[r][n]:.4f}" for n in names)] for r in rel]
             print(f"{run} by relation\n{format_table(rows)}\n")
-    rows = [["run", *names]] + [[Path(run).name, *(f"{ev.means[n]:.4f}" for n in names)] for run, ev in results.items()]
+    rows = [["run", *names]] + [[Path(run).name, *(cell(n, ev.means[n]) for n in names)] for run, ev in results.items()]
     print(format_table(rows))
-    print(f"({len(qids)} judged queries; queries missing from a run count as 0)")
+    counts = f"; {', '.join(sorted(sums))} summed, as ir-measures sums them" if sums else ""
+    print(f"({len(qids)} judged queries; queries missing from a run count as 0{counts})")
