@@ -9,22 +9,28 @@
 :class:`Retriever` searches an index built by ``tour-pyserini index``; :class:`Rewrite` (``tour``, ``rocchio``,
 ``average_prf``, ``rerank``, ``ttt_embed``) runs one of the rewriters over that index for each query of its input;
 :class:`TeacherReranker` scores the input's documents with a teacher. Each is opened by the same planner as the
-search command (:mod:`tour_pyserini.search.configure`), so a pipeline ranks as the command does. Nothing here
-starts PyTerrier's own JVM: Pyserini's (through pyjnius) is the process's one, and the transformers are pure Python
-around it; ``pt.Experiment`` needs no Java either.
+search command (:mod:`tour_pyserini.search.configure`), so a pipeline ranks as the command does. Every option of
+each is a PyTerrier parameter (``get_parameter``/``set_parameter``, what ``pt.GridScan`` and ``pt.GridSearch``
+vary), checked as the command checks its flag. A stage searches or scores over the index of the retriever whose
+results it reads, wherever it stands after it, and ``>>`` puts the very object in the pipeline: what a user
+sets on it is what the pipeline runs. Nothing here starts PyTerrier's own JVM: Pyserini's (through pyjnius) is the
+process's one, and the transformers are pure Python around it; ``pt.Experiment`` needs no Java either.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import itertools
+import numbers
+import os
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import ParamError, UserError
 
 try:  # the optional extra: importing this module is what asks for it
     import pandas as pd
@@ -32,14 +38,17 @@ try:  # the optional extra: importing this module is what asks for it
 except ImportError:
     raise UserError("tour_pyserini.pyterrier needs PyTerrier: pip install 'tour-pyserini[pyterrier]'") from None
 
+from tour_pyserini.encoders import EncoderSettings
 from tour_pyserini.encoders.query import QueryEncoders
 from tour_pyserini.files import read_topics
 from tour_pyserini.files.runs import strictly_decreasing
+from tour_pyserini.index.faiss_index import OpenIndexes
+from tour_pyserini.numbers import Number, Param, non_negative_float, positive_int, probability
 from tour_pyserini.results import SearchResult, Trace
-from tour_pyserini.rewriters import check_rewriter
-from tour_pyserini.search.api import check_k
-from tour_pyserini.search.configure import SearchConfig, open_search, plan_search
-from tour_pyserini.teachers import ScoreCache
+from tour_pyserini.rewriters import check_rewriter, get_rewriter_class
+from tour_pyserini.runtime import RUNTIME_CHOICES, RUNTIME_PRECISIONS
+from tour_pyserini.search.configure import SearchConfig, build_rewriter, open_search, plan_search
+from tour_pyserini.teachers import ScoreCache, TeacherSpec, check_teacher_options, options_read_by, teacher_options
 
 __all__ = ["Retriever", "Rewrite", "TeacherReranker", "average_prf", "rerank", "rocchio", "topics_frame", "tour",
            "ttt_embed"]  # fmt: skip
@@ -95,43 +104,148 @@ def rankings_of(results: list[SearchResult]) -> list[list[tuple[str, float, Any]
     return [[(h.docid, h.score, h.vector) for h in r.hits] for r in results]
 
 
-class Retriever(pt.Transformer):
+def checked(p: Param, value: Any) -> Any:
+    """``value`` for the parameter ``p`` as its flag would take it: a number of the flag's kind (a numpy number too,
+    never a bool) in its range, a string (a path too), True or False, one of its choices; None (unset) as it is.
+    Anything else is a :class:`~tour_pyserini.errors.ParamError` naming ``p``: one line."""
+    if value is None:
+        return None
+    if isinstance(p.type, Number):
+        integral = p.type.kind is int
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral if integral else numbers.Real):
+            raise ParamError(p.name, p.option, f"must be {'an integer' if integral else 'a number'}, got {value!r}")
+        value = p.type.kind(value)
+    elif p.type is bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise ParamError(p.name, p.option, f"must be True or False, got {value!r}")
+        value = bool(value)
+    elif p.type is str:
+        value = os.fspath(value) if isinstance(value, os.PathLike) else value
+        if not isinstance(value, str):
+            raise ParamError(p.name, p.option, f"must be a string, got {value!r}")
+    return p.check(value)
+
+
+# where a result frame's documents come from: the key of the Retriever whose index they are of (``frame.attrs``,
+# which pandas carries through the frame's copies, selections and merges), so that a stage anywhere after it in a
+# pipeline searches or scores over that index
+FROM = "tour_pyserini.retriever"
+RETRIEVERS: weakref.WeakValueDictionary[str, Retriever] = weakref.WeakValueDictionary()
+KEYS = itertools.count()
+
+
+def from_retriever(frame: pd.DataFrame, retriever: Retriever) -> pd.DataFrame:
+    frame.attrs[FROM] = retriever.key
+    return frame
+
+
+class Parametrised(pt.Transformer):
+    """A transformer whose options are PyTerrier's parameters: :meth:`get_parameter` and :meth:`set_parameter` by
+    name (what ``pt.GridScan`` and ``pt.GridSearch`` call), each value checked as the search command checks its
+    flag; a value refused is one line and changes nothing."""
+
+    def parameters(self) -> dict[str, Any]:
+        """Every parameter by name, with its value (None: unset, its default applies)."""
+        raise NotImplementedError
+
+    def configure(self, values: Mapping[str, Any]) -> None:
+        """Take ``values`` (by parameter name) over the current ones, all checked before any is taken."""
+        raise NotImplementedError
+
+    def get_parameter(self, name: str) -> Any:
+        values = self.parameters()
+        if name not in values:
+            raise UserError(f"{self!r} has no parameter {name!r}; its parameters: {', '.join(values)}")
+        return values[name]
+
+    def set_parameter(self, name: str, value: Any) -> None:
+        self.get_parameter(name)
+        self.configure({name: value})
+
+
+# the search command's flags of a retriever, by parameter name, each checked as the flag is
+RETRIEVER_PARAMS = {p.name: p for p in (
+    Param("index"), Param("num_results", positive_int, flag="--hits"), Param("doc_vec", bool), Param("encoder"),
+    Param("encoded_queries"), Param("encoder_precision", choices=RUNTIME_PRECISIONS),
+    Param("encoder_runtime", choices=RUNTIME_CHOICES), Param("threads", positive_int), Param("device"),
+    Param("ef_search", positive_int), Param("nprobe", positive_int), Param("bm25_k1", non_negative_float),
+    Param("bm25_b", probability))}  # fmt: skip
+SEARCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SearchConfig) if f.default is not dataclasses.MISSING}
+RETRIEVER_DEFAULTS = {**{name: SEARCH_DEFAULTS.get(name) for name in RETRIEVER_PARAMS}, "num_results": 1000,
+                      "doc_vec": False, "encoder_settings": EncoderSettings()}  # fmt: skip
+
+
+class Retriever(Parametrised):
     """Search an index built by ``tour-pyserini index`` (dense, or BM25 through Lucene) for each query of a frame.
 
     Input: ``qid`` and ``query`` (other query columns are kept); on a dense index, a ``query_vec`` column, when the
     input has one (an earlier stage's, e.g. pyterrier-dr's ``VectorPrf``), is searched instead of encoding
     ``query``. Output: the query columns with ``query_vec`` (dense), ``docno``, ``score``, ``rank``, and with
     ``doc_vec=True`` each hit's index vector (what pyterrier-dr's ``VectorPrf`` and ``AveragePrf`` read).
-    ``num_results``: hits per query. ``config``: the other fields of
-    :class:`~tour_pyserini.search.configure.SearchConfig` (``encoder``, ``device``, ``threads``, ``ef_search``,
-    ``nprobe``, ``encoder_precision``, ``encoder_runtime``, ``encoded_queries``, ...), as the search command's flags.
+    ``num_results``: hits per query. ``config``: the search command's settings, as the fields of
+    :class:`~tour_pyserini.search.configure.SearchConfig` name them (``encoder``, ``encoder_settings``, ``device``,
+    ``threads``, ``ef_search``, ``nprobe``, ``encoder_precision``, ``encoder_runtime``, ``encoded_queries``,
+    ``bm25_k1``, ``bm25_b``). Each is a parameter; setting one that changes the search opens it again.
 
-    A :class:`Rewrite` or :class:`TeacherReranker` right after it (``retriever >> rocchio()``) searches or scores
-    over the same index, sharing its opened index and query encoder.
+    A :class:`Rewrite` or :class:`TeacherReranker` after it in a pipeline searches or scores over the same index,
+    sharing its opened index and query encoder.
     """
 
     def __init__(self, index: str | Path, *, num_results: int = 1000, doc_vec: bool = False, **config: Any):
         if pt.java.started():  # pyjnius starts one JVM per process, and Terrier's lacks Anserini's classes
             raise UserError("PyTerrier's JVM (Terrier) already runs in this process, and Pyserini's cannot start "
                             "beside it: run Terrier's Java transformers in another process")  # fmt: skip
-        self.config = SearchConfig(index=str(index), **config)
-        self.num_results = check_k(num_results)
-        plan = plan_search(self.config)
-        self.dense = plan.kind == "dense"
-        if doc_vec and not self.dense:
-            raise UserError(f"doc_vec: {index} is a BM25 index, which holds no document vectors")
-        self.doc_vec = doc_vec
-        self.opened = plan.opened  # what a stage bound to this retriever shares: the index, opened once
-        self.encoders = QueryEncoders()  # and the query encoder, loaded once
-        self.searcher = open_search(plan, self.encoders).searcher
+        self.config: SearchConfig | None = None
+        self.encoders = QueryEncoders()  # what a stage over this retriever shares: the query encoder, loaded once
+        self.configure({"index": index, "num_results": num_results, "doc_vec": doc_vec, **config})
+        self.key = f"retriever-{next(KEYS)}"
+        RETRIEVERS[self.key] = self
+
+    @property
+    def dense(self) -> bool:
+        return self.plan.kind == "dense"
+
+    def parameters(self) -> dict[str, Any]:
+        config = {name: getattr(self.config, name) for name in RETRIEVER_DEFAULTS if hasattr(self.config, name)}
+        return {**config, "num_results": self.num_results, "doc_vec": self.doc_vec}
+
+    def configure(self, values: Mapping[str, Any]) -> None:
+        if unknown := sorted(set(values) - set(RETRIEVER_DEFAULTS)):
+            raise UserError(f"Retriever has no parameter {', '.join(unknown)}; its parameters: "
+                            f"{', '.join(RETRIEVER_DEFAULTS)} (a rewriter's and a teacher's are a stage's: "
+                            "retriever >> tour(...))")  # fmt: skip
+        given = {name: checked(RETRIEVER_PARAMS[name], v) if name in RETRIEVER_PARAMS else v
+                 for name, v in values.items()}  # fmt: skip
+        if (settings := given.get("encoder_settings")) is not None and not isinstance(settings, EncoderSettings):
+            raise UserError(f"encoder_settings takes an EncoderSettings, got {type(settings).__name__}")
+        merged = {**(self.parameters() if self.config else {}),
+                  **{name: RETRIEVER_DEFAULTS[name] if v is None else v for name, v in given.items()}}  # fmt: skip
+        if merged["index"] is None:
+            raise UserError("a Retriever searches an index: give it one (a directory built by tour-pyserini index)")
+        num_results, doc_vec = merged.pop("num_results"), merged.pop("doc_vec")
+        config = SearchConfig(**merged)
+        plan, opened, searcher = (getattr(self, name, None) for name in ("plan", "opened", "searcher"))
+        if config != self.config:
+            old = self.config
+            if old is None or (old.index, old.ef_search, old.nprobe) != (config.index, config.ef_search, config.nprobe):
+                # and the index, opened once; a Faiss knob stays set on an opened index: another knob opens it anew
+                opened = OpenIndexes()
+            plan = plan_search(config, opened)
+        if doc_vec and plan.kind != "dense":
+            raise UserError(f"doc_vec: {config.index} is a BM25 index, which holds no document vectors")
+        if config != self.config:
+            searcher = open_search(plan, self.encoders).searcher
+        self.config, self.plan, self.opened, self.searcher = config, plan, opened, searcher
+        self.num_results, self.doc_vec = num_results, doc_vec
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         queries = query_rows(inp, "Retriever")
         qids, texts = queries["qid"].astype(str).tolist(), queries["query"].tolist()
         if not qids:
-            return results_frame(queries, [], self.doc_vec)
+            return from_retriever(results_frame(queries, [], self.doc_vec), self)
         if not self.dense:
-            return results_frame(queries, rankings_of(self.searcher.retrieve(texts, qids, self.num_results)))
+            results = self.searcher.retrieve(texts, qids, self.num_results)
+            return from_retriever(results_frame(queries, rankings_of(results)), self)
         if "query_vec" in queries.columns:
             vectors, encoded_by = query_vectors(queries), None
         else:
@@ -143,44 +257,137 @@ class Retriever(pt.Transformer):
         else:
             rankings = rankings_of(self.searcher.retrieve_vectors(texts, qids, vectors, self.num_results,
                                                                   encoded_by=encoded_by))  # fmt: skip
-        return results_frame(queries, rankings, self.doc_vec)
-
-    def __rshift__(self, right):
-        if isinstance(right, OverIndex) and right.index is None:  # the stage searches or scores over this index
-            right = right.over(self)
-        return super().__rshift__(right)
+        return from_retriever(results_frame(queries, rankings, self.doc_vec), self)
 
     def __repr__(self) -> str:
         return f"Retriever({self.config.index!r}, num_results={self.num_results})"
 
 
-class OverIndex(pt.Transformer):
-    """A stage that searches or scores over a :class:`Retriever`'s index: given one as ``index=``, or bound to
-    the retriever it follows in ``retriever >> stage``."""
+# a stage's own parameters, as the search command's flags
+TEACHER = Param("teacher")
+TEACHER_MAX_LENGTH = Param("teacher_max_length", positive_int)
+TEACHER_PRECISION = Param("teacher_precision", choices=RUNTIME_PRECISIONS)
+REWRITER = Param("rewriter")
+NUM_RESULTS = Param("num_results", positive_int, flag="--hits")
+SCORE_STORE = Param("score_store")
 
-    index: Retriever | None = None
-    opened: Any = None  # the planner's OpenSearch over the index: a searcher with the stage's rewriter, a teacher
-    settings: dict  # the SearchConfig fields of the stage, over the retriever's own
 
-    def over(self, retriever: Retriever) -> OverIndex:
-        """This stage opened over ``retriever``'s index (a copy: the unbound stage may be bound elsewhere too)."""
-        bound = copy.copy(self)
-        bound.open_over(retriever)
-        return bound
+class OverIndex(Parametrised):
+    """A stage that searches or scores over a :class:`Retriever`'s index: the one given as ``index=``, else the one
+    whose results it reads (the retriever before it in the pipeline: its mark on its results travels through what
+    stands between them, as long as that keeps the frame's ``attrs``, as pandas' operations do). Its parameters:
+    ``index``, its own (:attr:`own`), ``teacher_options`` and each option the teacher reads by its name (``runtime``,
+    ``model``, ...), and a rewriter's options by their names."""
 
-    def open_over(self, retriever: Retriever) -> None:
-        """Open the stage's rewriter or teacher over ``retriever``'s index, sharing its index and query encoder."""
-        if not isinstance(retriever, Retriever):
-            raise UserError(f"index= takes a tour_pyserini.pyterrier.Retriever, got {type(retriever).__name__}")
-        config = dataclasses.replace(retriever.config, **self.settings)
-        self.opened = open_search(plan_search(config, retriever.opened), retriever.encoders)
-        self.index = retriever
+    own: ClassVar[tuple[Param, ...]]
+    settings: dict[str, Any]  # index and own values (None: unset), rewriter_options and teacher_options (set ones)
 
-    def bound(self) -> Retriever:
-        if self.index is None:
-            raise UserError(f"{self!r} works over an index: put it right after a Retriever (retriever >> stage) or "
-                            "give it index=retriever")  # fmt: skip
-        return self.index
+    def __init__(self, **values: Any):
+        self.settings = {"index": None, **{p.name: None for p in self.own}, "rewriter_options": {},
+                         "teacher_options": {}}  # fmt: skip
+        self.opened_over: dict[str, tuple] = {}  # by retriever: (config, its teacher part, OpenSearch, rewriter)
+        self.configure(values)
+
+    def rewriter_options(self, settings: Mapping[str, Any]) -> dict[str, Param]:
+        """The options of the stage's rewriter under ``settings``, by name (none for a teacher alone)."""
+        return {}
+
+    def check(self, settings: dict[str, Any]) -> Any:
+        """Refuse ``settings`` that the search command would refuse, before anything loads; what the check made
+        (a rewriter's config)."""
+
+    def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields of :class:`~tour_pyserini.search.configure.SearchConfig` the stage sets over its retriever's."""
+        raise NotImplementedError
+
+    def parameters(self) -> dict[str, Any]:
+        s = self.settings
+        values = {"index": s["index"], **{p.name: s[p.name] for p in self.own},
+                  "teacher_options": dict(s["teacher_options"])}  # fmt: skip
+        values.update(self.option_values())
+        if s["teacher"]:
+            values.update({p.name: s["teacher_options"].get(p.name, p.default) for p in options_read_by(s["teacher"])})
+        return values
+
+    def option_values(self) -> dict[str, Any]:
+        return {}
+
+    def configure(self, values: Mapping[str, Any]) -> None:
+        s = {**self.settings, "rewriter_options": dict(self.settings["rewriter_options"]),
+             "teacher_options": dict(self.settings["teacher_options"])}  # fmt: skip
+        own = {p.name: p for p in self.own}
+        for name in ("index", "teacher_options", *own):
+            if name in values:
+                s[name] = values[name]
+        s.update({name: checked(p, s[name]) for name, p in own.items()})
+        if s["index"] is not None and not isinstance(s["index"], Retriever):
+            raise UserError(f"index= takes a tour_pyserini.pyterrier.Retriever, got {type(s['index']).__name__}")
+        if not isinstance(s["teacher_options"] or {}, Mapping):
+            raise UserError(f"teacher_options takes a mapping, got {type(s['teacher_options']).__name__}")
+        s["teacher_options"] = dict(s["teacher_options"] or {})
+        declared, teachers = self.rewriter_options(s), {p.name: p for p in teacher_options()}
+        unknown = []
+        for name, value in values.items():
+            if name in ("index", "teacher_options", *own):
+                continue
+            target = "rewriter_options" if name in declared else "teacher_options" if name in teachers else None
+            if target is None:
+                unknown.append(name)
+            else:
+                s[target][name] = value
+        if unknown:
+            names = ", ".join(["index", *own, "teacher_options", *declared])
+            raise UserError(f"option(s) {', '.join(unknown)} do not apply to {self.describe(s)}; its parameters: "
+                            f"{names} and the teacher's options")  # fmt: skip
+        if stray := sorted(set(s["teacher_options"]) - set(teachers)):
+            raise UserError(f"teacher_options: {', '.join(stray)} is no teacher's option (they are "
+                            f"{', '.join(teachers)})")  # fmt: skip
+        for options, params in (("rewriter_options", declared), ("teacher_options", teachers)):
+            s[options] = {n: checked(params[n], v) if n in params else v for n, v in s[options].items()
+                          if v is not None}  # fmt: skip
+        if s["teacher"] is not None:
+            TeacherSpec.parse(s["teacher"]).teacher_class()  # a kind no teacher has: one line, the teachers listed
+        check_teacher_options(s["teacher"], s["teacher_options"])
+        rewriter_config = self.check(s)
+        if s["index"] is not None:  # opened now, as the search command opens before it searches
+            self.open_over(s["index"], s)
+        self.settings, self.rewriter_config = s, rewriter_config
+
+    def describe(self, settings: Mapping[str, Any]) -> str:
+        return type(self).__name__
+
+    def retriever(self, inp: pd.DataFrame) -> Retriever:
+        """The retriever the stage works over: its ``index=``, else the one whose results ``inp`` holds."""
+        if self.settings["index"] is not None:
+            return self.settings["index"]
+        found = RETRIEVERS.get(inp.attrs.get(FROM, ""))
+        if found is None:
+            raise UserError(f"{self!r} works over an index: put it after a Retriever in the pipeline (retriever >> "
+                            "... >> stage), or give it index=retriever")  # fmt: skip
+        return found
+
+    def open_over(self, retriever: Retriever, settings: Mapping[str, Any]):
+        """The stage's searcher and teacher (an OpenSearch) over ``retriever``'s index, sharing its index and query
+        encoder, and its rewriter: opened once per retriever and settings; a change of the rewriter's options alone
+        rebuilds the rewriter, keeping the teacher it asks."""
+        config = dataclasses.replace(retriever.config, **self.search_settings(settings))
+        known = self.opened_over.get(retriever.key)
+        if known is not None and known[0] == config:
+            return known[2], known[3]
+        plan = plan_search(config, retriever.opened)
+        teacher_part = dataclasses.replace(config, rewriter=None, rewriter_options={}, score_store=None)
+        if known is not None and known[1] == teacher_part:
+            opened, rewriter = known[2], build_rewriter(plan, known[2].teacher)
+        else:
+            opened = open_search(plan, retriever.encoders)
+            rewriter = opened.searcher.rewriter
+        self.opened_over[retriever.key] = (config, teacher_part, opened, rewriter)
+        return opened, rewriter
+
+    def searching(self, inp: pd.DataFrame):
+        """(retriever, OpenSearch, rewriter) for the input frame ``inp``."""
+        retriever = self.retriever(inp)
+        return (retriever, *self.open_over(retriever, self.settings))
 
 
 class Rewrite(OverIndex):
@@ -191,75 +398,119 @@ class Rewrite(OverIndex):
     query (default: the retriever's), the input's query columns kept.
 
     ``options``: the rewriter's parameters by their Python names (``depth`` is ``--depth``, ``prf_depth``, ``lr``,
-    ``alpha`` ...; ``tour-pyserini search --help`` lists them), checked here. ``teacher``: a teacher spec
-    (``bm25``, ``cross-encoder:PATH``, ...) for the rewriters that ask one; ``teacher_options`` (by name),
-    ``teacher_max_length``, ``teacher_precision`` and ``score_store`` as the search command's flags.
+    ``alpha`` ...; ``tour-pyserini search --help`` lists them), and the teacher's (``runtime`` is
+    ``--teacher-runtime``, ...), checked here. ``teacher``: a teacher spec (``bm25``, ``cross-encoder:PATH``, ...)
+    for the rewriters that ask one; ``teacher_options`` (by name), ``teacher_max_length``, ``teacher_precision``
+    and ``score_store`` as the search command's flags. Each, and ``rewriter``, is a parameter.
     """
+
+    own = (REWRITER, TEACHER, NUM_RESULTS, TEACHER_MAX_LENGTH, TEACHER_PRECISION, SCORE_STORE)
 
     def __init__(self, rewriter: str, *, teacher: str | None = None, index: Retriever | None = None,
                  num_results: int | None = None, teacher_options: Mapping[str, Any] | None = None,
                  teacher_max_length: int | None = None, teacher_precision: str | None = None,
                  score_store: str | None = None, **options: Any):  # fmt: skip
-        check_rewriter(rewriter, options, teacher=teacher is not None)  # before any model loads
-        self.rewriter = rewriter
-        self.num_results = None if num_results is None else check_k(num_results)
-        self.settings = {"rewriter": rewriter, "rewriter_options": dict(options), "teacher": teacher,
-                         "teacher_options": dict(teacher_options or {}), "teacher_max_length": teacher_max_length,
-                         "teacher_precision": teacher_precision, "score_store": score_store}  # fmt: skip
-        if index is not None:
-            self.open_over(index)
+        super().__init__(rewriter=rewriter, teacher=teacher, index=index, num_results=num_results,
+                         teacher_options=teacher_options, teacher_max_length=teacher_max_length,
+                         teacher_precision=teacher_precision, score_store=score_store, **options)  # fmt: skip
+
+    @property
+    def rewriter(self) -> str:
+        return self.settings["rewriter"]
+
+    @property
+    def num_results(self) -> int | None:
+        return self.settings["num_results"]
+
+    def rewriter_options(self, settings: Mapping[str, Any]) -> dict[str, Param]:
+        return {p.name: p for p in get_rewriter_class(settings["rewriter"]).options}
+
+    def check(self, settings: dict[str, Any]) -> Any:
+        return check_rewriter(settings["rewriter"], settings["rewriter_options"],
+                              teacher=settings["teacher"] is not None)[1]  # fmt: skip
+
+    def option_values(self) -> dict[str, Any]:  # the config's values: None where the default is another's (a preset)
+        return {p.name: getattr(self.rewriter_config, p.name) for p in get_rewriter_class(self.rewriter).options}
+
+    def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        return {"rewriter": settings["rewriter"], "rewriter_options": dict(settings["rewriter_options"]),
+                "teacher": settings["teacher"], "teacher_options": dict(settings["teacher_options"]),
+                "teacher_max_length": settings["teacher_max_length"],
+                "teacher_precision": settings["teacher_precision"], "score_store": settings["score_store"]}  # fmt: skip
+
+    def describe(self, settings: Mapping[str, Any]) -> str:
+        return f"--rewriter {settings['rewriter']}"
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        retriever = self.bound()
-        searcher = self.opened.searcher
+        retriever, opened, rewriter = self.searching(inp)
+        searcher = opened.searcher
         queries = query_rows(inp, f"rewriter {self.rewriter}")
         qids, texts = queries["qid"].astype(str).tolist(), queries["query"].tolist()
         if not qids:
-            return results_frame(queries, [])
+            return from_retriever(results_frame(queries, []), retriever)
         if "query_vec" in queries.columns:
             vectors, encoded_by = query_vectors(queries), None
         else:
             vectors, encoded_by = searcher.encode(texts), searcher.query_encoder
             queries = queries.assign(query_vec=list(vectors))
         k = self.num_results or retriever.num_results
-        results = searcher.retrieve_vectors(texts, qids, vectors, k, encoded_by=encoded_by)
-        return results_frame(queries, rankings_of(results))
+        results = searcher.retrieve_vectors(texts, qids, vectors, k, rewriter=rewriter, encoded_by=encoded_by)
+        return from_retriever(results_frame(queries, rankings_of(results)), retriever)
 
     def __repr__(self) -> str:
-        options = ", ".join(f"{k}={v!r}" for k, v in self.settings["rewriter_options"].items())
-        teacher = f", teacher={self.settings['teacher']!r}" if self.settings["teacher"] else ""
-        return f"Rewrite({self.rewriter!r}{teacher}{', ' + options if options else ''})"
+        s = self.settings
+        given = {**({"num_results": s["num_results"]} if s["num_results"] else {}), **s["rewriter_options"],
+                 **s["teacher_options"]}  # fmt: skip
+        options = "".join(f", {k}={v!r}" for k, v in given.items())
+        teacher = f", teacher={s['teacher']!r}" if s["teacher"] else ""
+        return f"Rewrite({self.rewriter!r}{teacher}{options})"
 
 
 class TeacherReranker(OverIndex):
     """A teacher (``bm25``, ``cross-encoder:PATH``, ``monot5:PATH``, ``ensemble:FILE``, ...) as a PyTerrier re-ranker:
     each document of the input's results (``qid``, ``query``, ``docno``) gets the teacher's score of (query, its
     text from the index's docstore) as ``score``, and each query's documents are sorted by it (ties keep the input's
-    order; pairs the teacher could not score are NaN, ranked last), ``rank`` recomputed. Settings as :class:`Rewrite`'s.
+    order; pairs the teacher could not score are NaN, ranked last), ``rank`` recomputed. Settings (and parameters)
+    as :class:`Rewrite`'s teacher's.
     """
+
+    own = (TEACHER, TEACHER_MAX_LENGTH, TEACHER_PRECISION)
 
     def __init__(self, teacher: str, *, index: Retriever | None = None,
                  teacher_options: Mapping[str, Any] | None = None, teacher_max_length: int | None = None,
-                 teacher_precision: str | None = None):  # fmt: skip
-        self.teacher = teacher
+                 teacher_precision: str | None = None, **options: Any):  # fmt: skip
+        super().__init__(teacher=teacher, index=index, teacher_options=teacher_options,
+                         teacher_max_length=teacher_max_length, teacher_precision=teacher_precision,
+                         **options)  # fmt: skip
+
+    @property
+    def teacher(self) -> str:
+        return self.settings["teacher"]
+
+    def check(self, settings: dict[str, Any]) -> None:
+        if settings["teacher"] is None:
+            raise UserError("TeacherReranker needs a teacher (a spec such as bm25 or cross-encoder:PATH)")
+        return None
+
+    def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         # no rewriter: the planner opens the teacher for its caller to ask
-        self.settings = {"rewriter": None, "rewriter_options": {}, "teacher": teacher,
-                         "teacher_options": dict(teacher_options or {}), "teacher_max_length": teacher_max_length,
-                         "teacher_precision": teacher_precision, "score_store": None}  # fmt: skip
-        if index is not None:
-            self.open_over(index)
+        return {"rewriter": None, "rewriter_options": {}, "teacher": settings["teacher"],
+                "teacher_options": dict(settings["teacher_options"]),
+                "teacher_max_length": settings["teacher_max_length"],
+                "teacher_precision": settings["teacher_precision"], "score_store": None}  # fmt: skip
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        self.bound()
+        retriever, opened, _ = self.searching(inp)
         missing = [c for c in ("qid", "query", "docno") if c not in inp.columns]
         if missing:
             raise UserError(f"teacher {self.teacher} re-ranks a result frame (qid, query, docno); this one lacks "
                             f"{', '.join(missing)}")  # fmt: skip
         groups = [group for _, group in inp.groupby("qid", sort=False)]
         if not groups:
-            return inp.assign(score=pd.Series(dtype=np.float64), rank=pd.Series(dtype=np.int64))
+            out = inp.assign(score=pd.Series(dtype=np.float64), rank=pd.Series(dtype=np.int64))
+            return from_retriever(out, retriever)
         qids = [str(g["qid"].iloc[0]) for g in groups]
-        cache = ScoreCache(self.opened.teacher, self.opened.searcher.docstore)
+        cache = ScoreCache(opened.teacher, opened.searcher.docstore)
         texts = [g["query"].iloc[0] for g in groups]
         scores = cache.score(qids, texts, [g["docno"].astype(str).tolist() for g in groups], [Trace() for _ in groups])
         ranked = [g.assign(score=np.asarray(s, dtype=np.float64))
@@ -268,7 +519,7 @@ class TeacherReranker(OverIndex):
         ranked = [g.assign(score=ranked_scores(g["score"])) for g in ranked]
         out = pd.concat(ranked, ignore_index=True)
         out["rank"] = np.concatenate([np.arange(len(g)) for g in ranked])
-        return out
+        return from_retriever(out, retriever)
 
     def __repr__(self) -> str:
         return f"TeacherReranker({self.teacher!r})"
