@@ -76,7 +76,7 @@ def test_prepare_script_reproduces_the_committed_files(tmp_path):
 
 def test_topics_tsv_and_jsonl(tmp_path):
     tsv = tmp_path / "t.tsv"
-    tsv.write_text("1\tfirst query\n\n2\tsecond\twith tab\n")
+    tsv.write_text("1\tfirst query\n2\tsecond\twith tab\n")  # a blank line is refused: tests/test_file_checks.py
     assert [(t.qid, t.text) for t in read_topics(tsv)] == [("1", "first query"), ("2", "second\twith tab")]
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"qid": "a", "question": "who?", "answers": ["me"]}\n')

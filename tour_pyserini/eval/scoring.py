@@ -51,6 +51,9 @@ def open_judge(judgements: Judgements, stack: ExitStack) -> Judge:
 def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None = None) -> tuple[dict, list[str]]:
     """Each run's :class:`Evaluation` ({path: Evaluation}) and the judged qids, in qrels or answers mode."""
     runs = {path: read_run(path) for path in run_paths}  # malformed runs fail before any judging
+    for path, run in runs.items():
+        if not run:  # trec_eval refuses an empty results file ("Cannot read results file")
+            raise UserError(f"{path}: no results (the run holds no line)")
     with ExitStack() as stack:
         judge = open_judge(judgements, stack)
         results = {path: judge.evaluate(run) for path, run in runs.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,18 +36,39 @@ def read_text(path: str | Path) -> str:
     return "".join(line for _, line in text_lines(path))
 
 
-def read_fields(path: str | Path, layout: str, kind: str) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, fields)`` for each non-empty line; a line without ``len(layout.split())`` fields raises."""
+# trec_eval splits fields at C's isspace() in the "C" locale: these six ASCII characters and no other; a no-break
+# space, U+001C..U+001F or U+0085 (all whitespace to str.split) is part of a field there
+ASCII_SPACE = " \t\n\r\v\f"
+_FIELD = re.compile(f"[^{re.escape(ASCII_SPACE)}]+")
+
+
+def split_fields(line: str) -> list[str]:
+    """The fields of a qrels or run line as trec_eval reads them: separated by ASCII whitespace only."""
+    return _FIELD.findall(line)
+
+
+def read_fields(path: str | Path, layout: str, kind: str, blank_lines: bool = True) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each line, split as trec_eval splits them (:func:`split_fields`). A line
+    without ``len(layout.split())`` fields raises, and so does a NUL byte (trec_eval's format allows none; it
+    crashes on one); a blank line is skipped, or raises when not ``blank_lines`` (trec_eval refuses a qrels file
+    with one)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{kind} file {str(path)!r} does not exist")
     expected = len(layout.split())
     for lineno, line in text_lines(path):
-        fields = line.split()
+        if "\0" in line:
+            raise UserError(f"{path}:{lineno}: a NUL byte at column {line.index(chr(0)) + 1} (trec_eval reads no "
+                            f"{kind} file holding one)")  # fmt: skip
+        fields = split_fields(line)
         if not fields:
-            continue
+            if blank_lines:
+                continue
+            raise UserError(f"{path}:{lineno}: a blank line (trec_eval refuses a {kind} file with one)")
         if len(fields) != expected:
-            raise UserError(f"{path}:{lineno}: expected '{layout}', found {len(fields)} fields")
+            others = sorted({f"U+{ord(c):04X}" for c in line if c.isspace() and c not in ASCII_SPACE})
+            why = f" ({', '.join(others)} separates no fields: only ASCII spaces and tabs do)" if others else ""
+            raise UserError(f"{path}:{lineno}: expected '{layout}', found {len(fields)} fields{why}")
         yield lineno, fields
 
 

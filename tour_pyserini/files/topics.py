@@ -39,11 +39,23 @@ class Topic:
     relation: str = ""  # EntityQuestions relation (e.g. "P106"), for per-relation breakdowns
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def _all_lines(path: Path) -> Iterator[tuple[int, str]]:
     for lineno, line in text_lines(path):
-        line = line.rstrip("\n").rstrip("\r")
-        if line.strip():
-            yield lineno, line
+        yield lineno, line.rstrip("\n").rstrip("\r")
+
+
+def _blank_line(path: Path, lineno: int) -> UserError:
+    return UserError(f"{path}:{lineno}: a blank line (Pyserini's topic readers stop on one)")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a TSV or JSONL topics file; a blank one raises, as Anserini's readers, which Pyserini reads
+    topics files with (TsvIntTopicReader, TsvStringTopicReader, JsonStringTopicReader, DprJsonlTopicReader), fail
+    on one."""
+    for lineno, line in _all_lines(path):
+        if not line.strip():
+            raise _blank_line(path, lineno)
+        yield lineno, line
 
 
 def _first(obj: dict, keys: tuple[str, ...]):
@@ -105,13 +117,21 @@ def _dpr_answers(field: str) -> list | None:
 
 
 def _parse_tsv(path: Path) -> Iterator[tuple[int, Topic]]:
-    dpr = None
-    for index, (lineno, line) in enumerate(_lines(path)):
+    dpr, index, empty = None, -1, None
+    for lineno, line in _all_lines(path):
+        if not line.strip():
+            if line == "" and dpr is not False:  # DprNqTopicReader's CSV parser skips an empty line, and counts none
+                empty = empty or lineno
+                continue
+            raise _blank_line(path, lineno)
+        index += 1
         first, tab, second = line.partition("\t")
         if not tab:
             raise UserError(f"{path}:{lineno}: expected 'qid<TAB>text', found no tab")
         if dpr is None:  # the first line decides the format
             dpr = _dpr_answers(second) is not None
+        if not dpr and empty:  # an empty line before the first: Anserini's TSV readers stop on it
+            raise _blank_line(path, empty)
         if dpr:
             answers = _dpr_answers(second)
             if answers is None:
@@ -180,7 +200,7 @@ def _records(source: Path) -> Iterator[tuple[str, int, Topic]]:
     elif name.endswith(".json"):
         parse = _parse_json_list if read_text(source).lstrip().startswith("[") else _parse_jsonl
     else:  # DPR ships JSON lines as .txt too (CuratedTrec, WebQuestions, SQuAD)
-        first = next(_lines(source), (0, ""))[1]
+        first = next((line for _, line in _all_lines(source) if line.strip()), "")
         parse = _parse_jsonl if first.lstrip().startswith("{") else _parse_tsv
     for lineno, topic in parse(source):
         yield str(source), lineno, topic
