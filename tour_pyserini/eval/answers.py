@@ -3,7 +3,9 @@
 A passage "has an answer" when, after NFD normalisation, the uncased token sequence of an answer
 occurs in the uncased tokens of the passage text (DrQA's SimpleTokenizer, as DPR and Pyserini's
 ``pyserini.eval.evaluate_dpr_retrieval`` use it), or, in regex mode (CuratedTrec), when an answer
-pattern matches case-insensitively. As in Pyserini, only the passage text is matched, not its title.
+pattern matches case-insensitively. As in Pyserini, only the passage text is matched, not its title, and the text
+is the one Pyserini's ``convert_trec_run_to_dpr_retrieval_run`` reads from a BM25 index's ``contents`` (a newline
+inside it a space: :func:`~tour_pyserini.index.corpus.pyserini_field`), so regular expressions match alike too.
 Top-k accuracy of a query is 1 when any of its first k passages has an answer.
 """
 
@@ -17,6 +19,7 @@ from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.judge import Evaluation, Judge, answer_topics
 from tour_pyserini.files.topics import Topic
+from tour_pyserini.index.corpus import pyserini_field
 from tour_pyserini.index.docstore import DocStore
 
 
@@ -44,6 +47,7 @@ class AnswerMatcher:
         return self._tokenizer.tokenize(_normalize(text)).words(uncased=True)
 
     def has_answer(self, docid: str, text: str, answers: Sequence[str]) -> bool:
+        text = pyserini_field(text)
         if self.regex:
             return any(self._dpr.regex_match(_normalize(text), _normalize(a)) for a in answers)
         words = self._words.get(docid)

@@ -38,9 +38,11 @@ def run_indexer(args: list[str]) -> None:
 def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) -> IndexMeta:
     """Index the ``contents`` of a JSONL corpus with Lucene (JsonCollection, positions, raw docs).
 
-    Documents without ``contents`` are indexed as "title text", as the dense side encodes them; the
-    index must then hold exactly the corpus's documents, less the empty ones (with a warning). The
-    index's term matrix, which the BM25 teacher scores with, is exported beside it.
+    Each document is indexed as :func:`~tour_pyserini.index.corpus.lucene_record` writes it: its ``contents`` are
+    Pyserini's ``title\ntext`` with newline-free fields, so Pyserini's own DPR tools read the index's raw documents
+    back (the corpus file is given to Anserini as it is when every line already is its record). The index must then
+    hold exactly the corpus's documents, less the empty ones (with a warning). The index's term matrix, which the
+    BM25 teacher scores with, is exported beside it.
     """
     corpus = corpus_file(collection).resolve()
     check = check_corpus(corpus)

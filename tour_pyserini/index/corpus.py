@@ -1,7 +1,11 @@
 """JSONL corpora (Pyserini/BEIR): read and checked before indexing, so that no document is lost silently.
 
 Each line is one JSON object with an id (``id``, ``_id`` or ``docid``) and its text: ``title`` and/or
-``text``, or ``contents``. Anserini, meeting a document without a ``contents`` field, stops indexing
+``text``, or ``contents``. ``contents`` follows Pyserini's convention: ``title + "\n" + text``, the one newline
+separating the fields (its DPR tools read ``title, text = contents.split("\n")``, its encoder splits ``contents``
+at newlines into ``--fields title text``), so a ``contents`` with exactly one newline is read as title and text, and
+the ``contents`` a BM25 index stores is written that way, a newline inside a title or text becoming a space
+(:func:`lucene_record`). Anserini, meeting a document without a ``contents`` field, stops indexing
 the rest of the file, and it skips one with empty contents, each with only a log line; Pyserini's dense
 encoder stops at a document without both ``title`` and ``text``. So every line is checked first (UTF-8,
 a JSON object, an id without whitespace, unique ids, a text field), each error naming the file and
@@ -42,7 +46,7 @@ class CorpusCheck:
     path: Path
     num_docs: int
     empty: tuple[str, ...]  # ids of documents whose text is empty: Lucene cannot index them
-    lucene_ready: bool  # every line has 'id' and a non-empty 'contents', as Anserini's JsonCollection reads them
+    lucene_ready: bool  # every line is its lucene_record(): 'id', Pyserini's 'contents' (Anserini reads the file)
     pyserini_ready: bool  # every line has 'title' and 'text', as Pyserini's dense encoder reads them
 
 
@@ -79,8 +83,37 @@ def _document(obj, where: str) -> Document:
         raise UserError(f"{where}: document {docid!r} has no text field ('title', 'text' or 'contents')")
     doc = Document(docid, _string(obj, "title", where), _string(obj, "text", where))
     if not doc.contents:
-        doc = Document(docid, "", _string(obj, "contents", where))
+        contents = _string(obj, "contents", where)
+        title, newline, text = contents.partition("\n")
+        # Pyserini's "title\ntext"; with no newline, or several, the whole is the text
+        doc = Document(docid, title, text) if newline and "\n" not in text else Document(docid, "", contents)
     return doc
+
+
+def pyserini_field(value: str) -> str:
+    """A title or a text as it stands inside Pyserini's ``contents``: a newline, which separates the fields there,
+    becomes a space (to every tokenizer here, and Lucene's, the same word boundary)."""
+    return value.replace("\n", " ")
+
+
+def lucene_record(obj: dict, doc: Document) -> dict | None:
+    """The JSON line Anserini indexes for ``doc`` (read from ``obj``), or None for a document without text (which
+    Anserini would skip). Its ``contents`` is Pyserini's ``title\ntext`` with newline-free fields, so that Pyserini's
+    ``convert_trec_run_to_dpr_retrieval_run`` reads back exactly the title and text (it stops on a third field) and
+    matches answers in the text as the answer judge does; its ``title`` and ``text``, where the line has them, are
+    newline-free too (its ``--combine-title-text`` joins them with a newline). A document's own ``contents`` that is
+    not its title and text (a document expansion, say) is indexed as given."""
+    own = obj.get("contents")
+    if isinstance(own, str) and own.strip() and own != f"{doc.title}\n{doc.text}":
+        contents = own
+    else:
+        contents = f"{pyserini_field(doc.title)}\n{pyserini_field(doc.text)}"
+    if not contents.strip():
+        return None
+    record = {"id": doc.docid}
+    record.update({key: pyserini_field(getattr(doc, key)) for key in ("title", "text") if key in obj})
+    record["contents"] = contents
+    return record
 
 
 def _records(path: Path) -> Iterator[tuple[str, dict, Document]]:
@@ -118,8 +151,10 @@ def check_corpus(path: str | Path) -> CorpusCheck:
         num_docs += 1
         if not doc.contents.strip():
             empty.append(doc.docid)
-        contents = obj.get("contents")
-        lucene_ready &= "id" in obj and isinstance(contents, str) and bool(contents.strip())
+        record = lucene_record(obj, doc)
+        lucene_ready &= (
+            "id" in obj and record is not None and all(obj.get(k) == v for k, v in record.items() if k != "id")
+        )
         pyserini_ready &= obj.get("title") == doc.title and obj.get("text") == doc.text
     if num_docs == 0:
         raise UserError(f"{path}: the corpus holds no documents")
@@ -136,17 +171,15 @@ def check_corpus(path: str | Path) -> CorpusCheck:
 
 
 def write_normalised(path: str | Path, out: Path, fields: str) -> Path:
-    """Write the corpus as ``{"id", "contents"}`` lines (``fields="contents"``, for Anserini: a document's
-    own ``contents``, else "title text"; empty documents, which it cannot index, left out) or else as
-    ``{"id", "title", "text"}`` lines (for Pyserini's dense encoder)."""
+    """Write the corpus as the lines Anserini indexes (``fields="contents"``: :func:`lucene_record`, Pyserini's
+    ``title\ntext`` contents; empty documents, which it cannot index, left out) or else as ``{"id", "title",
+    "text"}`` lines (for Pyserini's dense encoder)."""
     with open(out, "w", encoding="utf-8") as f:
         for _, obj, doc in _unique_records(Path(path)):
             if fields == "contents":
-                contents = obj.get("contents")
-                contents = contents if isinstance(contents, str) and contents.strip() else doc.contents
-                if not contents.strip():
+                record = lucene_record(obj, doc)
+                if record is None:
                     continue
-                record = {"id": doc.docid, "contents": contents}
             else:
                 record = {"id": doc.docid, "title": doc.title, "text": doc.text}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
