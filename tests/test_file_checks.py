@@ -134,3 +134,49 @@ def test_anserinis_topic_readers_refuse_the_same_files(tmp_path):
     (tmp_path / "ok.txt").write_text("q one\t['a']\n\nq two\t['b']\n")
     topics = search.get_topics_with_reader("io.anserini.search.topicreader.DprNqTopicReader", str(tmp_path / "ok.txt"))
     assert {q: t["title"] for q, t in topics.items()} == {0: "q one", 1: "q two"}
+
+
+# --- a run of other topics, in answers mode ----------------------------------------------------------------------
+
+
+def qa_files(tmp_path: Path, run_lines: str) -> tuple[Path, Path, Path]:
+    import json
+
+    collection = tmp_path / "passages"
+    collection.mkdir()
+    docs = [("p0", "Moon", "Apollo 17 left the Moon in December 1972."), ("p1", "Paris", "Paris is in France.")]
+    (collection / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
+                                                     for i, t, x in docs))  # fmt: skip
+    topics = tmp_path / "topics.jsonl"
+    topics.write_text('{"qid": "0", "question": "when did anyone leave the moon", "answers": ["December 1972"]}\n'
+                      '{"qid": "1", "question": "where is paris", "answers": ["France"]}\n')  # fmt: skip
+    run = tmp_path / "run.trec"
+    run.write_text(run_lines)
+    return topics, collection, run
+
+
+def test_a_run_of_other_topics_is_refused_in_one_line_naming_both_files(tmp_path):
+    from test_cli import run_module
+
+    topics, collection, run = qa_files(tmp_path, "7 Q0 p0 1 2.0 t\n8 Q0 p1 1 2.0 t\n")
+    proc = run_module("tour_pyserini.eval", "--answers", str(topics), "--collection", str(collection), "--run",
+                      str(run))  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: {run} and {topics} have no query in common (the run's 2: 7, 8; the topics' 2: "
+                           "0, 1): a run of other topics?\n")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_run_that_leaves_questions_out_or_holds_others_is_named(tmp_path, caplog, capsys):
+    import json
+    import logging
+
+    topics, collection, run = qa_files(tmp_path, "0 Q0 p0 1 2.0 t\n9 Q0 p1 1 2.0 t\n")
+    with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
+        eval_main(["--answers", str(topics), "--collection", str(collection), "--run", str(run), "--topk", "1",
+                   "--json"])  # fmt: skip
+    assert json.loads(capsys.readouterr().out) == {"Acc@1": 0.5}  # question 1 is missing: it counts as 0
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{run}: 1 of the 2 questions of {topics} are not in the run and count as 0 (is it a run of these topics?)",
+        f"{run}: 1 of its 2 queries (9) are not questions of {topics} and are not scored",
+    ]

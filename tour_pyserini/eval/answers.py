@@ -80,6 +80,7 @@ class AnswerJudge(Judge):
                  source: str = "the topics"):  # fmt: skip
         self.topics = answer_topics(topics, source)
         self.qids = [t.qid for t in self.topics]
+        self.all_qids = {t.qid for t in topics}  # those without answers too: a run may hold them
         self.matcher, self.topk = matcher, list(topk)
 
     def per_query(self, run: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:

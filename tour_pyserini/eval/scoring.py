@@ -48,6 +48,34 @@ def open_judge(judgements: Judgements, stack: ExitStack) -> Judge:
     return AnswerJudge(read_topics(judgements.answers), matcher, list(judgements.topk), judgements.answers)
 
 
+def _some(qids) -> str:
+    qids = list(qids)
+    return ", ".join(qids[:3]) + (", ..." if len(qids) > 3 else "")
+
+
+def check_queries(path: str, run: dict, judge: Judge, judgements: Judgements) -> None:
+    """Refuse a run none of whose queries is judged (in one line, naming both files and a few ids of each), and, in
+    answers mode, say how many of the topics' questions the run leaves out (they count as 0) and how many of its
+    queries are not questions of the topics (not scored; Pyserini's convert_trec_run_to_dpr_retrieval_run stops on
+    such a query). A run of other topics numbered alike (DPR's NQ test and NQ-open both number their 3,610
+    questions 0..3609, in different orders) can only be seen by these counts."""
+    source = judgements.answers or judgements.qrels
+    common = [q for q in judge.qids if q in run]
+    if not common:
+        kind = "topics" if judgements.answers else "qrels"
+        raise UserError(f"{path} and {source} have no query in common (the run's {len(run)}: {_some(run)}; the "
+                        f"{kind}' {len(judge.qids)}: {_some(judge.qids)}): a run of other topics?")  # fmt: skip
+    if not judgements.answers:
+        return
+    if len(common) < len(judge.qids):
+        log.warning("%s: %d of the %d questions of %s are not in the run and count as 0 (is it a run of these "
+                    "topics?)", path, len(judge.qids) - len(common), len(judge.qids), source)  # fmt: skip
+    unknown = [q for q in run if q not in judge.all_qids]
+    if unknown:
+        log.warning("%s: %d of its %d queries (%s) are not questions of %s and are not scored", path, len(unknown),
+                    len(run), _some(unknown), source)  # fmt: skip
+
+
 def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None = None) -> tuple[dict, list[str]]:
     """Each run's :class:`Evaluation` ({path: Evaluation}) and the judged qids, in qrels or answers mode."""
     runs = {path: read_run(path) for path in run_paths}  # malformed runs fail before any judging
@@ -56,6 +84,8 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
             raise UserError(f"{path}: no results (the run holds no line)")
     with ExitStack() as stack:
         judge = open_judge(judgements, stack)
+        for path, run in runs.items():
+            check_queries(path, run, judge, judgements)
         results = {path: judge.evaluate(run) for path, run in runs.items()}
         if isinstance(judge, QrelsJudge):
             judged = {d for docs in judge.qrels.values() for d in docs}
