@@ -100,3 +100,18 @@ def test_compare_diff_reads_runs_as_rankings_not_as_file_order(tmp_path, capsys)
     by_rank.write_text("1 Q0 a first 0.9 t\n")
     with pytest.raises(UserError, match="by-rank.trec:1: rank 'first' is not an integer"):
         read_run(by_rank)
+
+
+def test_a_count_is_compared_as_its_sum_and_accuracy_over_the_queries_it_has():
+    from tour_pyserini.eval.compare import compare
+
+    per_query = {
+        "base": {"NumRet": {"1": 10.0, "2": 5.0, "3": 1.0}, "Accuracy": {"1": 0.5, "3": 0.25}},
+        "run": {"NumRet": {"1": 10.0, "2": 10.0, "3": 1.0}, "Accuracy": {"1": 1.0, "2": 0.5, "3": 0.5}},
+    }
+    rows = {(r.run, r.metric): r for r in compare(per_query, "base", ["1", "2", "3"], trials=100)}  # fmt: skip
+    assert (rows["base", "NumRet"].mean, rows["run", "NumRet"].mean, rows["run", "NumRet"].delta) == (16, 21, 5)
+    # Accuracy: no value for query 2 in the baseline (no relevant document retrieved): left out of its mean and
+    # of the pairs, as ir-measures leaves it out
+    assert (rows["base", "Accuracy"].mean, rows["run", "Accuracy"].mean) == (0.375, pytest.approx(2 / 3))
+    assert (rows["run", "Accuracy"].wins, rows["run", "Accuracy"].ties, rows["run", "Accuracy"].losses) == (2, 0, 0)
