@@ -88,6 +88,7 @@ def test_topics_tsv_and_jsonl(tmp_path):
     [
         ("t.tsv", "1\tok\n2 no tab here\n", r"t.tsv:2: expected 'qid<TAB>text', found no tab"),
         ("t.tsv", "1\tok\n2\t   \n", r"t.tsv:2: query '2' has empty text"),
+        ("t.tsv", "1\tok\n2\t\u200b\u200d \u3164\n", r"t.tsv:2: query '2' has empty text"),  # invisible characters
         ("t.tsv", "1\tok\n1\tagain\n", r"t.tsv:2: duplicate qid '1'"),
         ("t.jsonl", '{"qid": "a", "question": "q", "answers": "x"}\n', r"t.jsonl:1: 'answers' must be a list"),
         ("t.jsonl", "{oops\n", r"t.jsonl:1: not valid JSON"),

@@ -218,6 +218,17 @@ def test_fixed_positives_are_the_retrievers_top_k_and_teacher_positives_the_teac
     assert not TourHard(None, depth=4, teacher_positives=2).step(np.ones(4), C4, scores, 1.0).stop
 
 
+def test_more_positives_than_candidates_is_one_readable_line_on_the_command_line_and_over_http():
+    from tour_pyserini.errors import UserError
+    from tour_pyserini.rewriters.tour import TourHard
+    from tour_pyserini.serve.requests import as_request
+
+    with pytest.raises(UserError) as refused:
+        TourHard(None, depth=4, teacher_positives=6)
+    assert str(refused.value).startswith("--teacher-positives (6) must be at most --depth (4)")
+    assert str(as_request(refused.value)).startswith("'teacher-positives' (6) must be at most 'depth' (4)")
+
+
 def test_soft_early_stop_argmax_or_nucleus():
     from tour_pyserini.rewriters.tour import TourSoft
 

@@ -101,12 +101,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def serve_config(args: argparse.Namespace):
+def serve_config(args: argparse.Namespace, access: AccessConfig):
     """The server's :class:`ServeConfig`, checked: everything that can be refused before any model loads. Each
-    index is planned as the search command plans its index (the same encoder and teacher flags)."""
+    index is planned as the search command plans its index (the same encoder and teacher flags); learning
+    trusts the clients of ``access``'s keys."""
     from tour_pyserini.index.faiss_index import OpenIndexes
     from tour_pyserini.search.configure import SearchConfig, plan_search, plan_teachers
-    from tour_pyserini.serve.access import read_server_config
+    from tour_pyserini.serve.access import fingerprint, read_server_config
 
     configured = read_server_config(args.config)[0] if args.config else {}
     paths = [*args.index, *configured.values()]
@@ -140,6 +141,7 @@ def serve_config(args: argparse.Namespace):
                        data_dir=args.data_dir, state=args.state, budget=args.budget, learn=args.learn,
                        judge_depth=args.judge_depth, max_depth=args.max_depth, refit_steps=args.refit_steps,
                        learn_from_anonymous=args.learn_from_anonymous, max_key_share=args.max_key_share,
+                       keyed_clients=frozenset(map(fingerprint, access.keys)),
                        max_data_mb=args.max_data_mb, teacher_options=base.teacher_options)  # fmt: skip
 
 
@@ -181,8 +183,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    config = serve_config(args)
-    access = access_config(args)
+    access = access_config(args)  # first: a key file that holds no key is refused before anything else is read
+    config = serve_config(args, access)
     from tour_pyserini.files.staging import open_locked
     from tour_pyserini.serve.service import SearchService
 

@@ -6,12 +6,21 @@ from __future__ import annotations
 import gzip
 import math
 import re
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
 
 BOM = "\ufeff"  # editors on Windows start UTF-8 files with it; it would otherwise join the first field
+# characters that show nothing: controls, format characters (zero-width space and joiners, the BOM), separators
+INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+FILLERS = "\u115f\u1160\u2800\u3164\uffa0"  # letters and symbols drawn as blank space (Hangul fillers, Braille blank)
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` shows nothing (a query of zero-width spaces is as empty as one of spaces)."""
+    return all(c.isspace() or c in FILLERS or unicodedata.category(c) in INVISIBLE for c in text)
 
 
 def _decode(raw: bytes, where: str) -> str:

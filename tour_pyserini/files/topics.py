@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.files.lines import read_text, text_lines
+from tour_pyserini.files.lines import blank, read_text, text_lines
 
 _QID_KEYS = ("qid", "_id", "id", "query_id")
 _TEXT_KEYS = ("question", "text", "query", "title")
@@ -219,7 +219,7 @@ def read_topics(source: str | Path) -> list[Topic]:
         raise FileNotFoundError(f"unknown topics {str(source)!r}: no such file")
     topics, seen = [], set()
     for where, lineno, topic in records:
-        if not topic.text.strip():
+        if blank(topic.text):
             raise UserError(f"{where}:{lineno}: query {topic.qid!r} has empty text")
         if not topic.qid or any(c.isspace() for c in topic.qid):
             # a run line is whitespace-separated: such a qid would break every run written for it
@@ -243,5 +243,5 @@ def check_queries(texts: Sequence[str], qids: Sequence[str]) -> None:
     for qid, text in zip(qids, texts):
         if not qid or any(c.isspace() for c in qid):
             raise UserError(f"qid {qid!r} is empty or contains whitespace")
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or blank(text):
             raise UserError(f"query {qid!r} has empty text")

@@ -133,7 +133,8 @@ class TourConfig:
         for name, value in (("--fixed-positives", self.fixed_positives), ("--teacher-positives",
                                                                           self.teacher_positives)):  # fmt: skip
             if value is not None and value > self.depth:
-                raise UserError(f"{name} k' must be in [1, k], got {value}")
+                raise UserError(f"{name} ({value}) must be at most --depth ({self.depth}): positives are chosen "
+                                "among the candidates judged")  # fmt: skip
         check_task(self.state, self.task)
 
 

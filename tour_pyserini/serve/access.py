@@ -31,9 +31,15 @@ from tour_pyserini.numbers import param, positive_int
 
 ANONYMOUS = "anonymous"  # the client name of requests without a key, where keys are not required
 PUBLIC_PATHS = ("/", "/explore", "/docs", "/openapi.json")  # the page and the API's description: no data
+STATIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\.[a-z]{1,8}")  # the page's scripts and styles, under /static/
 MAX_BODY_BYTES = 1024 * 1024  # an MCP call's JSON body; a search's parameters are in its URL
 LOGGED_CHARS = 200  # each parameter's value in the request log, at most
 MAX_PARAMETERS = 64  # query parameters a request may have: no route reads as many
+FRAGMENT = 8  # the request log masks any run of this many of a key's characters, not only a whole key
+KEY_CHARS = re.compile(r"[!-~]{16,}")  # printable ASCII without spaces: the same text whatever a header's encoding
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")  # an index's name in routes
+# what str.splitlines() and text editors split on that JSON leaves unescaped: one request, one line of the log
+LINE_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
 
 
 def error(status: int, message: str, headers: dict | None = None):
@@ -49,44 +55,69 @@ def fingerprint(key: str) -> str:
 
 
 def read_api_keys(path: str | Path) -> list[str]:
-    """Keys from a file of one key per line (blank lines and ``#`` comments ignored)."""
+    """Keys from a file of one key per line (blank lines and ``#`` comments ignored); a file that holds none
+    is refused, since a server given no key would serve everyone."""
+    where = f"--api-keys {path}"
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"--api-keys {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    keys = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    return check_keys(keys, f"--api-keys {path}")
+        raise UserError(f"{where}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise UserError(f"{where}: the file starts with a UTF-8 byte-order mark, which would be read as part of "
+                        "the first key; save it without one")  # fmt: skip
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    keys = [(n, key) for n, key in lines if key and not key.startswith("#")]
+    if not keys:
+        raise UserError(f"{where}: the file holds no key (only blank lines and # comments): the server would "
+                        "be open to everyone")  # fmt: skip
+    return check_keys([(f"{where}:{n}", key) for n, key in keys])
 
 
 def read_server_config(path: str | Path) -> tuple[dict[str, str], list[str]]:
-    """Pyserini's YAML server config: ``indexes`` (name: directory, relative to the file) and ``api_keys``."""
+    """Pyserini's YAML server config: ``indexes`` (name: directory, relative to the file) and ``api_keys``
+    (refused when given but empty: a server given no key would serve everyone)."""
     import yaml
 
+    where = f"--config {path}"
     try:
         payload = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise UserError(f"--config {path}: not a readable YAML file ({type(e).__name__})") from None
+        raise UserError(f"{where}: not a readable YAML file ({type(e).__name__})") from None
     if not isinstance(payload, dict):
-        raise UserError(f"--config {path}: a YAML mapping with 'indexes' and 'api_keys' was expected")
-    raw_keys = payload.get("api_keys") or []
+        raise UserError(f"{where}: a YAML mapping with 'indexes' and 'api_keys' was expected")
+    raw_keys = payload.get("api_keys")
+    if "api_keys" in payload and not raw_keys:
+        raise UserError(f"{where}: 'api_keys' holds no key: the server would be open to everyone")
+    raw_keys = raw_keys or []
     if not isinstance(raw_keys, list) or not all(isinstance(k, str) and k.strip() for k in raw_keys):
-        raise UserError(f"--config {path}: 'api_keys' must be a list of non-empty strings")
+        raise UserError(f"{where}: 'api_keys' must be a list of non-empty strings")
     raw_indexes = payload.get("indexes") or {}
     if not isinstance(raw_indexes, dict):
-        raise UserError(f"--config {path}: 'indexes' must map names to index directories")
+        raise UserError(f"{where}: 'indexes' must map names to index directories")
     indexes = {}
-    for name, where in raw_indexes.items():
-        if not str(name).strip() or not isinstance(where, str) or not where.strip():
-            raise UserError(f"--config {path}: index {str(name)[:40]!r} must map to a directory")
-        indexes[str(name)] = str((Path(path).resolve().parent / where).resolve())
-    return indexes, check_keys([k.strip() for k in raw_keys], f"--config {path}")
+    for name, directory in raw_indexes.items():
+        check_index_name(str(name), f"{where}: index")
+        if not isinstance(directory, str) or not directory.strip():
+            raise UserError(f"{where}: index {str(name)[:40]!r} must map to a directory")
+        indexes[str(name)] = str((Path(path).resolve().parent / directory).resolve())
+    return indexes, check_keys([(f"{where}: api_keys key {n}", k.strip()) for n, k in enumerate(raw_keys, 1)])
 
 
-def check_keys(keys: list[str], where: str) -> list[str]:
-    for lineno, key in enumerate(keys, 1):
-        if len(key) < 16 or any(c.isspace() or not c.isprintable() for c in key):
-            raise UserError(f"{where}: key {lineno} must be at least 16 printable characters without spaces")
-    return keys
+def check_index_name(name: str, where: str) -> str:
+    """An index's name in routes (``/v1/{name}/search``): letters, digits, ``.``, ``_`` and ``-``, no ``..``."""
+    if not NAME.fullmatch(name) or ".." in name:
+        raise UserError(f"{where} {name[:40]!r} cannot name a route: use letters, digits, '.', '_' and '-' (at "
+                        "most 100, no '..', not starting with '.' or '-')")  # fmt: skip
+    return name
+
+
+def check_keys(keys: list[tuple[str, str]]) -> list[str]:
+    """The keys of (where, key) pairs, each at least 16 printable ASCII characters without spaces."""
+    for where, key in keys:
+        if not KEY_CHARS.fullmatch(key):
+            raise UserError(f"{where}: a key must be at least 16 printable ASCII characters without spaces")
+    return [key for _, key in keys]
 
 
 def is_loopback(host: str) -> bool:
@@ -145,18 +176,17 @@ class HostRule:
 
 
 class Keys:
-    """The accepted keys, compared in constant time by their SHA-256."""
+    """The accepted keys, compared in constant time by their SHA-256, and how text that holds one is shown.
+
+    Clients see only whether a request holds a *whole* key (:meth:`found_in`); the request log also masks any
+    run of :data:`FRAGMENT` characters of a key. A client-visible answer that depended on fragments would tell
+    a client, eight characters at a time, what other clients' keys are made of."""
 
     def __init__(self, keys: Iterable[str]):
+        keys = list(keys)
         self.digests = {hashlib.sha256(k.encode("utf-8")).digest(): fingerprint(k) for k in keys}
-        self.fingerprints = {k: fingerprint(k) for k in keys}  # to find a key sent where no key belongs
-
-    def redact(self, text: str) -> str:
-        """``text`` with every key in it replaced by ``<key FINGERPRINT>``."""
-        for key, name in self.fingerprints.items():
-            if key in text:
-                text = text.replace(key, f"<key {name}>")
-        return text
+        self.names = {k: fingerprint(k) for k in keys}
+        self.fragments = {k[i : i + FRAGMENT] for k in keys for i in range(len(k) - FRAGMENT + 1)}
 
     def __bool__(self) -> bool:
         return bool(self.digests)
@@ -169,6 +199,46 @@ class Keys:
             if hmac.compare_digest(known, digest):
                 found = name
         return found
+
+    def found_in(self, text: str) -> str | None:
+        """The fingerprint of an accepted key that ``text`` holds whole, if any."""
+        return next((name for key, name in self.names.items() if key in text), None)
+
+    def shown(self, text: str, limit: int) -> str:
+        """``text`` as an answer may echo it: each whole key replaced by ``<key FINGERPRINT>`` before it is cut
+        to ``limit`` characters, so that no cut leaves the start of a key."""
+        for key, name in self.names.items():
+            if key in text:
+                text = text.replace(key, f"<key {name}>")
+        return text[:limit]
+
+    def stripped(self, body: bytes) -> bytes:
+        """An answer's body with each whole key replaced (:meth:`shown`): in every string of a JSON body, where a
+        key's quote or backslash is escaped, else in its text."""
+        try:
+            value = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return self.shown(body.decode("utf-8", "replace"), len(body) + 1).encode("utf-8")
+
+        def walk(item):
+            if isinstance(item, str):
+                return self.shown(item, len(item) + 1)
+            if isinstance(item, dict):
+                return {walk(k): walk(v) for k, v in item.items()}
+            return [walk(v) for v in item] if isinstance(item, list) else item
+
+        return json.dumps(walk(value), ensure_ascii=False).encode("utf-8")
+
+    def logged(self, text: str) -> str:
+        """``text`` as the request log keeps it: :meth:`shown` at :data:`LOGGED_CHARS`, and every run of
+        :data:`FRAGMENT` or more characters of a key masked with ``*``. Masking keeps the length, so only the
+        characters kept need scanning, whatever the request's length."""
+        kept = list(self.shown(text, LOGGED_CHARS + FRAGMENT - 1))
+        masked = [False] * len(kept)
+        for i in range(len(kept) - FRAGMENT + 1):
+            if "".join(kept[i : i + FRAGMENT]) in self.fragments:
+                masked[i : i + FRAGMENT] = [True] * FRAGMENT
+        return "".join("*" if m else c for c, m in zip(kept, masked))[:LOGGED_CHARS]
 
 
 class RateLimit:
@@ -203,40 +273,45 @@ class RateLimit:
 
 class RequestLog:
     """One JSON line per answered request: time, key fingerprint, route, index, parameters, status, ms; each
-    line flushed as written (the file is closed when the process ends)."""
+    line flushed as written (the file is closed when the process ends). A line break of any kind inside the
+    record is escaped, so that every reader finds one record per line."""
 
     def __init__(self, path: str | Path):
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the server's lifetime
         self.lock = threading.Lock()
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, ensure_ascii=False) + "\n"
+        line = json.dumps(record, ensure_ascii=False).translate(LINE_BREAKS) + "\n"
         with self.lock:
             self.file.write(line)
             self.file.flush()
 
 
-def bounded(params: Iterable[tuple[str, object]]) -> dict:
-    """Parameters as the request log keeps them: each value cut to LOGGED_CHARS."""
-    return {str(k)[:LOGGED_CHARS]: v if isinstance(v, int | float | bool) or v is None else str(v)[:LOGGED_CHARS]
-            for k, v in params}  # fmt: skip
-
-
-def mcp_call(body: bytes) -> dict:
-    """The tool and arguments of an MCP ``tools/call`` body, for the request log (other methods: the method)."""
-    try:
-        message = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return {}
+def mcp_call(message: object) -> list[tuple[str, object]]:
+    """The method, tool and arguments of an MCP message (a ``tools/call``; other methods: the method), as the
+    request log names them."""
     if not isinstance(message, dict):
-        return {}
+        return []
     params = message.get("params") if isinstance(message.get("params"), dict) else {}
-    out = {"method": message.get("method")}
+    out: list[tuple[str, object]] = [("method", message.get("method"))]
     if message.get("method") == "tools/call":
-        out["tool"] = params.get("name")
+        out.append(("tool", params.get("name")))
         arguments = params.get("arguments")
-        out |= bounded(arguments.items()) if isinstance(arguments, dict) else {}
-    return bounded(out.items())
+        out += list(arguments.items()) if isinstance(arguments, dict) else []
+    return out
+
+
+def strings_of(value: object) -> Iterable[str]:
+    """Every string in a decoded JSON value, names included."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
 
 
 @dataclass(frozen=True)
@@ -264,17 +339,31 @@ def presented_key(scope) -> str | None:
     if key := (header(scope, b"x-api-key") or "").strip():
         return key
     auth = header(scope, b"authorization") or ""
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else None
+    return auth[7:].strip() or None if auth[:7].lower() == "bearer " else None
 
 
 def is_public(path: str) -> bool:
-    return path in PUBLIC_PATHS or path.startswith("/static/")
+    """The page, its scripts and the API's description: the only paths served without a key."""
+    return path in PUBLIC_PATHS or (path.startswith("/static/") and bool(STATIC_NAME.fullmatch(path[8:])))
+
+
+@dataclass
+class Checked:
+    """What :meth:`Access.check` found: who sent the request (``name``: its key's fingerprint, valid or not, or
+    ``anonymous``; ``client``: the name routes act for, a valid key's or ``anonymous``), the refusal to send
+    instead of the route (None: go on), the parameters to log, and the receive to pass on."""
+
+    name: str
+    client: str
+    refusal: object
+    logged: list
+    receive: object
 
 
 class Access:
     """ASGI middleware: the Host and Origin checks, the key check, the rate limit and the request log, before
-    any route runs. The client's name (a key's fingerprint, or ``anonymous``) is left in the request's state
-    as ``client`` for the routes; ``keyed`` says whether it presented a valid key."""
+    any route runs, and every error body stripped of keys as it leaves. The client's name (a key's fingerprint,
+    or ``anonymous``) is left in the request's state as ``client`` for the routes."""
 
     def __init__(self, app, config: AccessConfig):
         self.app, self.config = app, config
@@ -287,7 +376,7 @@ class Access:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        client, refusal, logged, receive = await self.check(scope, receive)
+        checked = await self.check(scope, receive)
         written = False
 
         def write(status: int) -> None:  # before the answer leaves: a client that has it finds its line
@@ -296,64 +385,97 @@ class Access:
                 written = True
                 path = scope.get("path", "")
                 index = path.split("/")[2] if path.startswith("/v1/") and path.count("/") >= 3 else None
-                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": client,
-                                "route": self.keys.redact(path[:200]),
-                                "index": index and self.keys.redact(index[:200]), "parameters": self.redacted(logged),
-                                "status": status, "ms": round(1000 * (time.perf_counter() - start), 1)})  # fmt: skip
+                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": checked.name,
+                                "route": self.keys.logged(path), "index": index and self.keys.logged(index),
+                                "parameters": self.logged(checked.logged), "status": status,
+                                "ms": round(1000 * (time.perf_counter() - start), 1)})  # fmt: skip
+
+        sending = self.sender(send, write)
+        try:
+            if checked.refusal is not None:
+                await checked.refusal(scope, checked.receive, sending)
+            else:
+                scope.setdefault("state", {}).update(client=checked.client)
+                await self.app(scope, checked.receive, sending)
+        finally:
+            write(0)  # no answer was sent: the client left, or the server stopped
+
+    def sender(self, send, write):
+        """``send`` that logs the status as the answer starts, and holds an error answer back until its body is
+        whole, to send it with every key in it replaced by the key's fingerprint."""
+        held: list[dict] = []
 
         async def sending(message):
             if message["type"] == "http.response.start":
                 write(message["status"])
+                if message["status"] >= 400 and self.keys:
+                    held.append(message)
+                    return
+            if held and message["type"] == "http.response.body":
+                held.append(message)
+                if message.get("more_body"):
+                    return
+                body = self.keys.stripped(b"".join(m.get("body", b"") for m in held[1:]))
+                headers = [(k, v) for k, v in held[0].get("headers", []) if k.lower() != b"content-length"]
+                await send({**held[0], "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+                held.clear()
+                message = {"type": "http.response.body", "body": body, "more_body": False}
             await send(message)
 
-        try:
-            if refusal is not None:
-                await refusal(scope, receive, sending)
-            else:
-                scope.setdefault("state", {}).update(client=client, keyed=client != ANONYMOUS)
-                await self.app(scope, receive, sending)
-        finally:
-            write(0)  # no answer was sent: the client left, or the server stopped
+        return sending
 
-    async def check(self, scope, receive):
-        """(client, a refusal response or None, the parameters to log, the receive to pass on). A refusal of a
-        request without a valid key counts against its address's rate too, so that refusals cost a client its
-        minute as answers do."""
+    async def check(self, scope, receive) -> Checked:
+        """Who sent the request and whether it goes on. A refusal of a request without a valid key counts
+        against its address's rate too, so that refusals cost a client its minute as answers do."""
         path = scope.get("path", "")
         address = f"address {(scope.get('client') or ('?',))[0]}"
+        key = presented_key(scope)
+        name = fingerprint(key) if key else ANONYMOUS
+
+        def refused(answer, logged=(), client=None) -> Checked:
+            return Checked(name, ANONYMOUS, self.limited(client or address, answer), list(logged), receive)
+
         query = scope.get("query_string", b"")
         if query.count(b"&") >= MAX_PARAMETERS:  # counted before anything is parsed or logged
-            return None, self.limited(address, error(400, f"more than {MAX_PARAMETERS} parameters")), {}, receive
-        logged = bounded(parse_qsl(query.decode("latin-1"), keep_blank_values=True))
+            return refused(error(400, f"more than {MAX_PARAMETERS} parameters"))
+        logged = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
         host = header(scope, b"host") or ""
         if not self.config.hosts.allows(host_name(host)):
-            refused = error(421, f"this server does not answer for host {host_name(host)[:100]!r}")
-            return None, self.limited(address, refused), logged, receive
+            shown = self.keys.shown(host_name(host), 100)
+            return refused(error(421, f"this server does not answer for host {shown!r}"), logged)
         origin = header(scope, b"origin")
         if origin is not None and not self.config.hosts.allows_origin(origin, host, self.config.cors):
-            refused = error(403, f"origin {origin[:100]!r} is not allowed (the server's --cors)")
-            return None, self.limited(address, refused), logged, receive
+            shown = self.keys.shown(origin, 100)
+            return refused(error(403, f"origin {shown!r} is not allowed (the server's --cors)"), logged)
         client = ANONYMOUS
         if self.keys and not (scope["method"] == "OPTIONS" or is_public(path)):
-            key = presented_key(scope)
             client = self.keys.match(key) if key else None
             if client is None:
                 message = "an API key is required (X-API-Key: KEY or Authorization: Bearer KEY)" if not key else (
                     "the API key is not valid")  # fmt: skip
-                refused = error(401, message, {"WWW-Authenticate": "Bearer"})
-                return None, self.limited(address, refused), logged, receive
+                return refused(error(401, message, {"WWW-Authenticate": "Bearer"}), logged)
+        texts = [path, query.decode("latin-1"), *(t for pair in logged for t in pair)]
         if path.startswith("/mcp"):
             body, receive = await buffered(receive)
             if body is None:
-                return client, error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"), logged, receive
+                return Checked(name, client, error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"),
+                               logged, receive)  # fmt: skip
             try:
-                logged = mcp_call(body)
+                message = json.loads(body)
+            except (ValueError, UnicodeDecodeError):
+                message = None
             except RecursionError:
-                return client, error(400, "the request body nests too deeply"), logged, receive
+                return Checked(name, client, error(400, "the request body nests too deeply"), logged, receive)
+            logged = mcp_call(message)
+            texts += [body.decode("utf-8", "replace"), *strings_of(message)]
+        if self.keys and any(self.keys.found_in(t) for t in texts):
+            misplaced = error(400, "the request holds an API key outside its X-API-Key or Authorization header; "
+                              "send keys only there")  # fmt: skip
+            return Checked(name, client, misplaced, logged, receive)
         if not is_public(path):
             if (busy := self.limited(client if client != ANONYMOUS else address)) is not None:
-                return client, busy, logged, receive
-        return client, None, logged, receive
+                return Checked(name, client, busy, logged, receive)
+        return Checked(name, client, None, logged, receive)
 
     def limited(self, who: str, refusal=None):
         """429 if ``who`` is past its rate (this request counted), else ``refusal`` (None: go on)."""
@@ -362,10 +484,12 @@ class Access:
         limit = self.config.requests_per_minute
         return error(429, f"more than {limit} requests a minute; retry in {wait} s", {"Retry-After": str(wait)})
 
-    def redacted(self, params: dict) -> dict:
-        """``params`` with any key in a name or value (sent where no key belongs) named by its fingerprint; the
-        log keeps 200 characters of each, so a key cut there is a prefix too short to use."""
-        return {self.keys.redact(k): self.keys.redact(v) if isinstance(v, str) else v for k, v in params.items()}
+    def logged(self, params: list[tuple[str, object]]) -> dict:
+        """Parameters as the request log keeps them: numbers as they are, other values as text; keys and runs of
+        their characters masked before each name and value is cut (:meth:`Keys.logged`)."""
+        return {self.keys.logged(str(k)): v if isinstance(v, int | float | bool) or v is None else
+                self.keys.logged(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+                for k, v in params}  # fmt: skip
 
 
 async def buffered(receive):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import logging
-import re
 from contextlib import asynccontextmanager
 from importlib import resources
 from urllib.parse import unquote_to_bytes
@@ -20,14 +19,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from tour_pyserini.serve.access import ANONYMOUS, Access, AccessConfig, error
+from tour_pyserini.serve.access import ANONYMOUS, STATIC_NAME, Access, AccessConfig, Keys, error
 from tour_pyserini.serve.requests import BadRequest, check_utf8
 from tour_pyserini.serve.service import RETRY_AFTER_SECONDS, ClientGone, Overloaded, QuotaExceeded, SearchService
 
 log = logging.getLogger(__name__)
 
 STATIC = resources.files("tour_pyserini.serve") / "static"
-STATIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\.[a-z]{1,8}")
 
 
 class Utf8Only:
@@ -48,7 +46,7 @@ class Utf8Only:
         await self.app(scope, receive, send)
 
 
-def add_error_handlers(app: FastAPI) -> None:
+def add_error_handlers(app: FastAPI, keys: Keys) -> None:
     @app.exception_handler(BadRequest)
     async def bad_request(request, e: BadRequest):
         return error(e.status, str(e))
@@ -81,7 +79,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def bug(request, e: Exception):
-        log.exception("internal error on %s", request.url.path)
+        log.exception("internal error on %s", keys.logged(request.url.path))  # the server's log, as the request log
         return error(500, f"internal error ({type(e).__name__}); the server's log has the details")
 
 
@@ -101,7 +99,7 @@ def docs_page(spec: dict) -> str:
 
 def caller(request: Request) -> dict:
     """Who sent ``request`` (set by :class:`~tour_pyserini.serve.access.Access`), and how to tell it has gone."""
-    return {"client": getattr(request.state, "client", ANONYMOUS), "keyed": getattr(request.state, "keyed", False)}
+    return {"client": getattr(request.state, "client", ANONYMOUS)}
 
 
 def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig | None = None):
@@ -124,9 +122,9 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
 
     app = FastAPI(title="tour-pyserini", version="v1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   description="Pyserini's REST routes with test-time query optimisation (TOUR, TTT-Embed)")  # fmt: skip
-    add_error_handlers(app)
-    app.add_middleware(Utf8Only)
     access = access or AccessConfig()
+    add_error_handlers(app, Keys(access.keys))
+    app.add_middleware(Utf8Only)
     app.add_middleware(Access, config=access)  # outside Utf8Only: a request without a key is refused first
     if access.cors:
         from starlette.middleware.cors import CORSMiddleware

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from tour_pyserini.errors import ParamError, UserError
+from tour_pyserini.files.lines import blank
 from tour_pyserini.numbers import Number, param, positive_int
 from tour_pyserini.rewriters import available_rewriters, check_rewriter
 from tour_pyserini.rewriters.ttt_embed import STATE
@@ -102,16 +103,14 @@ class Shown:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A checked request, with who sent it: ``client`` (a key's fingerprint, or ``anonymous``), ``keyed`` (it
-    presented a valid key). ``abandoned`` is set once its client has its 504 or has gone: its search stops at
-    the next step."""
+    """A checked request, with who sent it: ``client`` (a valid key's fingerprint, or ``anonymous``).
+    ``abandoned`` is set once its client has its 504 or has gone: its search stops at the next step."""
 
     plan: Plan
     query: str
     qid: str
     trace: bool = False
     client: str = ANONYMOUS
-    keyed: bool = False
     shown: Shown = Shown()
     warnings: tuple[str, ...] = ()  # what the answer says of the request (an old parameter name)
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
@@ -162,7 +161,7 @@ def parse_hits(raw: str | None, limit: int, num_docs: int) -> int:
 
 
 def check_query(query: str | None) -> str:
-    if query is None or not query.strip():
+    if query is None or blank(query):
         raise BadRequest("parameter 'query' is required and must not be blank")
     if len(query) > MAX_QUERY_CHARS:
         raise BadRequest(f"parameter 'query' has {len(query)} characters; at most {MAX_QUERY_CHARS}", 413)
@@ -256,10 +255,10 @@ def check_work(rewriter: str, config, limits: RequestLimits) -> None:
 def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool,
                  teachers: Mapping[str, TeacherSpec],
                  state: str | None, online: bool, limits: RequestLimits = RequestLimits(),
-                 client: str = ANONYMOUS, keyed: bool = False) -> SearchRequest:  # fmt: skip
+                 client: str = ANONYMOUS) -> SearchRequest:  # fmt: skip
     """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (each name a request
     may give it -> its spec) and ``state`` (the file ``ttt-embed`` searches with); ``online``: a
-    request naming no rewriter follows the server's policy; ``client`` and ``keyed``: who sent it."""
+    request naming no rewriter follows the server's policy; ``client``: who sent it."""
     query = check_query(params.get("query"))
     hits = parse_hits(params.get("hits"), limits.max_hits, num_docs)
     trace = parse_boolean("trace", params.get("trace"))
@@ -274,7 +273,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
             raise BadRequest(f"parameter {stray[0]!r}: the server's own policy takes no rewriter options")
         if teacher is not None:
             raise BadRequest("parameter 'teacher': the server's own policy uses the teacher it was started with")
-        return SearchRequest(Plan(index, hits, ONLINE), query, qid, trace, client, keyed, shown)
+        return SearchRequest(Plan(index, hits, ONLINE), query, qid, trace, client, shown)
     if rewriter not in available_rewriters():
         raise BadRequest(f"unknown rewriter {rewriter!r}; choose one of: {', '.join(available_rewriters())}")
     if not dense and (rewriter != "none" or teacher):
@@ -282,7 +281,7 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     if not dense:
         if stray := sorted(set(params) - COMMON):
             raise BadRequest(f"parameter {stray[0]!r} does not apply to BM25 index {index!r}")
-        return SearchRequest(Plan(index, hits, "none", bm25), query, qid, trace, client, keyed, shown)
+        return SearchRequest(Plan(index, hits, "none", bm25), query, qid, trace, client, shown)
     if teacher is not None and teacher not in teachers:
         public = [name for name, spec in teachers.items() if name != str(spec)]
         started = ", ".join(public) if teachers else "none (start it with --teacher SPEC)"
@@ -298,4 +297,4 @@ def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense:
     if depth > num_docs:
         raise BadRequest(f"parameter 'depth' ({depth}) is larger than the index ({num_docs} documents)")
     check_work(rewriter, plan.config, limits)
-    return SearchRequest(plan, query, qid, trace, client, keyed, shown, tuple(warnings))
+    return SearchRequest(plan, query, qid, trace, client, shown, tuple(warnings))
