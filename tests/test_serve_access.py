@@ -58,7 +58,7 @@ def test_keys_rates_and_key_files(tmp_path):
     (tmp_path / "keys").write_text(f"# course keys\n{KEYS[0]}\n\n{KEYS[1]}\n")
     assert read_api_keys(tmp_path / "keys") == KEYS
     (tmp_path / "short").write_text("secret\n")
-    with pytest.raises(UserError, match="key 1 must be at least 16 printable characters"):
+    with pytest.raises(UserError, match="short:1: a key must be at least 16 printable ASCII characters"):
         read_api_keys(tmp_path / "short")
     (tmp_path / "index").mkdir()
     (tmp_path / "server.yaml").write_text(f"indexes:\n  lab: index\napi_keys:\n  - {KEYS[1]}\n")
@@ -68,15 +68,81 @@ def test_keys_rates_and_key_files(tmp_path):
         read_server_config(tmp_path / "bad.yaml")
 
 
+@pytest.mark.parametrize("text, why", [
+    ("", "holds no key"), ("# the course's keys\n\n   \n# none yet\n", "holds no key"),
+    ("\ufeff" + KEYS[0] + "\n", "byte-order mark"), ("k" * 15 + "é" + "\n", "printable ASCII"),
+])  # fmt: skip
+def test_a_key_file_that_would_leave_the_server_open_or_misread_is_refused(tmp_path, text, why):
+    (tmp_path / "keys").write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=why):
+        read_api_keys(tmp_path / "keys")
+
+
+def test_a_server_config_with_no_key_or_a_name_no_route_can_hold_is_refused(tmp_path):
+    (tmp_path / "index").mkdir()
+    for text, why in [("api_keys: []\n", "'api_keys' holds no key"), ("api_keys:\n", "'api_keys' holds no key"),
+                      ("indexes:\n  ../up: index\n", "cannot name a route"),
+                      ("indexes:\n  a/b: index\n", "cannot name a route"),
+                      ("indexes:\n  a..b: index\n", "cannot name a route")]:  # fmt: skip
+        (tmp_path / "server.yaml").write_text(text)
+        with pytest.raises(UserError, match=why):
+            read_server_config(tmp_path / "server.yaml")
+    (tmp_path / "server.yaml").write_text("indexes:\n  lab.minilm-v2: index\n")  # no api_keys: no keys, allowed
+    assert read_server_config(tmp_path / "server.yaml") == ({"lab.minilm-v2": str(tmp_path / "index")}, [])
+
+
+def test_the_log_masks_keys_and_their_parts_before_cutting_and_answers_show_only_whole_keys():
+    from tour_pyserini.serve.access import LOGGED_CHARS, fingerprint
+
+    keys = Keys(KEYS)
+    name = fingerprint(KEYS[0])
+    # a key that starts before the 200th character would have been cut there, its start kept
+    cut = "x" * (LOGGED_CHARS - 10) + KEYS[0]
+    assert keys.logged(cut) == "x" * (LOGGED_CHARS - 10) + f"<key {name}>"[:10]
+    assert keys.logged("y" * (LOGGED_CHARS - 5) + KEYS[0][:9]) == "y" * (LOGGED_CHARS - 5) + "*" * 5
+    assert keys.logged(f"a {KEYS[0][3:15]} b") == "a " + "*" * 12 + " b"  # a part of a key, in the middle
+    assert keys.logged(f"a {KEYS[0][3:10]} b") == f"a {KEYS[0][3:10]} b"  # 7 characters: not masked
+    assert keys.logged("z" * 100_000) == "z" * LOGGED_CHARS
+    # what a client sees names only a whole key, never a part (that would tell a client what keys are made of)
+    assert keys.shown(f"host {KEYS[1]}", 20) == f"host <key {fingerprint(KEYS[1])}"[:20]
+    assert keys.shown(f"host {KEYS[1][:20]}", 100) == f"host {KEYS[1][:20]}"
+    assert keys.found_in(f"?q={KEYS[1]}") == fingerprint(KEYS[1]) and keys.found_in(KEYS[1][:-1]) is None
+    quoted = Keys(['quote"and\\backslash-0123'])
+    body = json.dumps({"error": "origin 'quote\"and\\backslash-0123' is not allowed"}).encode()
+    assert b"backslash-0123" not in quoted.stripped(body)
+
+
+def test_one_request_one_line_of_the_log_whatever_its_text(tmp_path):
+    from tour_pyserini.serve.access import RequestLog
+
+    log = RequestLog(tmp_path / "requests.jsonl")
+    breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # every separator str.splitlines() knows
+    for c in breaks:
+        log.write({"parameters": {"query": f"before{c}after"}})
+    log.file.close()
+    lines = (tmp_path / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["parameters"]["query"] for line in lines] == [f"before{c}after" for c in breaks]
+
+
+def test_only_the_page_its_scripts_and_the_api_description_are_public():
+    from tour_pyserini.serve.access import is_public
+
+    assert all(map(is_public, ["/", "/explore", "/docs", "/openapi.json", "/static/explorer.js"]))
+    assert not any(map(is_public, ["/static/../v1/status", "/static/a/b.js", "/explore/", "/v1/status", "/mcp"]))
+
+
 @pytest.mark.slow
 def test_flags_that_would_expose_the_server_are_one_line(dense_index, tmp_path, capsys):
     from tour_pyserini.commands import main
 
     (tmp_path / "keys").write_text("short\n")
+    (tmp_path / "no-keys").write_text("# none yet\n")
     for argv, message in [
         (["--host", "0.0.0.0"], "reachable from other machines: give --api-keys FILE"),
+        (["--host", "0.0.0.0", "--api-keys", str(tmp_path / "no-keys")], "no-keys: the file holds no key"),
+        (["--api-keys", str(tmp_path / "no-keys")], "no-keys: the file holds no key"),
         (["--port", "70000"], "--port must be in [0, 65535]"),
-        (["--api-keys", str(tmp_path / "keys")], "must be at least 16 printable characters"),
+        (["--api-keys", str(tmp_path / "keys")], "must be at least 16 printable ASCII characters"),
         (["--cors", "*"], "give a web origin"),
         (["--learn-from-anonymous"], "give --learn"),
         (["--max-key-share", "0"], "--max-key-share must be in (0, 1]"),
@@ -207,6 +273,57 @@ def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
 
 
 @pytest.mark.slow
+def test_no_key_or_part_of_one_reaches_the_log_an_error_body_or_stderr(keyed, dense_index):
+    from tour_pyserini.serve.access import LOGGED_CHARS, fingerprint
+
+    search = f"/v1/{dense_index.name}/search"
+    mine, other = fingerprint(KEYS[0]), fingerprint(KEYS[1])
+    padded = "x" * (LOGGED_CHARS - 5) + KEYS[1]  # cut at 200 characters, it kept the key's first five
+    for params in ({"query": KEYS[1]}, {"query": padded}, {"query": "a", "note": f"\u2028{KEYS[1]}"}):
+        status, body, _ = keyed.get(search, headers=key(0), **params)
+        assert status == 400 and "holds an API key outside its X-API-Key" in body["error"]
+    status, body, _ = keyed.get(f"/v1/{KEYS[1]}/search", headers=key(0), query="a")  # in the path
+    assert status == 400 and KEYS[1] not in json.dumps(body)
+    part = "y" * (LOGGED_CHARS - 5) + KEYS[1][:12]  # a part of a key is searched (a client sees no difference)
+    assert keyed.search(dense_index.name, part, headers=key(0), hits=1)["query"]["text"] == part
+    for separator in "\u2028\x85\u2029\r":
+        assert keyed.search(dense_index.name, f"bone{separator}density", headers=key(0), hits=1)
+    mcp = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "search", "arguments": {"query": KEYS[1], "index": dense_index.name}},
+        }
+    )
+    request = urllib.request.Request(f"{keyed.url}/mcp/", data=mcp.encode(), method="POST", headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **key(0)})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    # refusals name the key they carried (its fingerprint, valid or not) or anonymous; their bodies hold no key
+    answer = raw_request(keyed, f"GET /v1/indexes HTTP/1.1\r\nHost: {KEYS[1]}.example\r\nX-API-Key: {KEYS[0]}\r\n"
+                                "Connection: close\r\n\r\n".encode())  # fmt: skip
+    assert answer.startswith(b"HTTP/1.1 421") and f"<key {other}>".encode() in answer and KEYS[1].encode() not in answer
+    assert keyed.get("/v1/indexes", headers={"X-API-Key": "wrong-key-0123456789"})[0] == 401
+    assert keyed.get("/v1/indexes")[0] == 401
+    records = [json.loads(line) for line in keyed.log.read_text(encoding="utf-8").splitlines()]
+    by_status = {}
+    for record in records:
+        by_status.setdefault(record["status"], []).append(record)
+    assert any(r["key"] == mine for r in by_status[421])
+    assert {r["key"] for r in by_status[401]} >= {fingerprint("wrong-key-0123456789"), "anonymous"}
+    assert any(r["parameters"].get("query") == "y" * (LOGGED_CHARS - 5) + "*" * 5 for r in by_status[200])
+    assert any(r["parameters"].get("query") == "x" * (LOGGED_CHARS - 5) + f"<key {other}>"[:5] for r in by_status[400])
+    assert [r["parameters"].get("query") for r in records if "density" in str(r["parameters"].get("query"))][-4:] == [
+        f"bone{c}density" for c in "\u2028\x85\u2029\r"
+    ]  # one record a line, whatever the query holds
+    everything = keyed.log.read_text(encoding="utf-8") + "".join(keyed.stderr)
+    for k in KEYS:
+        assert not any(k[i : i + 8] in everything for i in range(len(k) - 7)), "a part of a key was written"
+
+
+@pytest.mark.slow
 def test_a_teacher_that_scores_nothing_is_a_502_not_the_retrievers_order(keyed, judge, dense_index):
     params = {"rewriter": "rerank", "teacher": f"openai:{url(judge)}", "depth": "5", "hits": "5"}
     judge.body = "{}"  # the judge now answers nothing usable
@@ -274,7 +391,7 @@ def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_in
     slow = {"rewriter": "tour-soft", "teacher": "dense", "depth": "40", "iterations": "100000", "no-early-stop": "true"}
     with Server("--index", str(dense_index), "--index", str(slash_index), "--teacher", "dense", "--threads", "1",
                 "--data-dir", str(tmp_path), "--timeout", "6", "--max-iterations", "100000", "--batch-window", "0",
-                "--request-log", str(tmp_path / "requests.jsonl"), "--no-mcp") as server:  # fmt: skip
+                "--request-log", str(tmp_path / "requests.jsonl")) as server:  # fmt: skip
         idle, half = (socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) for _ in "ab")
         half.sendall(b"GET /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", **slow)
@@ -302,6 +419,19 @@ def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_in
         start = time.monotonic()
         assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
         assert time.monotonic() - start < 5
+        with socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) as gone:  # an MCP client's
+            options = {"iterations": 100000, "no-early-stop": True}
+            call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search",
+                               "arguments": {"query": "protein folding over mcp", "index": dense_index.name,
+                                             "rewriter": "tour-soft", "teacher": "dense", "depth": 40,
+                                             "options": options}}}).encode()  # fmt: skip
+            gone.sendall(b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(call), call))  # fmt: skip
+            time.sleep(0.3)
+        start = time.monotonic()
+        assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
+        assert time.monotonic() - start < 3  # the MCP search stopped when its client left, not at its 6 s
         # hits beyond the index: what there is, as Pyserini answers; docids with '/' are fetched as Pyserini's are
         assert len(server.search(slash_index.name, "bone", hits=50)["candidates"]) == 3
         status, doc, _ = server.get(f"/v1/{slash_index.name}/doc/{urllib.parse.quote('a/b', safe='')}")
@@ -339,6 +469,33 @@ def test_anonymous_clients_teach_nothing_unless_allowed(dense_index, judge, tmp_
 
 
 @pytest.mark.slow
+def test_a_judgment_granted_but_refused_on_the_way_is_not_counted(dense_index, judge, tmp_path):
+    """The policy judges every query (--budget 10) of the one anonymous client, five a day: a query its failing
+    teacher did not judge, and a request naming that teacher which failed, cost neither the budget nor the day."""
+    with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
+                "--teacher-judge", "logprobs", "--threads", "1", "--budget", "10", "--judged-per-day", "5",
+                "--data-dir", str(tmp_path), "--no-mcp") as server:  # fmt: skip
+
+        def ask(text, **params):
+            return server.get(f"/v1/{dense_index.name}/search", query=text, hits=5, **params)
+
+        def spent():
+            return server.get("/v1/status")[1]["budget"]["judgments"][dense_index.name]
+
+        assert [ask(f"query {i}")[1]["teacher_calls"] for i in range(4)] == [10] * 4 and spent() == 40
+        judge.body = "not json"
+        try:
+            failed = ask("the teacher fails on this one")[1]
+            refused = ask("and on this one", rewriter="rerank", teacher="openai:judge-1", depth="5")
+        finally:
+            judge.body = None
+        assert failed["teacher"] is None and spent() == 40 and refused[0] >= 400
+        # the fifth judged query of the day, which also takes the 10 judgments the failed query left unspent
+        assert ask("the fifth judged query")[1]["teacher_calls"] == 20 and spent() == 60
+        assert ask("a sixth: past the day's five")[1]["teacher"] is None and spent() == 60
+
+
+@pytest.mark.slow
 def test_a_full_data_directory_judges_nothing_more(dense_index, judge, tmp_path):
     with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
                 "--teacher-judge", "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--max-data-mb", "0.001",
@@ -347,3 +504,44 @@ def test_a_full_data_directory_judges_nothing_more(dense_index, judge, tmp_path)
                                      teacher="openai:judge-1", depth="5")  # fmt: skip
         assert status == 507 and "data directory is full" in body["error"]
         assert server.search(dense_index.name, "bone density", hits=3)["candidates"]  # searching goes on
+    burst = tmp_path / "burst"
+    with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
+                "--teacher-judge", "logprobs", "--threads", "1", "--data-dir", str(burst), "--max-data-mb", "0.1",
+                "--no-mcp") as server:  # fmt: skip
+
+        def judged(i):
+            return server.get(f"/v1/{dense_index.name}/search", query=f"burst query {i}", rewriter="rerank",
+                              teacher="openai:judge-1", depth="50")[0]  # fmt: skip
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(judged, range(40)))  # a burst of 40 distinct judged queries, 50 pairs each
+        used = sum(f.stat().st_size for f in burst.rglob("*") if f.is_file())
+        data = server.get("/v1/status")[1]["data"]
+        assert judged(99) == 507  # a write did not fit: the directory is full
+    assert used <= 0.1 * 2**20 and data["writes_refused"] > 0 and data["used_mb"] <= 0.1
+    assert 200 in statuses and set(statuses) <= {200, 507}
+
+
+def test_the_data_directory_is_checked_before_every_write(tmp_path):
+    """Scores stored query after query, as a burst of judged requests stores them: every write is checked against
+    the directory's size measured then, so it stays within its bound (it was measured once a second, and a burst
+    overshot it fivefold)."""
+    from tour_pyserini.serve.learning import Reward, RewardsLog
+    from tour_pyserini.serve.quotas import DataQuota
+    from tour_pyserini.teachers import ScoreStore
+
+    quota = DataQuota(tmp_path, max_mb=0.1)
+    store = ScoreStore(tmp_path / "scores.sqlite", "teacher 1", quota.writing)
+    for q in range(200):
+        store.put(f"query {q}", {f"doc-{q}-{d}": float(d) for d in range(20)})
+    assert quota.used() <= 0.1 * 2**20 and quota.refused > 0  # without the check: about 0.39 MB
+    stored = store.db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+    assert stored == 20 * (200 - quota.refused)  # a put is kept whole or not at all
+    assert quota.full()  # a write did not fit: no query is judged until something is removed
+    store.close()
+    log = RewardsLog(tmp_path / "rewards.jsonl")
+    big = {f"doc-{d}": 1.0 for d in range(300)}  # a line of about 5 KB
+    kept = [log.append([Reward("t", f"q{i}", "a query", big)], quota.writing) for i in range(5)]
+    assert kept == [True, False, False, False, False] and [r.qid for r in log.read()] == ["q0"]
+    assert quota.used() <= 0.1 * 2**20
+    assert DataQuota(tmp_path, None).full() is False

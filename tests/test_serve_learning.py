@@ -37,6 +37,14 @@ def test_allocation_is_per_task_and_capped_by_max_depth():
     assert grant(9.9, 0.1, 10, 100) == (10, 0.0)  # ten times 0.1 is a whole judgment despite rounding
 
 
+def test_a_grant_judged_by_nobody_is_not_spent_and_the_next_query_has_it():
+    allocator = Allocator(2.0, depth=10, max_depth=100)
+    grants = [allocator.next("t") for _ in range(5)]
+    assert grants[-1] == 10 and allocator.spent["t"] == 10
+    allocator.refund("t", 10)  # the data directory was full, or the teacher failed
+    assert allocator.spent["t"] == 0 and allocator.next("t") == 12  # the refunded credit and this query's 2
+
+
 def test_rewards_log_drops_a_torn_last_line(tmp_path):
     log = RewardsLog(tmp_path / "rewards.jsonl")
     log.append([Reward("t", "q1", "one", {"d1": 1.0, "d2": 0.5}), Reward("t", "q2", "two", {"d3": 2.0})])
@@ -50,11 +58,11 @@ def test_rewards_log_drops_a_torn_last_line(tmp_path):
 
 def test_state_versions_ignore_a_half_written_one(tmp_path):
     versions = StateVersions(tmp_path)
-    assert versions.latest() == (0, None)
+    assert list(versions.loadable()) == []
     state = State("global", [(None, None)], np.ones((1, 4), dtype=np.float32), [3], ["t"], {}, {})
-    versions.save(1, state)
+    assert versions.save(1, state, None)
     (tmp_path / "state-000002.safetensors.partial").write_bytes(b"half a state")  # a crash mid-write
-    version, loaded = versions.latest()
+    [(version, loaded)] = versions.loadable()
     assert version == 1 and loaded.counts == [3]
     x = np.array([[1.0, 0, 0, 0]], dtype=np.float32)
     moved = shift_by_state(loaded, "other", ["q"], x)  # a global state moves every task's queries
@@ -107,7 +115,8 @@ def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9
     with Server(*args) as server:
         # the rewards the last complete version had not seen are refitted at once, from that version
         resumed = wait_until(lambda: (s := status(server)["learning"])["rewards_fitted"] == 10 and s)
-        assert resumed["version"] == versions[-1] + (1 if resumed["fits"] else 0)
+        # a new version takes the number after every file on disk, the corrupt one's too
+        assert resumed["version"] == (versions[-1] + 2 if resumed["fits"] else versions[-1])
         assert resumed["rewards_received"] == 10 and resumed["rewarded_queries"] == 10
         answer = server.search(dense_index.name, topics[25].text, hits=10)
         assert answer["state"]["version"] == resumed["version"]
@@ -239,3 +248,43 @@ def test_a_neighbours_state_moves_a_new_query_by_the_rewarded_queries_near_it(tm
     new = np.array([unit(1, 0.05, 0, 0)])
     moved = online.shift("t", ["new"], ["b"], new)[0]
     assert moved @ vectors["up"] > new[0] @ vectors["up"] + 0.05
+
+
+def test_what_a_restart_learns_from_follows_the_rules_of_the_server_restarted(tmp_path):
+    """States and rewards written under other flags: a state learned from a client no longer trusted, from another
+    teacher's judgments or under a looser share is not served, and those rewards stay in the log, unused."""
+    from tour_pyserini.serve.learning import OnlineLearner
+    from tour_pyserini.ttt.objectives import FitConfig
+
+    vectors = {"q": unit(1, 0, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
+    judged = {"up": 1.0, "down": 0.0}
+
+    def start(trusted=("a", "b"), teacher="T", share=1.0):
+        return OnlineLearner(tmp_path, "query", {"name": "synthetic"},
+                             encode=lambda t, texts: np.stack([vectors[x] for x in texts]),
+                             doc_vectors=lambda t, docids: np.stack([vectors[d] for d in docids]).astype(np.float32),
+                             tasks=["t"], fit=FitConfig(steps=20), max_key_share=share,
+                             trusted=lambda client: client in trusted, teacher=teacher)  # fmt: skip
+
+    first = start()
+    first.start()
+    first.add([Reward("t", f"q{i}", "q", judged, c, "T") for i, c in enumerate("abab")])
+    wait_until(lambda: first.status()["version"] == 1)
+    first.close()
+    assert first.current[1].provenance["online"]["clients"] == ["a", "b"]
+    lines = (tmp_path / "rewards.jsonl").read_text().count("\n")
+
+    second = start(trusted=("a",))  # b's key left the key file
+    assert second.current == (0, None) and second.status()["rewards_received"] == 2  # a's two
+    second.start()
+    refitted = wait_until(lambda: second.status()["version"] and second.status())
+    second.close()
+    assert refitted["version"] == 2 and second.current[1].provenance["online"]["clients"] == ["a"]
+    assert {k[1] for k in second.current[1].keys} == {"a/q2"}  # a's q0 is held back; b's queries are gone
+
+    for others in ({"teacher": "U"}, {"trusted": ("a",), "share": 0.5}):  # another teacher; a tighter share
+        later = start(**others)
+        assert later.current == (0, None)
+        later.close()
+    assert start(trusted=("a",)).current[0] == 2  # the same rules: version 2 is served again
+    assert (tmp_path / "rewards.jsonl").read_text().count("\n") == lines  # nothing was removed from the log

@@ -114,3 +114,60 @@ def test_fusion_is_pyserinis_hybrid_fusion(dense, sparse):
     )
     ours = hybrid_fusion(dense, sparse, k=10)
     assert [(h.docid, pytest.approx(h.score)) for h in theirs] == ours  # fmt: skip
+
+
+def test_scores_that_are_not_finite_numbers_and_docids_that_are_not_strings_are_refused(server, dense_index,
+                                                                                       mini_scifact):  # fmt: skip
+    """JSON has no NaN: a client's NaN or infinity arrives as null, refused by the tool's schema or by the server."""
+    from fastmcp import Client
+    from fastmcp.exceptions import ToolError
+
+    from tour_pyserini.files import read_qrels
+
+    qid = next(iter(read_qrels(mini_scifact["qrels"])))
+    cases = [
+        ("eval_hits", {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid,
+                       "hits": {"a": float("nan"), "b": 1.0}}, "argument 'hits.a': Input should be a valid number"),
+        ("eval_hits", {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid,
+                       "hits": {"a": float("inf")}}, "argument 'hits.a': Input should be a valid number"),
+        ("fuse_search_results", {"hits1": [{"docid": "a", "score": float("nan")}], "hits2": []},
+         "argument 'hits1': the score of 'a' is not a finite"),
+        ("fuse_search_results", {"hits1": [{"docid": "a", "score": 1.0}], "hits2": [{"docid": 7, "score": 1.0}]},
+         "argument 'hits2': docid '7' is not a string"),
+        ("fuse_search_results", {"hits1": [{"docid": "a", "score": "1.0"}], "hits2": []},
+         "argument 'hits1': the score of 'a' is not a finite number"),
+        ("search", {"query": "\u200b\u200d\ufeff", "index": dense_index.name}, "must not be blank"),
+        ("search", {"query": "a", "index": dense_index.name, "options": {"query": "b"}}, "an argument of its own"),
+    ]  # fmt: skip
+
+    async def session():
+        out = []
+        async with Client(f"{server.url}/mcp/") as client:
+            for tool, args, _ in cases:
+                with pytest.raises(ToolError) as refused:
+                    await client.call_tool(tool, args)
+                out.append(str(refused.value))
+            two = {"hits1": [{"docid": "a", "score": 2.0}], "hits2": [{"docid": "b", "score": 1.0}]}
+            fused = await client.call_tool("fuse_search_results", two)
+        return out, fused.structured_content["result"]
+
+    errors, fused = asyncio.run(session())
+    for error, (_, _, message) in zip(errors, cases):
+        assert message in error and "\n" not in error, error
+    assert [h["docid"] for h in fused] == ["a", "b"]
+
+
+@pytest.mark.parametrize("pairs, message", [
+    ([("a", float("nan"))], "argument 'hits1': the score of 'a' is not a finite number (nan)"),
+    ([("a", float("-inf"))], "argument 'hits1': the score of 'a' is not a finite number (-inf)"),
+    ([("a", True)], "argument 'hits1': the score of 'a' is not a finite number (True)"),
+    ([(3, 1.0)], "argument 'hits1': docid '3' is not a string"),
+])  # fmt: skip
+def test_hits_given_to_the_tools_are_string_docids_with_finite_scores(pairs, message):
+    from tour_pyserini.serve.requests import BadRequest
+    from tour_pyserini.serve.service import scored
+
+    assert scored("hits1", [("a", 1), ("b", 0.5)]) == {"a": 1.0, "b": 0.5}
+    with pytest.raises(BadRequest) as refused:
+        scored("hits1", pairs)
+    assert str(refused.value) == message

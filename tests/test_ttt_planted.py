@@ -131,7 +131,7 @@ def test_the_servers_online_learner_recovers_the_planted_shift(planted, mini_sci
                                  and s)  # fmt: skip
         server.stop()
     versions = StateVersions(tmp_path / "learn")
-    version, state = versions.latest()
+    version, state = next(versions.loadable())
     assert version == learned["version"] >= 1
     qrels = {t.qid: planted["qrels"][t.qid] for t in read_topics(planted["test"])}
     plain = evaluate(qrels, search(index, planted["test"], tmp_path / "plain.trec")).means

@@ -245,12 +245,13 @@ def open_teacher(spec: TeacherSpec, config: SearchConfig, encoders: QueryEncoder
     return get_teacher(spec, context)
 
 
-def open_score_store(path: str, teacher):
+def open_score_store(path: str, teacher, room=None):
+    """``teacher``'s store at ``path``; ``room``: what may be written (:class:`~tour_pyserini.teachers.ScoreStore`)."""
     from tour_pyserini.teachers import ScoreStore
 
     if teacher is None or not teacher.pairwise:
         raise UserError(STORE_NEEDS_PAIRWISE)
-    return ScoreStore(path, teacher.fingerprint)
+    return ScoreStore(path, teacher.fingerprint, room)
 
 
 __all__ = [

@@ -55,3 +55,9 @@ class Allocator:
         self.served[task] = self.served.get(task, 0) + 1
         self.spent[task] = self.spent.get(task, 0) + take
         return take
+
+    def refund(self, task: str, take: int) -> None:
+        """Give back ``take`` judgments granted for ``task`` but never spent (refused, or the teacher failed): they
+        are not counted as spent, and the next query may have them."""
+        self.spent[task] -= take
+        self.credit[task] += take

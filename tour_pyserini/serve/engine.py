@@ -8,6 +8,7 @@ cores, and a batch of many clients' queries is encoded, searched and judged toge
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -23,8 +24,10 @@ from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, available_rewriters
 from tour_pyserini.search.configure import SearchPlan
+from tour_pyserini.serve.access import ANONYMOUS, check_index_name
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import MIN_JUDGMENTS, OnlineLearner, Reward, usable
+from tour_pyserini.serve.quotas import DataQuota, JudgedQueries
 from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest, make_plan
 from tour_pyserini.teachers import ScoreStore, Teacher, TeacherSpec
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
@@ -51,6 +54,7 @@ class ServeConfig:
     max_depth: int = MAX_DEPTH.default
     refit_steps: int = 100  # warm-started refits; the first fit takes FitConfig's 300
     learn_from_anonymous: bool = False  # with learn: keep the judgments of clients without a key too
+    keyed_clients: frozenset[str] = frozenset()  # with learn: the fingerprints of the keys accepted now
     max_key_share: float = 0.2  # with learn: the most of a refit's queries one client may give
     max_data_mb: float | None = None  # disk data_dir may use; past it nothing is judged (None: no limit)
     names: Mapping[str, str] = field(default_factory=dict)  # path -> route name, where not the base name
@@ -110,19 +114,20 @@ def slug(text: str) -> str:
 
 
 def index_names(paths: Sequence[str], given: Mapping[str, str]) -> list[str]:
-    """Route names of ``paths`` (the ``given`` name, else the directory's base name), refused when two would share
-    one."""
-    names = [given.get(p, Path(p).name) for p in paths]
+    """Route names of ``paths`` (the ``given`` name, else the directory's base name), refused when one cannot name a
+    route or two would share one."""
+    names = [given.get(p) or check_index_name(Path(p).name, f"--index {p}: its directory's name") for p in paths]
     if len(set(names)) != len(names):
         raise UserError(f"--index: two indexes are named {next(n for n in names if names.count(n) > 1)!r}; "
                         "routes name an index by its directory's base name (or its name in --config)")  # fmt: skip
     return names
 
 
-def open_index(plan: SearchPlan, name: str, config: ServeConfig, encoders: QueryEncoders) -> ServedIndex:
+def open_index(plan: SearchPlan, name: str, config: ServeConfig, encoders: QueryEncoders,
+               data: DataQuota) -> ServedIndex:  # fmt: skip
     """One index, served as ``name``, opened from its plan as the search command opens it, with its teachers and
     score stores where it is dense; ``encoders``: the process's query encoders, which the searchers and teachers
-    share (as they share the plans' open indexes)."""
+    share (as they share the plans' open indexes); ``data``: what the stores may write."""
     from tour_pyserini.search.configure import open_score_store, open_search, open_teacher
 
     path = plan.config.index
@@ -138,7 +143,7 @@ def open_index(plan: SearchPlan, name: str, config: ServeConfig, encoders: Query
         stores[spec] = None
         if teacher.pairwise:  # judgments kept across requests and restarts: no pair is paid for twice
             stores[spec] = open_score_store(str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}"
-                                                ".sqlite"), teacher)  # fmt: skip
+                                                ".sqlite"), teacher, data.writing)  # fmt: skip
         else:
             log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", teacher.label)
     return ServedIndex(name, Path(path), True, searcher, searcher.num_docs, docstore, teachers, stores)
@@ -167,15 +172,16 @@ class Served:
 
 
 class Engine:
-    """The server's searchers, teachers, stores and policy; one thread builds and uses it. ``may_judge(client)``:
-    whether the policy may spend a judged query on ``client`` now (its daily quota, the data directory's)."""
+    """The server's searchers, teachers, stores and policy; one thread builds and uses it. ``judged``: whose
+    queries the policy may have judged now (a client's daily quota, the data directory's room)."""
 
-    def __init__(self, config: ServeConfig, may_judge: Callable[[str], bool] = lambda client: True):
+    def __init__(self, config: ServeConfig, judged: JudgedQueries | None = None):
         self.config = config
-        self.may_judge = may_judge
+        self.judged = judged or JudgedQueries(DataQuota(config.data_dir, config.max_data_mb), None)
         names = index_names(config.indexes, config.names)
         encoders = QueryEncoders()
-        self.indexes = {name: open_index(plan, name, config, encoders) for plan, name in zip(config.plans, names)}
+        self.indexes = {name: open_index(plan, name, config, encoders, self.judged.data)
+                        for plan, name in zip(config.plans, names)}  # fmt: skip
         self.rewriters: dict[tuple, Rewriter] = {}
         self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
         self.learner = self.open_learner() if config.learn else None
@@ -184,6 +190,17 @@ class Engine:
     def judge(self) -> TeacherSpec | None:
         """The teacher the server's policy asks: the first one it was started with."""
         return self.config.teachers[0] if self.config.teachers else None
+
+    def teaches(self, client: str) -> bool:
+        """Whether the judgments of ``client``'s queries may teach the learner: a key accepted now, or anonymous
+        clients where the server learns from them on purpose. The one rule, for rewards served and on disk."""
+        return client in self.config.keyed_clients or (client == ANONYMOUS and self.config.learn_from_anonymous)
+
+    @property
+    def judge_digest(self) -> str:
+        """The policy's teacher as rewards record it: a digest of its fingerprint."""
+        handle = next(h for h in self.indexes.values() if h.dense)
+        return hashlib.sha256(handle.teachers[self.judge].fingerprint.encode("utf-8")).hexdigest()[:16]
 
     def open_learner(self) -> OnlineLearner:
         from tour_pyserini.encoders import encoder_identity
@@ -198,8 +215,9 @@ class Engine:
         learner = OnlineLearner(Path(self.config.data_dir) / "learn", self.config.learn, identity,
                                 encode=lambda task, texts: self.indexes[task].searcher.encode(texts),
                                 doc_vectors=lambda task, docids: vectors[task].get(docids), tasks=list(vectors),
-                                refit_steps=self.config.refit_steps,
-                                max_key_share=self.config.max_key_share)  # fmt: skip
+                                refit_steps=self.config.refit_steps, max_key_share=self.config.max_key_share,
+                                trusted=self.teaches, teacher=self.judge_digest,
+                                room=self.judged.data.writing)  # fmt: skip
         learner.start()
         return learner
 
@@ -279,8 +297,7 @@ class Engine:
         version, raw = None, vectors
         if self.learner is not None:
             vectors, version = self.learner.shift(handle.name, qids, clients, vectors)
-        grants = [self.allocator.next(handle.name) if self.allocator else 0 for _ in qids]
-        grants = [g if g and self.may_judge(c) else 0 for g, c in zip(grants, clients)]
+        grants = [self.grant(handle.name, client) for client in clients]
         out: list[Served | None] = [None] * len(qids)
         rewards, rewarded = [], []
         for depth in dict.fromkeys(grants):
@@ -291,7 +308,7 @@ class Engine:
                                                         plan.hits, rewriter=rewriter, traces=[traces[i] for i in at],
                                                         stop=stop)  # fmt: skip
 
-            results = None
+            results, failed = None, False
             if depth:
                 judged = make_plan(handle.name, plan.hits, "rerank", {"depth": depth}, self.judge)
                 try:
@@ -303,18 +320,32 @@ class Engine:
                                 handle.public(self.judge), type(e).__name__, str(e)[:200], len(at))  # fmt: skip
                     for i in at:  # what the failed attempt recorded is no judgment: only its time stays
                         traces[i] = Trace(seconds=traces[i].seconds, stop_reason="the teacher failed: unjudged")
+                    failed = True
             if results is None:
                 results = search(None)
             for i, result in zip(at, results):
                 out[i] = Served(result, version)
-                trust = requests[i].keyed or self.config.learn_from_anonymous
+                if depth and (failed or result.trace.stop_reason == NOT_RERANKED):  # granted, but judged by nobody
+                    self.allocator.refund(handle.name, depth)
+                    self.judged.give_back(clients[i])
+                    continue
                 judgments = usable(result.trace.judgments)
-                if depth and trust and result.trace.stop_reason != NOT_RERANKED and len(judgments) >= MIN_JUDGMENTS:
-                    rewards.append(Reward(handle.name, qids[i], texts[i], judgments, clients[i]))
+                if depth and self.teaches(clients[i]) and len(judgments) >= MIN_JUDGMENTS:
+                    rewards.append(Reward(handle.name, qids[i], texts[i], judgments, clients[i], self.judge_digest))
                     rewarded.append(i)
         if self.learner is not None:
             self.learner.add(rewards, raw[rewarded])  # on disk before the answers leave
         return out  # type: ignore[return-value]
+
+    def grant(self, task: str, client: str) -> int:
+        """Judgments the policy spends on the next served query of ``task`` from ``client`` (0: none): the budget's
+        share, if the data directory has room and the client is within its day (a grant refused is returned to the
+        budget, uncounted)."""
+        depth = self.allocator.next(task) if self.allocator else 0
+        if depth and not self.judged.take(client):
+            self.allocator.refund(task, depth)
+            return 0
+        return depth
 
     def explain(self, plan: Plan, query: str, qid: str, stop: Callable[[], bool] = lambda: False) -> dict:
         """TOUR's stages on one query and re-ranking at its teacher calls (:mod:`tour_pyserini.serve.explain`);

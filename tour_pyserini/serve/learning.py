@@ -20,10 +20,17 @@ Four rules keep one client from steering what every client is served:
 
 A served state is written as the next version (``state-NNNNNN.safetensors``, fsynced, renamed into place) and
 only then swapped in; a batch of queries reads the current state once, so each query is served by one
-complete version, which its response names. On a restart the newest version that loads is used (a corrupt
-newer one is skipped, with a warning) and the log is read again; a line torn by a crash is dropped, rewards of
-indexes no longer served are kept in the log but not used, and rewards not yet fitted are fitted at once. A
-fit that fails is reported in the status and tried again when new rewards arrive.
+complete version, which its response names. A state records every client whose rewards it (or a state it was
+warm-started from) was fitted or checked on, the teacher that judged them and the share cap it was fitted under.
+
+The rules hold across restarts, whatever flags the log and the states were written under. On a restart the log
+is read again: a line torn by a crash is dropped, and rewards of indexes no longer served, of another teacher, or
+of a client no longer trusted (a key no longer in the key file; anonymous clients without
+``--learn-from-anonymous``) stay in the log unused. The newest version that loads and that was fitted only
+from trusted clients, by the same teacher, under a share cap no looser, is served (others are skipped, with a
+warning), and rewards it has not seen are fitted at once. A fit that fails is reported in the status and tried
+again when new rewards arrive. A write the data directory has no room for is skipped: rewards not written are
+not learned, a state not written is not served.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,6 +51,7 @@ import numpy as np
 from tour_pyserini.errors import UserError
 from tour_pyserini.rewriters.ttt_embed import shift_queries
 from tour_pyserini.serve.access import ANONYMOUS
+from tour_pyserini.teachers.store import Room
 from tour_pyserini.ttt.agreement import mean_agreement
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
 from tour_pyserini.ttt.magnitude import cross_validated_alpha
@@ -67,6 +76,7 @@ class Reward:
     text: str
     judgments: dict[str, float]
     client: str = ANONYMOUS
+    teacher: str = ""  # which teacher judged: a digest of its fingerprint (the log may outlive a change of teacher)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -122,20 +132,25 @@ class RewardsLog:
         for lineno, line in enumerate(whole.decode("utf-8").splitlines(), 1):
             try:
                 record = json.loads(line)
-                rewards.append(Reward(record["task"], record["qid"], record["query"],
-                                      {str(d): float(s) for d, s in record["judgments"].items()},
-                                      str(record.get("client", ANONYMOUS))))  # fmt: skip
+                judgments = {str(d): float(s) for d, s in record["judgments"].items()}
+                client, teacher = str(record.get("client", ANONYMOUS)), str(record.get("teacher", ""))
+                rewards.append(Reward(record["task"], record["qid"], record["query"], judgments, client, teacher))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 raise UserError(f"{self.path}:{lineno}: not a rewards record") from None
         return rewards
 
-    def append(self, rewards: Sequence[Reward]) -> None:
-        lines = "".join(json.dumps({"task": r.task, "qid": r.qid, "client": r.client, "query": r.text,
-                                    "judgments": r.judgments}) + "\n" for r in rewards)  # fmt: skip
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(lines)
-            f.flush()
-            os.fsync(f.fileno())
+    def append(self, rewards: Sequence[Reward], room: Room | None = None) -> bool:
+        """Append ``rewards`` if ``room`` (a :meth:`~tour_pyserini.serve.quotas.DataQuota.writing`) lets their
+        bytes be written; whether they were."""
+        lines = "".join(json.dumps({"task": r.task, "qid": r.qid, "client": r.client, "teacher": r.teacher,
+                                    "query": r.text, "judgments": r.judgments}) + "\n" for r in rewards)  # fmt: skip
+        with room(len(lines.encode("utf-8"))) if room else nullcontext(True) as fits:
+            if fits:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(lines)
+                    f.flush()
+                    os.fsync(f.fileno())
+            return fits
 
 
 class StateVersions:
@@ -150,20 +165,26 @@ class StateVersions:
     def path(self, version: int) -> Path:
         return self.directory / f"state-{version:06d}.safetensors"
 
-    def latest(self) -> tuple[int, State | None]:
-        """The newest version that loads and its state (a newer one that does not is skipped, with a warning);
-        (0, None) before the first fit."""
+    def loadable(self) -> Iterator[tuple[int, State]]:
+        """The versions that load and their states, the newest first (one that does not load is skipped, with a
+        warning)."""
         for version in reversed(self.versions()):
             try:
-                return version, State.load(self.path(version))
+                state = State.load(self.path(version))
             except UserError as e:
                 log.warning("online TTT-Embed: skipping state version %d, which does not load (%s)", version, e)
-        return 0, None
+                continue
+            yield version, state
 
-    def save(self, version: int, state: State) -> None:
-        state.save(self.path(version))  # written beside, then renamed: never half a state under this name
+    def save(self, version: int, state: State, room: Room | None) -> bool:
+        """Write ``state`` as ``version`` if ``room`` lets its bytes be written; whether it was."""
+        size = state.vectors.nbytes * (1 if state.anchors is None else 2) + len(json.dumps(state.metadata())) + 4096
+        with room(size) if room else nullcontext(True) as fits:
+            if fits:
+                state.save(self.path(version))  # written beside, then renamed: never half a state under this name
         for old in self.versions()[:-KEEP_VERSIONS]:
             self.path(old).unlink(missing_ok=True)
+        return fits
 
 
 def shift_by_state(state: State | None, task: str, qids: Sequence[str], vectors: np.ndarray) -> np.ndarray:
@@ -184,10 +205,12 @@ class OnlineLearner:
 
     def __init__(self, directory: str | Path, scope: str, encoder: dict, *, encode: Callable, doc_vectors: Callable,
                  tasks: Sequence[str], fit: FitConfig | None = None, refit_steps: int = 100,
-                 max_key_share: float = 1.0):  # fmt: skip
+                 max_key_share: float = 1.0, trusted: Callable[[str], bool] = lambda client: True,
+                 teacher: str = "", room: Room | None = None):  # fmt: skip
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.scope, self.encoder = scope, encoder
+        self.trusted, self.teacher, self.room = trusted, teacher, room
         self.encode, self.doc_vectors = encode, doc_vectors
         self.tasks = set(tasks)
         self.fit_config = fit or FitConfig()
@@ -196,15 +219,24 @@ class OnlineLearner:
         self.log = RewardsLog(self.directory / REWARDS_LOG)
         self.versions = StateVersions(self.directory)
         self.current = self.load_latest()
+        self.newest = max(self.versions.versions(), default=0)  # the next state written is the one after it
         self.lock = threading.Lock()  # guards the rewards below (the serving thread adds, the refit reads)
         # (task, client/qid) -> {docid: reward}, in order of arrival
         self.judged: dict[tuple[str, str], dict[str, float]] = {}
         self.clients: dict[tuple[str, str], str] = {}  # (task, client/qid) -> client
         self.vectors: dict[tuple[str, str], np.ndarray] = {}  # (task, client/qid) -> raw query vector
         self.received = 0  # rewards records kept (log lines)
-        self.keep(self.log.read())
-        state = self.current[1]
-        self.fitted = state.provenance.get("online", {}).get("rewards", 0) if state is not None else 0
+        logged = self.log.read()
+        learnable = [r for r in logged if self.may_learn(r)]
+        if len(learnable) < len(logged):
+            log.warning("online TTT-Embed: %d of %d rewards in the log are of another teacher or of clients this "
+                        "server does not learn from; they stay in the log, unused", len(logged) - len(learnable),
+                        len(logged))  # fmt: skip
+        self.keep(learnable)
+        version, state = self.current
+        # what the served state has seen, if it is the newest and the log holds nothing it must not: else fit anew
+        seen = state.provenance["online"].get("rewards", 0) if state is not None else 0
+        self.fitted = seen if version == self.newest and len(learnable) == len(logged) else 0
         self.fits, self.fit_seconds = 0, 0.0
         self.refused = 0  # fitted states the guard did not serve
         self.last: dict = {}  # what the last fit found: the guard's decision, or why there was nothing to fit
@@ -213,16 +245,37 @@ class OnlineLearner:
         self.stopping = False
         self.thread = threading.Thread(target=self.refit_loop, name="ttt-refit", daemon=True)
 
+    def may_learn(self, reward: Reward) -> bool:
+        """Whether ``reward`` may teach: judged by this server's teacher, for a client it trusts."""
+        return reward.teacher == self.teacher and self.trusted(reward.client)
+
+    def why_not_served(self, state: State) -> str | None:
+        """Why a state on disk must not be served under this server's rules (None: it may be)."""
+        online = state.provenance.get("online", {})
+        if "clients" not in online:
+            return "it does not record whom it was learned from"
+        if online.get("teacher") != self.teacher:
+            return "another teacher judged its rewards"
+        if online.get("max_key_share", 1.0) > self.max_key_share:
+            return f"it was fitted under a larger share per client ({online.get('max_key_share')})"
+        if untrusted := [c for c in online["clients"] if not self.trusted(c)]:
+            return f"it was learned from {len(untrusted)} client(s) this server does not learn from"
+        return None
+
     def load_latest(self) -> tuple[int, State | None]:
-        version, state = self.versions.latest()
-        if state is not None:
+        """The newest state on disk that loads and may be served, and its version; (0, None) if none."""
+        for version, state in self.versions.loadable():
             where = str(self.versions.path(version))
             if state.scope != self.scope:
                 raise UserError(f"{where} holds a {state.scope} state; this server learns the {self.scope} scope "
                                 "(start it with that scope, or give another directory)")  # fmt: skip
             state.check_encoder(self.encoder, where)
+            if (why := self.why_not_served(state)) is not None:
+                log.warning("online TTT-Embed: not serving state version %d: %s", version, why)
+                continue
             log.info("online TTT-Embed: continuing from state version %d (%s)", version, where)
-        return version, state
+            return version, state
+        return 0, None
 
     def start(self) -> None:
         self.thread.start()
@@ -237,8 +290,7 @@ class OnlineLearner:
     def add(self, rewards: Sequence[Reward], vectors: np.ndarray | None = None) -> None:
         """Keep the judgments of served queries (``vectors``: their raw query vectors, if known), on disk
         first, and wake the refit."""
-        if rewards:
-            self.log.append(rewards)
+        if rewards and self.log.append(rewards, self.room):
             self.keep(rewards, vectors)
             with self.wake:
                 self.wake.notify()
@@ -332,13 +384,18 @@ class OnlineLearner:
         start = time.perf_counter()
         keys_, V, counts = fit_scope(queries, self.scope, config, init=state.by_key() if state is not None else None)
         seconds = time.perf_counter() - start
+        # every client whose rewards shaped it: fitted on, checked on, or behind the state it starts from
+        learned_from = {clients[k] for k in [*keys, *checks]} | set(state.provenance["online"]["clients"] if state
+                                                                     else ())  # fmt: skip
         provenance = {
             "online": {
-                "version": version + 1,
+                "version": self.newest + 1,
                 "rewards": received,
                 "rewarded queries": len(queries),
                 "held back": len(held),
-                "clients": len({clients[k] for k in keys}),
+                "clients": sorted(learned_from),
+                "teacher": self.teacher,
+                "max_key_share": self.max_key_share,
                 "judgments": sum(len(judged[k]) for k in keys),
                 "warm start": version or None,
             }
@@ -347,11 +404,13 @@ class OnlineLearner:
         new = State(self.scope, keys_, V, counts, list(dict.fromkeys(q.task for q in queries)), config.to_json(),
                     self.encoder, provenance, anchors=anchors)  # fmt: skip
         new, last = self.judge(new, state, queries, held)
+        if new is not None and not self.versions.save(self.newest + 1, new, self.room):
+            new, last = None, last | {"served": False, "why": "the data directory is full: the state was not written"}
         if new is not None:
             new.scaled  # computed here, not by the first batch it serves  # noqa: B018
-            self.versions.save(version + 1, new)
-            self.current = (version + 1, new)  # the swap: one assignment, read once per served batch
-            log.info("online TTT-Embed: state version %d from %d rewarded queries", version + 1, len(queries))
+            self.newest += 1
+            self.current = (self.newest, new)  # the swap: one assignment, read once per served batch
+            log.info("online TTT-Embed: state version %d from %d rewarded queries", self.newest, len(queries))
         else:
             self.refused += 1
         # counted last: a status that counts this fit shows its decision

@@ -22,11 +22,12 @@ INDEX_TYPES = {"faiss": "dense", "tf": "bm25", "dense": "dense", "bm25": "bm25"}
 
 
 def caller() -> dict:
-    """Who calls the tool: the client the access check left in the HTTP request's state."""
+    """Who calls the tool (the client the access check left in the HTTP request's state), and how to tell that it
+    has disconnected, so that its search stops at its next step as a REST search does."""
     from fastmcp.server.dependencies import get_http_request
 
-    state = get_http_request().state
-    return {"client": getattr(state, "client", ANONYMOUS), "keyed": getattr(state, "keyed", False)}
+    request = get_http_request()
+    return {"client": getattr(request.state, "client", ANONYMOUS), "gone": request.is_disconnected}
 
 
 def one_line_arguments():
@@ -72,7 +73,8 @@ def mcp_server(service: SearchService):
     @mcp.tool()
     async def search(query: str, index: str, hits: int = 10, parse: bool = True, rewriter: str = "",
                      teacher: str = "", depth: int = 0, k1: float | None = None, b: float | None = None,
-                     max_doc_length: int | None = None, k: int = 0) -> dict:  # fmt: skip
+                     max_doc_length: int | None = None, k: int = 0,
+                     options: dict[str, str | int | float | bool] | None = None) -> dict:  # fmt: skip
         """Search one of the server's indexes (list_indexes names them); returns the top ``hits`` candidates
         with docid, score, rank and document, as Pyserini's REST route does.
 
@@ -89,12 +91,17 @@ def mcp_server(service: SearchService):
             b: BM25's b for this search (BM25 indexes only)
             max_doc_length: each document's text cut to this many characters
             k: the old name of depth (it will be removed in the next release)
+            options: the rewriter's other options by their REST names, e.g. {"iterations": 2, "lr": 0.5}
         """
         optional = {"rewriter": rewriter, "teacher": teacher, "depth": depth or None, "k": k or None, "k1": k1,
                     "b": b,
                     "max_doc_length": max_doc_length}  # fmt: skip
         params = {"query": query, "hits": str(hits), "parse": str(parse).lower()}
         params |= {name: str(value) for name, value in optional.items() if value not in ("", None)}
+        for name, value in (options or {}).items():
+            if name in params or name in ("query", "index", "hits", "parse", "qid", "trace"):
+                raise ToolError(f"argument 'options': {name[:40]!r} is an argument of its own, not a rewriter option")
+            params[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return await answer(service.search(index, params, **caller()))
 
     @mcp.tool()

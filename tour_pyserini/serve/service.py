@@ -10,21 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import queue
 import threading
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import strictly_decreasing
 from tour_pyserini.numbers import non_negative_float, param, positive_float, positive_int
 from tour_pyserini.results import NOT_RERANKED
 from tour_pyserini.rewriters import Abandoned, available_rewriters
-from tour_pyserini.serve.access import ANONYMOUS, RateLimit
+from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.serve.batching import Batcher
 from tour_pyserini.serve.engine import Engine, ServeConfig, Served
+from tour_pyserini.serve.quotas import DataQuota, JudgedQueries
 from tour_pyserini.serve.requests import (
     ONLINE,
     BadRequest,
@@ -40,7 +40,6 @@ from tour_pyserini.serve.requests import (
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 1
-DAY_SECONDS = 86_400
 
 
 class Overloaded(Exception):
@@ -103,27 +102,26 @@ def document_payload(doc, shown: Shown) -> object:
     return {"title": doc.title, "text": text} if doc.title else text
 
 
-class DiskQuota:
-    """Whether a directory uses more than ``max_mb`` MiB, measured at most once a second."""
-
-    def __init__(self, directory: str | Path, max_mb: float | None):
-        self.directory, self.max_bytes = Path(directory), None if max_mb is None else max_mb * 2**20
-        self.checked, self.over = -1.0, False
-
-    def full(self) -> bool:
-        if self.max_bytes is None:
-            return False
-        if time.monotonic() - self.checked >= 1.0:
-            used = sum(f.stat().st_size for f in self.directory.rglob("*") if f.is_file())
-            self.checked, self.over = time.monotonic(), used >= self.max_bytes
-        return self.over
+def scored(name: str, pairs: Iterable[tuple[object, object]]) -> dict[str, float]:
+    """Hits given as (docid, score) pairs, as {docid: score}: each docid a string and each score a finite number
+    (a NaN would sort anywhere), else one line naming the argument."""
+    out = {}
+    for docid, score in pairs:
+        if not isinstance(docid, str):
+            raise BadRequest(f"argument {name!r}: docid {str(docid)[:40]!r} is not a string")
+        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+            raise BadRequest(
+                f"argument {name!r}: the score of {docid[:40]!r} is not a finite number ({str(score)[:40]})"
+            )
+        out[docid] = float(score)
+    return out
 
 
 class EngineWorker:
     """The engine on the searching thread: a batch's searches run together, explanations one by one."""
 
-    def __init__(self, config: ServeConfig, may_judge: Callable[[str], bool]):
-        self.engine = Engine(config, may_judge)
+    def __init__(self, config: ServeConfig, judged: JudgedQueries):
+        self.engine = Engine(config, judged)
 
     def handle(self, payloads: Sequence[object]) -> list:
         out: list = [None] * len(payloads)
@@ -150,11 +148,10 @@ class SearchService:
                  requests: RequestLimits | None = None, relevance: Mapping[str, Mapping[str, int]] | None = None,
                  topics: Sequence | None = None):  # fmt: skip
         self.config, self.limits, self.requests = config, limits, requests or RequestLimits()
-        self.quota = RateLimit(limits.judged_per_day, DAY_SECONDS)  # judged queries per client
         self.relevance = relevance or {}
         self.topics = list(topics or [])
-        self.disk = DiskQuota(config.data_dir, config.max_data_mb)
-        self.batcher = Batcher(lambda: EngineWorker(config, self.may_judge), window=limits.window,
+        self.judged = JudgedQueries(DataQuota(config.data_dir, config.max_data_mb), limits.judged_per_day)
+        self.batcher = Batcher(lambda: EngineWorker(config, self.judged), window=limits.window,
                                max_batch=limits.max_batch, max_queue=limits.max_queue)  # fmt: skip
         self.engine: Engine | None = None
 
@@ -173,25 +170,20 @@ class SearchService:
                              404)  # fmt: skip
         return self.engine.indexes[index]
 
-    def check_search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
-                     keyed: bool = False) -> SearchRequest:  # fmt: skip
+    def check_search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS) -> SearchRequest:
         handle = self.handle(index)
         online = handle.dense and self.config.budget is not None
         request = parse_search(index, params, num_docs=handle.num_docs, dense=handle.dense,
                                teachers=handle.names, state=self.config.state, online=online,
-                               limits=self.requests, client=client, keyed=keyed)  # fmt: skip
+                               limits=self.requests, client=client)  # fmt: skip
         if request.plan.teacher is not None:
-            if self.disk.full():
+            if self.judged.data.full():
                 raise BadRequest(f"the server's data directory is full ({self.config.max_data_mb:g} MB): no query "
                                  "is judged until it has room", 507)  # fmt: skip
-            if (wait := self.quota.retry_after(client)) is not None:
+            if (wait := self.judged.day.retry_after(client)) is not None:
                 raise QuotaExceeded(f"more than {self.limits.judged_per_day} judged queries in 24 hours; retry in "
                                     f"{wait} s", wait)  # fmt: skip
         return request
-
-    def may_judge(self, client: str) -> bool:
-        """Whether the policy may have ``client``'s query judged now (counted if so)."""
-        return not self.disk.full() and self.quota.retry_after(client) is None
 
     async def run(self, payload: object, abandoned: threading.Event | None = None,
                   gone: Callable[[], Awaitable[bool]] | None = None):  # fmt: skip
@@ -211,19 +203,33 @@ class SearchService:
                 abandoned.set()
             raise
 
-    async def search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS, keyed: bool = False,
+    async def run_judged(self, request: SearchRequest, payload: object,
+                         gone: Callable[[], Awaitable[bool]] | None):  # fmt: skip
+        """:meth:`run`, with a request that names a teacher given back to its client's day when the search
+        fails on its way (the queue full, the teacher failing): judged by nobody, it costs nothing. One whose client
+        left or timed out may have been judged, and stays counted."""
+        try:
+            return await self.run(payload, request.abandoned, gone)
+        except (TimeoutError, ClientGone):
+            raise
+        except BaseException:
+            if request.plan.teacher is not None:
+                self.judged.give_back(request.client)
+            raise
+
+    async def search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
                      gone: Callable[[], Awaitable[bool]] | None = None) -> dict:  # fmt: skip
         """Pyserini's ``/v1/{index}/search`` answer, with what served it: rewriter, teacher, state version.
-        ``client`` and ``keyed``: who asks; ``gone()``: whether the client has disconnected."""
-        request = self.check_search(index, params, client, keyed)
-        served: Served = await self.run(request, request.abandoned, gone)
+        ``client``: who asks; ``gone()``: whether the client has disconnected."""
+        request = self.check_search(index, params, client)
+        served: Served = await self.run_judged(request, request, gone)
         handle = self.engine.indexes[index]
         docids = [h.docid for h in served.result.hits]
         docs = await asyncio.to_thread(handle.docstore.get, docids) if handle.docstore else [None] * len(docids)
         plan = request.plan
         trace = served.result.trace
         if plan.teacher is not None and trace.stop_reason == NOT_RERANKED:  # never a retriever order that looks judged
-            self.quota.give_back(client)
+            self.judged.give_back(client)
             raise BadRequest(f"teacher {handle.public(plan.teacher)!r} scored none of the candidates", 502)
         scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
         answer = {
@@ -254,7 +260,7 @@ class SearchService:
         doc = handle.docstore[docid]
         return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc, shown)}
 
-    async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS, keyed: bool = False,
+    async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
                       gone: Callable[[], Awaitable[bool]] | None = None) -> dict:  # fmt: skip
         """The explorer's view of TOUR on one query (rewriter tour-hard or tour-soft, and a teacher)."""
         params = dict(params)
@@ -265,10 +271,10 @@ class SearchService:
             if not self.config.teachers:
                 raise BadRequest("the explorer needs a teacher: start the server with --teacher SPEC")
             params["teacher"] = str(self.config.teachers[0])
-        request = self.check_search(index, params, client, keyed)
+        request = self.check_search(index, params, client)
         qid = request.qid if params.get("qid") else self.topic_qid(request.query) or request.qid
-        job = ExplainRequest(request.plan, request.query, qid)
-        out = await self.run(job, job.abandoned, gone)
+        job = ExplainRequest(request.plan, request.query, qid, request.abandoned)
+        out = await self.run_judged(request, job, gone)
         handle = self.engine.indexes[index]
         shown = {d["docid"] for stage in out["stages"] for d in stage["ranking"]}
         shown |= {d["docid"] for d in out.get("rerank", {}).get("ranking", [])}
@@ -301,13 +307,12 @@ class SearchService:
         judged = self.qrels_of(index, qid)
         if not judged:
             raise BadRequest(f"query {qid[:100]!r} has no judgments in this server's qrels")
-        if not all(isinstance(s, int | float) for s in hits.values()):
-            raise BadRequest("hits must map docids to numeric scores")
+        scored("hits", hits.items())
         try:
             judge = QrelsJudge({qid: judged}, [measure])
         except UserError as e:
             raise as_request(e) from None
-        values = judge.per_query({qid: {str(d): float(s) for d, s in hits.items()}})
+        values = judge.per_query({qid: scored("hits", hits.items())})
         return values[str(judge.measures[0])][qid]
 
     @staticmethod
@@ -319,10 +324,9 @@ class SearchService:
             raise BadRequest(f"k must be positive, got {k}")
         runs = []
         for name, hits in (("hits1", first), ("hits2", second)):
-            try:
-                runs.append({str(h["docid"]): float(h["score"]) for h in hits})
-            except (KeyError, TypeError, ValueError):
-                raise BadRequest(f"{name} must be a list of {{'docid': ..., 'score': number}}") from None
+            if not all(isinstance(h, Mapping) and "docid" in h and "score" in h for h in hits):
+                raise BadRequest(f"argument {name!r} must be a list of {{'docid': ..., 'score': number}}")
+            runs.append(scored(name, [(h["docid"], h["score"]) for h in hits]))
         return [{"docid": d, "score": s} for d, s in hybrid_fusion(runs[0], runs[1], k)]
 
     def indexes(self) -> dict:
@@ -340,5 +344,5 @@ class SearchService:
                 "budget": None if engine.allocator is None else {"judgments_per_query": engine.allocator.budget,
                                                                  "served": engine.allocator.served,
                                                                  "judgments": engine.allocator.spent},
-                "query_encoder": engine.config.query_encoding or None,
+                "query_encoder": engine.config.query_encoding or None, "data": self.judged.data.status(),
                 "learning": engine.learner.status() if engine.learner else None}  # fmt: skip

@@ -15,7 +15,8 @@ import math
 import re
 import sqlite3
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from urllib.parse import quote
 
@@ -91,11 +92,24 @@ def query_key(query: str) -> str:
     return hashlib.sha256(query.encode("utf-8")).hexdigest()
 
 
+# what may be written: entered with the bytes a write takes, it yields whether they fit (held until the write is done)
+Room = Callable[[int], AbstractContextManager[bool]]
+
+
+def written_bytes(docids: Sequence[str]) -> int:
+    """At most what storing scores of ``docids`` adds to a store: each row (the query's 64-digit key, the docid,
+    the score) is kept twice, in the table and in its primary-key index, and a commit may take a new page."""
+    return 2 * sum(64 + len(d.encode("utf-8")) + 32 for d in docids) + 4096
+
+
 class ScoreStore:
     """``(query, docid) -> score`` in one SQLite file, for one teacher. A query is named by its text's SHA-256
-    (stores written before keep naming it by its text, which they still read)."""
+    (stores written before keep naming it by its text, which they still read). ``room(nbytes)``, if given, is a
+    context manager entered before each write that yields whether ``nbytes`` more may be written: a write that
+    may not is skipped (the scores serve the search that asked, and are asked again later)."""
 
-    def __init__(self, path: str | Path, teacher_label: str):
+    def __init__(self, path: str | Path, teacher_label: str, room: Room | None = None):
+        self.room = room
         self.path = check_store_path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path)
@@ -131,8 +145,12 @@ class ScoreStore:
     def put(self, query: str, scores: Mapping[str, float]) -> None:
         """Keep the finite ``scores``; a NaN (no score) or an infinity is left out, so a later run asks again."""
         rows = [(self.key(query), d, float(s)) for d, s in scores.items() if math.isfinite(s)]
-        self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
-        self.db.commit()
+        if not rows:
+            return
+        with self.room(written_bytes([d for _, d, _ in rows])) if self.room else nullcontext(True) as fits:
+            if fits:
+                self.db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", rows)
+                self.db.commit()
 
     def close(self) -> None:
         self.db.close()
