@@ -58,8 +58,15 @@ def scifact_pairs(n_queries: int, depth: int) -> list[dict]:
     for topic, ranking in zip(topics, rankings):
         kept = [h for h in ranking if h.docid != topic.qid][:depth]
         docids = [h.docid for h in kept]
-        out.append({"qid": topic.qid, "query": topic.text, "docids": docids, "sims": np.array([h.score for h in kept]),
-                    "texts": [pair_text(d) for d in searcher.docstore.get(docids)]})  # fmt: skip
+        out.append(
+            {
+                "qid": topic.qid,
+                "query": topic.text,
+                "docids": docids,
+                "sims": np.array([h.score for h in kept]),
+                "texts": [pair_text(d) for d in searcher.docstore.get(docids)],
+            }
+        )
     return out
 
 
@@ -83,8 +90,7 @@ def padded_lengths(teacher, queries: list[str], texts: list[str]) -> list[int]:
     lengths = []
     for start in range(0, len(order), teacher.batch_size):
         idx = order[start : start + teacher.batch_size]
-        inputs = pair_inputs(teacher.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
-                             teacher.max_length)  # fmt: skip
+        inputs = pair_inputs(teacher.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx], teacher.max_length)
         lengths += [inputs["input_ids"].shape[1]] * len(idx)
     return lengths
 
@@ -115,8 +121,16 @@ class OrtModel:
         names = ["input_ids", "attention_mask", "token_type_ids"]  # the order of BERT's forward arguments
         path = f"{directory}/model-t{threads}.onnx"
         dynamic = {name: {0: "batch", 1: "length"} for name in names} | {"logits": {0: "batch"}}
-        torch.onnx.export(model, (), path, kwargs={n: example[n] for n in names}, input_names=names,
-                          output_names=["logits"], dynamic_axes=dynamic, dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            model,
+            (),
+            path,
+            kwargs={n: example[n] for n in names},
+            input_names=names,
+            output_names=["logits"],
+            dynamic_axes=dynamic,
+            dynamo=False,
+        )
         options = ort.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = threads
         # idle ONNX Runtime threads would otherwise spin for work, taking cores from the ways timed next
@@ -140,8 +154,9 @@ def arithmetic_teachers() -> dict:
     teachers["bf16-logit"] = CrossEncoderTeacher(MODEL, precision="fp32", runtime="torch")
     teachers["bf16-logit"].precision = "bf16"  # autocast over the whole model, head included: a rounded score
     teachers["int8"] = CrossEncoderTeacher(MODEL, precision="fp32", runtime="torch")
-    teachers["int8"].model = torch.ao.quantization.quantize_dynamic(teachers["int8"].model, {torch.nn.Linear},
-                                                                   dtype=torch.qint8)  # fmt: skip
+    teachers["int8"].model = torch.ao.quantization.quantize_dynamic(
+        teachers["int8"].model, {torch.nn.Linear}, dtype=torch.qint8
+    )
     return teachers
 
 
@@ -192,8 +207,10 @@ def time_ways(ways: dict, queries: list[str], texts: list[str], repeats: int) ->
                 gc.enable()
             wall[name].append((time.perf_counter() - start) / len(texts) * 1000)
             cpu[name].append((time.process_time() - start_cpu) / len(texts) * 1000)
-    return {name: {"min_ms": min(wall[name]), "median_ms": statistics.median(wall[name]),
-                   "cpu_min_ms": min(cpu[name])} for name in ways}  # fmt: skip
+    return {
+        name: {"min_ms": min(wall[name]), "median_ms": statistics.median(wall[name]), "cpu_min_ms": min(cpu[name])}
+        for name in ways
+    }
 
 
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::bmm", "aten::baddbmm", "aten::softmax")
@@ -211,17 +228,24 @@ def where_time_goes(teacher, queries: list[str], texts: list[str], config) -> di
         teacher.score_pairs(queries, texts)
     spent = {"linear": 0.0, "attention": 0.0, "rest": 0.0}
     for event in prof.key_averages():
-        kind = "linear" if event.key == "aten::addmm" else (
-            "attention" if any(op in event.key for op in ATTENTION_OPS) else "rest")  # fmt: skip
+        kind = (
+            "linear"
+            if event.key == "aten::addmm"
+            else ("attention" if any(op in event.key for op in ATTENTION_OPS) else "rest")
+        )
         spent[kind] += event.self_cpu_time_total / 1e6  # microseconds
     total = sum(spent.values())
     h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     lengths = padded_lengths(teacher, queries, texts)
-    flops = {"linear": sum(layers * 2 * (4 * n * h * h + 2 * n * h * i) for n in lengths),
-             "attention": sum(layers * 2 * 2 * n * n * h for n in lengths)}  # fmt: skip
-    return {"share_of_time": {k: v / total for k, v in spent.items()},
-            "share_of_flops": {k: v / sum(flops.values()) for k, v in flops.items()},
-            "gflops": {k: flops[k] / spent[k] / 1e9 for k in flops if spent[k]}}  # fmt: skip
+    flops = {
+        "linear": sum(layers * 2 * (4 * n * h * h + 2 * n * h * i) for n in lengths),
+        "attention": sum(layers * 2 * 2 * n * n * h for n in lengths),
+    }
+    return {
+        "share_of_time": {k: v / total for k, v in spent.items()},
+        "share_of_flops": {k: v / sum(flops.values()) for k, v in flops.items()},
+        "gflops": {k: flops[k] / spent[k] / 1e9 for k in flops if spent[k]},
+    }
 
 
 def speed(pairs: list[dict], sample: int, repeats: int) -> dict:
@@ -236,12 +260,17 @@ def speed(pairs: list[dict], sample: int, repeats: int) -> dict:
         ways = scorers(queries, texts, tmp)
         times = time_ways(ways, queries, texts, repeats)
     config = AutoConfig.from_pretrained(MODEL)
-    flops = {name: float(np.mean([pair_flops(config, n) for n in padded_lengths(teacher, queries, texts)]))
-             for name, (teacher, _, _) in ways.items()}  # fmt: skip
+    flops = {
+        name: float(np.mean([pair_flops(config, n) for n in padded_lengths(teacher, queries, texts)]))
+        for name, (teacher, _, _) in ways.items()
+    }
     # the peak: the better of the model's feed-forward product (32 pairs x 128 tokens rows) and a square one
     shapes = ((4096, config.hidden_size, config.intermediate_size), (2048, 2048, 2048))
-    peak = {f"{kind} t{threads}": max(matmul_gflops(threads, dtype, shape) for shape in shapes)
-            for threads in (1, 2) for kind, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}  # fmt: skip
+    peak = {
+        f"{kind} t{threads}": max(matmul_gflops(threads, dtype, shape) for shape in shapes)
+        for threads in (1, 2)
+        for kind, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
     base = {t: times[f"fp32 t{t}"] for t in (1, 2)}
     for name, row in times.items():
         threads = ways[name][1]
@@ -249,14 +278,24 @@ def speed(pairs: list[dict], sample: int, repeats: int) -> dict:
         arithmetic = name.split()[0].removesuffix("-logit")
         # int8's integer products have no measured peak here; ONNX Runtime computes in float32
         limit = peak.get(f"{arithmetic.replace('onnx', 'fp32')} t{threads}")
-        row |= {"threads": threads, "batch_size": ways[name][2], "gflop_per_pair": flops[name] / 1e9,
-                "speedup_vs_fp32": base[threads]["min_ms"] / row["min_ms"],
-                "cpu_speedup_vs_fp32": base[threads]["cpu_min_ms"] / row["cpu_min_ms"], "gflops": achieved,
-                "fraction_of_peak": None if limit is None else achieved / limit,
-                "times_floor": None if limit is None else limit / achieved}  # fmt: skip
-    return {"sample_pairs": len(texts), "repeats": repeats, "matmul_gflops": peak, "ways": times,
-            "mean_padded_length": float(np.mean(padded_lengths(ways["fp32 t2"][0], queries, texts))),
-            "bf16_profile": where_time_goes(ways["bf16 t2"][0], queries, texts, config)}  # fmt: skip
+        row |= {
+            "threads": threads,
+            "batch_size": ways[name][2],
+            "gflop_per_pair": flops[name] / 1e9,
+            "speedup_vs_fp32": base[threads]["min_ms"] / row["min_ms"],
+            "cpu_speedup_vs_fp32": base[threads]["cpu_min_ms"] / row["cpu_min_ms"],
+            "gflops": achieved,
+            "fraction_of_peak": None if limit is None else achieved / limit,
+            "times_floor": None if limit is None else limit / achieved,
+        }
+    return {
+        "sample_pairs": len(texts),
+        "repeats": repeats,
+        "matmul_gflops": peak,
+        "ways": times,
+        "mean_padded_length": float(np.mean(padded_lengths(ways["fp32 t2"][0], queries, texts))),
+        "bf16_profile": where_time_goes(ways["bf16 t2"][0], queries, texts, config),
+    }
 
 
 def quality(pairs: list[dict], names: list[str]) -> dict:
@@ -278,8 +317,10 @@ def quality(pairs: list[dict], names: list[str]) -> dict:
     start = time.perf_counter()
     try:
         for i, p in enumerate(pairs):
-            done = [teacher.score_pairs([p["query"]] * len(p["texts"]), p["texts"]) + scale * p["sims"]
-                    for teacher in teachers.values()]  # fmt: skip
+            done = [
+                teacher.score_pairs([p["query"]] * len(p["texts"]), p["texts"]) + scale * p["sims"]
+                for teacher in teachers.values()
+            ]
             for name, values in zip(teachers, done):
                 scores[name].append(values)
             print(f"quality: {i + 1} queries scored in {time.perf_counter() - start:.0f} s", flush=True)
@@ -294,12 +335,18 @@ def quality(pairs: list[dict], names: list[str]) -> dict:
         taus = np.array([kendalltau(s, ref).statistic for s, ref in zip(scores[name], scores["fp32"])])
         ties = sum(len(s) - len(np.unique(s)) for s in scores[name])
         diff = max(np.abs(s - r).max() for s, r in zip(scores[name], scores["fp32"]))
-        out[name] = {"nDCG@10": evaluate(qrels, run, ["nDCG@10"]).means["nDCG@10"], "tau_min": float(taus.min()),
-                     "tau_mean": float(taus.mean()), "queries_below_tau_bound": int((taus < TAU_BOUND).sum()),
-                     "tied_scores": int(ties), "max_abs_diff": float(diff)}  # fmt: skip
+        out[name] = {
+            "nDCG@10": evaluate(qrels, run, ["nDCG@10"]).means["nDCG@10"],
+            "tau_min": float(taus.min()),
+            "tau_mean": float(taus.mean()),
+            "queries_below_tau_bound": int((taus < TAU_BOUND).sum()),
+            "tied_scores": int(ties),
+            "max_abs_diff": float(diff),
+        }
     for row in out.values():
-        row["meets_bounds"] = bool(abs(row["nDCG@10"] - out["fp32"]["nDCG@10"]) <= NDCG_BOUND
-                                   and row["queries_below_tau_bound"] == 0)  # fmt: skip
+        row["meets_bounds"] = bool(
+            abs(row["nDCG@10"] - out["fp32"]["nDCG@10"]) <= NDCG_BOUND and row["queries_below_tau_bound"] == 0
+        )
     return {
         "queries": len(pairs),
         "pairs": sum(len(p["texts"]) for p in pairs),
@@ -311,9 +358,11 @@ def quality(pairs: list[dict], names: list[str]) -> dict:
 def print_speed(part: dict) -> None:
     for name, row in part["ways"].items():
         peak = "" if row["fraction_of_peak"] is None else f" = {row['fraction_of_peak']:.0%} of peak"
-        print(f"{name:16s} {row['min_ms']:6.2f} ms/pair (median {row['median_ms']:6.2f}, cpu {row['cpu_min_ms']:6.2f})"
-              f"  x{row['speedup_vs_fp32']:.2f} vs fp32 (cpu x{row['cpu_speedup_vs_fp32']:.2f})"
-              f"  {row['gflops']:6.1f} GFLOPS{peak}")  # fmt: skip
+        print(
+            f"{name:16s} {row['min_ms']:6.2f} ms/pair (median {row['median_ms']:6.2f}, cpu {row['cpu_min_ms']:6.2f})"
+            f"  x{row['speedup_vs_fp32']:.2f} vs fp32 (cpu x{row['cpu_speedup_vs_fp32']:.2f})"
+            f"  {row['gflops']:6.1f} GFLOPS{peak}"
+        )
     print("matmul GFLOPS:", {k: round(v, 1) for k, v in part["matmul_gflops"].items()})
     prof = part["bf16_profile"]
     print(
@@ -328,9 +377,11 @@ def print_speed(part: dict) -> None:
 
 def print_quality(part: dict) -> None:
     for name, row in part["precisions"].items():
-        print(f"{name:10s} nDCG@10 {row['nDCG@10']:.4f}  tau min {row['tau_min']:.4f} mean {row['tau_mean']:.4f}"
-              f"  below {TAU_BOUND}: {row['queries_below_tau_bound']}  ties {row['tied_scores']}"
-              f"  meets bounds: {row['meets_bounds']}")  # fmt: skip
+        print(
+            f"{name:10s} nDCG@10 {row['nDCG@10']:.4f}  tau min {row['tau_min']:.4f} mean {row['tau_mean']:.4f}"
+            f"  below {TAU_BOUND}: {row['queries_below_tau_bound']}  ties {row['tied_scores']}"
+            f"  meets bounds: {row['meets_bounds']}"
+        )
 
 
 def main() -> None:
@@ -341,10 +392,18 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=100, help="dense candidates re-ranked per query")
     ap.add_argument("--sample", type=int, default=256, help="pairs each way scores in the speed part")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--part", choices=["speed", "quality", "both"], default="both",
-                    help="what to measure; a part not measured is kept from an existing report")  # fmt: skip
-    ap.add_argument("--quality-precisions", nargs="+", default=["bf16", "bf16-logit", "int8"],
-                    help="what the quality part compares with fp32")  # fmt: skip
+    ap.add_argument(
+        "--part",
+        choices=["speed", "quality", "both"],
+        default="both",
+        help="what to measure; a part not measured is kept from an existing report",
+    )
+    ap.add_argument(
+        "--quality-precisions",
+        nargs="+",
+        default=["bf16", "bf16-logit", "int8"],
+        help="what the quality part compares with fp32",
+    )
     ap.add_argument("--output", default=str(ROOT / "runs" / "bench-ce-speed.json"))
     args = ap.parse_args()
     output = Path(args.output)

@@ -17,13 +17,24 @@ from pathlib import Path
 
 import numpy as np
 
-GRID = {"margin": (0.0, 0.05, 0.1), "margin_slope": (0.0, 0.5, 1.0, 2.0, 4.0), "lr": (0.05, 0.1, 0.2, 0.5),
-        "iterations": (3, 5), "momentum": (0.0, 0.9)}  # fmt: skip
+GRID = {
+    "margin": (0.0, 0.05, 0.1),
+    "margin_slope": (0.0, 0.5, 1.0, 2.0, 4.0),
+    "lr": (0.05, 0.1, 0.2, 0.5),
+    "iterations": (3, 5),
+    "momentum": (0.0, 0.9),
+}
 FIXED = ("depth", "positives", "negatives", "temperature")  # the rewriter's defaults, not searched here
 # the summary's parts, each on top of the chosen defaults: SGD momentum within a query, the Reptile start at rate
 # beta_meta (instead of the decaying buffer), the exponential average at alpha_ema ranking
-VARIANTS = [{"sgd_momentum": 0.9}, {"beta_meta": 0.1}, {"beta_meta": 0.1, "alpha_ema": 0.5},
-            {"beta_meta": 0.1, "alpha_ema": 0.9}, {"alpha_ema": 0.5}, {"alpha_ema": 0.9}]  # fmt: skip
+VARIANTS = [
+    {"sgd_momentum": 0.9},
+    {"beta_meta": 0.1},
+    {"beta_meta": 0.1, "alpha_ema": 0.5},
+    {"beta_meta": 0.1, "alpha_ema": 0.9},
+    {"alpha_ema": 0.5},
+    {"alpha_ema": 0.9},
+]
 
 
 def adapt_run(queries, fixed, margin, margin_slope, lr, iterations, momentum) -> list[np.ndarray]:
@@ -40,8 +51,9 @@ def adapt_run(queries, fixed, margin, margin_slope, lr, iterations, momentum) ->
     return out
 
 
-def summary_run(queries, fixed, margin, margin_slope, lr, iterations, momentum=0.0, sgd_momentum=0.0,
-                beta_meta=0.0, alpha_ema=0.0) -> list[np.ndarray]:  # fmt: skip
+def summary_run(
+    queries, fixed, margin, margin_slope, lr, iterations, momentum=0.0, sgd_momentum=0.0, beta_meta=0.0, alpha_ema=0.0
+) -> list[np.ndarray]:
     """The summary's parts: heavy-ball SGD within a query; with ``beta_meta``, the next query starts from
     W_meta <- W_meta + beta_meta (W* - W_meta) instead of the decaying buffer; with ``alpha_ema``, the query is
     ranked by W_ema <- alpha_ema W_ema + (1 - alpha_ema) W*. Within a query every gradient is q g^T, so
@@ -106,8 +118,13 @@ def main() -> None:
             del setting["momentum"]
         rows.append({"setting": setting, "nDCG@10": ndcg(summary_run(queries, fixed, **setting))})
     rows.sort(key=lambda r: -r["nDCG@10"])
-    out = {"command": "python bench/dart_settings.py", "claims": len(qids), "defaults": chosen,
-           "fixed": {k: getattr(fixed, k) for k in FIXED}, "rows": rows}  # fmt: skip
+    out = {
+        "command": "python bench/dart_settings.py",
+        "claims": len(qids),
+        "defaults": chosen,
+        "fixed": {k: getattr(fixed, k) for k in FIXED},
+        "rows": rows,
+    }
     Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
     for r in rows[:10] + [r for r in rows if r["setting"] in ("dense", chosen)]:
         print(f"{r['nDCG@10']:.4f}  {r['setting']}")

@@ -41,8 +41,14 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench-encoder-runtime.json"
 INDEX, NQ_INDEX = "indexes/scifact.minilm", "indexes/nq-oracle.minilm"
 TOPICS, NQ_TOPICS = "collections/scifact/topics.test.tsv", "collections/nq-oracle/topics.test.jsonl"
-WAYS = [("torch", "fp32"), ("torch", "bf16"), ("onnx", "fp32"), ("onnx", "int8"), ("openvino", "fp32"),
-        ("openvino", "bf16")]  # fmt: skip
+WAYS = [
+    ("torch", "fp32"),
+    ("torch", "bf16"),
+    ("onnx", "fp32"),
+    ("onnx", "int8"),
+    ("openvino", "fp32"),
+    ("openvino", "bf16"),
+]
 BATCH = 32
 
 
@@ -58,12 +64,20 @@ def floors(threads: int) -> dict:
     config, tokenizer = AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     texts = [t.text for t in read_topics(ROOT / TOPICS)]
     tokens = [len(ids) for ids in tokenizer(texts, truncation=True)["input_ids"]]
-    gflop = sum(config.num_hidden_layers * layer_flops(t, config.hidden_size, config.intermediate_size)
-                for t in tokens) / len(texts) / 1e9  # fmt: skip
+    gflop = (
+        sum(config.num_hidden_layers * layer_flops(t, config.hidden_size, config.intermediate_size) for t in tokens)
+        / len(texts)
+        / 1e9
+    )
     peaks = peaks_by_kernel_set(threads)
-    return {"gflop_per_claim": gflop, "mean_tokens": float(np.mean(tokens)), "peak_gflops": peaks,
-            "floor_ms_per_claim": {kernels: {p: gflop / peak * 1000 for p, peak in at.items()}
-                                   for kernels, at in peaks.items()}}  # fmt: skip
+    return {
+        "gflop_per_claim": gflop,
+        "mean_tokens": float(np.mean(tokens)),
+        "peak_gflops": peaks,
+        "floor_ms_per_claim": {
+            kernels: {p: gflop / peak * 1000 for p, peak in at.items()} for kernels, at in peaks.items()
+        },
+    }
 
 
 def one_way(runtime: str, precision: str, threads: int) -> dict:
@@ -102,12 +116,17 @@ def speed(rounds: int, threads: int) -> dict:
     for (kernels, way), row in best.items():
         base = best[kernels, "fp32"]
         precision, floor_ms = way.split()[-1], floor["floor_ms_per_claim"][kernels]
-        rows.append({"kernels": kernels, "way": way, "ms_per_claim": round(row["ms_per_claim"], 3),
-                     "x_torch_fp32": round(base["ms_per_claim"] / row["ms_per_claim"], 2),
-                     "times_floor": round(row["ms_per_claim"] / floor_ms[precision], 2)
-                     if precision in floor_ms else None,
-                     "tour_ms_per_query": round(row["tour_ms_per_query"], 3),
-                     "tour_encode_share": round(row["tour_encode_share"], 3)})  # fmt: skip
+        rows.append(
+            {
+                "kernels": kernels,
+                "way": way,
+                "ms_per_claim": round(row["ms_per_claim"], 3),
+                "x_torch_fp32": round(base["ms_per_claim"] / row["ms_per_claim"], 2),
+                "times_floor": round(row["ms_per_claim"] / floor_ms[precision], 2) if precision in floor_ms else None,
+                "tour_ms_per_query": round(row["tour_ms_per_query"], 3),
+                "tour_encode_share": round(row["tour_encode_share"], 3),
+            }
+        )
     return {"rounds": rounds, "threads": threads, "batch": BATCH, "cpu": cpu_name(), "floors": floor, "rows": rows}
 
 
@@ -147,19 +166,23 @@ def main() -> None:
         for kernels, floor in measured["floors"]["floor_ms_per_claim"].items():
             print(f"floors under {kernels} (ms/claim): " + ", ".join(f"{p} {ms:.2f}" for p, ms in floor.items()))
         for row in measured["rows"]:
-            print(f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_claim']:6.2f} ms/claim "
-                  f"x{row['x_torch_fp32']:.2f} torch fp32, {row['times_floor']}x floor; "
-                  f"TOUR {row['tour_ms_per_query']:.2f} ms/query "
-                  f"(encoding {row['tour_encode_share']:.0%})")  # fmt: skip
+            print(
+                f"{row['kernels']:6s} {row['way']:14s} {row['ms_per_claim']:6.2f} ms/claim "
+                f"x{row['x_torch_fp32']:.2f} torch fp32, {row['times_floor']}x floor; "
+                f"TOUR {row['tour_ms_per_query']:.2f} ms/query "
+                f"(encoding {row['tour_encode_share']:.0%})"
+            )
     if args.part in ("quality", "both"):
         report["quality"] = {"bounds": {"ndcg10_within": 0.002, "tau_at_least": 0.99}, **bounds(args.threads)}
         for way, parts in report["quality"].items():
             if way == "bounds":
                 continue
             for name, q in parts.items():
-                print(f"{way:14s} {name:9s}: nDCG@10 {q['ndcg10_difference']:+.4f}, tau mean {q['tau_mean']:.4f} "
-                      f"min {q['tau_min']:.4f}, {q['queries_below_tau_bound']}/{q['queries']} below 0.99: "
-                      f"meets the bound: {q['meets_bounds']}")  # fmt: skip
+                print(
+                    f"{way:14s} {name:9s}: nDCG@10 {q['ndcg10_difference']:+.4f}, tau mean {q['tau_mean']:.4f} "
+                    f"min {q['tau_min']:.4f}, {q['queries_below_tau_bound']}/{q['queries']} below 0.99: "
+                    f"meets the bound: {q['meets_bounds']}"
+                )
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)} in {time.perf_counter() - started:.0f} s")

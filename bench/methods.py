@@ -61,15 +61,25 @@ class Collection:
 
 
 COLLECTIONS = {
-    "scifact": Collection("scifact", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt",
-                          ("nDCG@10", "R@100"), ("bm25", "cross-encoder:models/scifact-rce",
-                                                 "ensemble:models/scifact-rce/ensemble.json"), remove_query=True),
-    "nq-oracle": Collection("nq-oracle", "collections/nq-oracle/topics.test.jsonl", None,
-                            ("Acc@1", "Acc@20", "Acc@100"), ("bm25", "cross-encoder:models/nq-oracle-ce",
-                                                             "ensemble:models/nq-oracle-ce/ensemble.json")),
-    "cranfield": Collection("cranfield", "collections/cranfield/topics.tsv", "qrels/cranfield.txt",
-                            ("nDCG@10", "R@100"), ("bm25",)),
-}  # fmt: skip
+    "scifact": Collection(
+        "scifact",
+        "collections/scifact/topics.test.tsv",
+        "qrels/scifact.test.txt",
+        ("nDCG@10", "R@100"),
+        ("bm25", "cross-encoder:models/scifact-rce", "ensemble:models/scifact-rce/ensemble.json"),
+        remove_query=True,
+    ),
+    "nq-oracle": Collection(
+        "nq-oracle",
+        "collections/nq-oracle/topics.test.jsonl",
+        None,
+        ("Acc@1", "Acc@20", "Acc@100"),
+        ("bm25", "cross-encoder:models/nq-oracle-ce", "ensemble:models/nq-oracle-ce/ensemble.json"),
+    ),
+    "cranfield": Collection(
+        "cranfield", "collections/cranfield/topics.tsv", "qrels/cranfield.txt", ("nDCG@10", "R@100"), ("bm25",)
+    ),
+}
 
 
 class Bench:
@@ -111,8 +121,9 @@ class Bench:
             start, results = time.perf_counter(), []
             for i in range(0, len(self.topics), self.batch_size):
                 at = slice(i, i + self.batch_size)
-                results += self.searcher.retrieve_vectors(self.texts[at], self.qids[at], self.vectors[at], HITS,
-                                                          rewriter=rewriter)  # fmt: skip
+                results += self.searcher.retrieve_vectors(
+                    self.texts[at], self.qids[at], self.vectors[at], HITS, rewriter=rewriter
+                )
             times.append(time.perf_counter() - start)
         return self.record(method, teacher, budget, results, float(np.median(times)), command)
 
@@ -120,24 +131,34 @@ class Bench:
         drop = self.col.remove_query
         run = {r.qid: {h.docid: h.score for h in r.hits if not (drop and h.docid == r.qid)} for r in results}
         per_query = self.judge.per_query(run)
-        row = {"collection": self.col.name, "method": method, "teacher": teacher, "budget": budget,
-               "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
-               "ms_per_query": 1000 * seconds / len(results),
-               "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
-               "command": command, "per_query": per_query}  # fmt: skip
+        row = {
+            "collection": self.col.name,
+            "method": method,
+            "teacher": teacher,
+            "budget": budget,
+            "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
+            "ms_per_query": 1000 * seconds / len(results),
+            "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
+            "command": command,
+            "per_query": per_query,
+        }
         self.rows.append(row)
-        print(f"{self.col.name:9s} {method:10s} {teacher[:28]:28s} {budget or '-':>4} "
-              + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
-              + f"  {row['ms_per_query']:8.1f} ms/q {row['teacher_calls_per_query']:6.1f} calls/q",
-              flush=True)  # fmt: skip
+        print(
+            f"{self.col.name:9s} {method:10s} {teacher[:28]:28s} {budget or '-':>4} "
+            + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
+            + f"  {row['ms_per_query']:8.1f} ms/q {row['teacher_calls_per_query']:6.1f} calls/q",
+            flush=True,
+        )
         return row
 
     def command(self, flags: str) -> str:
         col = self.col
         drop = " --remove-query" if col.remove_query else ""
         # the query encoder through torch, as TourSearcher.from_index opens it here
-        return (f"python -m tour_pyserini.search --index {col.index} --topics {col.topics} --hits {HITS}{drop} "
-                f"--encoder-runtime torch {flags} --output runs/methods/{col.name}.trec")  # fmt: skip
+        return (
+            f"python -m tour_pyserini.search --index {col.index} --topics {col.topics} --hits {HITS}{drop} "
+            f"--encoder-runtime torch {flags} --output runs/methods/{col.name}.trec"
+        )
 
     def ttt_query_scope(self, teacher, spec: str, budget: int) -> dict:
         """TTT-Embed's query-scope state, fitted on the teacher's scores of each query's base top ``budget``, then
@@ -151,11 +172,14 @@ class Bench:
 
         start, traces = time.perf_counter(), [Trace() for _ in self.qids]
         found = self.searcher.search_candidates(self.vectors, budget)
-        scores = ScoreCache(teacher, self.searcher.docstore).score(self.qids, self.texts, [f.docids for f in found],
-                                                                   traces, list(self.vectors),
-                                                                   self.searcher.query_encoder)  # fmt: skip
-        queries = [RewardedQuery(self.col.name, qid, x, f.vectors, s) for qid, x, f, s in
-                   zip(self.qids, self.vectors, found, scores) if not np.isnan(s).all()]  # fmt: skip
+        scores = ScoreCache(teacher, self.searcher.docstore).score(
+            self.qids, self.texts, [f.docids for f in found], traces, list(self.vectors), self.searcher.query_encoder
+        )
+        queries = [
+            RewardedQuery(self.col.name, qid, x, f.vectors, s)
+            for qid, x, f, s in zip(self.qids, self.vectors, found, scores)
+            if not np.isnan(s).all()
+        ]
         config = FitConfig()
         keys, V, counts = fit_scope(queries, "query", config)
         state = State("query", keys, V, counts, [self.col.name], config.to_json(), {})
@@ -166,8 +190,9 @@ class Bench:
         return self.record("ttt-embed", spec, budget, results, seconds, COMMAND)
 
 
-def run_collection(col: Collection, teachers: list[str], budgets: list[int], batch_size: int, limit: int | None,
-                   repeats: int = 1):  # fmt: skip
+def run_collection(
+    col: Collection, teachers: list[str], budgets: list[int], batch_size: int, limit: int | None, repeats: int = 1
+):
     from tour_pyserini.rewriters import Identity
     from tour_pyserini.rewriters.dart import Dart
     from tour_pyserini.rewriters.prf import AveragePrf, Rocchio
@@ -180,8 +205,12 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
     bench = Bench(col, batch_size, limit, repeats)
     bench.warm_up(Identity())
-    for method, rewriter in (("dense", Identity()), ("rocchio", Rocchio()), ("avg-prf", AveragePrf()),
-                             ("dart", Dart())):  # fmt: skip
+    for method, rewriter in (
+        ("dense", Identity()),
+        ("rocchio", Rocchio()),
+        ("avg-prf", AveragePrf()),
+        ("dart", Dart()),
+    ):
         flags = "" if method == "dense" else f"--rewriter {method}"
         bench.run(method, rewriter, command=bench.command(flags))
     for spec in (s for s in col.teachers if s.split(":")[0] in teachers):
@@ -194,8 +223,13 @@ def run_collection(col: Collection, teachers: list[str], budgets: list[int], bat
             for cls in (Rerank, Refit, TourHard, TourSoft):
                 options = {"preset": "passage"} if cls in (TourHard, TourSoft) else {}
                 extra = (" --preset passage" if options else "") + runtime
-                bench.run(cls.name, cls(teacher, depth=b, **options), spec, b,
-                          bench.command(f"--rewriter {cls.name} --teacher {spec} --depth {b}{extra}"))  # fmt: skip
+                bench.run(
+                    cls.name,
+                    cls(teacher, depth=b, **options),
+                    spec,
+                    b,
+                    bench.command(f"--rewriter {cls.name} --teacher {spec} --depth {b}{extra}"),
+                )
             bench.ttt_query_scope(teacher, spec, b)
     return bench.rows
 
@@ -208,8 +242,15 @@ def add_significance(rows: list[dict]) -> None:
     tests = []  # (row, key, metric, p)
     for row in rows:
         dense = next(r for r in rows if r["collection"] == row["collection"] and r["method"] == "dense")
-        rerank = next((r for r in rows if (r["collection"], r["teacher"], r["budget"], r["method"]) ==
-                       (row["collection"], row["teacher"], row["budget"], "rerank")), None)  # fmt: skip
+        rerank = next(
+            (
+                r
+                for r in rows
+                if (r["collection"], r["teacher"], r["budget"], r["method"])
+                == (row["collection"], row["teacher"], row["budget"], "rerank")
+            ),
+            None,
+        )
         for key, base in (("vs_dense", dense), ("vs_rerank", rerank)):
             if base is None or base is row:
                 continue
@@ -222,24 +263,39 @@ def add_significance(rows: list[dict]) -> None:
 
 
 def write_table(rows: list[dict], path: Path, source: str) -> None:
-    lines = ["# Every test-time method, at equal teacher budgets", "",
-             f"Rebuilt by `{source}`; paired t-tests, Holm-corrected over the table.", ""]  # fmt: skip
+    lines = [
+        "# Every test-time method, at equal teacher budgets",
+        "",
+        f"Rebuilt by `{source}`; paired t-tests, Holm-corrected over the table.",
+        "",
+    ]
     for name in dict.fromkeys(r["collection"] for r in rows):
         mine = [r for r in rows if r["collection"] == name]
         metrics = list(mine[0]["metrics"])
-        lines += [f"## {name}", "", "| method | teacher | budget | " + " | ".join(metrics)
-                  + " | ms/query | teacher calls/query |", "|---" * (len(metrics) + 5) + "|"]  # fmt: skip
+        lines += [
+            f"## {name}",
+            "",
+            "| method | teacher | budget | " + " | ".join(metrics) + " | ms/query | teacher calls/query |",
+            "|---" * (len(metrics) + 5) + "|",
+        ]
         for r in mine:
             cells = []
             for m in metrics:
-                marks = "".join(s for key, s in (("vs_dense", "ᵈ"), ("vs_rerank", "ʳ"))
-                                if r.get("p", {}).get(key, {}).get(m, {}).get("holm", 1) < 0.05)  # fmt: skip
+                marks = "".join(
+                    s
+                    for key, s in (("vs_dense", "ᵈ"), ("vs_rerank", "ʳ"))
+                    if r.get("p", {}).get(key, {}).get(m, {}).get("holm", 1) < 0.05
+                )
                 cells.append(f"{r['metrics'][m]:.4f}{marks}")
-            lines.append(f"| {r['method']} | {r['teacher']} | {r['budget'] or '-'} | " + " | ".join(cells)
-                         + f" | {r['ms_per_query']:.1f} | {r['teacher_calls_per_query']:.1f} |")  # fmt: skip
+            lines.append(
+                f"| {r['method']} | {r['teacher']} | {r['budget'] or '-'} | "
+                + " | ".join(cells)
+                + f" | {r['ms_per_query']:.1f} | {r['teacher_calls_per_query']:.1f} |"
+            )
         lines.append("")
-    lines.append("ᵈ, ʳ: different from dense, from re-ranking at the same teacher and budget (Holm-corrected "
-                 "p < 0.05).")  # fmt: skip
+    lines.append(
+        "ᵈ, ʳ: different from dense, from re-ranking at the same teacher and budget (Holm-corrected p < 0.05)."
+    )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -262,12 +318,19 @@ def plot(rows: list[dict], out: str) -> None:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in mine:
             colour = colours[methods.index(r["method"]) % len(colours)]
-            ax.scatter(r["ms_per_query"], r["metrics"][metric], color=colour,
-                       marker=markers.get(r["teacher"].split(":")[0], "v"))  # fmt: skip
-        handles = [Line2D([], [], color=colours[i % len(colours)], marker="o", ls="", label=m)
-                   for i, m in enumerate(methods)]  # fmt: skip
-        handles += [Line2D([], [], color="black", marker=markers.get(t, "v"), ls="",
-                           label="no teacher" if t == "-" else t) for t in teachers]  # fmt: skip
+            ax.scatter(
+                r["ms_per_query"],
+                r["metrics"][metric],
+                color=colour,
+                marker=markers.get(r["teacher"].split(":")[0], "v"),
+            )
+        handles = [
+            Line2D([], [], color=colours[i % len(colours)], marker="o", ls="", label=m) for i, m in enumerate(methods)
+        ]
+        handles += [
+            Line2D([], [], color="black", marker=markers.get(t, "v"), ls="", label="no teacher" if t == "-" else t)
+            for t in teachers
+        ]
         ax.set_xscale("log")
         ax.set(xlabel="ms per query (log)", ylabel=metric, title=f"{name}: quality against cost")
         ax.legend(handles=handles, fontsize=7, ncol=2)
@@ -282,8 +345,9 @@ def write(rows: list[dict], output: str, source: str = COMMAND) -> None:
     add_significance(rows)
     Path(output).parent.mkdir(parents=True, exist_ok=True)  # not found only after an hour's measuring
     Path(f"{output}.per-query.json.gz").write_bytes(gzip.compress(json.dumps(rows).encode(), mtime=0))
-    Path(f"{output}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "per_query"} for r in rows],
-                                                 indent=1) + "\n")  # fmt: skip
+    Path(f"{output}.json").write_text(
+        json.dumps([{k: v for k, v in r.items() if k != "per_query"} for r in rows], indent=1) + "\n"
+    )
     write_table(rows, Path(f"{output}.md"), source)
     plot(rows, output)
 
@@ -316,10 +380,18 @@ def main() -> None:
     ap.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS))
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--limit", type=int, help="the first N test queries only (a smoke run)")
-    ap.add_argument("--repeats", type=int, default=1, help="timed passes per method (the median is reported; "
-                    "TTT-Embed's row is one pass)")  # fmt: skip
-    ap.add_argument("--merge", nargs="+", metavar="PER_QUERY_JSON_GZ",
-                    help="measure nothing: one table and Holm family from runs' .per-query.json.gz")  # fmt: skip
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="timed passes per method (the median is reported; TTT-Embed's row is one pass)",
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="PER_QUERY_JSON_GZ",
+        help="measure nothing: one table and Holm family from runs' .per-query.json.gz",
+    )
     ap.add_argument("--output", default="runs/bench-methods")
     args = ap.parse_args()
     if args.merge:
@@ -327,8 +399,9 @@ def main() -> None:
         return
     rows = []
     for name in args.collections:
-        rows += run_collection(COLLECTIONS[name], args.teachers, args.budgets, args.batch_size, args.limit,
-                               args.repeats)  # fmt: skip
+        rows += run_collection(
+            COLLECTIONS[name], args.teachers, args.budgets, args.batch_size, args.limit, args.repeats
+        )
     write(rows, args.output)
 
 

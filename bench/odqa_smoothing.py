@@ -54,16 +54,23 @@ def main() -> None:
         rewriter = Identity() if cls is Identity else cls(teacher, preset="odqa", smoothing=smoothing)
         results = []
         for i in range(0, len(topics), 64):
-            results += searcher.retrieve_vectors(texts[i : i + 64], qids[i : i + 64], vectors[i : i + 64], 100,
-                                                 rewriter=rewriter)  # fmt: skip
+            results += searcher.retrieve_vectors(
+                texts[i : i + 64], qids[i : i + 64], vectors[i : i + 64], 100, rewriter=rewriter
+            )
         per_query = judge.per_query({r.qid: {h.docid: h.score for h in r.hits} for r in results})
         metrics = {m: float(np.mean(list(v.values()))) for m, v in per_query.items()}
         rows.append({"rewriter": rewriter.name, "smoothing": smoothing, "metrics": metrics})
         setting = rewriter.name + (f" smoothing {smoothing:g}" if smoothing else "")
         tqdm.write(f"{setting}: " + " ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
     command = f"python bench/odqa_smoothing.py --questions {args.questions} --teacher {args.teacher}"
-    report = {"questions": len(topics), "topics": TOPICS, "teacher": args.teacher, "preset": "odqa", "rows": rows,
-              "command": command}  # fmt: skip
+    report = {
+        "questions": len(topics),
+        "topics": TOPICS,
+        "teacher": args.teacher,
+        "preset": "odqa",
+        "rows": rows,
+        "command": command,
+    }
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.output}")
 

@@ -38,10 +38,36 @@ PY = [sys.executable, "-m"]
 NQ, SCIFACT, CRANFIELD = "collections/nq-oracle", "collections/scifact", "collections/cranfield"
 # sized for 2 CPU cores shared with other jobs (load 7-9 when measured): 5-12 s per early-update step
 # (32 questions) and 25-60 s per ICT step (16 blocks of up to 288 wordpieces, bf16)
-QA = ["--steps", "120", "--batch-size", "32", "--lr", "3e-5", "--eval-every", "20", "--precision", "bf16",
-      "--seed", "13"]  # fmt: skip
-ICT = ["--steps", "40", "--batch-size", "16", "--lr", "3e-5", "--eval-every", "20", "--held-out", "64",
-       "--precision", "bf16", "--seed", "13"]  # fmt: skip
+QA = [
+    "--steps",
+    "120",
+    "--batch-size",
+    "32",
+    "--lr",
+    "3e-5",
+    "--eval-every",
+    "20",
+    "--precision",
+    "bf16",
+    "--seed",
+    "13",
+]
+ICT = [
+    "--steps",
+    "40",
+    "--batch-size",
+    "16",
+    "--lr",
+    "3e-5",
+    "--eval-every",
+    "20",
+    "--held-out",
+    "64",
+    "--precision",
+    "bf16",
+    "--seed",
+    "13",
+]
 
 
 def run(args: list[str], output: Path) -> str:
@@ -55,8 +81,19 @@ def run(args: list[str], output: Path) -> str:
 
 def search(index: str, topics: str, name: str, *extra: str) -> tuple[Path, str]:
     out = RUNS / f"{name}.trec"
-    args = [*PY, "tour_pyserini.search", "--index", index, "--topics", topics, "--output", str(out),
-            "--run-tag", name, *extra]  # fmt: skip
+    args = [
+        *PY,
+        "tour_pyserini.search",
+        "--index",
+        index,
+        "--topics",
+        topics,
+        "--output",
+        str(out),
+        "--run-tag",
+        name,
+        *extra,
+    ]
     return out, run(args, out)
 
 
@@ -82,20 +119,26 @@ def train_qa(index: str, output: Path, *extra: str) -> str:
 
 
 def train_ict(collection: str, output: Path, *extra: str) -> str:
-    return run([*PY, "tour_pyserini", "train-ict", "--collection", collection, "--output", str(output), *ICT, *extra],
-               output)  # fmt: skip
+    return run(
+        [*PY, "tour_pyserini", "train-ict", "--collection", collection, "--output", str(output), *ICT, *extra], output
+    )
 
 
 def index(collection: str, encoder: Path, output: str) -> str:
-    return run([*PY, "tour_pyserini.index", "--collection", collection, "--encoder", str(encoder), "--output",
-                output], Path(output))  # fmt: skip
+    return run(
+        [*PY, "tour_pyserini.index", "--collection", collection, "--encoder", str(encoder), "--output", output],
+        Path(output),
+    )
 
 
 NQ_TEST, NQ_HITS = f"{NQ}/topics.test.jsonl", ("--hits", "100")
 SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "--remove-query")
 CRANFIELD_TOPICS, CRANFIELD_HITS = f"{CRANFIELD}/topics.tsv", ("--hits", "1000")
-TOPICS = {"nq-oracle": (NQ_TEST, NQ_HITS), "scifact": (SCIFACT_TEST, SCIFACT_HITS),
-          "cranfield": (CRANFIELD_TOPICS, CRANFIELD_HITS)}  # fmt: skip
+TOPICS = {
+    "nq-oracle": (NQ_TEST, NQ_HITS),
+    "scifact": (SCIFACT_TEST, SCIFACT_HITS),
+    "cranfield": (CRANFIELD_TOPICS, CRANFIELD_HITS),
+}
 TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--depth", "20", "--teacher", "bm25")
 
 
@@ -153,31 +196,51 @@ def ict_row(collection: str, encoder: str, encoders: Ict, *extra: str):
 
 QA_DIR, ICT_QA_DIR = MODELS / "nq-oracle-qa", MODELS / "nq-oracle-ict-qa"
 QA_LOW_DIR = MODELS / "nq-oracle-qa-lr1e-5"  # the same early update at a third of the learning rate
-ROWS = dict([  # in the order they run: the cheapest and most telling first
-    row("nq-oracle", "minilm", "indexes/nq-oracle.minilm"),
-    row("nq-oracle", "minilm+qa", "indexes/nq-oracle.minilm", "--encoder", str(QA_DIR),
-        before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_DIR)]),
-    row("nq-oracle", "minilm+qa-lr1e-5", "indexes/nq-oracle.minilm", "--encoder", str(QA_LOW_DIR),
-        before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_LOW_DIR, "--lr", "1e-5")]),
-    row("nq-oracle", "bm25", "indexes/nq-oracle.bm25"),
-    row("scifact", "minilm", "indexes/scifact.minilm"),
-    row("scifact", "bm25", "indexes/scifact.bm25"),
-    ict_row("scifact", "minilm+ict", SCIFACT_ICT),
-    ict_row("scifact", "minilm+ict-tied", SCIFACT_TIED),
-    ict_row("scifact", "minilm+ict-tied-500", SCIFACT_LONG),
-    ict_row("nq-oracle", "minilm+ict", NQ_ICT),
-    row("nq-oracle", "minilm+ict+qa", NQ_ICT.index, "--encoder", str(ICT_QA_DIR),
-        before=lambda: [*NQ_ICT.make(), train_qa(NQ_ICT.index, ICT_QA_DIR, "--init", NQ_ICT.query)]),
-    row("scifact", "minilm+tour-soft(bm25)", "indexes/scifact.minilm", *TOUR),
-    ict_row("scifact", "minilm+ict+tour-soft(bm25)", SCIFACT_ICT, *TOUR),
-    row("cranfield", "minilm", "indexes/cranfield.minilm"),
-    row("cranfield", "bm25", "indexes/cranfield.bm25"),
-    *[ict_row("cranfield", f"minilm+{MASK_VARIANTS[rate]}", CRANFIELD_MASKS[rate]) for rate in MASK_RATES],
-    ict_row("cranfield", "minilm+ict-tied", CRANFIELD_TIED),
-    ict_row("cranfield", "minilm+ict-tied-300", CRANFIELD_LONG),
-    row("cranfield", "minilm+tour-soft(bm25)", "indexes/cranfield.minilm", *TOUR),
-    ict_row("cranfield", "minilm+ict+tour-soft(bm25)", CRANFIELD_MASKS[0.9], *TOUR),
-])  # fmt: skip
+ROWS = dict(
+    [  # in the order they run: the cheapest and most telling first
+        row("nq-oracle", "minilm", "indexes/nq-oracle.minilm"),
+        row(
+            "nq-oracle",
+            "minilm+qa",
+            "indexes/nq-oracle.minilm",
+            "--encoder",
+            str(QA_DIR),
+            before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_DIR)],
+        ),
+        row(
+            "nq-oracle",
+            "minilm+qa-lr1e-5",
+            "indexes/nq-oracle.minilm",
+            "--encoder",
+            str(QA_LOW_DIR),
+            before=lambda: [train_qa("indexes/nq-oracle.minilm", QA_LOW_DIR, "--lr", "1e-5")],
+        ),
+        row("nq-oracle", "bm25", "indexes/nq-oracle.bm25"),
+        row("scifact", "minilm", "indexes/scifact.minilm"),
+        row("scifact", "bm25", "indexes/scifact.bm25"),
+        ict_row("scifact", "minilm+ict", SCIFACT_ICT),
+        ict_row("scifact", "minilm+ict-tied", SCIFACT_TIED),
+        ict_row("scifact", "minilm+ict-tied-500", SCIFACT_LONG),
+        ict_row("nq-oracle", "minilm+ict", NQ_ICT),
+        row(
+            "nq-oracle",
+            "minilm+ict+qa",
+            NQ_ICT.index,
+            "--encoder",
+            str(ICT_QA_DIR),
+            before=lambda: [*NQ_ICT.make(), train_qa(NQ_ICT.index, ICT_QA_DIR, "--init", NQ_ICT.query)],
+        ),
+        row("scifact", "minilm+tour-soft(bm25)", "indexes/scifact.minilm", *TOUR),
+        ict_row("scifact", "minilm+ict+tour-soft(bm25)", SCIFACT_ICT, *TOUR),
+        row("cranfield", "minilm", "indexes/cranfield.minilm"),
+        row("cranfield", "bm25", "indexes/cranfield.bm25"),
+        *[ict_row("cranfield", f"minilm+{MASK_VARIANTS[rate]}", CRANFIELD_MASKS[rate]) for rate in MASK_RATES],
+        ict_row("cranfield", "minilm+ict-tied", CRANFIELD_TIED),
+        ict_row("cranfield", "minilm+ict-tied-300", CRANFIELD_LONG),
+        row("cranfield", "minilm+tour-soft(bm25)", "indexes/cranfield.minilm", *TOUR),
+        ict_row("cranfield", "minilm+ict+tour-soft(bm25)", CRANFIELD_MASKS[0.9], *TOUR),
+    ]
+)
 
 
 def judge(collection: str):
@@ -224,8 +287,7 @@ def markdown(rows: list[dict]) -> str:
     for collection in dict.fromkeys(r["collection"] for r in rows):
         group = [r for r in rows if r["collection"] == collection]
         metrics = list(group[0]["metrics"])
-        lines += [f"\n### {collection}\n", "| encoder | " + " | ".join(metrics) + " |",
-                  "|---|" + "---|" * len(metrics)]  # fmt: skip
+        lines += [f"\n### {collection}\n", "| encoder | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         for r in group:
             cells = []
             for m in metrics:
@@ -239,8 +301,14 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="COLLECTION:ENCODER",
-                    help=f"rows to make (default: all): {', '.join(ROWS)}")  # fmt: skip
+    ap.add_argument(
+        "--rows",
+        nargs="+",
+        default=list(ROWS),
+        choices=list(ROWS),
+        metavar="COLLECTION:ENCODER",
+        help=f"rows to make (default: all): {', '.join(ROWS)}",
+    )
     args = ap.parse_args()
     RUNS.mkdir(parents=True, exist_ok=True)
     MODELS.mkdir(parents=True, exist_ok=True)
@@ -251,8 +319,10 @@ def main() -> None:
     kept = json.loads(path.read_text()) if path.exists() else []
     fresh = {(r["collection"], r["encoder"]) for r in scored}
     order = {name: i for i, name in enumerate(ROWS)}
-    merged = sorted([r for r in kept if (r["collection"], r["encoder"]) not in fresh] + scored,
-                    key=lambda r: order.get(f"{r['collection']}:{r['encoder']}", len(order)))  # fmt: skip
+    merged = sorted(
+        [r for r in kept if (r["collection"], r["encoder"]) not in fresh] + scored,
+        key=lambda r: order.get(f"{r['collection']}:{r['encoder']}", len(order)),
+    )
     path.write_text(json.dumps(merged, indent=2) + "\n")
     Path("runs/bench-orqa.md").write_text(markdown(merged))
     print(f"wrote {path} and runs/bench-orqa.md")
@@ -272,11 +342,20 @@ def plot_masking(rows: list[dict], path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot([100 * r for r in MASK_RATES], [by_encoder[n]["metrics"]["nDCG@10"] for n in names], marker="o",
-            label="MiniLM + ICT (separate encoders)")  # fmt: skip
+    ax.plot(
+        [100 * r for r in MASK_RATES],
+        [by_encoder[n]["metrics"]["nDCG@10"] for n in names],
+        marker="o",
+        label="MiniLM + ICT (separate encoders)",
+    )
     if "minilm+ict-tied" in by_encoder:
-        ax.plot([90], [by_encoder["minilm+ict-tied"]["metrics"]["nDCG@10"]], "s", color="C1",
-                label="MiniLM + ICT (tied encoders)")  # fmt: skip
+        ax.plot(
+            [90],
+            [by_encoder["minilm+ict-tied"]["metrics"]["nDCG@10"]],
+            "s",
+            color="C1",
+            label="MiniLM + ICT (tied encoders)",
+        )
     for name, style in (("minilm", "--"), ("bm25", ":")):
         ax.axhline(by_encoder[name]["metrics"]["nDCG@10"], ls=style, color="grey", label=name)
     ax.set_xlabel("masking rate: query sentence removed from its block (%)")

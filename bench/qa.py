@@ -64,16 +64,47 @@ def run(args: list[str], output: Path) -> tuple[str, float | None]:
 
 def search(index: str, name: str, *extra: str, topics: str = TEST) -> tuple[Path, str, float | None]:
     out = RUNS / f"{name}{'' if topics == TEST else '.dev'}.trec"
-    args = [*PY, "tour_pyserini.search", "--index", index, "--topics", topics, "--output", str(out), "--hits", "100",
-            "--run-tag", name, *extra]  # fmt: skip
+    args = [
+        *PY,
+        "tour_pyserini.search",
+        "--index",
+        index,
+        "--topics",
+        topics,
+        "--output",
+        str(out),
+        "--hits",
+        "100",
+        "--run-tag",
+        name,
+        *extra,
+    ]
     return (out, *run(args, out))
 
 
-def answer(run_path: Path, name: str, k: int, reader: str = READER, *extra: str,
-           topics: str = TEST) -> tuple[Path, str, float | None]:  # fmt: skip
+def answer(
+    run_path: Path, name: str, k: int, reader: str = READER, *extra: str, topics: str = TEST
+) -> tuple[Path, str, float | None]:
     out = RUNS / f"{name}.k{k}.jsonl"
-    args = [*PY, "tour_pyserini.answer", "--run", str(run_path), "--topics", topics, "--collection", NQ, "--reader",
-            reader, "--k", str(k), "--precision", "auto", "--output", str(out), *extra]  # fmt: skip
+    args = [
+        *PY,
+        "tour_pyserini.answer",
+        "--run",
+        str(run_path),
+        "--topics",
+        topics,
+        "--collection",
+        NQ,
+        "--reader",
+        reader,
+        "--k",
+        str(k),
+        "--precision",
+        "auto",
+        "--output",
+        str(out),
+        *extra,
+    ]
     return (out, *run(args, out))
 
 
@@ -82,8 +113,13 @@ def dev_topics() -> str:
     out = RUNS / "dev-topics.jsonl"
     if not out.exists():
         dev = set(json.loads(Path(READER, "training.json").read_text())["dev_qids"])
-        out.write_text("".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n"
-                               for t in read_topics(TRAIN) if t.qid in dev))  # fmt: skip
+        out.write_text(
+            "".join(
+                json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n"
+                for t in read_topics(TRAIN)
+                if t.qid in dev
+            )
+        )
     return str(out)
 
 
@@ -112,8 +148,9 @@ def oracle_run(dense: Path) -> Path:
         for topic in read_topics(TEST):
             ranked = sorted(base.get(topic.qid, {}).items(), key=lambda item: -item[1])
             docs = matcher.docstore.get([d for d, _ in ranked])
-            first = sorted(range(len(docs)), key=lambda i: not matcher.has_answer(docs[i].docid, docs[i].text,
-                                                                                  topic.answers))  # fmt: skip
+            first = sorted(
+                range(len(docs)), key=lambda i: not matcher.has_answer(docs[i].docid, docs[i].text, topic.answers)
+            )
             rankings.append((topic.qid, [Hit(docs[i].docid, float(len(docs) - r)) for r, i in enumerate(first)]))
         write_run(out, rankings, "oracle")
     return out
@@ -134,12 +171,30 @@ def retrieval(name: str, topics: str = TEST):
     if name in TEACHERS:
         tour = name.startswith("tour")
         rewriter = ["--rewriter", "tour-hard", "--preset", "passage"] if tour else ["--rewriter", "rerank"]
-        path, cmd, secs = search(DENSE, slug(name), "--teacher", TEACHERS[name], "--depth", "20", *rewriter,
-                                 topics=topics)  # fmt: skip
+        path, cmd, secs = search(
+            DENSE, slug(name), "--teacher", TEACHERS[name], "--depth", "20", *rewriter, topics=topics
+        )
         return path, [cmd], secs / n if secs else None
     if name == "orqa-joint":
-        train = [*PY, "tour_pyserini", "train-orqa", "--index", DENSE, "--topics", TRAIN, "--exclude-texts-from", TEST,
-                 "--reader", READER, "--output", str(JOINT), "--precision", "bf16", "--seed", "13"]  # fmt: skip
+        train = [
+            *PY,
+            "tour_pyserini",
+            "train-orqa",
+            "--index",
+            DENSE,
+            "--topics",
+            TRAIN,
+            "--exclude-texts-from",
+            TEST,
+            "--reader",
+            READER,
+            "--output",
+            str(JOINT),
+            "--precision",
+            "bf16",
+            "--seed",
+            "13",
+        ]
         train_cmd = run(train, JOINT)[0]
         path, cmd, secs = search(DENSE, "orqa-joint", "--encoder", str(JOINT / "query"))
         return path, [train_cmd, cmd], secs / n if secs else None
@@ -149,10 +204,22 @@ def retrieval(name: str, topics: str = TEST):
 # the BM25 teacher, and the shipped nq-oracle ensemble (models/nq-oracle-ce with BM25 and the retriever, weighted
 # on the cross-encoder's held-out training questions: the cross-encoder alone ranks below the retriever)
 ENSEMBLE = "ensemble:models/nq-oracle-ce/ensemble.json"
-TEACHERS = {"rerank(bm25)": "bm25", "tour-hard(bm25)": "bm25", "rerank(ensemble)": ENSEMBLE,
-            "tour-hard(ensemble)": ENSEMBLE}  # fmt: skip
-ROWS = ["bm25+reader", "dense+reader", "rerank(bm25)+reader", "tour-hard(bm25)+reader", "rerank(ensemble)+reader",
-        "tour-hard(ensemble)+reader", "oracle+reader", "orqa-joint"]  # fmt: skip
+TEACHERS = {
+    "rerank(bm25)": "bm25",
+    "tour-hard(bm25)": "bm25",
+    "rerank(ensemble)": ENSEMBLE,
+    "tour-hard(ensemble)": ENSEMBLE,
+}
+ROWS = [
+    "bm25+reader",
+    "dense+reader",
+    "rerank(bm25)+reader",
+    "tour-hard(bm25)+reader",
+    "rerank(ensemble)+reader",
+    "tour-hard(ensemble)+reader",
+    "oracle+reader",
+    "orqa-joint",
+]
 
 
 def make_row(system: str) -> dict:
@@ -168,9 +235,17 @@ def make_row(system: str) -> dict:
         reader = (READER, "--retrieval-weight", f"{weight:g}")
     preds, cmd, read_secs = answer(path, slug(name), k, *reader)
     n = len(read_topics(TEST))
-    return {"collection": "nq-oracle", "system": system, "k": k, "retrieval_weight": weight, "dev_em_by_weight": dev,
-            "predictions": str(preds), "command": cmd, "commands_before": commands,
-            "seconds_per_question": {"search": search_secs, "read": read_secs / n if read_secs else None}}  # fmt: skip
+    return {
+        "collection": "nq-oracle",
+        "system": system,
+        "k": k,
+        "retrieval_weight": weight,
+        "dev_em_by_weight": dev,
+        "predictions": str(preds),
+        "command": cmd,
+        "commands_before": commands,
+        "seconds_per_question": {"search": search_secs, "read": read_secs / n if read_secs else None},
+    }
 
 
 def score(rows: list[dict], previous_base: dict | None) -> list[dict]:
@@ -182,18 +257,24 @@ def score(rows: list[dict], previous_base: dict | None) -> list[dict]:
     evals = {r["system"]: evaluate_predictions(read_predictions(r["predictions"]), topics) for r in present}
     base = evals["dense+reader"]
     for r in rows:
-        if r not in present and (previous_base is None or any(abs(previous_base[m] - base.means[m]) > 1e-9
-                                                                   for m in base.means)):  # fmt: skip
-            sys.exit(f"{r['predictions']} is gone and dense + reader changed since its row was tested: make it "
-                     f"again, python bench/qa.py --rows '{r['system']}'")  # fmt: skip
+        if r not in present and (
+            previous_base is None or any(abs(previous_base[m] - base.means[m]) > 1e-9 for m in base.means)
+        ):
+            sys.exit(
+                f"{r['predictions']} is gone and dense + reader changed since its row was tested: make it "
+                f"again, python bench/qa.py --rows '{r['system']}'"
+            )
     for r in present:
         r["metrics"] = evals[r["system"]].means
         if r["system"] != "dense+reader":
             qids = list(base.per_query["EM"])
             a, b = [evals[r["system"]].per_query["EM"][q] for q in qids], [base.per_query["EM"][q] for q in qids]
-            r["vs_dense_reader"] = {"delta_EM": r["metrics"]["EM"] - base.means["EM"],
-                                    "p_t_test": paired_t_test(a, b), "p_randomization": randomization_test(a, b),
-                                    "win_tie_loss": win_tie_loss(a, b)}  # fmt: skip
+            r["vs_dense_reader"] = {
+                "delta_EM": r["metrics"]["EM"] - base.means["EM"],
+                "p_t_test": paired_t_test(a, b),
+                "p_randomization": randomization_test(a, b),
+                "win_tie_loss": win_tie_loss(a, b),
+            }
     tested = [r for r in rows if "vs_dense_reader" in r]
     for r, p in zip(tested, holm([r["vs_dense_reader"]["p_t_test"] for r in tested])):
         r["vs_dense_reader"]["p_holm"] = p
@@ -204,15 +285,18 @@ def score(rows: list[dict], previous_base: dict | None) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| system | k | EM | F1 | Δ EM vs dense + reader (p t-test, Holm) | s/question (search + read) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| system | k | EM | F1 | Δ EM vs dense + reader (p t-test, Holm) | s/question (search + read) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         sig = r.get("vs_dense_reader")
         delta = f"{sig['delta_EM']:+.4f} (p {sig['p_t_test']:.3g}, {sig['p_holm']:.3g})" if sig else ""
         secs = r["seconds_per_question"]
         timing = " + ".join(f"{secs[s]:.3f}" if secs[s] is not None else "?" for s in ("search", "read"))
-        lines.append(f"| {r['system']} | {r['k']} | {r['metrics']['EM']:.4f} | {r['metrics']['F1']:.4f} | {delta} | "
-                     f"{timing} |")  # fmt: skip
+        lines.append(
+            f"| {r['system']} | {r['k']} | {r['metrics']['EM']:.4f} | {r['metrics']['F1']:.4f} | {delta} | {timing} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -225,8 +309,12 @@ def plot_k(ks: list[int], path: Path) -> None:
     dense = retrieval("dense")[0]
     topics = read_topics(TEST)
     weight = f"{choose_weight('dense')[0]:g}"
-    ems = [evaluate_predictions(read_predictions(answer(dense, "dense", k, READER, "--retrieval-weight", weight)[0]),
-                                topics).means["EM"] for k in ks]  # fmt: skip
+    ems = [
+        evaluate_predictions(
+            read_predictions(answer(dense, "dense", k, READER, "--retrieval-weight", weight)[0]), topics
+        ).means["EM"]
+        for k in ks
+    ]
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(ks, ems, marker="o")
     ax.set_xlabel("passages read (k)")
@@ -250,8 +338,10 @@ def main() -> None:
     fresh = {r["system"] for r in rows}
     previous_base = next((r["metrics"] for r in kept if r["system"] == "dense+reader"), None)
     # scored together, so that Holm's correction covers every row of the table
-    merged = score(sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"])),
-                   previous_base)  # fmt: skip
+    merged = score(
+        sorted([r for r in kept if r["system"] not in fresh] + rows, key=lambda r: ROWS.index(r["system"])),
+        previous_base,
+    )
     path.write_text(json.dumps(merged, indent=2) + "\n")
     Path("runs/bench-qa.md").write_text(markdown(merged))
     print(f"wrote {path} and runs/bench-qa.md")

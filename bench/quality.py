@@ -64,15 +64,25 @@ class Collection:
 
 COLLECTIONS = {
     "scifact": Collection(
-        "scifact", "collections/scifact/topics.test.tsv", "collections/scifact/topics.train.tsv", "models/scifact-rce",
-        qrels="qrels/scifact.test.txt", val_qrels="qrels/scifact.train.txt", remove_query=True,
+        "scifact",
+        "collections/scifact/topics.test.tsv",
+        "collections/scifact/topics.train.tsv",
+        "models/scifact-rce",
+        qrels="qrels/scifact.test.txt",
+        val_qrels="qrels/scifact.train.txt",
+        remove_query=True,
     ),
     "nq-oracle": Collection(
-        "nq-oracle", "collections/nq-oracle/topics.test.jsonl", "collections/nq-oracle/topics.train.jsonl",
-        "models/nq-oracle-ce", metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"), headline="Acc@20",
-        recall="Acc@100", tune_on="Acc@1",
+        "nq-oracle",
+        "collections/nq-oracle/topics.test.jsonl",
+        "collections/nq-oracle/topics.train.jsonl",
+        "models/nq-oracle-ce",
+        metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"),
+        headline="Acc@20",
+        recall="Acc@100",
+        tune_on="Acc@1",
     ),  # Acc@20 is at its ceiling on held-out training queries, so lambda is tuned on Acc@1
-}  # fmt: skip
+}
 
 
 def calibrate(teacher, bench: Bench, queries: int = 10, depth: int = 100) -> float:
@@ -121,8 +131,13 @@ class System:
 
     @property
     def slug(self) -> str:
-        parts = [self.name, f"k{self.k}" if self.k else "", f"T{self.iterations}" if self.iterations else "",
-                 self.variant, self.teacher if self.teacher != "-" else ""]  # fmt: skip
+        parts = [
+            self.name,
+            f"k{self.k}" if self.k else "",
+            f"T{self.iterations}" if self.iterations else "",
+            self.variant,
+            self.teacher if self.teacher != "-" else "",
+        ]
         return ".".join(p for p in parts if p)
 
 
@@ -180,19 +195,27 @@ class Bench:
         if not (run_path.exists() and meta_path.exists()):
             rewriter = make_rewriter() if make_rewriter else None
             start, results = time.perf_counter(), []
-            for i in tqdm(range(0, len(topics), self.batch_size), desc=f"{self.col.name} {system.label} "
-                          f"{system.teacher}", unit="batch", leave=False):  # fmt: skip
+            for i in tqdm(
+                range(0, len(topics), self.batch_size),
+                desc=f"{self.col.name} {system.label} {system.teacher}",
+                unit="batch",
+                leave=False,
+            ):
                 chunk = topics[i : i + self.batch_size]
                 qids, texts = [t.qid for t in chunk], [t.text for t in chunk]
                 if rewriter is None:
                     results += self.bm25.retrieve(texts, qids, HITS)
                 else:
-                    results += self.searcher.retrieve_vectors(texts, qids, vectors[i : i + len(chunk)], HITS,
-                                                              rewriter=rewriter)  # fmt: skip
+                    results += self.searcher.retrieve_vectors(
+                        texts, qids, vectors[i : i + len(chunk)], HITS, rewriter=rewriter
+                    )
             wall = time.perf_counter() - start - sum(r.trace.seconds["teacher"] for r in results)
             drop = self.col.remove_query
-            write_run(run_path, [(r.qid, [h for h in r.hits if not (drop and h.docid == r.qid)]) for r in results],
-                      tag=system.slug)  # fmt: skip
+            write_run(
+                run_path,
+                [(r.qid, [h for h in r.hits if not (drop and h.docid == r.qid)]) for r in results],
+                tag=system.slug,
+            )
             meta = {
                 "seconds_without_teacher_per_query": wall / len(topics),
                 "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
@@ -223,18 +246,21 @@ class Bench:
         }
         if not tuning:
             self.rows[system] = row
-            print(f"{self.col.name:9s} {system.label:26s} {system.teacher:13s} "
-                  + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
-                  + f"  {row['seconds_per_query'] * 1000:8.1f} ms/q {row['teacher_calls_per_query']:6.1f} calls/q",
-                  flush=True)  # fmt: skip
+            print(
+                f"{self.col.name:9s} {system.label:26s} {system.teacher:13s} "
+                + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
+                + f"  {row['seconds_per_query'] * 1000:8.1f} ms/q {row['teacher_calls_per_query']:6.1f} calls/q",
+                flush=True,
+            )
         return row
 
     def select(self, configurations: list, teacher=None) -> System:
         """Of one method's ``(system, make_rewriter)`` configurations, the one with the best ``tune_on`` metric
         on the held-out training queries (the first of equals: grid order puts the cheaper first); its test
         row is marked ``selected``."""
-        dev = [self.run(system, make, teacher, tuning=True)["metrics"][self.col.tune_on]
-               for system, make in configurations]  # fmt: skip
+        dev = [
+            self.run(system, make, teacher, tuning=True)["metrics"][self.col.tune_on] for system, make in configurations
+        ]
         best = configurations[int(np.argmax(dev))][0]
         self.rows[best]["selected"] = True
         return best
@@ -269,12 +295,20 @@ def tune_lambda(bench: Bench, teacher_name: str, teacher, store) -> tuple[float,
     curve = []
     for lam in LAMBDAS:
         system = System("rerank+lam", teacher_name, 100, variant=f"lam{lam}")
-        row = bench.run(system, lambda lam=lam: Rerank(teacher, depth=100, lam=lam, smoothing=RETRIEVER_SMOOTHING,
-                                                       store=store), teacher, tuning=True)  # fmt: skip
+        row = bench.run(
+            system,
+            lambda lam=lam: Rerank(teacher, depth=100, lam=lam, smoothing=RETRIEVER_SMOOTHING, store=store),
+            teacher,
+            tuning=True,
+        )
         curve.append((lam, row["metrics"][bench.col.tune_on]))
     best = max(curve, key=lambda c: (c[1], c[0]))[0]  # ties: the larger teacher weight
-    print(f"{bench.col.name} {teacher_name}: lambda {best} ({bench.col.tune_on} on held-out training queries: "
-          + ", ".join(f"{lam}: {v:.4f}" for lam, v in curve) + ")", flush=True)  # fmt: skip
+    print(
+        f"{bench.col.name} {teacher_name}: lambda {best} ({bench.col.tune_on} on held-out training queries: "
+        + ", ".join(f"{lam}: {v:.4f}" for lam, v in curve)
+        + ")",
+        flush=True,
+    )
     return best, curve
 
 
@@ -290,20 +324,31 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher, store) -> dict:
     interpolate = {"lam": lam, "smoothing": RETRIEVER_SMOOTHING}
     # method -> its configurations in grid order (the cheaper first: the first of equals is chosen)
     methods = {
-        "rerank": [(System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, depth=k, store=store))
-                   for k in RERANK_DEPTHS],
-        "rerank+lam": [(System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
-                        lambda k=k: Rerank(teacher, depth=k, store=store, **interpolate)) for k in RERANK_DEPTHS],
-    }  # fmt: skip
+        "rerank": [
+            (System("rerank", teacher_name, k), lambda k=k: Rerank(teacher, depth=k, store=store))
+            for k in RERANK_DEPTHS
+        ],
+        "rerank+lam": [
+            (
+                System("rerank+lam", teacher_name, k, variant=f"lam{lam}"),
+                lambda k=k: Rerank(teacher, depth=k, store=store, **interpolate),
+            )
+            for k in RERANK_DEPTHS
+        ],
+    }
     variants = {"": {}, "+union": {"final": "union"}, "+union+lam": {"final": "union", **interpolate}}
     for cls in (TourHard, TourSoft):
         for suffix, options in variants.items():
             methods[cls.name + suffix] = [
-                (System(cls.name + suffix, teacher_name, k, T, f"lam{lam}" if "lam" in suffix else ""),
-                 lambda c=cls, k=k, T=T, o=options: c(teacher, preset="passage", depth=k, iterations=T, store=store,
-                                                        **o))
-                for k in TOUR_DEPTHS for T in ITERATIONS
-            ]  # fmt: skip
+                (
+                    System(cls.name + suffix, teacher_name, k, T, f"lam{lam}" if "lam" in suffix else ""),
+                    lambda c=cls, k=k, T=T, o=options: c(
+                        teacher, preset="passage", depth=k, iterations=T, store=store, **o
+                    ),
+                )
+                for k in TOUR_DEPTHS
+                for T in ITERATIONS
+            ]
     for configurations in methods.values():
         for system, make in configurations:
             bench.run(system, make, teacher)
@@ -312,18 +357,25 @@ def teacher_grid(bench: Bench, teacher_name: str, teacher, store) -> dict:
             budget = max(1, round(row["teacher_calls_per_query"]))
             options = interpolate if "lam" in system.name else {}
             name = "rerank+lam" if options else "rerank"
-            matched = bench.run(System(name, teacher_name, budget, variant=f"lam{lam}" if options else ""),
-                                lambda b=budget, o=options: Rerank(teacher, depth=b, store=store, **o),
-                                teacher)  # fmt: skip
+            matched = bench.run(
+                System(name, teacher_name, budget, variant=f"lam{lam}" if options else ""),
+                lambda b=budget, o=options: Rerank(teacher, depth=b, store=store, **o),
+                teacher,
+            )
             row["matched_rerank"] = matched["run"]
     chosen = {method: bench.select(configurations, teacher) for method, configurations in methods.items()}
     # the goal "TOUR at k <= 20 as good as rerank@40, in less time" gets its own choice among those depths
     for method in ("tour-hard", "tour-soft"):
         fast = [(system, make) for system, make in methods[method] if system.k <= 20]
         chosen[f"{method}@k<=20"] = bench.select(fast, teacher)
-    return {"lambda": lam, "smoothing": RETRIEVER_SMOOTHING, "val_queries": len(bench.val_topics), "curve": curve,
-            "seconds_per_pair": bench.seconds_per_pair[teacher_name],
-            "selected": {method: bench.rows[system]["run"] for method, system in chosen.items()}}  # fmt: skip
+    return {
+        "lambda": lam,
+        "smoothing": RETRIEVER_SMOOTHING,
+        "val_queries": len(bench.val_topics),
+        "curve": curve,
+        "seconds_per_pair": bench.seconds_per_pair[teacher_name],
+        "selected": {method: bench.rows[system]["run"] for method, system in chosen.items()},
+    }
 
 
 TEACHERS = ("cross-encoder", "ensemble", "bm25")
@@ -380,8 +432,9 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
         bench.run(system, make)
     bench.select(rocchio)
     tuned, stores = {}, Stores(col.name)
-    context = TeacherContext(index_dir=col.index, max_length=training["config"]["max_length"],
-                             precision=bench.precision)  # fmt: skip
+    context = TeacherContext(
+        index_dir=col.index, max_length=training["config"]["max_length"], precision=bench.precision
+    )
     for teacher_name in teachers:
         spec = teacher_spec(col, teacher_name)
         if spec is None:
@@ -392,8 +445,9 @@ def run_collection(col: Collection, batch_size: int, teachers: list[str]) -> tup
         bench.seconds_per_pair[teacher_name] = calibrate(teacher, bench)  # the real teacher, nothing stored yet
         bench.versions[teacher_name] = short_hash(teacher)
         if isinstance(teacher, EnsembleTeacher):
-            teacher.parts = [StoredTeacher(p, stores(p), bench.searcher.docstore) if p.needs_text else p
-                             for p in teacher.parts]  # fmt: skip
+            teacher.parts = [
+                StoredTeacher(p, stores(p), bench.searcher.docstore) if p.needs_text else p for p in teacher.parts
+            ]
         tuned[teacher_name] = teacher_grid(bench, teacher_name, teacher, stores(teacher))
     return list(bench.rows.values()), tuned
 

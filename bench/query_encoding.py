@@ -78,23 +78,41 @@ def speed(index: str, topics: str, threads: int = 2, repeats: int = 3) -> dict:
                 continue  # one text per call: every chunk size is the same call
             run = per_batch(encode, size)
             vectors = run()  # also the warm-up
-            rows.append({"way": name, "batch": size, "ms_per_query": best_seconds(run, repeats) / len(texts) * 1000,
-                         "max_diff_vs_pyserini": float(np.abs(vectors - reference).max())})  # fmt: skip
+            rows.append(
+                {
+                    "way": name,
+                    "batch": size,
+                    "ms_per_query": best_seconds(run, repeats) / len(texts) * 1000,
+                    "max_diff_vs_pyserini": float(np.abs(vectors - reference).max()),
+                }
+            )
     pyserini_ms = best_seconds(lambda: [pyserini.encode(t) for t in texts], repeats) / len(texts) * 1000
     config = pyserini.model.config
     tokens = [len(ids) for ids in pyserini.tokenizer(texts, truncation=True)["input_ids"]]
-    gflop = sum(config.num_hidden_layers * layer_flops(n, config.hidden_size, config.intermediate_size)
-                for n in tokens) / len(texts) / 1e9  # fmt: skip
-    peaks = {p: matmul_gflops(threads, dtype, (4096, 1024, 1024)) for p, dtype in
-             (("fp32", torch.float32), ("bf16", torch.bfloat16))}  # fmt: skip
+    gflop = (
+        sum(config.num_hidden_layers * layer_flops(n, config.hidden_size, config.intermediate_size) for n in tokens)
+        / len(texts)
+        / 1e9
+    )
+    peaks = {
+        p: matmul_gflops(threads, dtype, (4096, 1024, 1024))
+        for p, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
     torch.set_num_threads(threads)
     floors = {p: gflop / peak * 1000 for p, peak in peaks.items()}
     for row in rows:
         precision = row["way"].split()[0]
         row["times_floor"] = row["ms_per_query"] / floors[precision]
-    return {"texts": len(texts), "threads": threads, "mean_tokens": float(np.mean(tokens)),
-            "gflop_per_query": gflop, "matmul_peak_gflops": peaks, "floor_ms_per_query": floors,
-            "pyserini_one_text_per_call_ms": pyserini_ms, "ways": rows}  # fmt: skip
+    return {
+        "texts": len(texts),
+        "threads": threads,
+        "mean_tokens": float(np.mean(tokens)),
+        "gflop_per_query": gflop,
+        "matmul_peak_gflops": peaks,
+        "floor_ms_per_query": floors,
+        "pyserini_one_text_per_call_ms": pyserini_ms,
+        "ways": rows,
+    }
 
 
 def label(way: tuple[str, str]) -> str:
@@ -103,8 +121,14 @@ def label(way: tuple[str, str]) -> str:
     return precision if runtime == "torch" else f"{runtime} {precision}"
 
 
-def quality(index: str, topics: str, qrels: str | None, depth: int = 100, way: tuple[str, str] = ("torch", "bf16"),
-            threads: int = 2) -> dict:  # fmt: skip
+def quality(
+    index: str,
+    topics: str,
+    qrels: str | None,
+    depth: int = 100,
+    way: tuple[str, str] = ("torch", "bf16"),
+    threads: int = 2,
+) -> dict:
     """nDCG@10 of torch's float32 query vectors (padded chunks) and of ``way``'s (runtime, precision), and each
     query's Kendall tau over the float32 top ``depth``."""
     import torch
@@ -131,8 +155,9 @@ def quality(index: str, topics: str, qrels: str | None, depth: int = 100, way: t
         runs[name] = {qid: {h.docid: h.score for h in hits} for qid, hits in zip(qids, found)}
         if name == "fp32":
             candidates = [np.stack([h.vector for h in hits]) for hits in found]
-    taus = np.array([kendalltau(c @ vectors[other][i], c @ vectors["fp32"][i]).statistic
-                     for i, c in enumerate(candidates)])  # fmt: skip
+    taus = np.array(
+        [kendalltau(c @ vectors[other][i], c @ vectors["fp32"][i]).statistic for i, c in enumerate(candidates)]
+    )
     if qrels:
         judged = read_qrels(qrels)
     else:  # answer strings: every passage either run retrieved, judged by DPR's answer matching
@@ -165,9 +190,11 @@ def query_encoding(scifact_index: str = "indexes/scifact.minilm", nq_index: str 
 
 def print_report(report: dict) -> None:
     s = report["speed"]
-    print(f"query encoding, {s['texts']} SciFact claims, {s['mean_tokens']:.1f} tokens each: floor "
-          f"{s['floor_ms_per_query']['fp32']:.2f} ms fp32, {s['floor_ms_per_query']['bf16']:.2f} ms bf16; Pyserini "
-          f"one text per call {s['pyserini_one_text_per_call_ms']:.2f} ms")  # fmt: skip
+    print(
+        f"query encoding, {s['texts']} SciFact claims, {s['mean_tokens']:.1f} tokens each: floor "
+        f"{s['floor_ms_per_query']['fp32']:.2f} ms fp32, {s['floor_ms_per_query']['bf16']:.2f} ms bf16; Pyserini "
+        f"one text per call {s['pyserini_one_text_per_call_ms']:.2f} ms"
+    )
     for row in s["ways"]:
         print(
             f"  {row['way']:16s} batch {row['batch']:3d}: {row['ms_per_query']:.2f} ms/query "
@@ -175,9 +202,11 @@ def print_report(report: dict) -> None:
         )
     for name, q in report["bf16_quality"].items():
         if name != "bounds":
-            print(f"  bf16 quality {name}: nDCG@10 {q['nDCG@10']['bf16']:.4f} vs fp32 {q['nDCG@10']['fp32']:.4f}, "
-                  f"tau min {q['tau_min']:.4f} ({q['queries_below_tau_bound']} queries below {TAU_BOUND}): "
-                  f"meets the bound: {q['meets_bounds']}")  # fmt: skip
+            print(
+                f"  bf16 quality {name}: nDCG@10 {q['nDCG@10']['bf16']:.4f} vs fp32 {q['nDCG@10']['fp32']:.4f}, "
+                f"tau min {q['tau_min']:.4f} ({q['queries_below_tau_bound']} queries below {TAU_BOUND}): "
+                f"meets the bound: {q['meets_bounds']}"
+            )
 
 
 def main() -> None:

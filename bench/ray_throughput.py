@@ -41,29 +41,64 @@ def main() -> None:
     (ROOT / "runs" / "scale").mkdir(parents=True, exist_ok=True)
     topics = ROOT / "runs" / "scale" / f"scifact.test.first{args.queries}.tsv"
     topics.write_text("".join((ROOT / TOPICS).read_text().splitlines(keepends=True)[: args.queries]))
-    base = ["-m", "tour_pyserini.search", "--index", INDEX, "--topics", str(topics.relative_to(ROOT)), "--hits",
-            "100", "--batch-size", "2", "--threads", "1", "--no-resume", "--rewriter", "rerank", "--depth", "20",
-            "--teacher", "cross-encoder:models/scifact-rce"]  # fmt: skip
+    base = [
+        "-m",
+        "tour_pyserini.search",
+        "--index",
+        INDEX,
+        "--topics",
+        str(topics.relative_to(ROOT)),
+        "--hits",
+        "100",
+        "--batch-size",
+        "2",
+        "--threads",
+        "1",
+        "--no-resume",
+        "--rewriter",
+        "rerank",
+        "--depth",
+        "20",
+        "--teacher",
+        "cross-encoder:models/scifact-rce",
+    ]
     rows = []
-    for label, extra in (("one process", []), ("ray, 1 worker", ["--ray", "--workers", "1"]),
-                         ("ray, 2 workers", ["--ray", "--workers", "2"])):  # fmt: skip
+    for label, extra in (
+        ("one process", []),
+        ("ray, 1 worker", ["--ray", "--workers", "1"]),
+        ("ray, 2 workers", ["--ray", "--workers", "2"]),
+    ):
         output = f"runs/scale/ray.{len(rows)}.trec"
         cmd = [*base, "--output", output, *extra]
         wall, printed = run(cmd)
         identical = (ROOT / output).read_bytes() == (ROOT / "runs/scale/ray.0.trec").read_bytes()
         diff = diff_runs(read_run(ROOT / "runs/scale/ray.0.trec"), read_run(ROOT / output))
         startup = re.search(r"ready in ([\d.]+) s", printed)
-        row = {"run": label, "wall_s": round(wall, 2), "ray_startup_s": float(startup.group(1)) if startup else None,
-               "search_s_per_query": float(re.search(r"([\d.]+) s/query", printed).group(1)),
-               "identical_to_one_process": identical, "same_as_one_process": diff.to_json(),
-               "command": "python " + " ".join(cmd)}  # fmt: skip
+        row = {
+            "run": label,
+            "wall_s": round(wall, 2),
+            "ray_startup_s": float(startup.group(1)) if startup else None,
+            "search_s_per_query": float(re.search(r"([\d.]+) s/query", printed).group(1)),
+            "identical_to_one_process": identical,
+            "same_as_one_process": diff.to_json(),
+            "command": "python " + " ".join(cmd),
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     speedup = rows[1]["search_s_per_query"] / rows[2]["search_s_per_query"]
     out = ROOT / "runs" / "bench-ray.json"
-    out.write_text(json.dumps({"rows": rows, "throughput_2_vs_1_workers": round(speedup, 3), "target": 1.6,
-                               "command": "python bench/ray_throughput.py " + " ".join(sys.argv[1:])},
-                              indent=2) + "\n")  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "throughput_2_vs_1_workers": round(speedup, 3),
+                "target": 1.6,
+                "command": "python bench/ray_throughput.py " + " ".join(sys.argv[1:]),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"2 workers / 1 worker throughput: {speedup:.2f}x (target 1.6x); wrote {out}")
 
 

@@ -51,8 +51,22 @@ def dense_run() -> None:
     """The dense top 100 of every test question (made once)."""
     if not Path(RUN).is_file():
         Path(RUN).parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(py("tour_pyserini.search", "--index", INDEX, "--topics", TOPICS, "--hits", "100", "--output",
-                          RUN, "--run-tag", "minilm"), check=True)  # fmt: skip
+        subprocess.run(
+            py(
+                "tour_pyserini.search",
+                "--index",
+                INDEX,
+                "--topics",
+                TOPICS,
+                "--hits",
+                "100",
+                "--output",
+                RUN,
+                "--run-tag",
+                "minilm",
+            ),
+            check=True,
+        )
 
 
 def one_way(runtime: str, precision: str, threads: int) -> dict:
@@ -75,8 +89,9 @@ def one_way(runtime: str, precision: str, threads: int) -> dict:
         docstore = open_passages(stack, collection=NQ)
         questions = questions_to_read(read_run(RUN), topics, docstore, K, RUN, NQ)
     pairs = [(q.text, p.text) for q in questions for p in q.passages[:K]]
-    windows = make_windows(reader.tokenizer, [q for q, _ in pairs], [p for _, p in pairs], max_length=MAX_LENGTH,
-                           stride=options.stride)  # fmt: skip
+    windows = make_windows(
+        reader.tokenizer, [q for q, _ in pairs], [p for _, p in pairs], max_length=MAX_LENGTH, stride=options.stride
+    )
     reader.logits(windows)  # warm-up (and a graph compiled for these shapes)
     seconds = best_seconds(lambda: reader.logits(windows), 3)
     return {
@@ -89,29 +104,64 @@ def one_way(runtime: str, precision: str, threads: int) -> dict:
 
 def speed(rounds: int, threads: int, ways: list[str]) -> dict:
     """Every way under both kernel sets, each in its own process, rounds alternating them; the best round."""
-    best = best_rounds(__file__, {way: ["--one", *WAYS[way], "--threads", str(threads)] for way in ways}, rounds,
-                       "ms_per_window")  # fmt: skip
+    best = best_rounds(
+        __file__, {way: ["--one", *WAYS[way], "--threads", str(threads)] for way in ways}, rounds, "ms_per_window"
+    )
     rows = []
     for (kernels, way), row in best.items():
         base = best.get((kernels, "torch fp32"))
-        rows.append({"kernels": kernels, "way": way, "ms_per_window": round(row["ms_per_window"], 3),
-                     "x_torch_fp32": round(base["ms_per_window"] / row["ms_per_window"], 2) if base else None,
-                     "windows": row["windows"], "mean_tokens": round(row["mean_tokens"], 1)})  # fmt: skip
-    return {"rounds": rounds, "threads": threads, "batch": BATCH, "max_length": MAX_LENGTH, "cpu": cpu_name(),
-            "rows": rows}  # fmt: skip
+        rows.append(
+            {
+                "kernels": kernels,
+                "way": way,
+                "ms_per_window": round(row["ms_per_window"], 3),
+                "x_torch_fp32": round(base["ms_per_window"] / row["ms_per_window"], 2) if base else None,
+                "windows": row["windows"],
+                "mean_tokens": round(row["mean_tokens"], 1),
+            }
+        )
+    return {
+        "rounds": rounds,
+        "threads": threads,
+        "batch": BATCH,
+        "max_length": MAX_LENGTH,
+        "cpu": cpu_name(),
+        "rows": rows,
+    }
 
 
 def answers(way: str) -> tuple[dict, dict, list[str]]:
     """The answer command's predictions of ``way`` (made once) and their EM and F1."""
     runtime, precision = WAYS[way]
     out = ROOT / "runs" / "qa" / f"runtime.{way.replace(' ', '-')}.jsonl"
-    cmd = py("tour_pyserini.answer", "--run", RUN, "--topics", TOPICS, "--collection", NQ, "--reader", READER,
-             "--k", str(K), "--runtime", runtime, "--precision", precision,
-             "--output", str(out.relative_to(ROOT)))  # fmt: skip
+    cmd = py(
+        "tour_pyserini.answer",
+        "--run",
+        RUN,
+        "--topics",
+        TOPICS,
+        "--collection",
+        NQ,
+        "--reader",
+        READER,
+        "--k",
+        str(K),
+        "--runtime",
+        runtime,
+        "--precision",
+        precision,
+        "--output",
+        str(out.relative_to(ROOT)),
+    )
     if not out.is_file():
         subprocess.run(cmd, check=True, cwd=ROOT)
-    scored = subprocess.run(py("tour_pyserini.eval", "--predictions", str(out), "--answers", TOPICS, "--json"),
-                            check=True, capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    scored = subprocess.run(
+        py("tour_pyserini.eval", "--predictions", str(out), "--answers", TOPICS, "--json"),
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     predictions = {p["qid"]: p for p in map(json.loads, out.read_text().splitlines())}
     return json.loads(scored.stdout), predictions, cmd[2:]
 
@@ -126,9 +176,13 @@ def quality(ways: list[str]) -> dict:
         scores, predictions, cmd = answers(way)
         changed = sum(predictions[q]["answer"] != p["answer"] for q, p in base_predictions.items())
         diff = {m: round(scores[m] - base[m], 9) for m in ("EM", "F1")}  # EM moves in steps of 0.001: 0.002 is within
-        rows[way] = {**scores, "difference": diff, "answers_changed": changed,
-                     "within_bound": all(abs(d) <= BOUND for d in diff.values()),
-                     "command": shlex.join(["python", "-m", *cmd])}  # fmt: skip
+        rows[way] = {
+            **scores,
+            "difference": diff,
+            "answers_changed": changed,
+            "within_bound": all(abs(d) <= BOUND for d in diff.values()),
+            "command": shlex.join(["python", "-m", *cmd]),
+        }
     return {"questions": len(base_predictions), "k": K, "bound": BOUND, "rows": rows}
 
 

@@ -11,8 +11,12 @@ PAPER = {"tour-hard", "tour-soft"}  # the paper's systems; suffixed names are th
 def _find(rows, collection, system, teacher, k=None, iterations=0):
     for r in rows:
         if (r["collection"], r["system"], r["teacher"], r["k"], r["iterations"]) == (
-            collection, system, teacher, k, iterations,
-        ):  # fmt: skip
+            collection,
+            system,
+            teacher,
+            k,
+            iterations,
+        ):
             return r
     return None
 
@@ -27,9 +31,13 @@ def correct_chosen(rows: list[dict], col, selected: dict[str, str]) -> dict[str,
 
     by_run = {r["run"]: r for r in rows}
     chosen = {method: by_run[run] for method, run in selected.items()}
-    tests = [(row, against, m) for row in {id(r): r for r in chosen.values()}.values()
-             for against, key in (("base", "p_vs_base"), ("rerank at budget", "p_vs_matched_rerank"))
-             for m in dict.fromkeys((col.tune_on, col.headline, col.recall)) if m in row[key]]  # fmt: skip
+    tests = [
+        (row, against, m)
+        for row in {id(r): r for r in chosen.values()}.values()
+        for against, key in (("base", "p_vs_base"), ("rerank at budget", "p_vs_matched_rerank"))
+        for m in dict.fromkeys((col.tune_on, col.headline, col.recall))
+        if m in row[key]
+    ]
     raw = [row["p_vs_base" if against == "base" else "p_vs_matched_rerank"][m] for row, against, m in tests]
     for (row, against, m), p in zip(tests, holm(raw)):
         row.setdefault("p_holm", {}).setdefault(against, {})[m] = p
@@ -69,24 +77,32 @@ def goals(rows: list[dict], col, teacher: str, chosen: dict[str, dict]) -> list[
     for method in sorted(PAPER):
         r = chosen[method]
         gain, p = r["metrics"][h] - base["metrics"][h], r["p_holm"]["base"][h]
-        out.append(f"{method} as chosen (k {r['k']}, T {r['iterations']}) vs base: {h} {r['metrics'][h]:.4f} vs "
-                   f"{base['metrics'][h]:.4f} ({gain * 100:+.1f} points, Holm p = {p:.3g}); {rec} "
-                   f"{r['metrics'][rec]:.4f} vs {base['metrics'][rec]:.4f} (Holm p = {r['p_holm']['base'][rec]:.3g}); "
-                   f"goal +3.0 significant: **{'met' if gain >= 0.03 and p < 0.05 else 'not met'}**")  # fmt: skip
+        out.append(
+            f"{method} as chosen (k {r['k']}, T {r['iterations']}) vs base: {h} {r['metrics'][h]:.4f} vs "
+            f"{base['metrics'][h]:.4f} ({gain * 100:+.1f} points, Holm p = {p:.3g}); {rec} "
+            f"{r['metrics'][rec]:.4f} vs {base['metrics'][rec]:.4f} (Holm p = {r['p_holm']['base'][rec]:.3g}); "
+            f"goal +3.0 significant: **{'met' if gain >= 0.03 and p < 0.05 else 'not met'}**"
+        )
     if h.startswith("Acc@"):
-        out.append(f"headroom: the base run already has {h} {base['metrics'][h]:.4f}, so no system can gain more "
-                   f"than {(1 - base['metrics'][h]) * 100:.1f} points")  # fmt: skip
+        out.append(
+            f"headroom: the base run already has {h} {base['metrics'][h]:.4f}, so no system can gain more "
+            f"than {(1 - base['metrics'][h]) * 100:.1f} points"
+        )
     r40 = _find(rows, name, "rerank", teacher, 40)
     for method in sorted(PAPER):
         r = chosen[f"{method}@k<=20"]
         ratio = r["seconds_per_query"] / r40["seconds_per_query"]
         met = r["metrics"][h] >= r40["metrics"][h] and ratio <= 0.5
-        out.append(f"{method} at k <= 20 as chosen (k {r['k']}, T {r['iterations']}) vs rerank@40: {h} "
-                   f"{r['metrics'][h]:.4f} vs {r40['metrics'][h]:.4f} at {ratio:.2f}x its modelled seconds per query; "
-                   f"goal (>= quality, <= 0.5x): **{'met' if met else 'not met'}**")  # fmt: skip
+        out.append(
+            f"{method} at k <= 20 as chosen (k {r['k']}, T {r['iterations']}) vs rerank@40: {h} "
+            f"{r['metrics'][h]:.4f} vs {r40['metrics'][h]:.4f} at {ratio:.2f}x its modelled seconds per query; "
+            f"goal (>= quality, <= 0.5x): **{'met' if met else 'not met'}**"
+        )
     rerank100 = _find(rows, name, "rerank", teacher, 100)
-    out.append(f"teacher quality, rerank@100: {h} {rerank100['metrics'][h]:.4f} vs base {base['metrics'][h]:.4f} "
-               f"(p = {rerank100['p_vs_base'][h]:.3g})")  # fmt: skip
+    out.append(
+        f"teacher quality, rerank@100: {h} {rerank100['metrics'][h]:.4f} vs base {base['metrics'][h]:.4f} "
+        f"(p = {rerank100['p_vs_base'][h]:.3g})"
+    )
     tour = [r for r in rows if r["collection"] == name and r["teacher"] == teacher and r["system"] in PAPER]
     out.append(
         "whole grid (secondary, uncorrected): TOUR vs rerank at the same teacher budget: " + _versus(rows, tour, h)
@@ -99,8 +115,10 @@ def _versus(rows, tour: list[dict], h: str) -> str:
     sig = [r for r in wins if r["p_vs_matched_rerank"][h] < 0.05]
     worse = [r for r in tour if r["metrics"][h] < _matched(rows, r)["metrics"][h]]
     sig_worse = [r for r in worse if r["p_vs_matched_rerank"][h] < 0.05]
-    return (f"higher {h} in {len(wins)} of {len(tour)} settings ({len(sig)} significant), lower in {len(worse)} "
-            f"({len(sig_worse)} significant)")  # fmt: skip
+    return (
+        f"higher {h} in {len(wins)} of {len(tour)} settings ({len(sig)} significant), lower in {len(worse)} "
+        f"({len(sig_worse)} significant)"
+    )
 
 
 def _matched(rows, row):
@@ -132,9 +150,13 @@ def _table(rows: list[dict], col) -> list[str]:
 
 
 def write_report(rows: list[dict], tuning: dict, collections: dict, output: str) -> None:
-    chosen = {(name, teacher): correct_chosen([r for r in rows if r["collection"] == f"{name}-test"],
-                                              collections[name], t["selected"])
-              for name, tuned in tuning.items() for teacher, t in tuned.items()}  # fmt: skip
+    chosen = {
+        (name, teacher): correct_chosen(
+            [r for r in rows if r["collection"] == f"{name}-test"], collections[name], t["selected"]
+        )
+        for name, tuned in tuning.items()
+        for teacher, t in tuned.items()
+    }
     slim = [{k: v for k, v in r.items() if k != "per_query"} for r in rows]
     Path(f"{output}.json").write_text(json.dumps(slim, indent=1) + "\n")
     lines = [
@@ -160,12 +182,19 @@ def write_report(rows: list[dict], tuning: dict, collections: dict, output: str)
         col = collections[name]
         lines += [f"## {name}", ""]
         for teacher, t in tuned.items():
-            lines.append(f"- teacher `{teacher}`: {t['seconds_per_pair'] * 1000:.3g} ms per scored pair; lambda "
-                         f"{t['lambda']} tuned on {t['val_queries']} held-out training queries")  # fmt: skip
+            lines.append(
+                f"- teacher `{teacher}`: {t['seconds_per_pair'] * 1000:.3g} ms per scored pair; lambda "
+                f"{t['lambda']} tuned on {t['val_queries']} held-out training queries"
+            )
         for teacher, t in tuned.items():
-            lines += ["", f"With the `{teacher}` teacher, one configuration per method chosen on the "
-                      f"{t['val_queries']} held-out training queries, on test:", "",
-                      *chosen_table(rows, col, chosen[name, teacher]), ""]  # fmt: skip
+            lines += [
+                "",
+                f"With the `{teacher}` teacher, one configuration per method chosen on the "
+                f"{t['val_queries']} held-out training queries, on test:",
+                "",
+                *chosen_table(rows, col, chosen[name, teacher]),
+                "",
+            ]
             lines += [f"- {g}" for g in goals(rows, col, teacher, chosen[name, teacher])]
         lines += ["", *_table(rows, col), ""]
     Path(f"{output}.md").write_text("\n".join(lines) + "\n")
@@ -210,8 +239,13 @@ def plot_latency(rows, collections, tuning, path: str) -> None:
             if not mine:  # a teacher this collection does not have
                 ax.set_visible(False)
                 continue
-            families = (("rerank", 0, "o"), ("tour-hard", 1, "s"), ("tour-soft", 1, "^"),
-                        ("rerank+lam", 0, "x"), ("tour-soft+union+lam", 1, "v"))  # fmt: skip
+            families = (
+                ("rerank", 0, "o"),
+                ("tour-hard", 1, "s"),
+                ("tour-soft", 1, "^"),
+                ("rerank+lam", 0, "x"),
+                ("tour-soft+union+lam", 1, "v"),
+            )
             for family, T, marker in families:
                 pts = sorted(
                     (r["seconds_per_query"], r["metrics"][col.tune_on], r["k"])

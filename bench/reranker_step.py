@@ -44,12 +44,23 @@ def main() -> None:
     config = TrainConfig(seed=13)
     searcher = TourSearcher.from_index(MAIN)
     topics = read_topics("collections/scifact/topics.train.tsv")[: config.queries_per_step * args.steps]
-    examples, _, _ = mine_examples(searcher, Bm25Searcher.from_index("indexes/scifact.bm25"), topics,
-                                   read_qrels("qrels/scifact.train.txt"), depth=config.hard_depth)  # fmt: skip
+    examples, _, _ = mine_examples(
+        searcher,
+        Bm25Searcher.from_index("indexes/scifact.bm25"),
+        topics,
+        read_qrels("qrels/scifact.train.txt"),
+        depth=config.hard_depth,
+    )
     encoder = IndexMeta.read(MAIN).encoder
-    extra = question_examples(EXTRA, read_topics("collections/nq-oracle/topics.train.jsonl"), None,
-                              config.extra_per_step * args.steps, depth=config.hard_depth,
-                              rng=random.Random(config.seed + 1), encoder=encoder)  # fmt: skip
+    extra = question_examples(
+        EXTRA,
+        read_topics("collections/nq-oracle/topics.train.jsonl"),
+        None,
+        config.extra_per_step * args.steps,
+        depth=config.hard_depth,
+        rng=random.Random(config.seed + 1),
+        encoder=encoder,
+    )
     if not all(ex.similarities for ex in extra):
         raise SystemExit(f"{EXTRA} does not record {MAIN}'s encoder: its lists would be encoded both ways")
     dense, trainers = DenseTeacher.of(MAIN), {}
@@ -67,11 +78,18 @@ def main() -> None:
             seconds[way].append(time.perf_counter() - start)
             print(f"step {i}: {way} {seconds[way][-1]:.1f} s", flush=True)
     mean = {way: statistics.mean(s[1:]) for way, s in seconds.items()}
-    result = {"steps": args.steps, "bf16": trainers[WAYS[0]].run.bf16, "seconds_per_step": seconds,
-              "mean_after_warmup": mean, "speedup": mean["encoded each step"] / mean["stored vectors"]}  # fmt: skip
+    result = {
+        "steps": args.steps,
+        "bf16": trainers[WAYS[0]].run.bf16,
+        "seconds_per_step": seconds,
+        "mean_after_warmup": mean,
+        "speedup": mean["encoded each step"] / mean["stored vectors"],
+    }
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"stored vectors {mean['stored vectors']:.2f} s/step, encoded {mean['encoded each step']:.2f} s/step: "
-          f"{result['speedup']:.2f}x")  # fmt: skip
+    print(
+        f"stored vectors {mean['stored vectors']:.2f} s/step, encoded {mean['encoded each step']:.2f} s/step: "
+        f"{result['speedup']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

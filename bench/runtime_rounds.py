@@ -63,8 +63,9 @@ def kernel_sets() -> list[tuple[str, dict]]:
     return sets + ([("avx2-cpu", {"LD_PRELOAD": avx2_cpu_preload(library)})] if library else [])
 
 
-def best_rounds(script: str, ways: Mapping[str, Sequence[str]], rounds: int,
-                metric: str) -> dict[tuple[str, str], dict]:  # fmt: skip
+def best_rounds(
+    script: str, ways: Mapping[str, Sequence[str]], rounds: int, metric: str
+) -> dict[tuple[str, str], dict]:
     """``python script *ways[way]`` for each way under each kernel set, ``rounds`` times alternating them; the row
     (the child's last line of JSON) with the lowest ``metric`` of each (kernel set, way). A bf16 way runs only
     where the CPU multiplies in bfloat16 natively, and only under its own kernels."""
@@ -86,8 +87,9 @@ def best_rounds(script: str, ways: Mapping[str, Sequence[str]], rounds: int,
 
 def child_row(args: Sequence[str], env: Mapping[str, str]) -> dict:
     """``python *args`` in a process of its own under ``env`` (a kernel set's): the last line it prints, as JSON."""
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT,
-                          env={**os.environ, **env})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, **env}
+    )
     return json.loads(proc.stdout.splitlines()[-1])
 
 
@@ -104,8 +106,19 @@ def peaks_by_kernel_set(threads: int) -> dict[str, dict[str, float]]:
 def cpu_name() -> str:
     """The CPU's model name and the widest matrix-product instructions it has: machines sold under one name differ."""
     name, flags = cpu_info()
-    isa = next((label for flag, label in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"),
-                                          ("avx2", "AVX2")) if flag in flags), "no AVX2")  # fmt: skip
+    isa = next(
+        (
+            label
+            for flag, label in (
+                ("amx_bf16", "AMX"),
+                ("avx512_bf16", "AVX512-BF16"),
+                ("avx512f", "AVX512"),
+                ("avx2", "AVX2"),
+            )
+            if flag in flags
+        ),
+        "no AVX2",
+    )
     return f"{name}, {isa}"
 
 

@@ -47,9 +47,14 @@ from runtime_rounds import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "scifact-rce"
 OUT = ROOT / "runs" / "bench-runtime.json"
-WAYS = {"torch fp32": ("torch", "fp32"), "torch bf16": ("torch", "bf16"), "onnx fp32": ("onnx", "fp32"),
-        "onnx int8": ("onnx", "int8"), "openvino fp32": ("openvino", "fp32"),
-        "openvino bf16": ("openvino", "bf16")}  # fmt: skip
+WAYS = {
+    "torch fp32": ("torch", "fp32"),
+    "torch bf16": ("torch", "bf16"),
+    "onnx fp32": ("onnx", "fp32"),
+    "onnx int8": ("onnx", "int8"),
+    "openvino fp32": ("openvino", "fp32"),
+    "openvino bf16": ("openvino", "bf16"),
+}
 BOUND = 0.002
 PARTS = {"scifact": "nDCG@10", "nq-oracle": "Acc@1"}  # each collection's measure of the ranking bound
 
@@ -93,20 +98,36 @@ def timed(teacher, queries, texts) -> float:
 
 def speed(sample: int, passes: int, rounds: int, threads: int) -> dict:
     """Every way under both kernel sets, each in its own process, rounds alternating them; the best round."""
-    ways = {way: ["--one", way, "--sample", str(sample), "--passes", str(passes), "--threads", str(threads)]
-            for way in WAYS}  # fmt: skip
+    ways = {
+        way: ["--one", way, "--sample", str(sample), "--passes", str(passes), "--threads", str(threads)] for way in WAYS
+    }
     best = best_rounds(__file__, ways, rounds, "ms_per_pair")
     floor = floors(sample, threads)
     rows = []
     for (kernels, way), row in best.items():
         ms, base = row["ms_per_pair"], best[kernels, "torch fp32"]["ms_per_pair"]
         floor_ms = floor["floor_ms_per_pair"][kernels].get(WAYS[way][1])
-        rows.append({"kernels": kernels, "way": way, "ms_per_pair": round(ms, 2), "pairs_per_s": round(1000 / ms, 1),
-                     "x_torch_fp32": round(base / ms, 2),
-                     "times_floor": round(ms / floor_ms, 2) if floor_ms else None})  # fmt: skip
+        rows.append(
+            {
+                "kernels": kernels,
+                "way": way,
+                "ms_per_pair": round(ms, 2),
+                "pairs_per_s": round(1000 / ms, 1),
+                "x_torch_fp32": round(base / ms, 2),
+                "times_floor": round(ms / floor_ms, 2) if floor_ms else None,
+            }
+        )
     profile = each_kernel_set([__file__, "--profile-int8", "--sample", str(sample), "--threads", str(threads)])
-    return {"sample": sample, "passes": passes, "rounds": rounds, "threads": threads, "cpu": cpu_name(),
-            "floors": floor, "rows": rows, "int8_time_by_op": profile}  # fmt: skip
+    return {
+        "sample": sample,
+        "passes": passes,
+        "rounds": rounds,
+        "threads": threads,
+        "cpu": cpu_name(),
+        "floors": floor,
+        "rows": rows,
+        "int8_time_by_op": profile,
+    }
 
 
 def floors(sample: int, threads: int) -> dict:
@@ -124,12 +145,19 @@ def floors(sample: int, threads: int) -> dict:
     peaks = peaks_by_kernel_set(threads)
     ms = {}
     for kernels, peak in peaks.items():
-        ms[kernels] = {"fp32": total / peak["fp32"] / 1e6,
-                       "int8": (total - attention) / peak["int8"] / 1e6 + attention / peak["fp32"] / 1e6}  # fmt: skip
+        ms[kernels] = {
+            "fp32": total / peak["fp32"] / 1e6,
+            "int8": (total - attention) / peak["int8"] / 1e6 + attention / peak["fp32"] / 1e6,
+        }
         if "bf16" in peak:
             ms[kernels]["bf16"] = total / peak["bf16"] / 1e6
-    return {"mean_tokens": sum(lengths) / len(lengths), "gflop_per_pair": total / 1e9,
-            "attention_gflop_per_pair": attention / 1e9, "peak_gflops": peaks, "floor_ms_per_pair": ms}  # fmt: skip
+    return {
+        "mean_tokens": sum(lengths) / len(lengths),
+        "gflop_per_pair": total / 1e9,
+        "attention_gflop_per_pair": attention / 1e9,
+        "peak_gflops": peaks,
+        "floor_ms_per_pair": ms,
+    }
 
 
 def profile_int8(sample: int, threads: int) -> dict[str, float]:
@@ -161,15 +189,38 @@ def profile_int8(sample: int, threads: int) -> dict[str, float]:
     return {op: round(us / total, 3) for op, us in sorted(by_op.items(), key=lambda kv: -kv[1]) if us / total >= 0.005}
 
 
-def rerank(index: str, topics: str, teacher: str, way: str, out: Path, threads: int, *flags: str,
-           env: dict | None = None) -> str:  # fmt: skip
+def rerank(
+    index: str, topics: str, teacher: str, way: str, out: Path, threads: int, *flags: str, env: dict | None = None
+) -> str:
     """The search command re-ranking the dense top 20 with ``teacher`` through ``way`` (under ``env``, a kernel
     set's); its command line."""
     runtime, precision = WAYS[way]
-    cmd = [sys.executable, "-m", "tour_pyserini.search", "--index", index, "--topics", topics, "--hits", "1000",
-           "--teacher", f"cross-encoder:{teacher}", "--teacher-runtime", runtime, "--teacher-precision", precision,
-           "--rewriter", "rerank", "--depth", "20", "--threads", str(threads), "--output", str(out),
-           *flags]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tour_pyserini.search",
+        "--index",
+        index,
+        "--topics",
+        topics,
+        "--hits",
+        "1000",
+        "--teacher",
+        f"cross-encoder:{teacher}",
+        "--teacher-runtime",
+        runtime,
+        "--teacher-precision",
+        precision,
+        "--rewriter",
+        "rerank",
+        "--depth",
+        "20",
+        "--threads",
+        str(threads),
+        "--output",
+        str(out),
+        *flags,
+    ]
     out.unlink(missing_ok=True)
     subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, **(env or {})})
     return shlex.join([*(f"{k}={v}" for k, v in (env or {}).items()), "python", *cmd[1:]])
@@ -206,13 +257,28 @@ def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
                 continue
             out = runs / f"{part}.rerank-20.{label.replace(' ', '-').replace(',', '')}.trec"
             if part == "scifact":  # a SciFact claim's id is no document of its own
-                cmd = rerank("indexes/scifact.minilm", "collections/scifact/topics.test.tsv", "models/scifact-rce",
-                             way, out, threads, "--remove-query", env=env)  # fmt: skip
+                cmd = rerank(
+                    "indexes/scifact.minilm",
+                    "collections/scifact/topics.test.tsv",
+                    "models/scifact-rce",
+                    way,
+                    out,
+                    threads,
+                    "--remove-query",
+                    env=env,
+                )
                 value = ir_measures.calc_aggregate([ir_measures.nDCG @ 10], qrels, ir_measures.read_trec_run(str(out)))
                 value = float(next(iter(value.values())))
             else:
-                cmd = rerank("indexes/nq-oracle.minilm", "collections/nq-oracle/topics.test.jsonl",
-                             "models/nq-oracle-ce", way, out, threads, env=env)  # fmt: skip
+                cmd = rerank(
+                    "indexes/nq-oracle.minilm",
+                    "collections/nq-oracle/topics.test.jsonl",
+                    "models/nq-oracle-ce",
+                    way,
+                    out,
+                    threads,
+                    env=env,
+                )
                 value = answer_accuracy(out)
             rows.append({"way": label, measure: round(value, 4), "command": cmd})
         parts[part] = bounded(rows, measure)
@@ -221,8 +287,20 @@ def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
 
 def answer_accuracy(run: Path) -> float:
     """DPR Acc@1 of an nq-oracle test run, as the eval command gives it."""
-    cmd = [sys.executable, "-m", "tour_pyserini.eval", "--answers", "collections/nq-oracle/topics.test.jsonl",
-           "--collection", "collections/nq-oracle", "--run", str(run), "--topk", "1", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tour_pyserini.eval",
+        "--answers",
+        "collections/nq-oracle/topics.test.jsonl",
+        "--collection",
+        "collections/nq-oracle",
+        "--run",
+        str(run),
+        "--topk",
+        "1",
+        "--json",
+    ]
     out = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True).stdout
     return float(json.loads(out.splitlines()[-1])["Acc@1"])
 
@@ -244,8 +322,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="processes per way, alternating the ways")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--one", choices=list(WAYS), help=argparse.SUPPRESS)  # a speed child: one way, one process
-    ap.add_argument("--ways", nargs="+", help="quality: re-measure only these rows (labels as in the JSON), "
-                    "keeping the others")  # fmt: skip
+    ap.add_argument(
+        "--ways", nargs="+", help="quality: re-measure only these rows (labels as in the JSON), keeping the others"
+    )
     ap.add_argument("--profile-int8", action="store_true", help=argparse.SUPPRESS)  # a child: int8's time by op
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -265,9 +344,11 @@ def main() -> None:
         for kernels, shares in measured["int8_time_by_op"].items():
             print(f"int8's time under {kernels}: " + ", ".join(f"{op} {share:.0%}" for op, share in shares.items()))
         for row in measured["rows"]:
-            print(f"{row['kernels']:8s} {row['way']:13s} {row['ms_per_pair']:7.2f} ms/pair "
-                  f"{row['pairs_per_s']:6.1f} pairs/s  x{row['x_torch_fp32']:.2f} torch fp32, "
-                  f"{row['times_floor']}x its floor")  # fmt: skip
+            print(
+                f"{row['kernels']:8s} {row['way']:13s} {row['ms_per_pair']:7.2f} ms/pair "
+                f"{row['pairs_per_s']:6.1f} pairs/s  x{row['x_torch_fp32']:.2f} torch fp32, "
+                f"{row['times_floor']}x its floor"
+            )
     if args.part in ("quality", "both"):
         report["quality"] = quality(args.threads, args.ways, report.get("quality", {}))
         print(json.dumps(report["quality"], indent=1))

@@ -37,11 +37,19 @@ DEPTH = 100
 TYPES = ("flat", "hnsw", "ivfpq")
 PAPER_DOCS, PAPER_DIM = 21_015_324, 768  # DPR's Wikipedia passages and BERT-base vectors
 REAL = {
-    "scifact": {"topics": "collections/scifact/topics.test.tsv", "qrels": "qrels/scifact.test.txt",
-                "metrics": ("nDCG@10", "R@100"), "remove_query": True},
-    "nq-oracle": {"topics": "collections/nq-oracle/topics.test.jsonl", "qrels": None,
-                  "metrics": ("Acc@1", "Acc@5", "Acc@20", "Acc@100"), "remove_query": False},
-}  # fmt: skip
+    "scifact": {
+        "topics": "collections/scifact/topics.test.tsv",
+        "qrels": "qrels/scifact.test.txt",
+        "metrics": ("nDCG@10", "R@100"),
+        "remove_query": True,
+    },
+    "nq-oracle": {
+        "topics": "collections/nq-oracle/topics.test.jsonl",
+        "qrels": None,
+        "metrics": ("Acc@1", "Acc@5", "Acc@20", "Acc@100"),
+        "remove_query": False,
+    },
+}
 TOUR_FLAGS = ["--rewriter", "tour-soft", "--preset", "passage", "--depth", "20"]
 
 
@@ -115,11 +123,17 @@ def synthetic_rows(base: np.ndarray, queries: np.ndarray, sizes: list[int], hnsw
                 _, found = index.search(queries, DEPTH)
                 if kind == "flat":
                     exact = found
-                row = {"collection": f"synthetic-{n}", "docs": n, "dim": vectors.shape[1], "type": kind,
-                       "build_cpu_s": round(build_s, 2), "bytes": path.stat().st_size,
-                       "resident_mb_after_search": round(rss_mb() - before, 1),
-                       "search_cpu_s_per_query": search_cost(index, queries),
-                       "recall@100": recall(found, exact)}  # fmt: skip
+                row = {
+                    "collection": f"synthetic-{n}",
+                    "docs": n,
+                    "dim": vectors.shape[1],
+                    "type": kind,
+                    "build_cpu_s": round(build_s, 2),
+                    "bytes": path.stat().st_size,
+                    "resident_mb_after_search": round(rss_mb() - before, 1),
+                    "search_cpu_s_per_query": search_cost(index, queries),
+                    "recall@100": recall(found, exact),
+                }
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 del index
@@ -160,26 +174,59 @@ def real_rows(name: str) -> list[dict]:
     for kind in TYPES:
         index_dir = flat_dir if kind == "flat" else f"indexes/{name}.minilm.{kind}"
         if kind != "flat":
-            build = ["-m", "tour_pyserini.index", "--from-index", flat_dir, "--output", index_dir,
-                     "--faiss-index", kind, "--overwrite"]  # fmt: skip
+            build = [
+                "-m",
+                "tour_pyserini.index",
+                "--from-index",
+                flat_dir,
+                "--output",
+                index_dir,
+                "--faiss-index",
+                kind,
+                "--overwrite",
+            ]
             run_cli(build)
         meta = IndexMeta.read(ROOT / index_dir)
         index = faiss_index.read(ROOT / index_dir / "index")
         _, found = index.search(queries, DEPTH)
         exact = found if kind == "flat" else exact
-        row = {"collection": name, "docs": index.ntotal, "dim": index.d, "type": kind,
-               "build_s": meta.build_seconds if kind != "flat" else None, "bytes": (ROOT / index_dir /
-               "index").stat().st_size, "search_cpu_s_per_query": search_cost(index, queries),
-               "recall@100": recall(found, exact), "faiss_index": meta.faiss_index}  # fmt: skip
+        row = {
+            "collection": name,
+            "docs": index.ntotal,
+            "dim": index.d,
+            "type": kind,
+            "build_s": meta.build_seconds if kind != "flat" else None,
+            "bytes": (ROOT / index_dir / "index").stat().st_size,
+            "search_cpu_s_per_query": search_cost(index, queries),
+            "recall@100": recall(found, exact),
+            "faiss_index": meta.faiss_index,
+        }
         for system, flags in (("dense", []), ("tour-soft@20.bm25", [*TOUR_FLAGS, "--teacher", f"bm25:{bm25_dir}"])):
             run = f"runs/scale/{name}.{kind}.{system}.trec"
-            cmd = ["-m", "tour_pyserini.search", "--index", index_dir, "--topics", spec["topics"], "--output", run,
-                   "--hits", "100", "--threads", "1", "--no-resume", *flags,
-                   *(["--remove-query"] if spec["remove_query"] else [])]  # fmt: skip
+            cmd = [
+                "-m",
+                "tour_pyserini.search",
+                "--index",
+                index_dir,
+                "--topics",
+                spec["topics"],
+                "--output",
+                run,
+                "--hits",
+                "100",
+                "--threads",
+                "1",
+                "--no-resume",
+                *flags,
+                *(["--remove-query"] if spec["remove_query"] else []),
+            ]
             printed = run_cli(cmd)
             seconds = float(re.search(r"([\d.]+) s/query", printed).group(1))
-            row[system] = {"metrics": judge.aggregate(read_run(ROOT / run)), "s_per_query": seconds,
-                           "command": "python " + " ".join(cmd)}  # fmt: skip
+            row[system] = {
+                "metrics": judge.aggregate(read_run(ROOT / run)),
+                "s_per_query": seconds,
+                "command": "python " + " ".join(cmd),
+            }
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -189,8 +236,11 @@ def fit_growth(rows: list[dict]) -> dict:
     """Per type: seconds per query = a * n^b on the synthetic sizes, projected to the paper's scale."""
     fits = {}
     for kind in TYPES:
-        points = [(r["docs"], r["search_cpu_s_per_query"]) for r in rows if r["type"] == kind
-                  and r["collection"].startswith("synthetic")]  # fmt: skip
+        points = [
+            (r["docs"], r["search_cpu_s_per_query"])
+            for r in rows
+            if r["type"] == kind and r["collection"].startswith("synthetic")
+        ]
         if len(points) < 2:
             continue
         b, log_a = np.polyfit(np.log([n for n, _ in points]), np.log([s for _, s in points]), 1)
@@ -222,8 +272,7 @@ def plot(rows: list[dict], fits: dict, out: Path) -> None:
         if kind in fits:
             xs = np.logspace(np.log10(pts[0][0]), np.log10(PAPER_DOCS), 50)
             f = fits[kind]
-            ax.loglog(xs, f["a"] * xs ** f["b"], "--", color=color, alpha=0.6,
-                      label=f"{kind} fit: n^{f['b']:.2f}")  # fmt: skip
+            ax.loglog(xs, f["a"] * xs ** f["b"], "--", color=color, alpha=0.6, label=f"{kind} fit: n^{f['b']:.2f}")
             ax.loglog([PAPER_DOCS], [f["projected_s_per_query_21M_768d"]], "*", color=color, markersize=12)
     ax.axvline(PAPER_DOCS, color="grey", lw=0.8)
     ax.text(PAPER_DOCS, ax.get_ylim()[0] * 1.5, " 21M x 768 (stars)", color="grey", fontsize=8)
@@ -259,8 +308,12 @@ def main() -> None:
     rows += synthetic_rows(base, queries, [int(n) for n in args.sizes], int(args.hnsw_max))
     fits = fit_growth(rows)
     out = ROOT / "runs" / "bench-scale.json"
-    out.write_text(json.dumps({"rows": rows, "growth": fits, "command": "python bench/scale.py " +
-                               " ".join(sys.argv[1:])}, indent=2) + "\n")  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {"rows": rows, "growth": fits, "command": "python bench/scale.py " + " ".join(sys.argv[1:])}, indent=2
+        )
+        + "\n"
+    )
     plot(rows, fits, ROOT / "runs" / "bench-scale.png")
     print(f"wrote {out} and runs/bench-scale.png")
 

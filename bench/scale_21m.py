@@ -68,8 +68,11 @@ def extrapolation() -> dict:
     if not path.exists():
         return {}
     growth = json.loads(path.read_text())["growth"]
-    return {"ivfpq_fit": growth.get("ivfpq"), "memory_gb_21M_768d": growth.get("memory_gb_21M_768d"),
-            "note": "search CPU s a query = a * n^b, synthetic 384-d sizes up to 3M; x2 for 768-d"}  # fmt: skip
+    return {
+        "ivfpq_fit": growth.get("ivfpq"),
+        "memory_gb_21M_768d": growth.get("memory_gb_21M_768d"),
+        "note": "search CPU s a query = a * n^b, synthetic 384-d sizes up to 3M; x2 for 768-d",
+    }
 
 
 def run_cli(args: list[str]) -> tuple[str, float, float]:
@@ -99,11 +102,17 @@ def main() -> None:
     from tour_pyserini.index.layout import IndexMeta
     from tour_pyserini.search import TourSearcher
 
-    report: dict = {"docs": n, "command": "python bench/scale_21m.py " + " ".join(sys.argv[1:]),
-                    "machine": {"cores": __import__("os").cpu_count(),
-                                "memory_gib": round(__import__("os").sysconf("SC_PHYS_PAGES")
-                                                    * __import__("os").sysconf("SC_PAGE_SIZE") / 2**30, 1)},
-                    "faiss_threads_build": faiss.omp_get_max_threads()}  # fmt: skip
+    report: dict = {
+        "docs": n,
+        "command": "python bench/scale_21m.py " + " ".join(sys.argv[1:]),
+        "machine": {
+            "cores": __import__("os").cpu_count(),
+            "memory_gib": round(
+                __import__("os").sysconf("SC_PHYS_PAGES") * __import__("os").sysconf("SC_PAGE_SIZE") / 2**30, 1
+            ),
+        },
+        "faiss_threads_build": faiss.omp_get_max_threads(),
+    }
     out_path = ROOT / args.report
 
     def save():  # one entry per collection size, the others kept
@@ -138,21 +147,35 @@ def main() -> None:
 
     start, cpu = time.perf_counter(), time.process_time()
     seconds = faiss_index.write_streamed(chunks, n, d, spec, out / "index")
-    report["build"] = {**seconds, "total_wall_s": round(time.perf_counter() - start, 1),
-                       "total_cpu_s": round(time.process_time() - cpu, 1),
-                       "peak_rss_mb": round(peak_rss_mb(), 1), "passes": len(passes),
-                       "note": "each pass generates the collection again"}  # fmt: skip
+    report["build"] = {
+        **seconds,
+        "total_wall_s": round(time.perf_counter() - start, 1),
+        "total_cpu_s": round(time.process_time() - cpu, 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "passes": len(passes),
+        "note": "each pass generates the collection again",
+    }
     exact = exact_top.rows
     with open(out / "docid", "w") as f:
         for start_row in range(0, n, 1_000_000):
             f.write("".join(f"s{i}\n" for i in range(start_row, min(n, start_row + 1_000_000))))
     scifact_meta = IndexMeta.read(scifact)
-    IndexMeta(kind="dense", collection=f"synthetic-{n}", num_docs=n, encoder=scifact_meta.encoder, dimension=d,
-              faiss_index=spec.to_json(), build_seconds=report["build"]["total_wall_s"],
-              peak_rss_mb=report["build"]["peak_rss_mb"],
-              extra={"synthetic": "noisy copies of SciFact MiniLM vectors (bench/scale.py)"}).write(out)  # fmt: skip
-    report["disk"] = {"index_bytes": (out / "index").stat().st_size, "docid_bytes": (out / "docid").stat().st_size,
-                      "exact_store_bytes": n * d * 4}  # fmt: skip
+    IndexMeta(
+        kind="dense",
+        collection=f"synthetic-{n}",
+        num_docs=n,
+        encoder=scifact_meta.encoder,
+        dimension=d,
+        faiss_index=spec.to_json(),
+        build_seconds=report["build"]["total_wall_s"],
+        peak_rss_mb=report["build"]["peak_rss_mb"],
+        extra={"synthetic": "noisy copies of SciFact MiniLM vectors (bench/scale.py)"},
+    ).write(out)
+    report["disk"] = {
+        "index_bytes": (out / "index").stat().st_size,
+        "docid_bytes": (out / "docid").stat().st_size,
+        "exact_store_bytes": n * d * 4,
+    }
     report["disk"]["codes_and_lists_bytes"] = report["disk"]["index_bytes"] - n * d * 4
     print(json.dumps(report), flush=True)
     save()
@@ -165,24 +188,31 @@ def main() -> None:
     open_s = time.perf_counter() - start
     cpu, start = time.process_time(), time.perf_counter()
     _, found = index.search(first, DEPTH)
-    batch = {"cpu_ms_per_query": (time.process_time() - cpu) / len(first) * 1e3,
-             "wall_ms_per_query": (time.perf_counter() - start) / len(first) * 1e3}  # fmt: skip
+    batch = {
+        "cpu_ms_per_query": (time.process_time() - cpu) / len(first) * 1e3,
+        "wall_ms_per_query": (time.perf_counter() - start) / len(first) * 1e3,
+    }
     cpu, start = time.process_time(), time.perf_counter()
     for q in unseen:
         index.search(q[None], DEPTH)
-    cold = {"cpu_ms_per_query": (time.process_time() - cpu) / len(unseen) * 1e3,
-            "wall_ms_per_query": (time.perf_counter() - start) / len(unseen) * 1e3}  # fmt: skip
+    cold = {
+        "cpu_ms_per_query": (time.process_time() - cpu) / len(unseen) * 1e3,
+        "wall_ms_per_query": (time.perf_counter() - start) / len(unseen) * 1e3,
+    }
     report["search"] = {
-        "threads": 1, "depth": DEPTH, "nprobe": spec.nprobe, "open_s": round(open_s, 3),
+        "threads": 1,
+        "depth": DEPTH,
+        "nprobe": spec.nprobe,
+        "open_s": round(open_s, 3),
         "batch_of_100_first": batch,
         "single_warm_cpu_ms_per_query": search_cost(index, first) * 1e3,
         "single_unseen_queries": cold,
         "recall@100_vs_exact": recall(found, exact),
         "resident_mb_after_search": round(rss_mb() - before, 1),
         "note": "batch: the first search of the index (exact-store pages read from disk); single warm: "
-                "bench/scale.py's measure (50 of the same queries, after a warm-up); single unseen: 50 other "
-                "SciFact test queries, searched once each, their candidates' pages not yet read",
-    }  # fmt: skip
+        "bench/scale.py's measure (50 of the same queries, after a warm-up); single unseen: 50 other "
+        "SciFact test queries, searched once each, their candidates' pages not yet read",
+    }
     del index
     print(json.dumps(report["search"]), flush=True)
     save()
@@ -195,23 +225,44 @@ def main() -> None:
         # synthetic judgments: each query's exact top 10 of the synthetic collection
         qrels_file.write_text("".join(f"{t.qid} 0 s{row} 1\n" for t, rows in zip(topics, exact) for row in rows[:10]))
         report["tour"] = {}
-        for system, flags in (("dense", []), ("tour-soft@20.dense", [*TOUR_FLAGS, "--teacher", "dense"]),
-                              ("tour-soft@20.oracle", [*TOUR_FLAGS, "--teacher", f"oracle:{qrels_file}"])):  # fmt: skip
+        for system, flags in (
+            ("dense", []),
+            ("tour-soft@20.dense", [*TOUR_FLAGS, "--teacher", "dense"]),
+            ("tour-soft@20.oracle", [*TOUR_FLAGS, "--teacher", f"oracle:{qrels_file}"]),
+        ):
             run = runs / f"synthetic-{n}.{system}.trec"
-            cmd = ["-m", "tour_pyserini.search", "--index", str(out), "--topics", str(topics_file), "--output",
-                   str(run), "--hits", "100", "--threads", "1", "--no-resume", *flags]  # fmt: skip
+            cmd = [
+                "-m",
+                "tour_pyserini.search",
+                "--index",
+                str(out),
+                "--topics",
+                str(topics_file),
+                "--output",
+                str(run),
+                "--hits",
+                "100",
+                "--threads",
+                "1",
+                "--no-resume",
+                *flags,
+            ]
             printed, wall, peak = run_cli(cmd)
             found = re.search(r"([\d.]+) s/query", printed)
             ranked = {}
             for line in run.read_text().splitlines():
                 qid, _, docid, *_ = line.split()
                 ranked.setdefault(qid, []).append(int(docid[1:]))
-            r10 = np.mean([len(set(ranked.get(t.qid, [])[:10]) & set(rows[:10].tolist())) / 10
-                           for t, rows in zip(topics, exact)])  # fmt: skip
-            report["tour"][system] = {"s_per_query": float(found.group(1)) if found else None,
-                                      "command_wall_s": round(wall, 1), "peak_rss_mb": round(peak, 1),
-                                      "exact_top10_in_top10": float(r10),
-                                      "command": "python " + " ".join(map(str, cmd))}  # fmt: skip
+            r10 = np.mean(
+                [len(set(ranked.get(t.qid, [])[:10]) & set(rows[:10].tolist())) / 10 for t, rows in zip(topics, exact)]
+            )
+            report["tour"][system] = {
+                "s_per_query": float(found.group(1)) if found else None,
+                "command_wall_s": round(wall, 1),
+                "peak_rss_mb": round(peak, 1),
+                "exact_top10_in_top10": float(r10),
+                "command": "python " + " ".join(map(str, cmd)),
+            }
             print(system, json.dumps(report["tour"][system]), flush=True)
             save()
             run.unlink()

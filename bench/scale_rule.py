@@ -21,14 +21,25 @@ from pathlib import Path
 import numpy as np
 
 COLLECTIONS = {
-    "scifact": {"unit": "indexes/scifact.minilm", "raw": "indexes/scifact.minilm-unnorm", "preset": "passage",
-                "depth": 20, "topics": {"train": "collections/scifact/topics.train.tsv",
-                                        "test": "collections/scifact/topics.test.tsv"},
-                "qrels": {"train": "qrels/scifact.train.txt", "test": "qrels/scifact.test.txt"}},
-    "nq-oracle": {"unit": "indexes/nq-oracle.minilm", "raw": "indexes/nq-oracle.minilm-unnorm", "preset": "odqa",
-                  "depth": 10, "topics": {"train": "collections/nq-oracle/topics.train.jsonl",
-                                          "test": "collections/nq-oracle/topics.test.jsonl"}},
-}  # fmt: skip
+    "scifact": {
+        "unit": "indexes/scifact.minilm",
+        "raw": "indexes/scifact.minilm-unnorm",
+        "preset": "passage",
+        "depth": 20,
+        "topics": {"train": "collections/scifact/topics.train.tsv", "test": "collections/scifact/topics.test.tsv"},
+        "qrels": {"train": "qrels/scifact.train.txt", "test": "qrels/scifact.test.txt"},
+    },
+    "nq-oracle": {
+        "unit": "indexes/nq-oracle.minilm",
+        "raw": "indexes/nq-oracle.minilm-unnorm",
+        "preset": "odqa",
+        "depth": 10,
+        "topics": {
+            "train": "collections/nq-oracle/topics.train.jsonl",
+            "test": "collections/nq-oracle/topics.test.jsonl",
+        },
+    },
+}
 
 
 def judge_for(collection: dict, split: str, topics, docstore):
@@ -72,26 +83,49 @@ def main() -> None:
                     for rule in (("norms", "fixed") if encoder == "raw" else ("norms",))
                 ]
                 for rewriter_name, rule in settings:
-                    rewriter = Identity() if rule is None else get_rewriter(
-                        rewriter_name, teacher=teacher, preset=collection["preset"], depth=collection["depth"],
-                        similarity_scale=rule)  # fmt: skip
+                    rewriter = (
+                        Identity()
+                        if rule is None
+                        else get_rewriter(
+                            rewriter_name,
+                            teacher=teacher,
+                            preset=collection["preset"],
+                            depth=collection["depth"],
+                            similarity_scale=rule,
+                        )
+                    )
                     start = time.perf_counter()
                     results = []
                     for i in range(0, len(topics), 64):
-                        results += searcher.retrieve_vectors(texts[i : i + 64], qids[i : i + 64], queries[i : i + 64],
-                                                             100, rewriter=rewriter)  # fmt: skip
+                        results += searcher.retrieve_vectors(
+                            texts[i : i + 64], qids[i : i + 64], queries[i : i + 64], 100, rewriter=rewriter
+                        )
                     seconds = (time.perf_counter() - start) / len(topics)
                     per_query = judge.per_query({r.qid: {h.docid: h.score for h in r.hits} for r in results})
                     metrics = {m: float(np.mean(list(v.values()))) for m, v in per_query.items()}
-                    row = {"collection": name, "split": split, "encoder": encoder, "rewriter": rewriter_name,
-                           "similarity_scale": rule, "metrics": metrics, "seconds_per_query": seconds,
-                           "query_norm_median": float(np.median(np.linalg.norm(queries, axis=1))),
-                           "document_norm_median": float(np.median(np.linalg.norm(vectors, axis=1)))}  # fmt: skip
+                    row = {
+                        "collection": name,
+                        "split": split,
+                        "encoder": encoder,
+                        "rewriter": rewriter_name,
+                        "similarity_scale": rule,
+                        "metrics": metrics,
+                        "seconds_per_query": seconds,
+                        "query_norm_median": float(np.median(np.linalg.norm(queries, axis=1))),
+                        "document_norm_median": float(np.median(np.linalg.norm(vectors, axis=1))),
+                    }
                     rows.append(row)
-                    print(f"{name} {split} {encoder} {rewriter_name} {rule or ''}: "
-                          + " ".join(f"{m} {v:.4f}" for m, v in metrics.items()), flush=True)  # fmt: skip
-    report = {"queries": args.queries, "teacher": "bm25", "rows": rows,
-              "command": f"python bench/scale_rule.py --queries {args.queries}"}  # fmt: skip
+                    print(
+                        f"{name} {split} {encoder} {rewriter_name} {rule or ''}: "
+                        + " ".join(f"{m} {v:.4f}" for m, v in metrics.items()),
+                        flush=True,
+                    )
+    report = {
+        "queries": args.queries,
+        "teacher": "bm25",
+        "rows": rows,
+        "command": f"python bench/scale_rule.py --queries {args.queries}",
+    }
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.output}")
 

@@ -55,8 +55,13 @@ WORK = Path("runs/serve-load")
 
 def start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", "--no-mcp", *args],
-                               stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, env=env)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", "--no-mcp", *args],
+        stdout=subprocess.PIPE,
+        stderr=open(log, "w"),
+        text=True,
+        env=env,
+    )
     line = process.stdout.readline()
     if not line.startswith("serving on "):
         process.kill()
@@ -79,17 +84,23 @@ def request(url: str, headers: dict | None = None) -> tuple[int, float, dict | N
 
 def load(url: str, texts: list[str], params: dict, clients: int, headers: dict | None = None) -> dict:
     """``clients`` threads share ``texts`` (one request each); throughput, latency percentiles, errors."""
-    urls = [f"{url}/v1/scifact.minilm/search?" + urllib.parse.urlencode({"query": t, "hits": 10, **params})
-            for t in texts]  # fmt: skip
+    urls = [
+        f"{url}/v1/scifact.minilm/search?" + urllib.parse.urlencode({"query": t, "hits": 10, **params}) for t in texts
+    ]
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         answers = list(pool.map(lambda u: request(u, headers), urls))
     wall = time.perf_counter() - start
     latencies = np.array([seconds for status, seconds, _ in answers if status == 200])
-    return {"clients": clients, "requests": len(urls), "errors": sum(status != 200 for status, _, _ in answers),
-            "seconds": round(wall, 3), "throughput_rps": round(len(urls) / wall, 2),
-            "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1) if len(latencies) else None,
-            "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1) if len(latencies) else None}  # fmt: skip
+    return {
+        "clients": clients,
+        "requests": len(urls),
+        "errors": sum(status != 200 for status, _, _ in answers),
+        "seconds": round(wall, 3),
+        "throughput_rps": round(len(urls) / wall, 2),
+        "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1) if len(latencies) else None,
+        "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1) if len(latencies) else None,
+    }
 
 
 def load_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
@@ -100,8 +111,17 @@ def load_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
             data = WORK / f"{config}.batch{max_batch}"
             subprocess.run(["rm", "-rf", str(data)], check=True)
             data.mkdir(parents=True)
-            server_args = ["--index", INDEX, "--data-dir", str(data), "--threads", str(args.threads),
-                           "--max-batch", str(max_batch), *sum((["--teacher", t] for t in TEACHERS), [])]  # fmt: skip
+            server_args = [
+                "--index",
+                INDEX,
+                "--data-dir",
+                str(data),
+                "--threads",
+                str(args.threads),
+                "--max-batch",
+                str(max_batch),
+                *sum((["--teacher", t] for t in TEACHERS), []),
+            ]
             process, url = start(server_args, data / "server.log")
             try:
                 request(f"{url}/v1/scifact.minilm/search?query=warm+up&hits=10")  # models loaded and warm
@@ -109,9 +129,14 @@ def load_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
                 for clients in args.clients:
                     batch = texts[offset : offset + clients * args.requests]  # distinct claims: nothing cached
                     offset += len(batch)
-                    row = {"config": config, "max_batch": max_batch, **load(url, batch, params, clients),
-                           "command": f"tour-pyserini serve {' '.join(server_args)}", "params": params,
-                           "bench_command": "python bench/serve_load.py " + " ".join(sys.argv[1:])}  # fmt: skip
+                    row = {
+                        "config": config,
+                        "max_batch": max_batch,
+                        **load(url, batch, params, clients),
+                        "command": f"tour-pyserini serve {' '.join(server_args)}",
+                        "params": params,
+                        "bench_command": "python bench/serve_load.py " + " ".join(sys.argv[1:]),
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
@@ -130,11 +155,24 @@ def access_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
     key = "load-bench-key-0123456789abcdef"
     (data / "api-keys.txt").write_text(key + "\n")
     common = ["--index", INDEX, "--threads", str(args.threads), "--teacher", "bm25"]
-    arms = {"open": ([], None),
-            "keys": (["--api-keys", str(data / "api-keys.txt"), "--request-log", str(data / "requests.jsonl"),
-                      "--requests-per-minute", "100000"], {"X-API-Key": key})}  # fmt: skip
-    servers = {arm: start([*common, "--data-dir", str(data / arm), *extra], data / f"{arm}.log")
-               for arm, (extra, _) in arms.items()}  # fmt: skip
+    arms = {
+        "open": ([], None),
+        "keys": (
+            [
+                "--api-keys",
+                str(data / "api-keys.txt"),
+                "--request-log",
+                str(data / "requests.jsonl"),
+                "--requests-per-minute",
+                "100000",
+            ],
+            {"X-API-Key": key},
+        ),
+    }
+    servers = {
+        arm: start([*common, "--data-dir", str(data / arm), *extra], data / f"{arm}.log")
+        for arm, (extra, _) in arms.items()
+    }
     rows, offset = [], 0
     try:
         for arm, (_, url) in servers.items():
@@ -145,10 +183,14 @@ def access_experiment(args: argparse.Namespace, texts: list[str]) -> list[dict]:
                     batch = texts[offset : offset + clients * args.requests]  # the same claims for both arms
                     offset += len(batch)
                     for arm in list(arms)[:: 1 if round_ % 2 == 0 else -1]:
-                        row = {"config": config, "access": arm, "round": round_,
-                               **load(servers[arm][1], batch, CONFIGS[config], clients, arms[arm][1]),
-                               "command": f"tour-pyserini serve {' '.join([*common, *arms[arm][0]])}",
-                               "bench_command": "python bench/serve_load.py " + " ".join(sys.argv[1:])}  # fmt: skip
+                        row = {
+                            "config": config,
+                            "access": arm,
+                            "round": round_,
+                            **load(servers[arm][1], batch, CONFIGS[config], clients, arms[arm][1]),
+                            "command": f"tour-pyserini serve {' '.join([*common, *arms[arm][0]])}",
+                            "bench_command": "python bench/serve_load.py " + " ".join(sys.argv[1:]),
+                        }
                         rows.append(row)
                         print(json.dumps(row), flush=True)
     finally:
@@ -171,8 +213,23 @@ def kill_experiment(args: argparse.Namespace, texts: list[str]) -> dict:
     subprocess.run(["rm", "-rf", str(data)], check=True)
     data.mkdir(parents=True)
     before = sha256_of(Path(INDEX))
-    server_args = ["--index", INDEX, "--teacher", "bm25", "--budget", "5", "--learn", "task", "--data-dir", str(data),
-                   "--threads", str(args.threads), "--learn-from-anonymous", "--max-key-share", "1"]  # fmt: skip
+    server_args = [
+        "--index",
+        INDEX,
+        "--teacher",
+        "bm25",
+        "--budget",
+        "5",
+        "--learn",
+        "task",
+        "--data-dir",
+        str(data),
+        "--threads",
+        str(args.threads),
+        "--learn-from-anonymous",
+        "--max-key-share",
+        "1",
+    ]
     process, url = start(server_args, data / "server.log")
     served: list[tuple[int, float, dict | None]] = []
     stop = threading.Event()
@@ -210,16 +267,22 @@ def kill_experiment(args: argparse.Namespace, texts: list[str]) -> dict:
         process.terminate()
         process.wait(120)
     return {
-        "killed_after_s": args.kill_after, "answered_before_kill": len(named),
+        "killed_after_s": args.kill_after,
+        "answered_before_kill": len(named),
         "refused_or_cut_by_kill": sum(status != 200 for status, _, _ in served),
-        "versions_on_disk": versions, "all_versions_load": loaded, "partial_files": [p.name for p in learn.glob(
-            "*.partial")], "rewards_lines_complete": len(complete), "rewards_lines_parse": parsed,
+        "versions_on_disk": versions,
+        "all_versions_load": loaded,
+        "partial_files": [p.name for p in learn.glob("*.partial")],
+        "rewards_lines_complete": len(complete),
+        "rewards_lines_parse": parsed,
         "torn_bytes": len(raw) - (raw.rfind(b"\n") + 1),
-        "store_integrity": integrity, "index_unchanged": sha256_of(Path(INDEX)) == before,
+        "store_integrity": integrity,
+        "index_unchanged": sha256_of(Path(INDEX)) == before,
         "highest_version_named_before_kill": max(named, default=0),
-        "restart": after_restart, "served_after_restart_by_version": answer["state"]["version"],
+        "restart": after_restart,
+        "served_after_restart_by_version": answer["state"]["version"],
         "command": f"tour-pyserini serve {' '.join(server_args)}",
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -228,8 +291,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=12, help="requests per client at each client count")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kill-after", type=float, default=8.0, help="seconds of load before the SIGKILL")
-    ap.add_argument("--experiments", nargs="+", default=["load", "kill9", "access"],
-                    choices=["load", "kill9", "access"])  # fmt: skip
+    ap.add_argument(
+        "--experiments", nargs="+", default=["load", "kill9", "access"], choices=["load", "kill9", "access"]
+    )
     ap.add_argument("--rounds", type=int, default=2, help="rounds of each arm in the access experiment")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = ap.parse_args()

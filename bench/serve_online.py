@@ -39,22 +39,37 @@ from tour_pyserini.files import read_qrels, read_topics
 from tour_pyserini.index.docstore import DocStore
 
 COLLECTIONS = {
-    "scifact": {"index": "indexes/scifact.minilm", "teacher": "ensemble:models/scifact-rce/ensemble.json",
-                "train": "collections/scifact/topics.train.tsv", "test": "collections/scifact/topics.test.tsv",
-                "qrels": {"train": "qrels/scifact.train.txt", "test": "qrels/scifact.test.txt"},
-                "metric": "nDCG@10", "hits": 100},
-    "nq-oracle": {"index": "indexes/nq-oracle.minilm", "teacher": "ensemble:models/nq-oracle-ce/ensemble.json",
-                  "train": "collections/nq-oracle/topics.train.jsonl",
-                  "test": "collections/nq-oracle/topics.test.jsonl", "metric": "Acc@1", "hits": 20},
-}  # fmt: skip
+    "scifact": {
+        "index": "indexes/scifact.minilm",
+        "teacher": "ensemble:models/scifact-rce/ensemble.json",
+        "train": "collections/scifact/topics.train.tsv",
+        "test": "collections/scifact/topics.test.tsv",
+        "qrels": {"train": "qrels/scifact.train.txt", "test": "qrels/scifact.test.txt"},
+        "metric": "nDCG@10",
+        "hits": 100,
+    },
+    "nq-oracle": {
+        "index": "indexes/nq-oracle.minilm",
+        "teacher": "ensemble:models/nq-oracle-ce/ensemble.json",
+        "train": "collections/nq-oracle/topics.train.jsonl",
+        "test": "collections/nq-oracle/topics.test.jsonl",
+        "metric": "Acc@1",
+        "hits": 20,
+    },
+}
 OUT = Path(os.environ.get("SERVE_ONLINE_OUT", "runs/bench-serve-online.json"))
 WORK = Path("runs/serve-online")
 
 
 def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", "--no-mcp", *args],
-                               stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, env=env)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", "--no-mcp", *args],
+        stdout=subprocess.PIPE,
+        stderr=open(log, "w"),
+        text=True,
+        env=env,
+    )
     line = process.stdout.readline()
     if not line.startswith("serving on "):
         process.kill()
@@ -73,8 +88,9 @@ def teacher_of(collection: str, split: str, oracle: bool) -> str:
     return f"oracle:{spec['qrels'][split]}" if oracle else spec["teacher"]
 
 
-def serve_stream(collection: str, split: str, topics, *, budget: float, learn: str | None, threads: int,
-                 teacher: str) -> dict:  # fmt: skip
+def serve_stream(
+    collection: str, split: str, topics, *, budget: float, learn: str | None, threads: int, teacher: str
+) -> dict:
     """Send ``topics`` in order to a fresh server; each query's ranking, teacher calls and state version."""
     spec = COLLECTIONS[collection]
     data = WORK / f"{collection}.{split}" / ("oracle" if teacher.startswith("oracle:") else "teacher")
@@ -82,17 +98,33 @@ def serve_stream(collection: str, split: str, topics, *, budget: float, learn: s
     data.mkdir(parents=True, exist_ok=True)
     # the stream is one client without a key: learning from it is said on purpose
     learning = ["--learn", learn, "--learn-from-anonymous", "--max-key-share", "1"] if learn else []
-    args = ["--index", spec["index"], "--teacher", teacher, "--budget", str(budget), "--data-dir", str(data),
-            "--threads", str(threads), *learning]  # fmt: skip
+    args = [
+        "--index",
+        spec["index"],
+        "--teacher",
+        teacher,
+        "--budget",
+        str(budget),
+        "--data-dir",
+        str(data),
+        "--threads",
+        str(threads),
+        *learning,
+    ]
     process, url = start_server(args, data / f"server.{'learn' if learn else 'rerank'}.log")
     rows, start = [], time.perf_counter()
     try:
         for topic in topics:
             query = urllib.parse.urlencode({"query": topic.text, "qid": topic.qid, "hits": spec["hits"]})
             answer = get(f"{url}/v1/{Path(spec['index']).name}/search?{query}")
-            rows.append({"qid": topic.qid, "ranking": {c["docid"]: c["score"] for c in answer["candidates"]},
-                         "teacher_calls": answer["teacher_calls"],
-                         "version": (answer["state"] or {}).get("version")})  # fmt: skip
+            rows.append(
+                {
+                    "qid": topic.qid,
+                    "ranking": {c["docid"]: c["score"] for c in answer["candidates"]},
+                    "teacher_calls": answer["teacher_calls"],
+                    "version": (answer["state"] or {}).get("version"),
+                }
+            )
         status = get(f"{url}/v1/status")
     finally:
         process.terminate()
@@ -116,9 +148,15 @@ def compare(learned: dict[str, float], baseline: dict[str, float], qids: list[st
     a, b = [learned[q] for q in qids], [baseline[q] for q in qids]
     if not qids:
         return {"queries": 0}
-    return {"queries": len(qids), "learn": float(np.mean(a)), "no_learn": float(np.mean(b)),
-            "delta": float(np.mean(a) - np.mean(b)), "p_t": paired_t_test(a, b), "p_rand": randomization_test(a, b),
-            "win_tie_loss": win_tie_loss(a, b)}  # fmt: skip
+    return {
+        "queries": len(qids),
+        "learn": float(np.mean(a)),
+        "no_learn": float(np.mean(b)),
+        "delta": float(np.mean(a) - np.mean(b)),
+        "p_t": paired_t_test(a, b),
+        "p_rand": randomization_test(a, b),
+        "win_tie_loss": win_tie_loss(a, b),
+    }
 
 
 def experiment(collection: str, split: str, args: argparse.Namespace) -> dict:
@@ -128,29 +166,40 @@ def experiment(collection: str, split: str, args: argparse.Namespace) -> dict:
     limit = args.train_queries if split == "train" else len(topics)
     topics = [topics[i] for i in order[:limit]]
     teacher = teacher_of(collection, split, args.oracle)
-    arms = {arm: serve_stream(collection, split, topics, budget=args.budget, learn=learn, threads=args.threads,
-                              teacher=teacher)
-            for arm, learn in (("no_learn", None), ("learn", args.scope))}  # fmt: skip
-    values = {arm: per_query(collection, split, topics, {r["qid"]: r["ranking"] for r in out["rows"]})
-              for arm, out in arms.items()}  # fmt: skip
+    arms = {
+        arm: serve_stream(
+            collection, split, topics, budget=args.budget, learn=learn, threads=args.threads, teacher=teacher
+        )
+        for arm, learn in (("no_learn", None), ("learn", args.scope))
+    }
+    values = {
+        arm: per_query(collection, split, topics, {r["qid"]: r["ranking"] for r in out["rows"]})
+        for arm, out in arms.items()
+    }
     qids = [t.qid for t in topics]
     half = len(qids) // 2
     judged = {r["qid"] for r in arms["learn"]["rows"] if r["teacher_calls"]}
     later = qids[half:]
     learn_rows = arms["learn"]["rows"]
     return {
-        "collection": collection, "split": split, "metric": spec["metric"], "teacher": teacher,
-        "budget": args.budget, "scope": args.scope, "queries": len(qids),
+        "collection": collection,
+        "split": split,
+        "metric": spec["metric"],
+        "teacher": teacher,
+        "budget": args.budget,
+        "scope": args.scope,
+        "queries": len(qids),
         "later_half": compare(values["learn"], values["no_learn"], later),
         "earlier_half": compare(values["learn"], values["no_learn"], qids[:half]),
         "later_unjudged": compare(values["learn"], values["no_learn"], [q for q in later if q not in judged]),
         "later_judged": compare(values["learn"], values["no_learn"], [q for q in later if q in judged]),
         "judgments": {arm: sum(r["teacher_calls"] for r in out["rows"]) for arm, out in arms.items()},
-        "final_state_version": learn_rows[-1]["version"], "learning": arms["learn"]["status"]["learning"],
+        "final_state_version": learn_rows[-1]["version"],
+        "learning": arms["learn"]["status"]["learning"],
         "served_by_version_0": sum(r["version"] == 0 for r in learn_rows),
         "seconds": {arm: round(out["seconds"], 1) for arm, out in arms.items()},
         "commands": {arm: f"tour-pyserini serve {out['command']}" for arm, out in arms.items()},
-    }  # fmt: skip
+    }
 
 
 def table(rows: list[dict]) -> str:
@@ -159,18 +208,30 @@ def table(rows: list[dict]) -> str:
     def cell(c: dict) -> str:
         return f"{c['delta']:+.4f} ({c['p_t']:.2f})" if c["queries"] else "–"
 
-    head = ("| collection | teacher | stream | b | scope | queries | later half: learn | without | Δ | p (t) "
-            "| p (rand.) | W/T/L | later unjudged Δ (p) | earlier half Δ (p) | last version (refused) |")  # fmt: skip
+    head = (
+        "| collection | teacher | stream | b | scope | queries | later half: learn | without | Δ | p (t) "
+        "| p (rand.) | W/T/L | later unjudged Δ (p) | earlier half Δ (p) | last version (refused) |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in sorted(rows, key=lambda r: (r["collection"] != "scifact", "oracle" in r["teacher"], r["budget"],
-                                         r["scope"], r["split"] != "train")):  # fmt: skip
+    for r in sorted(
+        rows,
+        key=lambda r: (
+            r["collection"] != "scifact",
+            "oracle" in r["teacher"],
+            r["budget"],
+            r["scope"],
+            r["split"] != "train",
+        ),
+    ):
         later, learning = r["later_half"], r["learning"]
         teacher = "labels (oracle: upper bound)" if r["teacher"].startswith("oracle") else "shipped ensemble"
-        lines.append(f"| {r['collection']} ({r['metric']}) | {teacher} | {r['split']} | {r['budget']:g} | {r['scope']} "
-                     f"| {r['queries']} | {later['learn']:.4f} | {later['no_learn']:.4f} | **{later['delta']:+.4f}** "
-                     f"| {later['p_t']:.3f} | {later['p_rand']:.3f} | {'/'.join(map(str, later['win_tie_loss']))} "
-                     f"| {cell(r['later_unjudged'])} | {cell(r['earlier_half'])} | {r['final_state_version']} "
-                     f"({learning.get('states_refused', '–')}) |")  # fmt: skip
+        lines.append(
+            f"| {r['collection']} ({r['metric']}) | {teacher} | {r['split']} | {r['budget']:g} | {r['scope']} "
+            f"| {r['queries']} | {later['learn']:.4f} | {later['no_learn']:.4f} | **{later['delta']:+.4f}** "
+            f"| {later['p_t']:.3f} | {later['p_rand']:.3f} | {'/'.join(map(str, later['win_tie_loss']))} "
+            f"| {cell(r['later_unjudged'])} | {cell(r['earlier_half'])} | {r['final_state_version']} "
+            f"({learning.get('states_refused', '–')}) |"
+        )
     return "\n".join(lines)
 
 
@@ -208,9 +269,12 @@ def main() -> None:
             row["bench_command"] = "python bench/serve_online.py " + " ".join(sys.argv[1:])
             OUT.write_text(json.dumps(results, indent=1) + "\n")
             later = row["later_half"]
-            print(f"{collection} {split}: later half {row['metric']} learn {later['learn']:.4f} no-learn "
-                  f"{later['no_learn']:.4f} (delta {later['delta']:+.4f}, p {later['p_t']:.3f}); judgments "
-                  f"{row['judgments']}, state version {row['final_state_version']}", flush=True)  # fmt: skip
+            print(
+                f"{collection} {split}: later half {row['metric']} learn {later['learn']:.4f} no-learn "
+                f"{later['no_learn']:.4f} (delta {later['delta']:+.4f}, p {later['p_t']:.3f}); judgments "
+                f"{row['judgments']}, state version {row['final_state_version']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

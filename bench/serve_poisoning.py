@@ -46,9 +46,14 @@ VICTIMS, ATTACK, LEGIT_EACH, CHOSEN = 20, 300, 75, 3
 
 def start(args: list[str], log: Path, cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", "--no-mcp", *args],
-                               stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, cwd=cwd,
-                               env={**os.environ, **env})  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", "--no-mcp", *args],
+        stdout=subprocess.PIPE,
+        stderr=open(log, "w"),
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **env},
+    )
     line = process.stdout.readline()
     if not line.startswith("serving on "):
         process.kill()
@@ -63,8 +68,7 @@ def get(url: str, key: str | None = None) -> dict:
 
 
 def search(url: str, text: str, key: str | None = None, **params) -> dict:
-    return get(f"{url}/v1/scifact.minilm/search?" + urllib.parse.urlencode({"query": text, "hits": 10, **params}),
-               key)  # fmt: skip
+    return get(f"{url}/v1/scifact.minilm/search?" + urllib.parse.urlencode({"query": text, "hits": 10, **params}), key)
 
 
 def attack_texts(chosen: list, count: int, kind: str) -> list[str]:
@@ -84,8 +88,10 @@ def attack_texts(chosen: list, count: int, kind: str) -> list[str]:
 
 def reached(url: str, victims, chosen: set[str], key: str | None) -> int:
     """How many victims' top 10, served by the policy, hold a chosen document."""
-    return sum(bool(chosen & {c["docid"] for c in search(url, t.text, key, qid=f"victim-{t.qid}")["candidates"]})
-               for t in victims)  # fmt: skip
+    return sum(
+        bool(chosen & {c["docid"] for c in search(url, t.text, key, qid=f"victim-{t.qid}")["candidates"]})
+        for t in victims
+    )
 
 
 def settled(url: str, key: str | None, timeout: float = 600) -> dict:
@@ -99,16 +105,37 @@ def settled(url: str, key: str | None, timeout: float = 600) -> dict:
     raise RuntimeError("the learner did not catch up")
 
 
-def arm(name: str, victims, chosen: set[str], attack: list[str], legit: list[list[str]], cwd: Path | None,
-        scope: str = "task") -> dict:  # fmt: skip
+def arm(
+    name: str,
+    victims,
+    chosen: set[str],
+    attack: list[str],
+    legit: list[list[str]],
+    cwd: Path | None,
+    scope: str = "task",
+) -> dict:
     data = WORK / name
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     (data / "keys").write_text("\n".join(KEYS) + "\n")
-    args = ["--index", str(Path.cwd() / INDEX), "--teacher", "bm25", "--budget", "2", "--learn", scope,
-            "--threads", "2", "--data-dir", str(data.resolve())]  # fmt: skip
-    args += {"anonymous-learning": ["--learn-from-anonymous", "--max-key-share", "1"],
-             "keyed": ["--api-keys", str((data / "keys").resolve())]}.get(name, [])  # fmt: skip
+    args = [
+        "--index",
+        str(Path.cwd() / INDEX),
+        "--teacher",
+        "bm25",
+        "--budget",
+        "2",
+        "--learn",
+        scope,
+        "--threads",
+        "2",
+        "--data-dir",
+        str(data.resolve()),
+    ]
+    args += {
+        "anonymous-learning": ["--learn-from-anonymous", "--max-key-share", "1"],
+        "keyed": ["--api-keys", str((data / "keys").resolve())],
+    }.get(name, [])
     attacker = KEYS[0] if name == "keyed" else None
     victim_key = KEYS[1] if name == "keyed" else None
     process, url = start(args, data / "server.log", cwd)
@@ -126,9 +153,15 @@ def arm(name: str, victims, chosen: set[str], attack: list[str], legit: list[lis
     finally:
         process.terminate()
         process.wait(120)
-    return {"arm": name, "victims_reached_before": before, "victims_reached_after": after, "victims": len(victims),
-            "learning": learning, "seconds": round(time.perf_counter() - started, 1),
-            "command": "tour-pyserini serve " + " ".join(args)}  # fmt: skip
+    return {
+        "arm": name,
+        "victims_reached_before": before,
+        "victims_reached_after": after,
+        "victims": len(victims),
+        "learning": learning,
+        "seconds": round(time.perf_counter() - started, 1),
+        "command": "tour-pyserini serve " + " ".join(args),
+    }
 
 
 def main() -> None:
@@ -150,8 +183,9 @@ def main() -> None:
     arms = [*args.arms, *(["earlier"] if args.earlier_tree else [])]
     rows = []
     for name in arms:
-        row = arm(name, victims, chosen, attack, legit, args.earlier_tree.resolve() if name == "earlier" else None,
-                  args.scope)  # fmt: skip
+        row = arm(
+            name, victims, chosen, attack, legit, args.earlier_tree.resolve() if name == "earlier" else None, args.scope
+        )
         row["chosen"], row["attack"], row["scope"] = sorted(chosen), args.attack, args.scope
         row["bench_command"] = "python bench/serve_poisoning.py " + " ".join(sys.argv[1:])
         print(json.dumps({k: v for k, v in row.items() if k != "learning"}), flush=True)

@@ -30,10 +30,12 @@ OUT = Path("runs/bench-serve-sameness.json")
 CONFIGS = {
     "dense": ([], {}),
     "rocchio": (["--rewriter", "rocchio"], {"rewriter": "rocchio"}),
-    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "20"],
-                       {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"}),
+    "tour-soft-bm25": (
+        ["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "20"],
+        {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"},
+    ),
     "ttt-embed": (["--rewriter", "ttt-embed", "--state", str(WORK / "state.safetensors")], {"rewriter": "ttt-embed"}),
-}  # fmt: skip
+}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
 
@@ -53,14 +55,52 @@ def http_run(url: str, topics, params: dict) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
-    command("ttt", "rewards", "--index", INDEX, "--topics", "collections/scifact/topics.train.tsv", "--teacher", "bm25",
-            "--budget", "2", "--task", "scifact", "--output", str(WORK / "rewards.tsv"))  # fmt: skip
-    command("ttt", "fit", "--rewards", str(WORK / "rewards.tsv"), "--scope", "task", "--output",
-            str(WORK / "state.safetensors"))  # fmt: skip
-    serve = ["--index", INDEX, "--teacher", "bm25", "--state", str(WORK / "state.safetensors"), "--threads", "1",
-             "--data-dir", str(WORK / "data"), "--no-mcp"]  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", *serve], env=ENV,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    command(
+        "ttt",
+        "rewards",
+        "--index",
+        INDEX,
+        "--topics",
+        "collections/scifact/topics.train.tsv",
+        "--teacher",
+        "bm25",
+        "--budget",
+        "2",
+        "--task",
+        "scifact",
+        "--output",
+        str(WORK / "rewards.tsv"),
+    )
+    command(
+        "ttt",
+        "fit",
+        "--rewards",
+        str(WORK / "rewards.tsv"),
+        "--scope",
+        "task",
+        "--output",
+        str(WORK / "state.safetensors"),
+    )
+    serve = [
+        "--index",
+        INDEX,
+        "--teacher",
+        "bm25",
+        "--state",
+        str(WORK / "state.safetensors"),
+        "--threads",
+        "1",
+        "--data-dir",
+        str(WORK / "data"),
+        "--no-mcp",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", *serve],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     url = process.stdout.readline().split()[-1]
     rows, topics = [], read_topics(TOPICS)
     try:
@@ -69,8 +109,14 @@ def main() -> None:
             search = ["search", "--index", INDEX, "--topics", TOPICS, "--output", str(run), "--hits", "100"]
             command(*search, "--threads", "1", "--no-resume", *flags)
             diff = diff_runs(read_run(run), http_run(url, topics, params))
-            rows.append({"config": name, **diff.to_json(), "search": "tour-pyserini " + " ".join([*search, *flags]),
-                         "params": params})  # fmt: skip
+            rows.append(
+                {
+                    "config": name,
+                    **diff.to_json(),
+                    "search": "tour-pyserini " + " ".join([*search, *flags]),
+                    "params": params,
+                }
+            )
             print(name, diff.summary(), flush=True)
     finally:
         process.terminate()

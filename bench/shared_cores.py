@@ -79,8 +79,12 @@ def workload(name: str, way: str, repeats: int) -> dict:
         start = time.perf_counter()
         work()
         best = min(best, time.perf_counter() - start)
-    return {"ms_per_unit": best / units * 1000, "unit": "pair" if name == "cross-encoder" else "query",
-            "wait_policy": os.environ.get("OMP_WAIT_POLICY", "openmp default"), "threads": threads}  # fmt: skip
+    return {
+        "ms_per_unit": best / units * 1000,
+        "unit": "pair" if name == "cross-encoder" else "query",
+        "wait_policy": os.environ.get("OMP_WAIT_POLICY", "openmp default"),
+        "threads": threads,
+    }
 
 
 def measure(name: str, way: str, busy: bool, repeats: int) -> dict:
@@ -88,8 +92,13 @@ def measure(name: str, way: str, busy: bool, repeats: int) -> dict:
     load = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     try:
         time.sleep(0.5 if busy else 0)
-        out = subprocess.run([sys.executable, __file__, "--child", name, way, str(repeats)], env=env,
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", name, way, str(repeats)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     finally:
         if load is not None:
             load.kill()
@@ -111,15 +120,21 @@ def main() -> None:
         return
     report: dict = {"cores": os.cpu_count(), "target_busy_over_idle": TARGET, "workloads": {}}
     for name in args.workloads:
-        rows = {f"{way}, {'one core busy' if busy else 'idle'}": measure(name, way, busy, args.repeats)
-                for busy in (False, True) for way in args.ways}  # fmt: skip
+        rows = {
+            f"{way}, {'one core busy' if busy else 'idle'}": measure(name, way, busy, args.repeats)
+            for busy in (False, True)
+            for way in args.ways
+        }
         idle = rows["openmp default, idle"]["ms_per_unit"]
         for row in rows.values():
             row["times_idle"] = row["ms_per_unit"] / idle
         report["workloads"][name] = rows
         for label, row in rows.items():
-            print(f"{name:14s} {label:28s} {row['ms_per_unit']:7.2f} ms/{row['unit']}  {row['times_idle']:.2f}x "
-                  f"idle (policy {row['wait_policy']}, {row['threads']} threads)", flush=True)  # fmt: skip
+            print(
+                f"{name:14s} {label:28s} {row['ms_per_unit']:7.2f} ms/{row['unit']}  {row['times_idle']:.2f}x "
+                f"idle (policy {row['wait_policy']}, {row['threads']} threads)",
+                flush=True,
+            )
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
 
 

@@ -46,13 +46,27 @@ TEST, TRAIN = "collections/scifact/topics.test.tsv", "collections/scifact/topics
 QRELS, TRAIN_QRELS = "qrels/scifact.test.txt", "qrels/scifact.train.txt"
 HITS = 100
 METRICS = ("nDCG@10", "R@100")
-GRID = [(rw, k, final, temperature) for rw in ("tour-hard", "tour-soft") for k in (10, 20)
-        for final in ("search", "union") for temperature in (1.0, 0.05)]  # fmt: skip
+GRID = [
+    (rw, k, final, temperature)
+    for rw in ("tour-hard", "tour-soft")
+    for k in (10, 20)
+    for final in ("search", "union")
+    for temperature in (1.0, 0.05)
+]
 TIMED_QUERIES, REPEATS = 30, 3
 
 
-def command(teacher_spec: str | None, rewriter: str, out: str, *, k: int | None = None, final: str | None = None,
-            temperature: float | None = None, precision: str = "fp32", topics: str = TEST) -> str:  # fmt: skip
+def command(
+    teacher_spec: str | None,
+    rewriter: str,
+    out: str,
+    *,
+    k: int | None = None,
+    final: str | None = None,
+    temperature: float | None = None,
+    precision: str = "fp32",
+    topics: str = TEST,
+) -> str:
     """The search command that rebuilds a run (scores are the teacher's own; the stores only save time)."""
     cmd = f"python -m tour_pyserini.search --index {INDEX} --topics {topics} --hits {HITS} --remove-query"
     if teacher_spec:
@@ -75,8 +89,10 @@ class Bench:
         dev_qids = set(json.loads((Path(model) / "training.json").read_text())["dev_qids"])
         self.dev = [t for t in read_topics(TRAIN) if t.qid in dev_qids]
         train_qrels = read_qrels(TRAIN_QRELS)
-        self.judges = {"test": QrelsJudge(read_qrels(QRELS), METRICS),
-                       "dev": QrelsJudge({t.qid: train_qrels.get(t.qid, {}) for t in self.dev}, METRICS)}  # fmt: skip
+        self.judges = {
+            "test": QrelsJudge(read_qrels(QRELS), METRICS),
+            "dev": QrelsJudge({t.qid: train_qrels.get(t.qid, {}) for t in self.dev}, METRICS),
+        }
 
     def teacher(self, spec: str, stored: bool = True):
         """The teacher of ``spec``; with ``stored``, its pairwise parts look up and keep scores in runs/teachers/."""
@@ -113,12 +129,20 @@ class Bench:
         write_run(path, ranked, tag=name)
         run = {qid: {h.docid: h.score for h in hits} for qid, hits in ranked}
         per_query = self.judges[split].per_query(run)
-        row = {"name": name, "split": split, "run": str(path),
-               "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
-               "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
-               "per_query": per_query}  # fmt: skip
-        print(f"{split:4s} {name:34s} " + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
-              + f"  {row['teacher_calls_per_query']:6.1f} calls/q", flush=True)  # fmt: skip
+        row = {
+            "name": name,
+            "split": split,
+            "run": str(path),
+            "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
+            "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
+            "per_query": per_query,
+        }
+        print(
+            f"{split:4s} {name:34s} "
+            + " ".join(f"{m} {v:.4f}" for m, v in row["metrics"].items())
+            + f"  {row['teacher_calls_per_query']:6.1f} calls/q",
+            flush=True,
+        )
         return row
 
 
@@ -131,8 +155,9 @@ def rerank(teacher, k: int):
 def tour(teacher, rewriter: str, k: int, final: str, temperature: float):
     from tour_pyserini.rewriters import get_rewriter
 
-    return get_rewriter(rewriter, teacher=teacher, preset="passage", depth=k, final=final,
-                        retriever_temperature=temperature)  # fmt: skip
+    return get_rewriter(
+        rewriter, teacher=teacher, preset="passage", depth=k, final=final, retriever_temperature=temperature
+    )
 
 
 def timed(bench: Bench, make_rewriter) -> float:
@@ -153,8 +178,11 @@ def measure_timing(bench: Bench, ensemble: str, rw: str, k: int, final: str, tem
     timing = {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in seconds.items()}
     timing["ratio_min"] = timing["tour"]["min"] / timing["rerank@40"]["min"]
     timing["queries"], timing["load_average"] = TIMED_QUERIES, os.getloadavg()
-    print(f"measured s/query (cold, {TIMED_QUERIES} claims, {REPEATS} repeats): TOUR {timing['tour']['min']:.3f} "
-          f"rerank@40 {timing['rerank@40']['min']:.3f} ratio {timing['ratio_min']:.2f}", flush=True)  # fmt: skip
+    print(
+        f"measured s/query (cold, {TIMED_QUERIES} claims, {REPEATS} repeats): TOUR {timing['tour']['min']:.3f} "
+        f"rerank@40 {timing['rerank@40']['min']:.3f} ratio {timing['ratio_min']:.2f}",
+        flush=True,
+    )
     return timing
 
 
@@ -164,8 +192,9 @@ def timing_only(args) -> None:
     chosen = next(r for r in report["rows"] if r["selected"] and r["split"] == "test")
     bench = Bench(args.model, args.precision)
     ensemble = f"ensemble:{args.model}/ensemble.json"
-    report["timing"] = measure_timing(bench, ensemble, chosen["system"], chosen["k"], chosen["final"],
-                                      chosen["retriever_temperature"])  # fmt: skip
+    report["timing"] = measure_timing(
+        bench, ensemble, chosen["system"], chosen["k"], chosen["final"], chosen["retriever_temperature"]
+    )
     Path("runs/bench-teachers.json").write_text(json.dumps(report, indent=2) + "\n")
     write_report(report["rows"], report["timing"])
 
@@ -177,8 +206,12 @@ def main() -> None:
     ap.add_argument("--model", default="models/scifact-rce")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="the cross-encoder's arithmetic")
     ap.add_argument("--limit", type=int, help="only the first N test and dev claims (a smoke run, not the bench)")
-    ap.add_argument("--part", choices=("all", "timing"), default="all", help="timing: only the measured seconds "
-                    "per query, for the configuration runs/bench-teachers.json chose")  # fmt: skip
+    ap.add_argument(
+        "--part",
+        choices=("all", "timing"),
+        default="all",
+        help="timing: only the measured seconds per query, for the configuration runs/bench-teachers.json chose",
+    )
     args = ap.parse_args()
     ensure_indexes("collections/scifact", INDEX, BM25)
     if args.part == "timing":
@@ -193,17 +226,41 @@ def main() -> None:
     teachers = {name: bench.teacher(spec) for name, spec in specs.items()}
     rows = []
 
-    def add(row: dict, experiment: str, system: str, teacher: str | None, k=None, final=None, temperature=None,
-            selected=False):  # fmt: skip
+    def add(
+        row: dict,
+        experiment: str,
+        system: str,
+        teacher: str | None,
+        k=None,
+        final=None,
+        temperature=None,
+        selected=False,
+    ):
         rewriter = system if system.startswith(("tour", "rerank")) else "none"
         spec = specs.get(teacher) if teacher else None
         topics = TEST if row["split"] == "test" else TRAIN
-        row.update(experiment=experiment, system=system, teacher=teacher, k=k, final=final,
-                   retriever_temperature=temperature, selected=selected,
-                   command=command(spec, rewriter, row["run"], k=k, final=final, temperature=temperature,
-                                   precision=args.precision, topics=topics) if system != "bm25" else
-                   f"python -m tour_pyserini.search --index {BM25} --topics {topics} --hits {HITS} --remove-query "
-                   f"--output {row['run']}")  # fmt: skip
+        row.update(
+            experiment=experiment,
+            system=system,
+            teacher=teacher,
+            k=k,
+            final=final,
+            retriever_temperature=temperature,
+            selected=selected,
+            command=command(
+                spec,
+                rewriter,
+                row["run"],
+                k=k,
+                final=final,
+                temperature=temperature,
+                precision=args.precision,
+                topics=topics,
+            )
+            if system != "bm25"
+            else f"python -m tour_pyserini.search --index {BM25} --topics {topics} --hits {HITS} --remove-query "
+            f"--output {row['run']}",
+        )
         rows.append(row)
         return row
 
@@ -225,19 +282,29 @@ def main() -> None:
     rw, k, final, temp = best["system"], best["k"], best["final"], best["retriever_temperature"]
     chosen = tour_row("test", rw, k, final, temp, "tour", selected=True)
     matched_k = max(1, round(chosen["teacher_calls_per_query"]))
-    matched = add(bench.run(f"rerank-{matched_k}.ensemble", "test", rerank(teachers["ensemble"], matched_k)),
-                  "tour", "rerank", "ensemble", k=matched_k)  # fmt: skip
-    rerank40 = add(bench.run("rerank-40.ensemble", "test", rerank(teachers["ensemble"], 40)), "tour", "rerank",
-                   "ensemble", k=40)  # fmt: skip
+    matched = add(
+        bench.run(f"rerank-{matched_k}.ensemble", "test", rerank(teachers["ensemble"], matched_k)),
+        "tour",
+        "rerank",
+        "ensemble",
+        k=matched_k,
+    )
+    rerank40 = add(
+        bench.run("rerank-40.ensemble", "test", rerank(teachers["ensemble"], 40)), "tour", "rerank", "ensemble", k=40
+    )
 
     # significance: every comparison this bench reports is one family for Holm
     tests = [(r, base, "base") for r in rows if r["split"] == "test" and r is not base]
     tests += [(chosen, matched, f"rerank@{matched_k}"), (chosen, rerank40, "rerank@40")]
     pvalues = []
     for row, against, label in tests:
-        p = {m: paired_t_test([row["per_query"][m][q] for q in sorted(against["per_query"][m])],
-                              [against["per_query"][m][q] for q in sorted(against["per_query"][m])])
-             for m in METRICS}  # fmt: skip
+        p = {
+            m: paired_t_test(
+                [row["per_query"][m][q] for q in sorted(against["per_query"][m])],
+                [against["per_query"][m][q] for q in sorted(against["per_query"][m])],
+            )
+            for m in METRICS
+        }
         row.setdefault("p", {})[label] = p
         pvalues.append((row, label, p))
     flat = holm([p[m] for _, _, p in pvalues for m in METRICS])
@@ -252,22 +319,30 @@ def main() -> None:
 
 
 def write_report(rows: list[dict], timing: dict) -> None:
-    lines = ["# make bench-teachers (SciFact test, 300 claims)", "",
-             "| split | system | teacher | k | final | T_r | nDCG@10 | R@100 | calls/q | p (nDCG@10, Holm) "
-             "| selected |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# make bench-teachers (SciFact test, 300 claims)",
+        "",
+        "| split | system | teacher | k | final | T_r | nDCG@10 | R@100 | calls/q | p (nDCG@10, Holm) | selected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         p = r.get("p_holm", {})
         cells = "; ".join(f"{label} {v['nDCG@10']:.3g}" for label, v in p.items())
         temp = "" if r["retriever_temperature"] is None else f"{r['retriever_temperature']:g}"
-        lines.append(f"| {r['split']} | {r['system']} | {r['teacher'] or ''} | {r['k'] or ''} | {r['final'] or ''} | "
-                     f"{temp} | "
-                     f"{r['metrics']['nDCG@10']:.4f} | {r['metrics']['R@100']:.4f} | "
-                     f"{r['teacher_calls_per_query']:.1f} "
-                     f"| {cells} | {'yes' if r['selected'] else ''} |")  # fmt: skip
-    lines += ["", f"Measured seconds per query, cold, first {timing['queries']} test claims, min of 3 interleaved "
-              f"repeats: TOUR {timing['tour']['min']:.3f}, rerank@40 {timing['rerank@40']['min']:.3f} "
-              f"(ratio {timing['ratio_min']:.2f}); load average {timing['load_average'][0]:.1f}.", ""]  # fmt: skip
+        lines.append(
+            f"| {r['split']} | {r['system']} | {r['teacher'] or ''} | {r['k'] or ''} | {r['final'] or ''} | "
+            f"{temp} | "
+            f"{r['metrics']['nDCG@10']:.4f} | {r['metrics']['R@100']:.4f} | "
+            f"{r['teacher_calls_per_query']:.1f} "
+            f"| {cells} | {'yes' if r['selected'] else ''} |"
+        )
+    lines += [
+        "",
+        f"Measured seconds per query, cold, first {timing['queries']} test claims, min of 3 interleaved "
+        f"repeats: TOUR {timing['tour']['min']:.3f}, rerank@40 {timing['rerank@40']['min']:.3f} "
+        f"(ratio {timing['ratio_min']:.2f}); load average {timing['load_average'][0]:.1f}.",
+        "",
+    ]
     Path("runs/bench-teachers.md").write_text("\n".join(lines))
 
 

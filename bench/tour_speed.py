@@ -93,8 +93,9 @@ class TourRun:
             if end_to_end:
                 results += self.searcher.retrieve(self.texts[batch], self.qids[batch], 1000, rewriter=self.rewriter)
             else:
-                results += self.searcher.retrieve_vectors(self.texts[batch], self.qids[batch], self.vectors[batch],
-                                                          1000, rewriter=self.rewriter)  # fmt: skip
+                results += self.searcher.retrieve_vectors(
+                    self.texts[batch], self.qids[batch], self.vectors[batch], 1000, rewriter=self.rewriter
+                )
         return results
 
 
@@ -186,8 +187,9 @@ def bm25_teacher_per_pair(bm25_index: str, topics: str, n_queries: int, depth: i
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str = "bm25", repeats: int = 3, *,
-                     end_to_end: bool = False) -> dict:  # fmt: skip
+def tour_batch_sizes(
+    index: str, topics: str, n_queries: int, teacher_spec: str = "bm25", repeats: int = 3, *, end_to_end: bool = False
+) -> dict:
     """Seconds per query of TOUR (tour-hard, passage preset) at each batch size, and whether each batch size
     gives the run of one query at a time: the same iterations, teacher calls, cache hits and stop reasons,
     and the run bit for bit (``identical``) or by the sameness rule (``same``: scores within 1e-5, swaps only
@@ -228,8 +230,9 @@ def tour_batch_sizes(index: str, topics: str, n_queries: int, teacher_spec: str 
 PHASES = ("encode", "search", "teacher", "update")
 
 
-def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, batch: int = 32,
-                     runtime: str = "torch") -> dict:  # fmt: skip
+def tour_as_searched(
+    index: str, topics: str, precision: str, repeats: int = 3, batch: int = 32, runtime: str = "torch"
+) -> dict:
     """tour-soft, bm25 teacher, k 20, 100 hits, every topic, texts encoded per batch (by ``runtime`` at
     ``precision``): batch 1 against ``batch``."""
     from tour_pyserini.encoders.query import QueryEncoder
@@ -260,9 +263,18 @@ def tour_as_searched(index: str, topics: str, precision: str, repeats: int = 3, 
         spent = {phase: sum(r.trace.seconds[phase] for r in out) for phase in PHASES}
         phases[size] = {phase: t / sum(spent.values()) for phase, t in spent.items()}
     diff = diff_runs(*({r.qid: {h.docid: h.score for h in r.hits} for r in results[size]} for size in (1, batch)))
-    return {"runtime": runtime, "precision": precision, "queries": len(qids), "batch_size": batch, "ms_per_query": ms,
-            "speedup": ms[1] / ms[batch], "share_of_time_by_phase": phases, "same_run": diff.same,
-            "identical_queries": diff.identical, "max_score_difference": diff.max_score_diff}  # fmt: skip
+    return {
+        "runtime": runtime,
+        "precision": precision,
+        "queries": len(qids),
+        "batch_size": batch,
+        "ms_per_query": ms,
+        "speedup": ms[1] / ms[batch],
+        "share_of_time_by_phase": phases,
+        "same_run": diff.same,
+        "identical_queries": diff.identical,
+        "max_score_difference": diff.max_score_diff,
+    }
 
 
 def plot_batch_sizes(curves: list[dict], path: Path) -> None:
@@ -277,9 +289,15 @@ def plot_batch_sizes(curves: list[dict], path: Path) -> None:
     for curve, color in zip(curves, ("C0", "C1", "C2", "C3")):
         for key, style, kind in (("seconds_per_query", "-", "wall clock"), ("cpu_seconds_per_query", "--", "CPU")):
             sizes, seconds = zip(*((int(size), s) for size, s in curve[key].items()))  # JSON keys are strings
-            ax.plot(sizes, [s * 1000 for s in seconds], style, color=color, marker="o",
-                    label=f"{curve['teacher']} teacher{', encoding included' if curve.get('end_to_end') else ''}, "
-                    f"{kind} ({curve['queries']} queries)")  # fmt: skip
+            ax.plot(
+                sizes,
+                [s * 1000 for s in seconds],
+                style,
+                color=color,
+                marker="o",
+                label=f"{curve['teacher']} teacher{', encoding included' if curve.get('end_to_end') else ''}, "
+                f"{kind} ({curve['queries']} queries)",
+            )
     ax.set_xscale("log", base=2)
     ax.set_xticks(BATCH_SIZES, [str(s) for s in BATCH_SIZES])
     ax.set_yscale("log")
@@ -300,11 +318,36 @@ def rocchio_vs_pyserini(index: str, topics: str, repeats: int) -> dict:
     common = ["--index", index, "--topics", topics, "--hits", "1000", "--batch-size", "64", "--prf-depth", "3"]
     with tempfile.TemporaryDirectory() as tmp:
         ours_out, theirs_out = Path(tmp) / "ours.trec", Path(tmp) / "pyserini.trec"
-        ours_cmd = [py, "-m", "tour_pyserini.search", *common, "--rewriter", "rocchio", "--output", str(ours_out),
-                    "--no-resume"]  # fmt: skip
-        theirs_cmd = [py, "-m", "tour_pyserini", "run-pyserini", "pyserini.search.faiss", *common, "--prf-method",
-                      "rocchio", "--encoder", str(bundled_model_dir()), "--encoder-class", "auto", "--pooling",
-                      "mean", "--l2-norm", "--output", str(theirs_out)]  # fmt: skip
+        ours_cmd = [
+            py,
+            "-m",
+            "tour_pyserini.search",
+            *common,
+            "--rewriter",
+            "rocchio",
+            "--output",
+            str(ours_out),
+            "--no-resume",
+        ]
+        theirs_cmd = [
+            py,
+            "-m",
+            "tour_pyserini",
+            "run-pyserini",
+            "pyserini.search.faiss",
+            *common,
+            "--prf-method",
+            "rocchio",
+            "--encoder",
+            str(bundled_model_dir()),
+            "--encoder-class",
+            "auto",
+            "--pooling",
+            "mean",
+            "--l2-norm",
+            "--output",
+            str(theirs_out),
+        ]
         ours_t, theirs_t = [], []
         for i in range(repeats):
             pair = [(ours_t, ours_cmd), (theirs_t, theirs_cmd)]
@@ -349,34 +392,48 @@ def main() -> None:
     plot = Path(args.output).with_suffix(".png")
     plot_batch_sizes(report["tour_batch_sizes"], plot)
     upd, bat, roc, pair, (curve, e2e, _), searched, _ = report.values()
-    print(f"TOUR update, k=100 d=768, 1 core: hard {upd['tour-hard']:.3f} ms, soft {upd['tour-soft']:.3f} ms "
-          "per query-iteration (target < 2 ms)")  # fmt: skip
-    print(f"batched (32) vs one at a time, tour-hard + bm25: {bat['batched_qps']:.1f} vs "
-          f"{bat['one_at_a_time_qps']:.1f} queries/s = {bat['speedup']:.2f}x (target >= 3x); the teacher takes "
-          f"{bat['teacher_share_of_time']:.0%} of the time")  # fmt: skip
-    print(f"rocchio CLI: ours {roc['ours_s']:.2f} s, Pyserini {roc['pyserini_s']:.2f} s, ratio {roc['ratio']:.3f} "
-          f"(target <= 1.1); rankings {roc['rankings']}")  # fmt: skip
-    print(f"bm25 teacher per pair: Anserini {pair['us_per_pair']['anserini']:.1f} us, vectorised "
-          f"{pair['us_per_pair']['vectorised_one_call']:.2f} us in one call for {pair['queries']} queries "
-          f"({pair['speedup_one_call']:.0f}x; CPU time {pair['cpu_speedup_one_call']:.0f}x), "
-          f"{pair['us_per_pair']['vectorised_call_per_query']:.2f} us in one call per query "
-          f"({pair['speedup_call_per_query']:.0f}x) (target >= 10x); largest |difference| "
-          f"{pair['max_abs_difference']:.1e} over {pair['pairs']} pairs (target <= 1e-5)")  # fmt: skip
-    print(f"tour-hard + bm25, batch 32 vs 1: {curve['speedup_vs_one_at_a_time'][32]:.2f}x wall clock, "
-          f"{curve['cpu_speedup_vs_one_at_a_time'][32]:.2f}x CPU time (target >= 3x); every batch size gives the run "
-          f"of one query at a time bit for bit: {all(curve['identical_to_one_at_a_time'].values())}")  # fmt: skip
-    print(f"end to end (texts encoded per batch), batch 32 vs 1: {e2e['speedup_vs_one_at_a_time'][32]:.2f}x wall "
-          f"clock, {e2e['cpu_speedup_vs_one_at_a_time'][32]:.2f}x CPU time (target >= 3x); the same run (up to ties "
-          f"within 1e-5) and steps at every batch size: {all(e2e['same_as_one_at_a_time'].values())}, bit for bit: "
-          f"{all(e2e['identical_to_one_at_a_time'].values())}, scores within "
-          f"{max(e2e['max_score_difference_vs_one_at_a_time'].values()):.1e}")  # fmt: skip
+    print(
+        f"TOUR update, k=100 d=768, 1 core: hard {upd['tour-hard']:.3f} ms, soft {upd['tour-soft']:.3f} ms "
+        "per query-iteration (target < 2 ms)"
+    )
+    print(
+        f"batched (32) vs one at a time, tour-hard + bm25: {bat['batched_qps']:.1f} vs "
+        f"{bat['one_at_a_time_qps']:.1f} queries/s = {bat['speedup']:.2f}x (target >= 3x); the teacher takes "
+        f"{bat['teacher_share_of_time']:.0%} of the time"
+    )
+    print(
+        f"rocchio CLI: ours {roc['ours_s']:.2f} s, Pyserini {roc['pyserini_s']:.2f} s, ratio {roc['ratio']:.3f} "
+        f"(target <= 1.1); rankings {roc['rankings']}"
+    )
+    print(
+        f"bm25 teacher per pair: Anserini {pair['us_per_pair']['anserini']:.1f} us, vectorised "
+        f"{pair['us_per_pair']['vectorised_one_call']:.2f} us in one call for {pair['queries']} queries "
+        f"({pair['speedup_one_call']:.0f}x; CPU time {pair['cpu_speedup_one_call']:.0f}x), "
+        f"{pair['us_per_pair']['vectorised_call_per_query']:.2f} us in one call per query "
+        f"({pair['speedup_call_per_query']:.0f}x) (target >= 10x); largest |difference| "
+        f"{pair['max_abs_difference']:.1e} over {pair['pairs']} pairs (target <= 1e-5)"
+    )
+    print(
+        f"tour-hard + bm25, batch 32 vs 1: {curve['speedup_vs_one_at_a_time'][32]:.2f}x wall clock, "
+        f"{curve['cpu_speedup_vs_one_at_a_time'][32]:.2f}x CPU time (target >= 3x); every batch size gives the run "
+        f"of one query at a time bit for bit: {all(curve['identical_to_one_at_a_time'].values())}"
+    )
+    print(
+        f"end to end (texts encoded per batch), batch 32 vs 1: {e2e['speedup_vs_one_at_a_time'][32]:.2f}x wall "
+        f"clock, {e2e['cpu_speedup_vs_one_at_a_time'][32]:.2f}x CPU time (target >= 3x); the same run (up to ties "
+        f"within 1e-5) and steps at every batch size: {all(e2e['same_as_one_at_a_time'].values())}, bit for bit: "
+        f"{all(e2e['identical_to_one_at_a_time'].values())}, scores within "
+        f"{max(e2e['max_score_difference_vs_one_at_a_time'].values()):.1e}"
+    )
     for row in searched:
         phases = ", ".join(f"{k} {v:.0%}" for k, v in row["share_of_time_by_phase"][32].items())
-        print(f"tour-soft --teacher bm25 --depth 20 --hits 100, encoder {row['precision']}: batch 1 "
-              f"{row['ms_per_query'][1]:.2f} ms/query, batch 32 {row['ms_per_query'][32]:.2f} ms/query = "
-              f"{row['speedup']:.2f}x (targets >= 3x, <= 3 ms); batch 32's time by phase: {phases}; the same "
-              f"run: {row['same_run']} ({row['identical_queries']}/{row['queries']} queries identical, scores "
-              f"within {row['max_score_difference']:.1e})")  # fmt: skip
+        print(
+            f"tour-soft --teacher bm25 --depth 20 --hits 100, encoder {row['precision']}: batch 1 "
+            f"{row['ms_per_query'][1]:.2f} ms/query, batch 32 {row['ms_per_query'][32]:.2f} ms/query = "
+            f"{row['speedup']:.2f}x (targets >= 3x, <= 3 ms); batch 32's time by phase: {phases}; the same "
+            f"run: {row['same_run']} ({row['identical_queries']}/{row['queries']} queries identical, scores "
+            f"within {row['max_score_difference']:.1e})"
+        )
     print_encoding(report["query_encoding"])
     print(f"written to {args.output} and {plot}")
 

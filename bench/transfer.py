@@ -75,8 +75,11 @@ def teacher_scores(task: Task, teacher: str) -> np.ndarray:
         from tour_pyserini.teachers import ScoreCache, TeacherContext, get_teacher
 
         judge = ScoreCache(get_teacher(spec, TeacherContext(index_dir=task.spec.index)), task.searcher.docstore)
-        return np.array(judge.score(task.qids, [t.text for t in task.topics], [b[:DEPTH] for b in task.base],
-                                    [Trace() for _ in task.qids]))  # fmt: skip
+        return np.array(
+            judge.score(
+                task.qids, [t.text for t in task.topics], [b[:DEPTH] for b in task.base], [Trace() for _ in task.qids]
+            )
+        )
 
     return cached(f"{task.name}.{task.split}.{spec.split('/')[-1]}.d{DEPTH}", score)
 
@@ -203,10 +206,16 @@ def run_variant(tasks: list[Task], scores: list[np.ndarray], variant: Variant, s
                 state, choice = model
                 for key, v, a in zip(state.keys, state.vectors, state.alphas):
                     task = next(t for t in tasks if key[0] in (None, t.name))
-                    diagnostics.append({"fold": f, "task": key[0], "norm": float(np.linalg.norm(v)),
-                                        "alpha": choice.alpha if choice else a,
-                                        "cos_mean_document": float(v @ mean_document(task) / np.linalg.norm(v)),
-                                        "cv": choice.to_json() if choice else None})  # fmt: skip
+                    diagnostics.append(
+                        {
+                            "fold": f,
+                            "task": key[0],
+                            "norm": float(np.linalg.norm(v)),
+                            "alpha": choice.alpha if choice else a,
+                            "cos_mean_document": float(v @ mean_document(task) / np.linalg.norm(v)),
+                            "cv": choice.to_json() if choice else None,
+                        }
+                    )
             for task, fold, out in zip(tasks, folds, moved):
                 if variant.scope == "task" and group[0].task != task.name:
                     continue
@@ -227,20 +236,40 @@ def summarise(experiment: str, teacher: str, variant: Variant, share: float, out
     rows = []
     for task, r in outcome["tasks"].items():
         delta, fold = r["delta"], r["fold"]
-        per_fold = [{"fold": f, "delta": float(delta[fold == f].mean()),
-                     "p": paired_t_test(delta[fold == f], np.zeros(int((fold == f).sum())))}
-                    for f in range(FOLDS)]  # fmt: skip
+        per_fold = [
+            {
+                "fold": f,
+                "delta": float(delta[fold == f].mean()),
+                "p": paired_t_test(delta[fold == f], np.zeros(int((fold == f).sum()))),
+            }
+            for f in range(FOLDS)
+        ]
         diagnostics = [d for d in outcome["diagnostics"] if d["task"] in (None, task)]
-        rows.append({"experiment": experiment, "task": task, "teacher": teacher, "variant": variant.name,
-                     "scope": variant.scope, "rule": variant.rule, "share": share, "queries": len(delta),
-                     "dense": float(r["base"].mean()), "delta": float(delta.mean()),
-                     "p": paired_t_test(delta, np.zeros(len(delta))),
-                     "wins": int((delta > 0).sum()), "ties": int((delta == 0).sum()), "losses": int((delta < 0).sum()),
-                     "folds": per_fold,
-                     "norm": float(np.mean([d["norm"] for d in diagnostics])) if diagnostics else None,
-                     "alpha": float(np.mean([d["alpha"] for d in diagnostics])) if diagnostics else None,
-                     "cos_mean_document": float(np.mean([d["cos_mean_document"] for d in diagnostics]))
-                     if diagnostics else None, "command": COMMAND})  # fmt: skip
+        rows.append(
+            {
+                "experiment": experiment,
+                "task": task,
+                "teacher": teacher,
+                "variant": variant.name,
+                "scope": variant.scope,
+                "rule": variant.rule,
+                "share": share,
+                "queries": len(delta),
+                "dense": float(r["base"].mean()),
+                "delta": float(delta.mean()),
+                "p": paired_t_test(delta, np.zeros(len(delta))),
+                "wins": int((delta > 0).sum()),
+                "ties": int((delta == 0).sum()),
+                "losses": int((delta < 0).sum()),
+                "folds": per_fold,
+                "norm": float(np.mean([d["norm"] for d in diagnostics])) if diagnostics else None,
+                "alpha": float(np.mean([d["alpha"] for d in diagnostics])) if diagnostics else None,
+                "cos_mean_document": float(np.mean([d["cos_mean_document"] for d in diagnostics]))
+                if diagnostics
+                else None,
+                "command": COMMAND,
+            }
+        )
     return rows
 
 
@@ -248,13 +277,21 @@ def variants(experiment: str) -> list[tuple[Variant, float]]:
     if experiment == "main":
         return [(Variant(f"{scope} {rule}", scope, rule), 0.8) for scope in SCOPES for rule in ("count", "cv")]
     if experiment == "curve":
-        return [(Variant(f"{scope} {rule}", scope, rule), s) for s in SHARES for scope in ("task", "neighbours")
-                for rule in ("count", "cv")]  # fmt: skip
+        return [
+            (Variant(f"{scope} {rule}", scope, rule), s)
+            for s in SHARES
+            for scope in ("task", "neighbours")
+            for rule in ("count", "cv")
+        ]
     if experiment == "factors":
-        return [(Variant("kd (default)"), 0.8), (Variant("rkl", fit={"objective": "rkl"}), 0.8),
-                (Variant("grpo", fit={"objective": "grpo"}), 0.8),
-                (Variant("tau_T 0.2", fit={"tau_teacher": 0.2}), 0.8), (Variant("rank rewards", rewards="rank"), 0.8),
-                (Variant("mean-document direction removed", kind="centred"), 0.8)]  # fmt: skip
+        return [
+            (Variant("kd (default)"), 0.8),
+            (Variant("rkl", fit={"objective": "rkl"}), 0.8),
+            (Variant("grpo", fit={"objective": "grpo"}), 0.8),
+            (Variant("tau_T 0.2", fit={"tau_teacher": 0.2}), 0.8),
+            (Variant("rank rewards", rewards="rank"), 0.8),
+            (Variant("mean-document direction removed", kind="centred"), 0.8),
+        ]
     return [
         (Variant("lowrank", kind="lowrank"), 0.8),
         (Variant("bilinear", kind="bilinear"), 0.8),
@@ -278,8 +315,11 @@ def table(rows: list[dict]) -> str:
             for task in tasks:
                 match = [r for r in mine if (r["teacher"], r["variant"], r["share"], r["task"]) == (*key, task)]
                 r = match[0] if match else None
-                cells.append(f"{r['delta']:+.4f} ({r['p']:.2g}, {adjusted[id(r)]:.2g}, {r['wins']}/{r['ties']}/"
-                             f"{r['losses']})" if r else "")  # fmt: skip
+                cells.append(
+                    f"{r['delta']:+.4f} ({r['p']:.2g}, {adjusted[id(r)]:.2g}, {r['wins']}/{r['ties']}/{r['losses']})"
+                    if r
+                    else ""
+                )
             lines.append(f"| {key[0]} | {key[1]} | {key[2]:g} | " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
     return "\n\n".join(out)
@@ -301,8 +341,11 @@ def plot_curve(rows: list[dict], path: Path) -> None:
         for ax, task in zip(row, tasks):
             for teacher, colour in zip(dict.fromkeys(r["teacher"] for r in curve), ("C0", "C2", "C1")):
                 for rule, style in (("count", "-o"), ("cv", "--s")):
-                    points = sorted((r["share"], r["delta"]) for r in curve if r["task"] == task and r["scope"] == scope
-                                    and r["teacher"] == teacher and r["rule"] == rule)  # fmt: skip
+                    points = sorted(
+                        (r["share"], r["delta"])
+                        for r in curve
+                        if r["task"] == task and r["scope"] == scope and r["teacher"] == teacher and r["rule"] == rule
+                    )
                     if points:
                         ax.plot(*zip(*points), style, color=colour, label=f"{teacher}, α {rule}")
             ax.axhline(0, color="grey", lw=0.8)
@@ -345,9 +388,12 @@ def main(argv: list[str] | None = None) -> None:
                 ]
                 rows += new
                 output.write_text(json.dumps(rows, indent=1) + "\n")
-                print(f"{experiment} {teacher} {variant.name} s={share:g}: " + ", ".join(
-                    f"{r['task']} {r['delta']:+.4f} (p {r['p']:.2g})" for r in new) +
-                    f" ({time.perf_counter() - begin:.0f} s)", flush=True)  # fmt: skip
+                print(
+                    f"{experiment} {teacher} {variant.name} s={share:g}: "
+                    + ", ".join(f"{r['task']} {r['delta']:+.4f} (p {r['p']:.2g})" for r in new)
+                    + f" ({time.perf_counter() - begin:.0f} s)",
+                    flush=True,
+                )
     output.with_suffix(".md").write_text(table(rows) + "\n")
     plot_curve(rows, output.with_name("bench-transfer-curve.png"))
     print(f"wrote {output} ({len(rows)} rows) in {time.perf_counter() - start:.0f} s")

@@ -44,8 +44,19 @@ MAX_DEPTH = 100
 DEPTH = 10  # judgments per rewarded query in the first water-filling pass
 HEADLINE = "nDCG@10"
 SCOPES = ("global", "task", "query")
-EXPERIMENTS = ("budget", "cost", "unseen", "alpha", "objective", "loto", "train-to-test", "breadth-depth",
-               "deployment", "tour-start", "recycle")  # fmt: skip
+EXPERIMENTS = (
+    "budget",
+    "cost",
+    "unseen",
+    "alpha",
+    "objective",
+    "loto",
+    "train-to-test",
+    "breadth-depth",
+    "deployment",
+    "tour-start",
+    "recycle",
+)
 DEPLOYMENT_ROUNDS, WARM_STEPS = (1, 3, 10), 100
 COMMAND = "make bench-ttt"
 
@@ -113,8 +124,10 @@ class Task:
     def teacher_scores(self, teacher: str) -> np.ndarray:
         """Scores (n, MAX_DEPTH) of each query's base candidates: BM25, or the labels (oracle)."""
         if teacher == "oracle":
-            return np.array([[max(self.qrels[q].get(d, 0), 0) for d in b[:MAX_DEPTH]] for q, b in
-                             zip(self.qids, self.base)], dtype=float)  # fmt: skip
+            return np.array(
+                [[max(self.qrels[q].get(d, 0), 0) for d in b[:MAX_DEPTH]] for q, b in zip(self.qids, self.base)],
+                dtype=float,
+            )
         return cached(f"{self.name}.{self.split}.{teacher}", lambda: self._teacher(teacher))
 
     def _teacher(self, spec: str) -> np.ndarray:
@@ -221,16 +234,31 @@ class Recorder:
         metrics = {m: float(np.mean([v[q] for q in qids])) for m, v in values.items()}
         raw = {m: float(np.mean([v[q] for q in qids])) for m, v in self.raw[task.name].items()}
         base = self.raw[task.name][HEADLINE]
-        row = {"experiment": experiment, "task": task.name, "method": method, "budget": budget, "teacher": teacher,
-               "metrics": metrics, "delta": {m: metrics[m] - raw[m] for m in metrics}, "command": COMMAND,
-               "per_query_delta": {q: values[HEADLINE][q] - base[q] for q in qids}}  # fmt: skip
+        row = {
+            "experiment": experiment,
+            "task": task.name,
+            "method": method,
+            "budget": budget,
+            "teacher": teacher,
+            "metrics": metrics,
+            "delta": {m: metrics[m] - raw[m] for m in metrics},
+            "command": COMMAND,
+            "per_query_delta": {q: values[HEADLINE][q] - base[q] for q in qids},
+        }
         self.rows.append(row)
         return row
 
     def add_mean(self, experiment: str, method: str, budget, teacher: str, rows: list[dict]) -> dict:
         mean = {key: {HEADLINE: float(np.mean([r[key][HEADLINE] for r in rows]))} for key in ("metrics", "delta")}
-        row = {"experiment": experiment, "task": "mean", "method": method, "budget": budget, "teacher": teacher,
-               **mean, "command": COMMAND}  # fmt: skip
+        row = {
+            "experiment": experiment,
+            "task": "mean",
+            "method": method,
+            "budget": budget,
+            "teacher": teacher,
+            **mean,
+            "command": COMMAND,
+        }
         self.rows.append(row)
         return row
 
@@ -275,12 +303,27 @@ def budget_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
         print(f"  {teacher} b={budget}: {means} ({time.perf_counter() - start:.0f} s)", flush=True)
     for task in [*(t.name for t in tasks), "mean"]:
         for method in ("rerank", *SCOPES):
-            curve = [r["delta"][HEADLINE] for r in rec.rows if r["experiment"] == "budget" and r["task"] == task
-                     and r["method"] == method and r["teacher"] == teacher]  # fmt: skip
+            curve = [
+                r["delta"][HEADLINE]
+                for r in rec.rows
+                if r["experiment"] == "budget"
+                and r["task"] == task
+                and r["method"] == method
+                and r["teacher"] == teacher
+            ]
             aubc = float(np.trapezoid(curve, np.log10(BUDGETS)) / np.log10(BUDGETS[-1] / BUDGETS[0]))
-            rec.rows.append({"experiment": "budget", "task": task, "method": method, "budget": "AUBC",
-                             "teacher": teacher, "metrics": {}, "delta": {f"AUBC {HEADLINE}": aubc},
-                             "command": COMMAND})  # fmt: skip
+            rec.rows.append(
+                {
+                    "experiment": "budget",
+                    "task": task,
+                    "method": method,
+                    "budget": "AUBC",
+                    "teacher": teacher,
+                    "metrics": {},
+                    "delta": {f"AUBC {HEADLINE}": aubc},
+                    "command": COMMAND,
+                }
+            )
 
 
 def split(task: Task, index: int) -> tuple[list[str], list[str]]:
@@ -297,22 +340,30 @@ def unseen_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     queries = [q for t, s, (seen, _) in zip(tasks, scores, splits) for q in rewarded(t, s, dict.fromkeys(seen, DEPTH))]
     for scope in ("global", "task"):
         state = fit(queries, scope)
-        rows = [rec.add("unseen", t, scope, DEPTH, teacher, search_with(t, state), qids=unseen)
-                for t, (_, unseen) in zip(tasks, splits)]  # fmt: skip
+        rows = [
+            rec.add("unseen", t, scope, DEPTH, teacher, search_with(t, state), qids=unseen)
+            for t, (_, unseen) in zip(tasks, splits)
+        ]
         mean = rec.add_mean("unseen", scope, DEPTH, teacher, rows)
         deltas = [d for r in rows for d in r["per_query_delta"].values()]
         mean["p"] = float(ttest_rel(np.array(deltas), np.zeros(len(deltas))).pvalue) if any(deltas) else 1.0
         mean["queries"] = len(deltas)
-        print(f"  unseen {teacher} {scope}: {mean['delta'][HEADLINE]:+.4f} (p {mean['p']:.3g}, "
-              f"{len(deltas)} queries)", flush=True)  # fmt: skip
+        print(
+            f"  unseen {teacher} {scope}: {mean['delta'][HEADLINE]:+.4f} (p {mean['p']:.3g}, {len(deltas)} queries)",
+            flush=True,
+        )
 
 
 def loto_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     scores = [t.teacher_scores(teacher) for t in tasks]
     rows = []
     for held in range(len(tasks)):
-        queries = [q for i, (t, s) in enumerate(zip(tasks, scores)) if i != held
-                   for q in rewarded(t, s, dict.fromkeys(t.qids, DEPTH))]  # fmt: skip
+        queries = [
+            q
+            for i, (t, s) in enumerate(zip(tasks, scores))
+            if i != held
+            for q in rewarded(t, s, dict.fromkeys(t.qids, DEPTH))
+        ]
         rankings = search_with(tasks[held], fit(queries, "global"))
         rows.append(rec.add("loto", tasks[held], "global", DEPTH, teacher, rankings))
     mean = rec.add_mean("loto", "global", DEPTH, teacher, rows)
@@ -347,11 +398,21 @@ def alpha_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
             results[alpha] = rec.add_mean("alpha", label, 10, teacher, rows)["delta"][HEADLINE]
         best = max(ALPHAS, key=lambda a: results[a])
         regret = {f"regret {HEADLINE}": results[best] - results[None]}
-        rec.rows.append({"experiment": "alpha", "task": "mean", "method": f"{scope}[regret]", "budget": 10,
-                         "teacher": teacher, "metrics": {"best fixed alpha": best}, "delta": regret,
-                         "command": COMMAND})  # fmt: skip
-        print(f"  alpha {teacher} {scope}: rule {results[None]:+.4f}, best fixed {best} {results[best]:+.4f}",
-              flush=True)  # fmt: skip
+        rec.rows.append(
+            {
+                "experiment": "alpha",
+                "task": "mean",
+                "method": f"{scope}[regret]",
+                "budget": 10,
+                "teacher": teacher,
+                "metrics": {"best fixed alpha": best},
+                "delta": regret,
+                "command": COMMAND,
+            }
+        )
+        print(
+            f"  alpha {teacher} {scope}: rule {results[None]:+.4f}, best fixed {best} {results[best]:+.4f}", flush=True
+        )
 
 
 def objective_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
@@ -458,16 +519,26 @@ def recycle_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     judge = tour_judge(scifact, teacher)
     position = {q: i for i, q in enumerate(scifact.qids)}
     first = run_tour(scifact, TourSoft(judge, preset="passage", depth=20), seen)
-    queries = [RewardedQuery(scifact.name, q, scifact.X[position[q]], scifact.docs.get(list(r.trace.judgments)),
-                             np.array(list(r.trace.judgments.values()))) for q, r in first.items()]  # fmt: skip
+    queries = [
+        RewardedQuery(
+            scifact.name,
+            q,
+            scifact.X[position[q]],
+            scifact.docs.get(list(r.trace.judgments)),
+            np.array(list(r.trace.judgments.values())),
+        )
+        for q, r in first.items()
+    ]
     state = fit(queries, "task")
     rankings = {"ttt-embed[recycled task state]": search_with(scifact, state)}  # aligned with scifact.qids
     with tempfile.TemporaryDirectory() as tmp:
         path = save_state(state, scifact, tmp)
         for label, start in (("tour-soft", None), ("tour-soft[from recycled state]", path)):
             results = run_tour(scifact, TourSoft(judge, preset="passage", depth=20, state=start), unseen)
-            rankings[label] = [[h.docid for h in results[q].hits] if q in results else base
-                               for q, base in zip(scifact.qids, scifact.base)]  # fmt: skip
+            rankings[label] = [
+                [h.docid for h in results[q].hits] if q in results else base
+                for q, base in zip(scifact.qids, scifact.base)
+            ]
     line = []
     for method, ranking in rankings.items():
         row = rec.add("recycle", scifact, method, 20, teacher, ranking, qids=unseen)
@@ -475,8 +546,10 @@ def recycle_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
         deltas = np.array(list(row["per_query_delta"].values()))
         row["p"] = float(ttest_rel(deltas, np.zeros(len(deltas))).pvalue) if deltas.any() else 1.0
         line.append(f"{method} {row['delta'][HEADLINE]:+.4f} (p {row['p']:.2g})")
-    print(f"  recycle {teacher} ({len(seen)} claims' TOUR judgments, {len(unseen)} unseen): " + ", ".join(line),
-          flush=True)  # fmt: skip
+    print(
+        f"  recycle {teacher} ({len(seen)} claims' TOUR judgments, {len(unseen)} unseen): " + ", ".join(line),
+        flush=True,
+    )
 
 
 def deployment_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
@@ -534,11 +607,19 @@ def cost_experiment(tasks: list[Task], path: Path, repeats: int = 20) -> None:
     for scope in ("global", "task", "query"):
         start, cpu = time.perf_counter(), time.process_time()
         fitted[scope] = fit_scope(queries, scope)[1]
-        fits.append({"scope": scope, "queries": len(queries), "candidates": DEPTH,
-                     "dimension": fitted[scope].shape[1], "seconds": time.perf_counter() - start,
-                     "cpu_seconds": time.process_time() - cpu})  # fmt: skip
-    state = State("task", [(nq.name, None)], fitted["task"], [len(queries)], [nq.name], {},
-                  encoder_identity(nq.searcher.encoder))  # fmt: skip
+        fits.append(
+            {
+                "scope": scope,
+                "queries": len(queries),
+                "candidates": DEPTH,
+                "dimension": fitted[scope].shape[1],
+                "seconds": time.perf_counter() - start,
+                "cpu_seconds": time.process_time() - cpu,
+            }
+        )
+    state = State(
+        "task", [(nq.name, None)], fitted["task"], [len(queries)], [nq.name], {}, encoder_identity(nq.searcher.encoder)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         state.save(Path(tmp) / "state.safetensors")
         rewriter = TttEmbed(Path(tmp) / "state.safetensors")
@@ -556,10 +637,15 @@ def cost_experiment(tasks: list[Task], path: Path, repeats: int = 20) -> None:
             for name, seconds in elapsed.items():
                 times[name].append(seconds)
     plain, ttt = float(np.median(times["plain"])), float(np.median(times["ttt-embed"]))
-    result = {"fit": fits, "search_seconds_per_1000_queries": {"plain": plain, "ttt-embed": ttt},
-              "search_ratio": ttt / plain, "repeats": repeats, "torch_threads_default": torch.get_num_threads(),
-              "note": "2 shared CPU cores; load average at the start: " + open("/proc/loadavg").read().split()[0],
-              "command": COMMAND}  # fmt: skip
+    result = {
+        "fit": fits,
+        "search_seconds_per_1000_queries": {"plain": plain, "ttt-embed": ttt},
+        "search_ratio": ttt / plain,
+        "repeats": repeats,
+        "torch_threads_default": torch.get_num_threads(),
+        "note": "2 shared CPU cores; load average at the start: " + open("/proc/loadavg").read().split()[0],
+        "command": COMMAND,
+    }
     path.write_text(json.dumps(result, indent=1) + "\n")
     fitted = ", ".join(f"{f['scope']} {f['seconds']:.2f} s ({f['cpu_seconds']:.2f} s CPU)" for f in fits)
     print(
@@ -575,15 +661,22 @@ def plot(rows: list[dict], tasks: list[str], teachers: list[str], path: Path) ->
     import matplotlib.pyplot as plt
 
     panels = ["mean", *tasks]
-    fig, axes = plt.subplots(len(teachers), len(panels), figsize=(4 * len(panels), 3.2 * len(teachers)),
-                             squeeze=False, sharex=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(teachers), len(panels), figsize=(4 * len(panels), 3.2 * len(teachers)), squeeze=False, sharex=True
+    )
     for r, teacher in enumerate(teachers):
         for c, task in enumerate(panels):
             ax = axes[r][c]
             for method in ("rerank", *SCOPES):
-                points = [(x["budget"], x["delta"][HEADLINE]) for x in rows if x["experiment"] == "budget"
-                          and x["task"] == task and x["method"] == method and x["teacher"] == teacher
-                          and x["budget"] != "AUBC"]  # fmt: skip
+                points = [
+                    (x["budget"], x["delta"][HEADLINE])
+                    for x in rows
+                    if x["experiment"] == "budget"
+                    and x["task"] == task
+                    and x["method"] == method
+                    and x["teacher"] == teacher
+                    and x["budget"] != "AUBC"
+                ]
                 if points:
                     ax.plot(*zip(*points), marker="o", ms=3, label=method, ls="--" if method == "rerank" else "-")
             ax.axhline(0, color="grey", lw=0.6)
@@ -607,15 +700,25 @@ def main(argv: list[str] | None = None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     tasks = [Task(spec) for spec in SPECS if spec.name in args.tasks]
-    print(f"tasks ready in {time.perf_counter() - start:.0f} s: "
-          + ", ".join(f"{t.name} {len(t.qids)} queries" for t in tasks), flush=True)  # fmt: skip
+    print(
+        f"tasks ready in {time.perf_counter() - start:.0f} s: "
+        + ", ".join(f"{t.name} {len(t.qids)} queries" for t in tasks),
+        flush=True,
+    )
     rec = Recorder(tasks)
     output = Path(args.output)
-    experiments = {"budget": budget_experiment, "unseen": unseen_experiment, "loto": loto_experiment,
-                   "train-to-test": train_to_test_experiment, "alpha": alpha_experiment,
-                   "objective": objective_experiment, "breadth-depth": breadth_depth_experiment,
-                   "deployment": deployment_experiment, "tour-start": tour_start_experiment,
-                   "recycle": recycle_experiment}  # fmt: skip
+    experiments = {
+        "budget": budget_experiment,
+        "unseen": unseen_experiment,
+        "loto": loto_experiment,
+        "train-to-test": train_to_test_experiment,
+        "alpha": alpha_experiment,
+        "objective": objective_experiment,
+        "breadth-depth": breadth_depth_experiment,
+        "deployment": deployment_experiment,
+        "tour-start": tour_start_experiment,
+        "recycle": recycle_experiment,
+    }
     for name in args.experiments:
         if name == "cost":
             cost_experiment(tasks, output.with_name("bench-ttt-cost.json"))

@@ -93,14 +93,38 @@ def main() -> None:
 
     py = sys.executable
     ensure_indexes(args.collection, args.index)
-    common = ["--index", args.index, "--topics", args.topics, "--hits", str(args.hits),
-              "--batch-size", str(args.batch_size), "--threads", "1"]  # fmt: skip
+    common = [
+        "--index",
+        args.index,
+        "--topics",
+        args.topics,
+        "--hits",
+        str(args.hits),
+        "--batch-size",
+        str(args.batch_size),
+        "--threads",
+        "1",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         ours_out, theirs_out = Path(tmp) / "ours.trec", Path(tmp) / "pyserini.trec"
         ours_cmd = [py, "-m", "tour_pyserini.search", *common, "--output", str(ours_out), "--no-resume"]
-        theirs_cmd = [py, "-m", "tour_pyserini", "run-pyserini", "pyserini.search.faiss", *common,
-                      "--encoder", str(bundled_model_dir()), "--encoder-class", "auto", "--pooling", "mean",
-                      "--l2-norm", "--output", str(theirs_out)]  # fmt: skip
+        theirs_cmd = [
+            py,
+            "-m",
+            "tour_pyserini",
+            "run-pyserini",
+            "pyserini.search.faiss",
+            *common,
+            "--encoder",
+            str(bundled_model_dir()),
+            "--encoder-class",
+            "auto",
+            "--pooling",
+            "mean",
+            "--l2-norm",
+            "--output",
+            str(theirs_out),
+        ]
         ours_t, theirs_t = [], []
         for i in range(args.repeats):
             print(f"repeat {i + 1}/{args.repeats}", file=sys.stderr)
@@ -131,9 +155,11 @@ def main() -> None:
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     cli, inproc = report["cli"], report["in_process"]
-    print(f"rankings over {rankings['queries']} queries: {rankings['identical']} identical, "
-          f"{rankings['same_within_tolerance']} the same up to ties within {rankings['tolerance']:g}, "
-          f"{rankings['different']} different")  # fmt: skip
+    print(
+        f"rankings over {rankings['queries']} queries: {rankings['identical']} identical, "
+        f"{rankings['same_within_tolerance']} the same up to ties within {rankings['tolerance']:g}, "
+        f"{rankings['different']} different"
+    )
     print(f"{'':12s} {'ours s':>8s} {'pyserini s':>11s} {'ratio':>6s}")
     print(f"{'whole CLI':12s} {cli['ours_s']:8.2f} {cli['pyserini_s']:11.2f} {cli['ratio']:6.3f}")
     print(f"{'search only':12s} {inproc['ours_s']:8.2f} {inproc['pyserini_s']:11.2f} {inproc['ratio']:6.3f}")

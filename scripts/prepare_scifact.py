@@ -83,8 +83,10 @@ def main() -> None:
         "".join(f"{qid}\t{text}\n" for qid, text in claims.items()), encoding="utf-8"
     )
     (args.root / "qrels/scifact.train.txt").write_text("".join(f"{q} 0 {d} 1\n" for q, d in pairs), encoding="utf-8")
-    print(f"{n_docs} docs, {topics.count(chr(10))} test topics, {qrels.count(chr(10))} test qrels lines, "
-          f"{len(claims)} train topics, {len(pairs)} train qrels lines")  # fmt: skip
+    print(
+        f"{n_docs} docs, {topics.count(chr(10))} test topics, {qrels.count(chr(10))} test qrels lines, "
+        f"{len(claims)} train topics, {len(pairs)} train qrels lines"
+    )
 
 
 if __name__ == "__main__":

@@ -149,10 +149,26 @@ def state_file(dense_index, bm25_index, mini_scifact, tmp_path_factory) -> Path:
     from tour_pyserini.commands import ttt
 
     out = tmp_path_factory.mktemp("serve-state")
-    ttt.main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "bm25",
-              "--budget", "5", "--task", "mini", "--output", str(out / "rewards.tsv")])  # fmt: skip
-    ttt.main(["fit", "--rewards", str(out / "rewards.tsv"), "--scope", "task", "--output",
-              str(out / "state.safetensors")])  # fmt: skip
+    ttt.main(
+        [
+            "rewards",
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--teacher",
+            "bm25",
+            "--budget",
+            "5",
+            "--task",
+            "mini",
+            "--output",
+            str(out / "rewards.tsv"),
+        ]
+    )
+    ttt.main(
+        ["fit", "--rewards", str(out / "rewards.tsv"), "--scope", "task", "--output", str(out / "state.safetensors")]
+    )
     return out / "state.safetensors"
 
 
@@ -163,9 +179,24 @@ def server(dense_index, bm25_index, state_file, mini_scifact, tmp_path_factory):
     from serve_server import Server
 
     data = tmp_path_factory.mktemp("serve-data")
-    with Server("--index", str(dense_index), "--index", str(bm25_index), "--teacher", "bm25", "--state",
-                str(state_file), "--topics", str(mini_scifact["topics"]), "--qrels", str(mini_scifact["qrels"]),
-                "--threads", "1", "--data-dir", str(data)) as s:  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--index",
+        str(bm25_index),
+        "--teacher",
+        "bm25",
+        "--state",
+        str(state_file),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--qrels",
+        str(mini_scifact["qrels"]),
+        "--threads",
+        "1",
+        "--data-dir",
+        str(data),
+    ) as s:
         yield s
 
 

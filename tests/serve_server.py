@@ -24,9 +24,14 @@ class Server:
     def __init__(self, *args: str, startup: float = 180.0):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
         self.args = args
-        self.process = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", *args],
-                                        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tour_pyserini", "serve", "--port", "0", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.process.stderr), daemon=True).start()
         self.url = self.wait_for_address(startup)

@@ -32,14 +32,38 @@ def run(tmp_path):
     """Six test questions, each with three nq-oracle passages (whatever they are: the reader reads them)."""
     topics = read_topics(TOPICS)[:6]
     path = tmp_path / "run.trec"
-    path.write_text("".join(f"{t.qid} Q0 {d} {r} {1.0 - r / 10:.6f} t\n" for i, t in enumerate(topics)
-                            for r, d in enumerate([str(i), str(i + 100), str(i + 200)], 1)))  # fmt: skip
+    path.write_text(
+        "".join(
+            f"{t.qid} Q0 {d} {r} {1.0 - r / 10:.6f} t\n"
+            for i, t in enumerate(topics)
+            for r, d in enumerate([str(i), str(i + 100), str(i + 200)], 1)
+        )
+    )
     return path
 
 
 def answer(run, tiny, output, *extra):
-    answer_main(["--run", str(run), "--topics", TOPICS, "--collection", NQ, "--reader", tiny, "--k", "2",
-                 "--max-length", "96", "--stride", "24", "--output", str(output), *extra])  # fmt: skip
+    answer_main(
+        [
+            "--run",
+            str(run),
+            "--topics",
+            TOPICS,
+            "--collection",
+            NQ,
+            "--reader",
+            tiny,
+            "--k",
+            "2",
+            "--max-length",
+            "96",
+            "--stride",
+            "24",
+            "--output",
+            str(output),
+            *extra,
+        ]
+    )
 
 
 def test_predictions_are_written_and_scored(tmp_path, run, tiny, capsys):
@@ -66,14 +90,45 @@ def test_an_indexs_document_store_reads_the_same_passages_as_the_collection(tmp_
     300 passages, which the run names), so the answers are the collection's; a passage the store lacks is one line."""
     from_collection, from_index = tmp_path / "collection.jsonl", tmp_path / "index.jsonl"
     answer(run, tiny, from_collection)
-    answer_main(["--run", str(run), "--topics", TOPICS, "--index", str(mini_nq["bm25"]), "--reader", tiny, "--k", "2",
-                 "--max-length", "96", "--stride", "24", "--output", str(from_index)])  # fmt: skip
+    answer_main(
+        [
+            "--run",
+            str(run),
+            "--topics",
+            TOPICS,
+            "--index",
+            str(mini_nq["bm25"]),
+            "--reader",
+            tiny,
+            "--k",
+            "2",
+            "--max-length",
+            "96",
+            "--stride",
+            "24",
+            "--output",
+            str(from_index),
+        ]
+    )
     assert from_index.read_bytes() == from_collection.read_bytes()
     run.write_text(run.read_text().replace(" Q0 1 ", " Q0 1000 "))  # nq-oracle's, but not in the mini index
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(answer_main, ["--run", str(run), "--topics", TOPICS, "--index", str(mini_nq["bm25"]), "--reader", tiny,
-                              "--output", str(tmp_path / "missing.jsonl")])  # fmt: skip
+        run_cli(
+            answer_main,
+            [
+                "--run",
+                str(run),
+                "--topics",
+                TOPICS,
+                "--index",
+                str(mini_nq["bm25"]),
+                "--reader",
+                tiny,
+                "--output",
+                str(tmp_path / "missing.jsonl"),
+            ],
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and "'1000'" in err, err
 
@@ -122,8 +177,9 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_output(tmp_path):
         ("openvino-int8", "--precision int8 runs through ONNX Runtime only (--runtime onnx)"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, run, tiny, monkeypatch, capsys,
-                                                                  case, message):  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(
+    tmp_path, run, tiny, monkeypatch, capsys, case, message
+):
     def no_model(*args, **kwargs):
         raise AssertionError("a model loaded before the input was checked")
 
@@ -151,8 +207,23 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, run, 
         for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
             (tmp_path / "no-weights" / name).write_bytes((Path(tiny) / name).read_bytes())
     out = tmp_path / "p.jsonl"
-    argv = ["--run", str(run), "--topics", TOPICS, "--collection", NQ, "--reader", reader, "--max-length", "96",
-            "--stride", "24", "--output", str(out), *extra]  # fmt: skip
+    argv = [
+        "--run",
+        str(run),
+        "--topics",
+        TOPICS,
+        "--collection",
+        NQ,
+        "--reader",
+        reader,
+        "--max-length",
+        "96",
+        "--stride",
+        "24",
+        "--output",
+        str(out),
+        *extra,
+    ]
     with pytest.raises(SystemExit) as exit_info:
         run_cli(answer_main, argv)
     err = capsys.readouterr().err

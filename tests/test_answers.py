@@ -25,8 +25,9 @@ TOPK = [1, 5, 20, 100]
 def write_collection(directory, docs):
     """A collection folder of (docid, title, text) documents, as the answer judge reads passages."""
     directory.mkdir()
-    (directory / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
-                                                    for i, t, x in docs))  # fmt: skip
+    (directory / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in docs)
+    )
     return directory
 
 
@@ -42,8 +43,9 @@ def test_nq_oracle_collection_counts():
 @pytest.fixture(scope="module")
 def nq_run(mini_nq, tmp_path_factory):
     out = tmp_path_factory.mktemp("nq-run") / "bm25.trec"
-    search_main(["--index", str(mini_nq["bm25"]), "--topics", str(mini_nq["topics"]), "--output", str(out),
-                 "--hits", "100"])  # fmt: skip
+    search_main(
+        ["--index", str(mini_nq["bm25"]), "--topics", str(mini_nq["topics"]), "--output", str(out), "--hits", "100"]
+    )
     return out
 
 
@@ -92,8 +94,19 @@ def test_answer_qrels_give_the_same_success_at_k(mini_nq, nq_run, tmp_path, caps
         assert success.per_query[f"Success@{k}"] == acc.per_query[f"Acc@{k}"]
 
     out = tmp_path / "answers.qrels"
-    eval_main(["--answers", str(mini_nq["topics"]), "--collection", str(mini_nq["collection"]), "--run", str(nq_run),
-               "--json", "--write-answer-qrels", str(out)])  # fmt: skip
+    eval_main(
+        [
+            "--answers",
+            str(mini_nq["topics"]),
+            "--collection",
+            str(mini_nq["collection"]),
+            "--run",
+            str(nq_run),
+            "--json",
+            "--write-answer-qrels",
+            str(out),
+        ]
+    )
     assert json.loads(capsys.readouterr().out) == acc.means
     assert len(out.read_text().splitlines()) == sum(len(d) for d in qrels.values())
 
@@ -112,8 +125,11 @@ def test_per_relation_breakdown(tmp_path, capsys):
     """EntityQuestions-style topics (one JSON list per relation) get Acc@k per relation."""
     eq = tmp_path / "eq"
     eq.mkdir()
-    (eq / "P1.test.json").write_text(json.dumps([{"question": "who wrote x?", "answers": ["Ann Lee"]},
-                                                 {"question": "who wrote y?", "answers": ["Bo Chen"]}]))  # fmt: skip
+    (eq / "P1.test.json").write_text(
+        json.dumps(
+            [{"question": "who wrote x?", "answers": ["Ann Lee"]}, {"question": "who wrote y?", "answers": ["Bo Chen"]}]
+        )
+    )
     (eq / "P2.test.json").write_text(json.dumps([{"question": "where is z?", "answers": ["Oslo"]}]))
     docs = [("d1", "x", "x was written by Ann Lee."), ("d2", "y", "nobody knows"), ("d3", "z", "z is in Oslo")]
     collection = write_collection(tmp_path / "c", docs)
@@ -130,16 +146,30 @@ def test_a_question_whose_answers_are_all_blank_is_skipped_not_found(tmp_path, c
     such a question scored Acc@k 1 whatever the run. Blank answers are dropped when read; a question left with
     none is not judged, and a warning says how many were skipped."""
     topics = tmp_path / "t.jsonl"
-    topics.write_text('{"qid": "a", "question": "where is z?", "answers": ["Oslo"]}\n'
-                      '{"qid": "b", "question": "who wrote x?", "answers": [""]}\n'
-                      '{"qid": "c", "question": "who wrote y?", "answers": ["  ", "Bo Chen"]}\n')  # fmt: skip
+    topics.write_text(
+        '{"qid": "a", "question": "where is z?", "answers": ["Oslo"]}\n'
+        '{"qid": "b", "question": "who wrote x?", "answers": [""]}\n'
+        '{"qid": "c", "question": "who wrote y?", "answers": ["  ", "Bo Chen"]}\n'
+    )
     docs = [("d1", "z", "nobody knows where z is"), ("d2", "x", "x was written by Ann Lee."), ("d3", "y", "by Bo Chen")]
     collection = write_collection(tmp_path / "c", docs)
     run = tmp_path / "run.trec"
     run.write_text("a Q0 d1 1 2.0 t\nb Q0 d2 1 2.0 t\nc Q0 d3 1 2.0 t\n")
     with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
-        eval_main(["--answers", str(topics), "--collection", str(collection), "--run", str(run), "--topk", "1",
-                   "--json", "--per-query"])  # fmt: skip
+        eval_main(
+            [
+                "--answers",
+                str(topics),
+                "--collection",
+                str(collection),
+                "--run",
+                str(run),
+                "--topk",
+                "1",
+                "--json",
+                "--per-query",
+            ]
+        )
     result = json.loads(capsys.readouterr().out)
     assert result["per_query"] == {"Acc@1": {"a": 0.0, "c": 1.0}}
     assert result["Acc@1"] == 0.5

@@ -101,8 +101,12 @@ def test_only_commands_parse_flags():
 
 
 def test_no_private_names_imported_across_modules(graph):
-    private = sorted(f"{m} imports {t}.{name}" for m, targets in graph.items() for t, name in targets
-                     if name and name.startswith("_"))  # fmt: skip
+    private = sorted(
+        f"{m} imports {t}.{name}"
+        for m, targets in graph.items()
+        for t, name in targets
+        if name and name.startswith("_")
+    )
     assert not private
 
 

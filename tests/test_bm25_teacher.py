@@ -83,8 +83,9 @@ def test_length_norm_equals_lucenes_small_float():
     lengths = list(range(3000)) + [2**k + d for k in range(12, 31) for d in (-1, 0, 1)]
     lucene = [small_float.intToByte4(n) & 0xFF for n in lengths]
     assert int_to_byte4(lengths).tolist() == lucene
-    assert byte4_to_int(np.arange(256)).tolist() == [small_float.byte4ToInt(b if b < 128 else b - 256)
-                                                     for b in range(256)]  # fmt: skip
+    assert byte4_to_int(np.arange(256)).tolist() == [
+        small_float.byte4ToInt(b if b < 128 else b - 256) for b in range(256)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +105,10 @@ def test_term_matrix_is_the_lucene_index(bm25_index):
     reader = import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(bm25_index))
     stats = reader.stats()
     assert (matrix.doc_count, matrix.sum_total_tf, len(matrix.terms)) == (
-        stats["non_empty_documents"], stats["total_terms"], stats["unique_terms"]
-    )  # fmt: skip
+        stats["non_empty_documents"],
+        stats["total_terms"],
+        stats["unique_terms"],
+    )
     for row in (0, 7, len(matrix.docids) - 1):
         vector = reader.get_document_vector(matrix.docids[row])
         stored = matrix.tf[row]
@@ -124,8 +127,9 @@ def _requests(bm25_index, mini_scifact, teacher):
     topics = read_topics(mini_scifact["topics"])
     ranked = Bm25Searcher.from_index(bm25_index).retrieve([t.text for t in topics], [t.qid for t in topics], 20)
     docids, rng = list(teacher.rows), random.Random(0)
-    requests = [ScoreRequest(t.qid, t.text, [h.docid for h in r.hits] + rng.sample(docids, 10))
-                for t, r in zip(topics, ranked)]  # fmt: skip
+    requests = [
+        ScoreRequest(t.qid, t.text, [h.docid for h in r.hits] + rng.sample(docids, 10)) for t, r in zip(topics, ranked)
+    ]
     top = requests[0].docids
     return requests + [
         ScoreRequest("repeated", "cell cells Cell, cell death in the cell", top),  # the term 'cell' five times

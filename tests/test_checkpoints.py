@@ -45,8 +45,11 @@ def test_a_dpr_class_on_a_bert_checkpoint_is_refused(bert, side):
 
     spec = EncoderSpec.resolve(str(bert), settings=EncoderSettings(encoder_class="dpr"), side=side)
     model = "DPRQuestionEncoder" if side == "query" else "DPRContextEncoder"
-    with pytest.raises(UserError, match=f"the dpr {side} encoder\\): its checkpoint lacks 37 of the 37 parameters "
-                                        f"of {model} \\(.*_encoder.bert_model.embeddings"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=f"the dpr {side} encoder\\): its checkpoint lacks 37 of the 37 parameters "
+        f"of {model} \\(.*_encoder.bert_model.embeddings",
+    ):
         QueryEncoder.build(spec) if side == "query" else DocumentEncoder(spec)
 
 
@@ -55,8 +58,19 @@ def test_index_refuses_a_dpr_class_on_a_bert_checkpoint_and_leaves_nothing(bert,
 
     out = tmp_path / "dpr-index"
     with pytest.raises(UserError, match="lacks 37 of the 37 parameters of DPRContextEncoder"):
-        index.main(["--collection", str(mini_scifact["collection"]), "--output", str(out), "--no-prebuilt",
-                    "--encoder", str(bert), "--encoder-class", "dpr"])  # fmt: skip
+        index.main(
+            [
+                "--collection",
+                str(mini_scifact["collection"]),
+                "--output",
+                str(out),
+                "--no-prebuilt",
+                "--encoder",
+                str(bert),
+                "--encoder-class",
+                "dpr",
+            ]
+        )
     assert not out.exists()
 
 
@@ -85,17 +99,25 @@ def test_teachers_and_the_reader_refuse_a_checkpoint_without_their_head(bert, tm
     from tour_pyserini.answer.model import Reader, ReaderOptions
     from tour_pyserini.teachers import get_teacher
 
-    with pytest.raises(UserError, match=r"llm teacher .*: its checkpoint lacks 6 of the \d+ parameters of "
-                                        r"BertLMHeadModel \(cls.predictions.bias, "):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"llm teacher .*: its checkpoint lacks 6 of the \d+ parameters of "
+        r"BertLMHeadModel \(cls.predictions.bias, ",
+    ):
         get_teacher(f"llm:{bert}")
     import torch
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    claims = {name: _save(BertModel(BertConfig(**SMALL)), tmp_path / name, [name])
-              for name in ("BertForSequenceClassification", "BertForQuestionAnswering")}  # fmt: skip
-    with pytest.raises(UserError, match=r"lacks 2 of the \d+ parameters of BertForSequenceClassification "
-                                        r"\(classifier.bias, classifier.weight\)"):  # fmt: skip
+    claims = {
+        name: _save(BertModel(BertConfig(**SMALL)), tmp_path / name, [name])
+        for name in ("BertForSequenceClassification", "BertForQuestionAnswering")
+    }
+    with pytest.raises(
+        UserError,
+        match=r"lacks 2 of the \d+ parameters of BertForSequenceClassification "
+        r"\(classifier.bias, classifier.weight\)",
+    ):
         get_teacher(f"cross-encoder:{claims['BertForSequenceClassification']}")
     with pytest.raises(
         UserError,
@@ -115,11 +137,24 @@ def test_monot5_refuses_an_encoder_only_t5(tmp_path):
     tokenizer = tiny_tokenizer()
     tokenizer.save_pretrained(tmp_path)
     torch.manual_seed(0)
-    T5EncoderModel(T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                            decoder_start_token_id=tokenizer.pad_token_id)).save_pretrained(tmp_path)  # fmt: skip
+    T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer),
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=4,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+        )
+    ).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())  # a config that claims the decoder too
     (tmp_path / "config.json").write_text(json.dumps({**config, "is_encoder_decoder": True}))
-    with pytest.raises(UserError, match=r"monot5 teacher .*: its checkpoint lacks \d+ of the \d+ parameters of "
-                                        r"T5ForConditionalGeneration \(.*decoder"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"monot5 teacher .*: its checkpoint lacks \d+ of the \d+ parameters of "
+        r"T5ForConditionalGeneration \(.*decoder",
+    ):
         get_teacher(f"monot5:{tmp_path}")

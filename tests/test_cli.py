@@ -35,10 +35,25 @@ def assert_strictly_decreasing_trec(path, hits):
 def test_dense_and_bm25_runs(dense_index, bm25_index, mini_scifact, tmp_path, capsys):
     dense_run, bm25_run = tmp_path / "dense.trec", tmp_path / "bm25.trec"
     topics = str(mini_scifact["topics"])
-    search_main(["--index", str(dense_index), "--topics", topics, "--output", str(dense_run),
-                 "--hits", "100", "--batch-size", "16", "--run-tag", "minilm"])  # fmt: skip
-    search_main(["--index", str(bm25_index), "--topics", topics, "--output", str(bm25_run),
-                 "--hits", "100", "--remove-query"])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            topics,
+            "--output",
+            str(dense_run),
+            "--hits",
+            "100",
+            "--batch-size",
+            "16",
+            "--run-tag",
+            "minilm",
+        ]
+    )
+    search_main(
+        ["--index", str(bm25_index), "--topics", topics, "--output", str(bm25_run), "--hits", "100", "--remove-query"]
+    )
     assert "s/query" in capsys.readouterr().out
     for path in (dense_run, bm25_run):
         by_query = assert_strictly_decreasing_trec(path, 100)
@@ -49,8 +64,20 @@ def test_dense_and_bm25_runs(dense_index, bm25_index, mini_scifact, tmp_path, ca
 def test_a_search_writes_its_run_and_trace_into_missing_directories(bm25_index, mini_scifact, tmp_path):
     """As every command does: the directories on an output's path are created (as Pyserini's search does)."""
     run, trace = tmp_path / "runs" / "new" / "bm25.trec", tmp_path / "traces" / "bm25.jsonl"
-    search_main(["--index", str(bm25_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
-                 "--hits", "10", "--trace", str(trace)])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(bm25_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(run),
+            "--hits",
+            "10",
+            "--trace",
+            str(trace),
+        ]
+    )
     assert len(assert_strictly_decreasing_trec(run, 10)) == len(mini_scifact["topics"].read_text().splitlines())
     assert sorted(p.name for p in run.parent.iterdir()) == ["bm25.trec"] and trace.stat().st_size > 0
 
@@ -62,8 +89,18 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     from conftest import interrupted_at_the_third_batch
 
     out = tmp_path / "resumed.trec"
-    args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
-            "--hits", "20", "--batch-size", "8"]  # fmt: skip
+    args = [
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(out),
+        "--hits",
+        "20",
+        "--batch-size",
+        "8",
+    ]
     search_main(args)
     complete = out.read_text()
     out.unlink()
@@ -77,8 +114,9 @@ def test_resume_completes_an_interrupted_run(dense_index, mini_scifact, tmp_path
     assert not partial.exists()
 
 
-def test_a_run_begun_through_openvino_starts_over_where_the_runtime_extra_is_gone(dense_index, mini_scifact, tmp_path,
-                                                                                  monkeypatch):  # fmt: skip
+def test_a_run_begun_through_openvino_starts_over_where_the_runtime_extra_is_gone(
+    dense_index, mini_scifact, tmp_path, monkeypatch
+):
     """The default runtime resolves from the flags, the model and whether the runtime extra is installed: a run
     interrupted under OpenVINO and rerun without the extra (so through torch) is not resumed, which would mix
     the two ways' queries in one file; it is torch's run from the start."""
@@ -102,13 +140,31 @@ def test_matches_pyserini_faiss_cli(dense_index, mini_scifact, tmp_path):
     from tour_pyserini.encoders import bundled_model_dir
 
     ours, theirs = tmp_path / "ours.trec", tmp_path / "pyserini.trec"
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(ours),
-                 "--hits", "100"])  # fmt: skip
+    search_main(
+        ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(ours), "--hits", "100"]
+    )
     proc = run_module(
-        "tour_pyserini", "run-pyserini", "pyserini.search.faiss", "--index", str(dense_index),
-        "--topics", str(mini_scifact["topics"]), "--encoder", str(bundled_model_dir()), "--encoder-class", "auto",
-        "--pooling", "mean", "--l2-norm", "--output", str(theirs), "--hits", "100", "--batch-size", "64",
-    )  # fmt: skip
+        "tour_pyserini",
+        "run-pyserini",
+        "pyserini.search.faiss",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--encoder",
+        str(bundled_model_dir()),
+        "--encoder-class",
+        "auto",
+        "--pooling",
+        "mean",
+        "--l2-norm",
+        "--output",
+        str(theirs),
+        "--hits",
+        "100",
+        "--batch-size",
+        "64",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Pyserini encodes one text at a time, we encode texts of one length together (vectors within ~1e-7)
     diff = diff_runs(read_run(ours), read_run(theirs))
@@ -158,22 +214,32 @@ def test_console_script_lists_commands():
 def test_an_unknown_command_is_one_error_line_with_the_closest_command(typed, hint):
     proc = run_module("tour_pyserini", typed, "--index", "x")
     assert proc.returncode == 2 and proc.stderr.splitlines() == [
-        f"error: unknown command {typed!r}{hint}; tour-pyserini --help lists the commands"]  # fmt: skip
+        f"error: unknown command {typed!r}{hint}; tour-pyserini --help lists the commands"
+    ]
 
 
 def test_each_rewriter_declares_its_own_flags(dense_index, mini_scifact, tmp_path):
     """--help groups the flags by rewriter; another rewriter's flag or a bad value fails before any model loads."""
     out = tmp_path / "run.trec"
-    common = ["tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
-              "--output", str(out)]  # fmt: skip
+    common = [
+        "tour_pyserini.search",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(out),
+    ]
     help_text = run_module("tour_pyserini.search", "--help").stdout
     assert "rocchio options" in help_text and "tour-hard options" in help_text and "--soft-stop" in help_text
     assert "ensemble:FILE" in help_text and "dense[:DIR]" in help_text  # teachers listed from their registry
     stray = run_module(*common, "--rewriter", "rocchio", "--lr", "0.2")
     assert stray.returncode == 2 and "error: --lr: not an option of --rewriter rocchio" in stray.stderr
-    for flags, fragments in [(["--smoothing", "0"], ["--smoothing must be positive"]),
-                             (["--lr", "-5"], ["--lr must be at least 0 and finite, got -5"]),
-                             (["--lr", "nan"], ["--lr", "nan"])]:  # fmt: skip
+    for flags, fragments in [
+        (["--smoothing", "0"], ["--smoothing must be positive"]),
+        (["--lr", "-5"], ["--lr must be at least 0 and finite, got -5"]),
+        (["--lr", "nan"], ["--lr", "nan"]),
+    ]:
         proc = run_module(*common, "--rewriter", "tour-soft", "--teacher", "cross-encoder:/no/such/model", *flags)
         [line] = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and line.startswith("error: ") and all(f in line for f in fragments)
@@ -199,17 +265,31 @@ def test_the_old_teacher_flags_still_work_for_one_release(capsys):
     assert "--reranker" not in ap.format_help()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--rewriter", "ttt-embed"], "--rewriter ttt-embed needs --state"),
-    (["--teacher", "bm25"], "--teacher is for the rewriters that ask one (refit, rerank, tour-hard, tour-soft); "
-                            "--rewriter none asks none"),
-    (["--rewriter", "rerank"], "rewriter 'rerank' needs a teacher (--teacher TEACHER)"),
-    (["--rewriter", "rocchio", "--rocchio-topk", "-1"], "--rocchio-topk must be positive, got -1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--rewriter", "ttt-embed"], "--rewriter ttt-embed needs --state"),
+        (
+            ["--teacher", "bm25"],
+            "--teacher is for the rewriters that ask one (refit, rerank, tour-hard, tour-soft); "
+            "--rewriter none asks none",
+        ),
+        (["--rewriter", "rerank"], "rewriter 'rerank' needs a teacher (--teacher TEACHER)"),
+        (["--rewriter", "rocchio", "--rocchio-topk", "-1"], "--rocchio-topk must be positive, got -1"),
+    ],
+)
 def test_what_a_rewriter_needs_is_checked_before_any_model_loads(flags, message, dense_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
-    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
-                      "--output", str(out), *flags)  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.search",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(out),
+        *flags,
+    )
     assert proc.returncode == 2 and "Loading weights" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: {message}"]
     assert not list(tmp_path.iterdir())

@@ -49,8 +49,24 @@ def test_compare_cli_csv(tmp_path, capsys):
     # the run puts the relevant document first for every query, the baseline second (and misses query 6)
     base.write_text("".join(f"{q} Q0 x 1 2.0 b\n{q} Q0 d{q} 2 1.0 b\n" for q in range(1, 6)))
     run.write_text("".join(f"{q} Q0 d{q} 1 2.0 r\n{q} Q0 x 2 1.0 r\n" for q in range(1, 7)))
-    compare_main(["--qrels", str(qrels), "--baseline", str(base), "--run", str(run), "--metrics", "RR@10",
-                  "--format", "csv", "--trials", "500", "--plot", str(tmp_path / "diff.png")])  # fmt: skip
+    compare_main(
+        [
+            "--qrels",
+            str(qrels),
+            "--baseline",
+            str(base),
+            "--run",
+            str(run),
+            "--metrics",
+            "RR@10",
+            "--format",
+            "csv",
+            "--trials",
+            "500",
+            "--plot",
+            str(tmp_path / "diff.png"),
+        ]
+    )
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert rows[0][:4] == ["run", "metric", "mean", "Δ vs baseline"]
     run_row = rows[2]
@@ -76,8 +92,10 @@ def test_compare_diff_says_how_runs_differ_without_judgements(tmp_path, capsys):
     near.write_text("1 Q0 a 1 0.900003 t\n1 Q0 c 2 0.800003 t\n1 Q0 b 3 0.800001 t\n2 Q0 d 1 0.5 t\n")
     far.write_text("1 Q0 b 1 0.900000 t\n1 Q0 a 2 0.800004 t\n1 Q0 c 3 0.800000 t\n2 Q0 d 1 0.5 t\n")
     compare_main(["--diff", "--baseline", str(base), "--run", str(near)])
-    assert capsys.readouterr().out == (f"{near}: 2 queries: 1 identical, 1 the same up to ties within 1e-05, "
-                                       "0 different (largest score difference 3e-06)\n")  # fmt: skip
+    assert capsys.readouterr().out == (
+        f"{near}: 2 queries: 1 identical, 1 the same up to ties within 1e-05, "
+        "0 different (largest score difference 3e-06)\n"
+    )
     with pytest.raises(SystemExit) as exit_:
         compare_main(["--diff", "--baseline", str(base), "--run", str(near), str(far)])
     out = capsys.readouterr().out.splitlines()
@@ -94,8 +112,10 @@ def test_compare_diff_reads_runs_as_rankings_not_as_file_order(tmp_path, capsys)
     reversed_.write_text("".join(reversed(lines)))
     by_rank.write_text("".join(lines).replace("b 2", "b 3").replace("c 3", "c 2"))  # c above b on equal scores
     compare_main(["--diff", "--baseline", str(base), "--run", str(reversed_)])
-    assert capsys.readouterr().out == (f"{reversed_}: 2 queries: 2 identical, 0 the same up to ties within 1e-05, "
-                                       "0 different (largest score difference 0)\n")  # fmt: skip
+    assert capsys.readouterr().out == (
+        f"{reversed_}: 2 queries: 2 identical, 0 the same up to ties within 1e-05, "
+        "0 different (largest score difference 0)\n"
+    )
     assert list(read_run(by_rank)["1"]) == ["a", "c", "b"]
     by_rank.write_text("1 Q0 a first 0.9 t\n")
     with pytest.raises(UserError, match="by-rank.trec:1: rank 'first' is not an integer"):
@@ -109,7 +129,7 @@ def test_a_count_is_compared_as_its_sum_and_accuracy_over_the_queries_it_has():
         "base": {"NumRet": {"1": 10.0, "2": 5.0, "3": 1.0}, "Accuracy": {"1": 0.5, "3": 0.25}},
         "run": {"NumRet": {"1": 10.0, "2": 10.0, "3": 1.0}, "Accuracy": {"1": 1.0, "2": 0.5, "3": 0.5}},
     }
-    rows = {(r.run, r.metric): r for r in compare(per_query, "base", ["1", "2", "3"], trials=100)}  # fmt: skip
+    rows = {(r.run, r.metric): r for r in compare(per_query, "base", ["1", "2", "3"], trials=100)}
     assert (rows["base", "NumRet"].mean, rows["run", "NumRet"].mean, rows["run", "NumRet"].delta) == (16, 21, 5)
     # Accuracy: no value for query 2 in the baseline (no relevant document retrieved): left out of its mean and
     # of the pairs, as ir-measures leaves it out

@@ -36,8 +36,9 @@ def pairs(mini_scifact) -> list[tuple[str, list[str]]]:
 def teachers(dense_index) -> dict[str, CrossEncoderTeacher]:
     """The shipped residual teacher at each precision through torch, on an index of its own bi-encoder."""
     precisions = ("fp32", "bf16") if native_bf16("cpu") else ("fp32",)
-    context = {p: TeacherContext(index_dir=str(dense_index), precision=p, options={"runtime": "torch"})
-               for p in precisions}  # fmt: skip
+    context = {
+        p: TeacherContext(index_dir=str(dense_index), precision=p, options={"runtime": "torch"}) for p in precisions
+    }
     return {p: get_teacher(f"cross-encoder:{MODEL}", c) for p, c in context.items()}
 
 
@@ -87,8 +88,13 @@ def test_fingerprint_names_the_precision(teachers):
 def precision_in(kernels: str | None, code: str) -> subprocess.CompletedProcess:
     """``code`` run in a fresh process whose torch dispatches to ``kernels`` (None: the machine's best)."""
     env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=env if kernels is None else {**env, "ATEN_CPU_CAPABILITY": kernels})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env if kernels is None else {**env, "ATEN_CPU_CAPABILITY": kernels},
+    )
 
 
 AUTO = "from tour_pyserini.devices import resolve_precision; print(resolve_precision('auto', 'cpu'))"
@@ -100,28 +106,51 @@ def test_auto_is_fp32_and_bf16_refused_where_torch_runs_no_bfloat16_kernels(kern
     auto means fp32, and an explicit bf16 is one line and exit 2, before any model or the JVM loads."""
     assert precision_in(kernels, AUTO).stdout.strip() == "fp32"
     out = tmp_path / "run.trec"
-    search = ("import sys; from tour_pyserini.commands.runner import run_cli; "
-              "from tour_pyserini.commands.search import main; run_cli(main, sys.argv[1:])")  # fmt: skip
+    search = (
+        "import sys; from tour_pyserini.commands.runner import run_cli; "
+        "from tour_pyserini.commands.search import main; run_cli(main, sys.argv[1:])"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", search, "--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"),
-         "--output", str(out), "--teacher", f"cross-encoder:{MODEL}", "--rewriter", "rerank",
-         "--teacher-precision", "bf16"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "ATEN_CPU_CAPABILITY": kernels},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            search,
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(SCIFACT / "topics.test.tsv"),
+            "--output",
+            str(out),
+            "--teacher",
+            f"cross-encoder:{MODEL}",
+            "--rewriter",
+            "rerank",
+            "--teacher-precision",
+            "bf16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ATEN_CPU_CAPABILITY": kernels},
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: --teacher-precision bf16: torch has no native bfloat16 arithmetic on this CPU "
-                      f"(torch runs its {kernels.upper()} kernels here); emulated it is slower than fp32 and some "
-                      "kernels fail: use fp32 or auto"]  # fmt: skip
+    assert errors == [
+        f"error: --teacher-precision bf16: torch has no native bfloat16 arithmetic on this CPU "
+        f"(torch runs its {kernels.upper()} kernels here); emulated it is slower than fp32 and some "
+        "kernels fail: use fp32 or auto"
+    ]
     assert not out.exists() and not out.with_name("run.trec.partial").exists()
 
 
 def test_auto_is_bf16_where_torch_multiplies_in_bfloat16():
     """With the machine's best kernels: bf16 exactly where torch runs AVX512 kernels on bfloat16 units."""
-    code = ("import torch; from tour_pyserini.devices import resolve_precision; "
-            "print(torch.backends.cpu.get_cpu_capability(), "
-            "torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported(), "
-            "resolve_precision('auto', 'cpu'))")  # fmt: skip
+    code = (
+        "import torch; from tour_pyserini.devices import resolve_precision; "
+        "print(torch.backends.cpu.get_cpu_capability(), "
+        "torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported(), "
+        "resolve_precision('auto', 'cpu'))"
+    )
     kernels, units, auto = precision_in(None, code).stdout.split()
     assert DEFAULT_PRECISION == "auto"
     assert auto == ("bf16" if kernels == "AVX512" and units == "True" else "fp32")
@@ -138,8 +167,16 @@ def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
     from tour_pyserini.commands.search import main, parser, search_config
     from tour_pyserini.search.configure import open_teacher, plan_teachers
 
-    common = ["--index", str(dense_index), "--topics", str(SCIFACT / "topics.test.tsv"), "--output", "x.trec",
-              "--teacher", f"cross-encoder:{MODEL}"]  # fmt: skip
+    common = [
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(SCIFACT / "topics.test.tsv"),
+        "--output",
+        "x.trec",
+        "--teacher",
+        f"cross-encoder:{MODEL}",
+    ]
     cases = [([], resolve_precision("auto", "cpu")), (["--teacher-precision", "fp32"], "fp32")]
     for flags, expected in cases + [(["--teacher-precision", "bf16"], "bf16")] * native_bf16("cpu"):
         config = search_config(parser().parse_args([*common, *flags]))

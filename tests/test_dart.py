@@ -140,8 +140,9 @@ def test_the_buffer_follows_run_order_across_batches_and_only_in_a_run(searcher,
             dart.start_run()
         out = []
         for i in range(0, len(texts), batch_size):
-            out += searcher.retrieve_vectors(texts[i : i + batch_size], qids[i : i + batch_size],
-                                             vectors[i : i + batch_size], 40, rewriter=dart)  # fmt: skip
+            out += searcher.retrieve_vectors(
+                texts[i : i + batch_size], qids[i : i + batch_size], vectors[i : i + batch_size], 40, rewriter=dart
+            )
         return out, dart
 
     (whole, dart), (batched, _) = run(12), run(5)
@@ -184,8 +185,24 @@ def test_an_interrupted_run_resumes_byte_identically(dense_index, mini_scifact, 
     from tour_pyserini.commands.search import main as search_main
 
     out = tmp_path / "dart.trec"
-    args = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out), "--hits",
-            "20", "--batch-size", "8", "--threads", "1", "--rewriter", "dart", DEPTH.option, "30"]  # fmt: skip
+    args = [
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(out),
+        "--hits",
+        "20",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--rewriter",
+        "dart",
+        DEPTH.option,
+        "30",
+    ]
     search_main(args)
     complete = out.read_text()
     search_main([*args, "--dart-momentum", "0", "--output", str(tmp_path / "fresh.trec")])
@@ -203,6 +220,17 @@ def test_ray_is_refused_before_it_starts(dense_index, mini_scifact, tmp_path):
     from tour_pyserini.commands.search import main as search_main
 
     with pytest.raises(UserError, match="carries its state from query to query in run order"):
-        search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output",
-                     str(tmp_path / "run.trec"), "--rewriter", "dart", "--ray"])  # fmt: skip
+        search_main(
+            [
+                "--index",
+                str(dense_index),
+                "--topics",
+                str(mini_scifact["topics"]),
+                "--output",
+                str(tmp_path / "run.trec"),
+                "--rewriter",
+                "dart",
+                "--ray",
+            ]
+        )
     assert not list(tmp_path.iterdir())

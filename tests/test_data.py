@@ -69,8 +69,13 @@ def test_prepare_script_reproduces_the_committed_files(tmp_path):
         check=True,
         capture_output=True,
     )
-    for rel in ("collections/scifact/corpus.jsonl", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt",
-                "collections/scifact/topics.train.tsv", "qrels/scifact.train.txt"):  # fmt: skip
+    for rel in (
+        "collections/scifact/corpus.jsonl",
+        "collections/scifact/topics.test.tsv",
+        "qrels/scifact.test.txt",
+        "collections/scifact/topics.train.tsv",
+        "qrels/scifact.train.txt",
+    ):
         assert filecmp.cmp(tmp_path / rel, ROOT / rel, shallow=False), rel
 
 
@@ -112,9 +117,11 @@ def test_unknown_topics_file(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("1 0 d1 1\n1 0 d2\n", r"q.txt:2: expected 'qid iter docid relevance', found 3 fields"),
-     ("1 0 d1 high\n", r"q.txt:1: relevance 'high' is not an integer")],
-)  # fmt: skip
+    [
+        ("1 0 d1 1\n1 0 d2\n", r"q.txt:2: expected 'qid iter docid relevance', found 3 fields"),
+        ("1 0 d1 high\n", r"q.txt:1: relevance 'high' is not an integer"),
+    ],
+)
 def test_malformed_qrels(tmp_path, content, message):
     path = tmp_path / "q.txt"
     path.write_text(content)
@@ -188,13 +195,22 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 @pytest.mark.parametrize(
     "script, source, outputs",
     [
-        ("prepare_cranfield.py", "cranfield", ["collections/cranfield/corpus.jsonl", "collections/cranfield/topics.tsv",
-                                               "qrels/cranfield.txt"]),
-        ("prepare_nq_oracle.py", "nq-open", ["collections/nq-oracle/corpus.jsonl",
-                                             "collections/nq-oracle/topics.train.jsonl",
-                                             "collections/nq-oracle/topics.test.jsonl"]),
+        (
+            "prepare_cranfield.py",
+            "cranfield",
+            ["collections/cranfield/corpus.jsonl", "collections/cranfield/topics.tsv", "qrels/cranfield.txt"],
+        ),
+        (
+            "prepare_nq_oracle.py",
+            "nq-open",
+            [
+                "collections/nq-oracle/corpus.jsonl",
+                "collections/nq-oracle/topics.train.jsonl",
+                "collections/nq-oracle/topics.test.jsonl",
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_prepare_scripts_reproduce_committed_files(script, source, outputs, tmp_path):
     cmd = [
         sys.executable,
@@ -224,9 +240,12 @@ def _readers():
         "qrels.txt": ("148 0 d1 1\n", lambda p: next(iter(read_qrels(p))), "148"),
         "run.trec": ("148 Q0 d1 1 2.0 tag\n", lambda p: next(iter(read_run(p))), "148"),
         "corpus.jsonl": ('{"id": "d1", "text": "t"}\n', lambda p: next(read_jsonl_corpus(p)).docid, "d1"),
-        "rewards.tsv": ("# task: t\tidx\ttopics\n148\td1\t1.0\tt\n",
-                        lambda p: next(iter(read_rewards([p]).judgments["t"])), "148"),
-    }  # fmt: skip
+        "rewards.tsv": (
+            "# task: t\tidx\ttopics\n148\td1\t1.0\tt\n",
+            lambda p: next(iter(read_rewards([p]).judgments["t"])),
+            "148",
+        ),
+    }
 
 
 @pytest.mark.parametrize("name", list(_readers()))
@@ -254,8 +273,18 @@ def test_eval_reads_a_bom_and_refuses_latin1_in_one_line(tmp_path):
     run.write_bytes(b"\xef\xbb\xbf148 Q0 d1 1 2.0 t\n149 Q0 d2 1 1.0 t\n")
 
     def evaluate(*files):
-        command = [sys.executable, "-m", "tour_pyserini.eval", "--qrels", str(qrels), "--run", *map(str, files),
-                   "--metrics", "nDCG@10", "--json"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "tour_pyserini.eval",
+            "--qrels",
+            str(qrels),
+            "--run",
+            *map(str, files),
+            "--metrics",
+            "nDCG@10",
+            "--json",
+        ]
         return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
     done = evaluate(run)

@@ -33,13 +33,27 @@ def env() -> dict[str, str]:
 
 
 def search_args(dense_index, mini_scifact, output, *extra: str) -> list[str]:
-    return ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(output),
-            "--hits", "50", "--batch-size", "4", "--threads", "1", *extra]  # fmt: skip
+    return [
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(output),
+        "--hits",
+        "50",
+        "--batch-size",
+        "4",
+        "--threads",
+        "1",
+        *extra,
+    ]
 
 
 def search(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "tour_pyserini.search", *args], capture_output=True, text=True,
-                          env=env(), timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "tour_pyserini.search", *args], capture_output=True, text=True, env=env(), timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -69,8 +83,9 @@ def killed_worker_case(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     config = search_config(args)
     topics = read_topics(args.topics)
-    batches = [([t.text for t in topics[i : i + 2]], [t.qid for t in topics[i : i + 2]], 50)
-               for i in range(0, len(topics), 2)]  # fmt: skip
+    batches = [
+        ([t.text for t in topics[i : i + 2]], [t.qid for t in topics[i : i + 2]], 50) for i in range(0, len(topics), 2)
+    ]
     searcher, _ = open_searcher(config)
     expected = [[(h.docid, h.score) for h in r.hits] for b in batches for r in searcher.retrieve(*b)]
     got = []
@@ -84,13 +99,25 @@ def killed_worker_case(argv: list[str]) -> None:
                 os.kill(victim, signal.SIGKILL)
         pids = [pid for pid, _ in ray.get([a.open.remote() for a in pool.actors])]
         addresses = sorted({node["NodeManagerAddress"] for node in ray.nodes()})
-    print(json.dumps({"victim": victim, "pids": pids, "same": got == expected, "batches": len(got),
-                      "addresses": addresses}))  # fmt: skip
+    print(
+        json.dumps(
+            {"victim": victim, "pids": pids, "same": got == expected, "batches": len(got), "addresses": addresses}
+        )
+    )
 
 
 def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(dense_index, bm25_index, mini_scifact, tmp_path):
-    argv = search_args(dense_index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher",
-                       "bm25", "--depth", "10")  # fmt: skip
+    argv = search_args(
+        dense_index,
+        mini_scifact,
+        tmp_path / "run.trec",
+        "--rewriter",
+        "tour-soft",
+        "--teacher",
+        "bm25",
+        "--depth",
+        "10",
+    )
     code = (
         f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_distributed as t; t.killed_worker_case({argv!r})"
     )
@@ -106,10 +133,21 @@ def test_a_user_error_inside_a_worker_is_one_line(dense_index, mini_scifact, tmp
     """The teacher opens in the workers (the driver checks only what needs no model): its user error comes
     back to the driver as one line, without the actor's traceback."""
     out = tmp_path / "run.trec"
-    argv = search_args(dense_index, mini_scifact, out, "--rewriter", "rerank", "--teacher",
-                       f"bm25:{tmp_path / 'no-index'}", "--ray", "--workers", "1")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "tour_pyserini.search", *argv], capture_output=True, text=True,
-                          env=env(), timeout=600)  # fmt: skip
+    argv = search_args(
+        dense_index,
+        mini_scifact,
+        out,
+        "--rewriter",
+        "rerank",
+        "--teacher",
+        f"bm25:{tmp_path / 'no-index'}",
+        "--ray",
+        "--workers",
+        "1",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tour_pyserini.search", *argv], capture_output=True, text=True, env=env(), timeout=600
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower() and "WARNING" not in line]
     assert len(errors) == 1 and errors[0].startswith("error: ") and "no-index" in errors[0], proc.stderr[-3000:]
@@ -132,8 +170,20 @@ def test_ray_workers_keep_an_api_teacher_within_its_concurrency(dense_index, min
     requests of the search at once (3 per worker before the split), and the run is the one-process run."""
     server = start_server(delay=0.01)
     try:
-        flags = ["--rewriter", "rerank", "--depth", "5", "--teacher", f"openai:{url(server)}", "--teacher-model",
-                 "judge-1", "--teacher-judge", "logprobs", "--teacher-concurrency", "3"]  # fmt: skip
+        flags = [
+            "--rewriter",
+            "rerank",
+            "--depth",
+            "5",
+            "--teacher",
+            f"openai:{url(server)}",
+            "--teacher-model",
+            "judge-1",
+            "--teacher-judge",
+            "logprobs",
+            "--teacher-concurrency",
+            "3",
+        ]
         alone, distributed = tmp_path / "alone.trec", tmp_path / "ray.trec"
         search(*search_args(dense_index, mini_scifact, alone, *flags))
         server.max_in_flight = 0

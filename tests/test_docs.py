@@ -22,9 +22,12 @@ def test_readme_is_at_most_150_lines():
 
 
 def test_every_relative_link_points_to_a_file():
-    broken = [f"{page.relative_to(ROOT)}: {target}" for page in PAGES
-              for target in relative_links(page.read_text(encoding="utf-8"))
-              if not (page.parent / target).exists()]  # fmt: skip
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in PAGES
+        for target in relative_links(page.read_text(encoding="utf-8"))
+        if not (page.parent / target).exists()
+    ]
     assert not broken, "\n".join(broken)
     assert len(relative_links((ROOT / "README.md").read_text(encoding="utf-8"))) >= 6
 

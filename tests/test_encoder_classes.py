@@ -19,8 +19,13 @@ from tour_pyserini.encoders.pyserini_compat import add_post_init
 from tour_pyserini.encoders.query import QueryEncoder
 from tour_pyserini.errors import UserError
 
-TEXTS = ["what causes cells to divide", "0-dimensional biomaterials show inductive properties.",
-         "what causes cells to grow", "a", "BRCA1 mutations raise the risk of breast cancer in women"]  # fmt: skip
+TEXTS = [
+    "what causes cells to divide",
+    "0-dimensional biomaterials show inductive properties.",
+    "what causes cells to grow",
+    "a",
+    "BRCA1 mutations raise the risk of breast cancer in women",
+]
 TITLES = ["Cell division", "", "Growth", "A", "BRCA1"]
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 
@@ -39,8 +44,9 @@ def _bpe_files(out: Path) -> tuple[str, str]:
     with open(root / "collections" / "scifact" / "corpus.jsonl", encoding="utf-8") as f:
         lines = [next(f) for _ in range(300)]
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(lines, vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>",
-                                                                  "<|endoftext|>"])  # fmt: skip
+    bpe.train_from_iterator(
+        lines, vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>", "<|endoftext|>"]
+    )
     out.mkdir(parents=True, exist_ok=True)
     bpe.save_model(str(out))
     return str(out / "vocab.json"), str(out / "merges.txt")
@@ -59,7 +65,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
         DPRContextEncoder,
         DPRQuestionEncoder,
         Qwen2Tokenizer,
-        Qwen3Config,  # fmt: skip
+        Qwen3Config,
         Qwen3Model,
         RobertaConfig,
         RobertaTokenizer,
@@ -93,8 +99,14 @@ def models(tmp_path_factory) -> dict[str, Path]:
     )
     Qwen3Model(qwen).save_pretrained(dirs["qwen"])
     Qwen2Tokenizer(vocab, merges, pad_token="<|endoftext|>", eos_token="<|endoftext|>").save_pretrained(dirs["qwen"])
-    pipeline = SentenceTransformer(modules=[st.Transformer(str(dirs["bert"]), max_seq_length=128),
-                                            st.Pooling(32, "mean"), st.Dense(32, 16), st.Normalize()])  # fmt: skip
+    pipeline = SentenceTransformer(
+        modules=[
+            st.Transformer(str(dirs["bert"]), max_seq_length=128),
+            st.Pooling(32, "mean"),
+            st.Dense(32, 16),
+            st.Normalize(),
+        ]
+    )
     pipeline.save(str(dirs["pipeline"]))
     return dirs
 
@@ -105,30 +117,53 @@ def models(tmp_path_factory) -> dict[str, Path]:
 # are left out here
 QUERY_CASES = [
     ("auto", "bert", EncoderSettings(encoder_class="auto"), dict(pooling="cls", l2_norm=False)),
-    ("auto", "bert", EncoderSettings(encoder_class="auto", pooling="cls", l2_norm=True), dict(pooling="cls",
-                                                                                             l2_norm=True)),
-    ("auto", "bert", EncoderSettings(encoder_class="auto", pooling="mean", query_prefix="query:"),
-     dict(pooling="mean", l2_norm=False, prefix="query:")),
+    (
+        "auto",
+        "bert",
+        EncoderSettings(encoder_class="auto", pooling="cls", l2_norm=True),
+        dict(pooling="cls", l2_norm=True),
+    ),
+    (
+        "auto",
+        "bert",
+        EncoderSettings(encoder_class="auto", pooling="mean", query_prefix="query:"),
+        dict(pooling="mean", l2_norm=False, prefix="query:"),
+    ),
     ("sentence", "bert", EncoderSettings(encoder_class="sentence"), {}),
     ("contriever", "bert", EncoderSettings(encoder_class="contriever"), {}),
     ("dpr", "dpr-q", EncoderSettings(encoder_class="dpr"), {}),
     ("tct_colbert", "bert", EncoderSettings(encoder_class="tct_colbert"), {}),
     ("ance", "roberta", EncoderSettings(encoder_class="ance"), {}),
     ("arctic", "bert", EncoderSettings(encoder_class="arctic"), {}),
-    ("qwen3", "qwen", EncoderSettings(encoder_class="qwen3", l2_norm=True, query_prefix="Instruct: find\nQuery:"),
-     dict(l2_norm=True, prefix="Instruct: find\nQuery:")),
-]  # fmt: skip
+    (
+        "qwen3",
+        "qwen",
+        EncoderSettings(encoder_class="qwen3", l2_norm=True, query_prefix="Instruct: find\nQuery:"),
+        dict(l2_norm=True, prefix="Instruct: find\nQuery:"),
+    ),
+]
 
 
 def pyserini_query_encoder(model_dir: Path, encoder_class: str, flags: dict):
     """What ``python -m pyserini.search.faiss --encoder DIR --encoder-class CLASS ...`` builds."""
     init = import_pyserini("pyserini.search.faiss.__main__").init_query_encoder
-    return init(str(model_dir), encoder_class, None, None, None, "cpu", 256, flags.get("pooling", "cls"),
-                flags.get("l2_norm", False), flags.get("prefix"))  # fmt: skip
+    return init(
+        str(model_dir),
+        encoder_class,
+        None,
+        None,
+        None,
+        "cpu",
+        256,
+        flags.get("pooling", "cls"),
+        flags.get("l2_norm", False),
+        flags.get("prefix"),
+    )
 
 
-@pytest.mark.parametrize("encoder_class, model, settings, flags", QUERY_CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(QUERY_CASES)])  # fmt: skip
+@pytest.mark.parametrize(
+    "encoder_class, model, settings, flags", QUERY_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(QUERY_CASES)]
+)
 def test_query_vectors_are_pyserinis(models, encoder_class, model, settings, flags):
     spec = EncoderSpec.resolve(str(models[model]), settings=settings)
     ours = QueryEncoder.build(spec)
@@ -144,8 +179,13 @@ def test_query_vectors_are_pyserinis(models, encoder_class, model, settings, fla
 
 # (class, model, settings, pyserini.encode's class name and flags)
 DOCUMENT_CASES = [
-    ("auto", "bert", EncoderSettings(encoder_class="auto", pooling="mean", l2_norm=True, doc_prefix="passage:"),
-     "auto", dict(pooling="mean", l2_norm=True, prefix="passage:")),
+    (
+        "auto",
+        "bert",
+        EncoderSettings(encoder_class="auto", pooling="mean", l2_norm=True, doc_prefix="passage:"),
+        "auto",
+        dict(pooling="mean", l2_norm=True, prefix="passage:"),
+    ),
     ("sentence", "bert", EncoderSettings(encoder_class="sentence-transformers"), "sentence-transformers", {}),
     ("contriever", "bert", EncoderSettings(encoder_class="contriever"), "contriever", {}),
     ("dpr", "dpr-ctx", EncoderSettings(encoder_class="dpr"), "dpr", {}),
@@ -153,18 +193,27 @@ DOCUMENT_CASES = [
     ("ance", "roberta", EncoderSettings(encoder_class="ance"), "ance", {}),
     ("arctic", "bert", EncoderSettings(encoder_class="arctic"), "arctic", {}),
     ("qwen3", "qwen", EncoderSettings(encoder_class="qwen3", l2_norm=True), "qwen3", dict(l2_norm=True)),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize("encoder_class, model, settings, pyserini_class, flags", DOCUMENT_CASES,
-                         ids=[c[0] for c in DOCUMENT_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "encoder_class, model, settings, pyserini_class, flags", DOCUMENT_CASES, ids=[c[0] for c in DOCUMENT_CASES]
+)
 def test_document_vectors_are_pyserini_encodes(models, encoder_class, model, settings, pyserini_class, flags):
     spec = EncoderSpec.resolve(str(models[model]), settings=settings, side="document")
     assert spec.encoder_class == encoder_class
     ours = DocumentEncoder(spec).encode(TEXTS, TITLES)
     init = import_pyserini("pyserini.encode.__main__").init_encoder
-    theirs = init(str(models[model]), pyserini_class, "cpu", flags.get("pooling", "cls"), flags.get("l2_norm", False),
-                  flags.get("prefix"), False, False)  # fmt: skip
+    theirs = init(
+        str(models[model]),
+        pyserini_class,
+        "cpu",
+        flags.get("pooling", "cls"),
+        flags.get("l2_norm", False),
+        flags.get("prefix"),
+        False,
+        False,
+    )
     expected = theirs.encode(texts=TEXTS, titles=TITLES, max_length=spec.max_length, fp16=False, add_sep=False)
     assert np.abs(ours - np.asarray(expected, dtype=np.float32)).max() <= 1e-6
 
@@ -194,8 +243,9 @@ def test_dpr_pairs_title_and_text_and_pipeline_is_sentence_transformers_own(mode
     from sentence_transformers import SentenceTransformer
     from transformers import AutoTokenizer
 
-    dpr = DocumentEncoder(EncoderSpec.resolve(str(models["dpr-ctx"]), settings=EncoderSettings(encoder_class="dpr"),
-                                              side="document"))  # fmt: skip
+    dpr = DocumentEncoder(
+        EncoderSpec.resolve(str(models["dpr-ctx"]), settings=EncoderSettings(encoder_class="dpr"), side="document")
+    )
     tokenizer = AutoTokenizer.from_pretrained(models["dpr-ctx"])
     pair = tokenizer("Cell division", "what causes cells to divide")["input_ids"]
     assert pair.count(tokenizer.sep_token_id) == 2  # the pair the class encodes: [CLS] title [SEP] text [SEP]
@@ -276,8 +326,10 @@ def test_dpr_pair_index_and_search_with_tour_and_rocchio(models, mini_scifact, i
     topics = str(mini_scifact["topics"])
     n = len(mini_scifact["topics"].read_text().splitlines())
     base = ["--index", str(dense), "--topics", topics, "--encoder", str(models["dpr-q"]), "--hits", "50"]
-    for name, extra in {"tour": ["--rewriter", "tour-hard", "--teacher", "bm25", "--depth", "10"],
-                        "rocchio": ["--rewriter", "rocchio", "--prf-depth", "5"]}.items():  # fmt: skip
+    for name, extra in {
+        "tour": ["--rewriter", "tour-hard", "--teacher", "bm25", "--depth", "10"],
+        "rocchio": ["--rewriter", "rocchio", "--prf-depth", "5"],
+    }.items():
         out = tmp_path / f"{name}.trec"
         _search(*base, *extra, "--output", str(out))
         counts = _run_qids(out)
@@ -296,17 +348,33 @@ def test_dpr_pair_index_and_search_with_tour_and_rocchio(models, mini_scifact, i
 # pooling and prefixes back
 FAMILIES = {
     "ance": ("roberta", ["--encoder-class", "ance"], {"encoder_class": "ance", "pooling": None}),
-    "qwen3": ("qwen", ["--encoder-class", "qwen3", "--l2-norm", "--query-prefix", "Instruct: find\nQuery:",
-                       "--doc-prefix", "Passage: "],
-              {"encoder_class": "qwen3", "pooling": "last", "l2_norm": True, "query_prefix": "Instruct: find\nQuery:",
-               "doc_prefix": "Passage: "}),
+    "qwen3": (
+        "qwen",
+        [
+            "--encoder-class",
+            "qwen3",
+            "--l2-norm",
+            "--query-prefix",
+            "Instruct: find\nQuery:",
+            "--doc-prefix",
+            "Passage: ",
+        ],
+        {
+            "encoder_class": "qwen3",
+            "pooling": "last",
+            "l2_norm": True,
+            "query_prefix": "Instruct: find\nQuery:",
+            "doc_prefix": "Passage: ",
+        },
+    ),
     "st-pipeline": ("pipeline", ["--encoder-class", "st-pipeline"], {"encoder_class": "st-pipeline"}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_each_family_indexes_records_itself_and_runs_tour(models, mini_scifact, index_root, bm25_index, tmp_path,
-                                                          family):  # fmt: skip
+def test_each_family_indexes_records_itself_and_runs_tour(
+    models, mini_scifact, index_root, bm25_index, tmp_path, family
+):
     from tour_pyserini.index.query_side import query_encoder_spec
 
     model, flags, recorded = FAMILIES[family]
@@ -317,8 +385,22 @@ def test_each_family_indexes_records_itself_and_runs_tour(models, mini_scifact, 
     assert {key: getattr(spec, key) for key in recorded} == recorded
     n = len(mini_scifact["topics"].read_text().splitlines())
     out = tmp_path / "tour.trec"
-    _search("--index", str(dense), "--topics", str(mini_scifact["topics"]), "--hits", "20", "--rewriter", "tour-hard",
-            "--teacher", "bm25", "--depth", "10", "--output", str(out))  # fmt: skip
+    _search(
+        "--index",
+        str(dense),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--hits",
+        "20",
+        "--rewriter",
+        "tour-hard",
+        "--teacher",
+        "bm25",
+        "--depth",
+        "10",
+        "--output",
+        str(out),
+    )
     assert set(_run_qids(out).values()) == {20} and len(_run_qids(out)) == n
 
 
@@ -372,9 +454,13 @@ def test_encoded_queries_in_pyserinis_format(searcher, dense_index, mini_scifact
     assert (tmp_path / "model.trec").read_text() == (tmp_path / "encoded.trec").read_text()
 
     pd.DataFrame({"text": [t.text for t in topics[1:]], "embedding": list(vectors[1:])}).to_pickle(
-        encoded / "embedding.pkl")  # fmt: skip
-    with pytest.raises(UserError, match=rf"1 of {len(topics)} topics have no usable vector: 1 missing \(first: topic "
-                                        rf"{topics[0].qid}\)"):  # fmt: skip
+        encoded / "embedding.pkl"
+    )
+    with pytest.raises(
+        UserError,
+        match=rf"1 of {len(topics)} topics have no usable vector: 1 missing \(first: topic "
+        rf"{topics[0].qid}\)",
+    ):
         _search(*base, "--encoded-queries", str(encoded), "--output", str(tmp_path / "missing.trec"))
     assert not (tmp_path / "missing.trec").exists()
 
@@ -416,11 +502,12 @@ BAD_ENCODED = {  # case: (embedding.pkl's bytes, the error's words)
     "no-rows": (_frame(text=[], embedding=[]), "holds no queries"),
     "other-dimension": (_frame(text=QUERY_TEXTS, embedding=[np.ones(8)] * 3), "holds 8-d vectors; the index holds 4-d"),
     "strings": (_frame(text=QUERY_TEXTS, embedding=["0.5 0.5 0.5 0.5"] * 3), "holds no finite vector of numbers"),
-    "bad-rows": (_frame(text=["alpha", "beta", "delta"],
-                        embedding=[np.array([np.nan, 0, 0, 0]), ["x"] * 4, GOOD_VECTORS[0]]),
-                 "3 of 3 topics have no usable vector: 1 not finite (first: topic 1); 1 not a vector of numbers "
-                 "(first: topic 2); 1 missing (first: topic 3)"),
-}  # fmt: skip
+    "bad-rows": (
+        _frame(text=["alpha", "beta", "delta"], embedding=[np.array([np.nan, 0, 0, 0]), ["x"] * 4, GOOD_VECTORS[0]]),
+        "3 of 3 topics have no usable vector: 1 not finite (first: topic 1); 1 not a vector of numbers "
+        "(first: topic 2); 1 missing (first: topic 3)",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_ENCODED))
@@ -437,14 +524,31 @@ def test_pre_encoded_queries_are_checked_before_the_jvm_or_a_model_loads(case, t
     content, message = BAD_ENCODED[case]
     (tmp_path / "encoded" / "embedding.pkl").write_bytes(content)
     with pytest.raises(UserError, match=re.escape(message)):
-        search.main(["--index", str(index), "--topics", str(tmp_path / "topics.tsv"), "--output",
-                     str(tmp_path / "run.trec"), "--encoded-queries", str(tmp_path / "encoded")])  # fmt: skip
+        search.main(
+            [
+                "--index",
+                str(index),
+                "--topics",
+                str(tmp_path / "topics.tsv"),
+                "--output",
+                str(tmp_path / "run.trec"),
+                "--encoded-queries",
+                str(tmp_path / "encoded"),
+            ]
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["encoded", "index", "topics.tsv"]
 
 
 def test_minilm_as_sentence_class_gives_todays_run(dense_index, mini_scifact, tmp_path):
     base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "100"]
     _search(*base, "--output", str(tmp_path / "today.trec"))
-    _search(*base, "--encoder", "sentence-transformers/all-MiniLM-L6-v2", "--encoder-class", "sentence",
-            "--output", str(tmp_path / "sentence.trec"))  # fmt: skip
+    _search(
+        *base,
+        "--encoder",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "--encoder-class",
+        "sentence",
+        "--output",
+        str(tmp_path / "sentence.trec"),
+    )
     assert (tmp_path / "today.trec").read_text() == (tmp_path / "sentence.trec").read_text()

@@ -123,14 +123,26 @@ def test_ways_of_one_model_share_its_loaded_weights(model, texts, exact):
 
 
 @pytest.mark.slow
-def test_a_search_through_a_runtime_with_the_dense_teacher_loads_the_encoder_once(mini_scifact, model, tmp_path,
-                                                                                  encoder_loads):  # fmt: skip
+def test_a_search_through_a_runtime_with_the_dense_teacher_loads_the_encoder_once(
+    mini_scifact, model, tmp_path, encoder_loads
+):
     """The dense teacher keeps torch's float32 (its scores are its fingerprint's); the searcher's OpenVINO graph
     is exported from the same loaded model."""
     index = dense_index_of(model, mini_scifact, tmp_path / "mini.minilm")
     loads = encoder_loads
-    search(index, mini_scifact, tmp_path / "run.trec", "--rewriter", "tour-soft", "--teacher", "dense", "--depth", "10",
-           "--encoder-runtime", "openvino")  # fmt: skip
+    search(
+        index,
+        mini_scifact,
+        tmp_path / "run.trec",
+        "--rewriter",
+        "tour-soft",
+        "--teacher",
+        "dense",
+        "--depth",
+        "10",
+        "--encoder-runtime",
+        "openvino",
+    )
     assert len(loads) == 1
 
 
@@ -154,13 +166,25 @@ def dense_index_of(model: Path, mini_scifact, out: Path) -> Path:
 def search(dense_index, mini_scifact, out: Path, *flags) -> Path:
     from tour_pyserini.commands.search import main
 
-    main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
-          "--hits", "20", *flags])  # fmt: skip
+    main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(out),
+            "--hits",
+            "20",
+            *flags,
+        ]
+    )
     return out
 
 
-def test_a_search_through_openvino_ranks_as_torch_and_writes_the_same_bytes_twice(dense_index, bm25_index, mini_scifact,
-                                                                                  model, tmp_path):  # fmt: skip
+def test_a_search_through_openvino_ranks_as_torch_and_writes_the_same_bytes_twice(
+    dense_index, bm25_index, mini_scifact, model, tmp_path
+):
     """TOUR with the BM25 teacher (whose query vector steps start from the encoder's): the runtime's run is
     torch's up to ties of 1e-5, and the same command writes the same bytes again (from the cached graph). With no
     flag (auto, the default) the command runs OpenVINO: the runtime extra is installed and the model is local."""
@@ -179,23 +203,32 @@ def test_a_search_through_openvino_ranks_as_torch_and_writes_the_same_bytes_twic
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--encoder-precision", "int8"], "error: --encoder-precision int8 runs through ONNX Runtime only "
-                                          "(--encoder-runtime onnx)"),
-        (["--encoder-runtime", "onnx", "--encoder-precision", "bf16"], "error: --encoder-precision bf16: ONNX "
-         "Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto"),
-        (["--encoder-runtime", "onnx", "--encoded-queries", "/no/such/dir"], "error: --encoded-queries replaces the "
-         "query encoder: give no --encoder or encoder flags"),
+        (
+            ["--encoder-precision", "int8"],
+            "error: --encoder-precision int8 runs through ONNX Runtime only (--encoder-runtime onnx)",
+        ),
+        (
+            ["--encoder-runtime", "onnx", "--encoder-precision", "bf16"],
+            "error: --encoder-precision bf16: ONNX "
+            "Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto",
+        ),
+        (
+            ["--encoder-runtime", "onnx", "--encoded-queries", "/no/such/dir"],
+            "error: --encoded-queries replaces the query encoder: give no --encoder or encoder flags",
+        ),
     ],
-)  # fmt: skip
-def test_bad_encoder_runtime_flags_are_one_line_before_any_model_loads(flags, message, dense_index, mini_scifact,
-                                                                       tmp_path, capsys):  # fmt: skip
+)
+def test_bad_encoder_runtime_flags_are_one_line_before_any_model_loads(
+    flags, message, dense_index, mini_scifact, tmp_path, capsys
+):
     from tour_pyserini.commands.runner import run_cli
     from tour_pyserini.commands.search import main
 
     out = tmp_path / "run.trec"
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(main, ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
-                       *flags])  # fmt: skip
+        run_cli(
+            main, ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out), *flags]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [message]
     assert "Traceback" not in err and "Loading weights" not in err and not out.exists()
@@ -214,13 +247,36 @@ def test_a_server_through_openvino_ranks_as_the_search_command_through_it(mini_s
     index = dense_index_of(own, mini_scifact, tmp_path / "mini.minilm")
     teacher = f"bm25:{bm25_index}"
     topics = read_topics(mini_scifact["topics"])
-    with Server("--index", str(index), "--teacher", teacher, "--encoder-runtime", "openvino", "--threads", "1",
-                "--data-dir", str(tmp_path / "serve-data")) as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(index),
+        "--teacher",
+        teacher,
+        "--encoder-runtime",
+        "openvino",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path / "serve-data"),
+    ) as server:
         assert (own / CACHE).is_dir()
         served = http_run(server, index.name, topics, {"rewriter": "tour-soft", "teacher": teacher, "k": "10"}, 20)
         status = server.get("/v1/status")[1]
     assert status["query_encoder"] == {"runtime": "openvino", "precision": "fp32"}
-    cli = search(index, mini_scifact, tmp_path / "cli.trec", "--rewriter", "tour-soft", "--teacher", teacher, "--depth",
-                 "10", "--encoder-runtime", "openvino", "--threads", "1")  # fmt: skip
+    cli = search(
+        index,
+        mini_scifact,
+        tmp_path / "cli.trec",
+        "--rewriter",
+        "tour-soft",
+        "--teacher",
+        teacher,
+        "--depth",
+        "10",
+        "--encoder-runtime",
+        "openvino",
+        "--threads",
+        "1",
+    )
     diff = diff_runs(read_run(cli), served)
     assert diff.same and diff.queries == len(topics), diff.summary()

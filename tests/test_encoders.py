@@ -29,8 +29,11 @@ def test_a_model_that_cannot_load_here_is_one_line_before_anything_loads(tmp_pat
     with pytest.raises(UserError, match="'.*not-a-model' is not a HuggingFace model directory \\(no config.json\\)"):
         EncoderSpec.resolve(str(tmp_path / "not-a-model"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(UserError, match="'nobody/no-such-model' is neither a local directory nor in the Hugging Face "
-                                        "cache, and the hub is offline"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match="'nobody/no-such-model' is neither a local directory nor in the Hugging Face "
+        "cache, and the hub is offline",
+    ):
         EncoderSpec.resolve("nobody/no-such-model")
     with pytest.raises(UserError, match="cross-encoder 'nobody/no-such-model' is neither"):
         check_model("cross-encoder", "nobody/no-such-model")
@@ -41,8 +44,17 @@ def test_search_with_an_encoder_directory_that_is_not_a_model_is_one_line(dense_
 
     (tmp_path / "empty").mkdir()
     out = tmp_path / "run.trec"
-    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
-                      "--output", str(out), "--encoder", str(tmp_path / "empty"))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.search",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(out),
+        "--encoder",
+        str(tmp_path / "empty"),
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
         f"error: encoder '{tmp_path / 'empty'}' is not a HuggingFace model directory (no config.json)"
@@ -50,11 +62,14 @@ def test_search_with_an_encoder_directory_that_is_not_a_model_is_one_line(dense_
     assert not out.exists() and not out.with_name("run.trec.partial").exists()
 
 
-@pytest.mark.parametrize("content, message", [
-    ('[{"path": "", "type": "sentence_transformers.models.Transformer"},', r"modules.json:1: not JSON \("),
-    ('{"0": "Transformer"}', "modules.json: not a sentence-transformers module list"),
-    ("[1, 2]", "modules.json: not a sentence-transformers module list"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('[{"path": "", "type": "sentence_transformers.models.Transformer"},', r"modules.json:1: not JSON \("),
+        ('{"0": "Transformer"}', "modules.json: not a sentence-transformers module list"),
+        ("[1, 2]", "modules.json: not a sentence-transformers module list"),
+    ],
+)
 def test_a_corrupt_modules_json_is_one_line(tmp_path, content, message):
     import shutil
 

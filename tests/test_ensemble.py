@@ -45,10 +45,14 @@ def test_part_paths_are_read_beside_the_file(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("{", "not JSON"), ('{"parts": []}', "needs"), ('{"parts": [{"teacher": "bm25", "weight": "x"}]}', "finite"),
-     ('{"parts": [{"teacher": "bm25", "weight": true}]}', "finite"),
-     ('{"parts": [{"teacher": "bm25", "weight": 0}, {"teacher": "dense", "weight": 0.0}]}', "every weight is 0")],
-)  # fmt: skip
+    [
+        ("{", "not JSON"),
+        ('{"parts": []}', "needs"),
+        ('{"parts": [{"teacher": "bm25", "weight": "x"}]}', "finite"),
+        ('{"parts": [{"teacher": "bm25", "weight": true}]}', "finite"),
+        ('{"parts": [{"teacher": "bm25", "weight": 0}, {"teacher": "dense", "weight": 0.0}]}', "every weight is 0"),
+    ],
+)
 def test_bad_ensemble_files_are_one_line_errors(tmp_path, content, message):
     path = tmp_path / "e.json"
     path.write_text(content)
@@ -80,15 +84,31 @@ def test_fit_puts_weight_on_the_informative_teacher():
     assert loss(w) < loss([1.0, 0.0]) and loss(w) <= loss(w * 1.1) and loss(w) <= loss(w * 0.9)
 
 
-def test_fit_ensemble_cli_writes_a_loadable_teacher(dense_index, bm25_index, mini_scifact, tmp_path, capsys,
-                                                    encoder_loads):  # fmt: skip
+def test_fit_ensemble_cli_writes_a_loadable_teacher(
+    dense_index, bm25_index, mini_scifact, tmp_path, capsys, encoder_loads
+):
     from tour_pyserini.commands.fit_ensemble import main
 
     out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
     topics = read_topics(mini_scifact["topics"])[:20]  # the qrels judge more queries than are fitted on
     subset.write_text("".join(f"{t.qid}\t{t.text}\n" for t in topics))
-    main(["--index", str(dense_index), "--topics", str(subset), "--qrels", str(mini_scifact["qrels"]),
-          "--teachers", "dense", "bm25", "--depth", "20", "--output", str(out)])  # fmt: skip
+    main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(subset),
+            "--qrels",
+            str(mini_scifact["qrels"]),
+            "--teachers",
+            "dense",
+            "bm25",
+            "--depth",
+            "20",
+            "--output",
+            str(out),
+        ]
+    )
     assert len(encoder_loads) == 1  # the dense teacher shares the searcher's encoder
     record = json.loads(out.read_text())
     assert [p["teacher"] for p in record["parts"]] == ["dense", "bm25"]
@@ -118,8 +138,19 @@ def test_fit_ensemble_cli_refuses_bad_input_before_loading(tmp_path):
         main(["--index", "x", "--topics", "t", "--teachers", "bm25", "--output", str(tmp_path / "e.json")])
     (tmp_path / "a-file").write_text("")
     with pytest.raises(UserError, match="a-file is a file, not a directory"):
-        main(["--index", "x", "--topics", "t", "--teachers", "bm25", "dense", "--output",
-              str(tmp_path / "a-file/e.json")])  # fmt: skip
+        main(
+            [
+                "--index",
+                "x",
+                "--topics",
+                "t",
+                "--teachers",
+                "bm25",
+                "dense",
+                "--output",
+                str(tmp_path / "a-file/e.json"),
+            ]
+        )
 
 
 def test_a_stored_part_is_scored_once_across_searches(dense_index, bm25_index, mini_scifact, tmp_path):
@@ -139,24 +170,33 @@ def test_a_stored_part_is_scored_once_across_searches(dense_index, bm25_index, m
     assert np.allclose([kept[d] for d in request.docids[1:]], expected[1:])  # the new ones were kept
 
 
-def test_relevant_documents_outside_the_candidates_are_one_line_before_any_teacher_loads(dense_index, mini_scifact,
-                                                                                          tmp_path):  # fmt: skip
+def test_relevant_documents_outside_the_candidates_are_one_line_before_any_teacher_loads(
+    dense_index, mini_scifact, tmp_path
+):
     from tour_pyserini.errors import UserError
     from tour_pyserini.training.ensemble_fit import fit_ensemble
 
     topics = read_topics(mini_scifact["topics"])[:3]
     qrels = {t.qid: {"not-in-the-index": 1} for t in topics}  # judged, but never among the candidates
     with pytest.raises(UserError, match=r"no query of t.tsv has a relevant document \(qrels\) in its dense top 5"):
-        fit_ensemble(dense_index, topics, qrels, ["cross-encoder:/no/such/model", "bm25"], tmp_path / "e.json",
-                     depth=5, topics_name="t.tsv")  # fmt: skip
+        fit_ensemble(
+            dense_index,
+            topics,
+            qrels,
+            ["cross-encoder:/no/such/model", "bm25"],
+            tmp_path / "e.json",
+            depth=5,
+            topics_name="t.tsv",
+        )
     assert not list(tmp_path.iterdir())
 
 
 def test_ensemble_files_naming_themselves_or_a_directory_are_one_line(tmp_path):
     (tmp_path / "self.json").write_text(json.dumps({"parts": [{"teacher": "ensemble:self.json", "weight": 1}]}))
     (tmp_path / "a.json").write_text(json.dumps({"parts": [{"teacher": "ensemble:b.json", "weight": 1}]}))
-    (tmp_path / "b.json").write_text(json.dumps({"parts": [{"teacher": "bm25", "weight": 0.5},
-                                                           {"teacher": "ensemble:a.json", "weight": 1}]}))  # fmt: skip
+    (tmp_path / "b.json").write_text(
+        json.dumps({"parts": [{"teacher": "bm25", "weight": 0.5}, {"teacher": "ensemble:a.json", "weight": 1}]})
+    )
     with pytest.raises(UserError, match=r"self.json names itself through its parts: .*self.json -> .*self.json$"):
         get_teacher(f"ensemble:{tmp_path / 'self.json'}")
     with pytest.raises(UserError, match=r"a.json names itself through its parts: .*a.json -> .*b.json -> .*a.json$"):

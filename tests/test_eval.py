@@ -82,9 +82,16 @@ def test_equals_trec_eval_c_on_a_run_that_omits_queries(searcher, mini_scifact, 
     run_path = tmp_path / "partial.trec"
     write_run(run_path, results.items())
     measures = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100", "map": "AP", "recip_rank": "RR"}
-    proc = run_module("tour_pyserini", "run-pyserini", "pyserini.eval.trec_eval", "-c", "-q",
-                      *[a for m in measures for a in ("-m", m.replace("_cut_", "_cut.").replace("l_1", "l.1"))],
-                      str(mini_scifact["qrels"]), str(run_path))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini",
+        "run-pyserini",
+        "pyserini.eval.trec_eval",
+        "-c",
+        "-q",
+        *[a for m in measures for a in ("-m", m.replace("_cut_", "_cut.").replace("l_1", "l.1"))],
+        str(mini_scifact["qrels"]),
+        str(run_path),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     theirs: dict[tuple[str, str], float] = {}
     for name, qid, value in re.findall(r"^(\w+)\s+(\S+)\s+([0-9.]+)$", proc.stdout, flags=re.MULTILINE):
@@ -116,16 +123,43 @@ def test_judge_is_built_once_and_scores_many_runs():
 
 # one parameterisation (or more) of every measure family ir-measures registers that an installed provider computes
 FAMILIES = {
-    "AP": ["AP", "AP@10", "AP(rel=2)"], "MAP": ["MAP"], "Accuracy": ["Accuracy", "Accuracy@10"],
-    "BPref": ["BPref"], "Bpref": ["Bpref"], "Compat": ["Compat(p=0.8)"], "ERR": ["ERR@10"], "IPrec": ["IPrec@0.2"],
-    "Judged": ["Judged@10"], "MRR": ["MRR@10"], "NDCG": ["NDCG@10"], "nDCG": ["nDCG", "nDCG@10",
-    'nDCG(dcg="exp-log2")@10', "nDCG(gains={0:0,1:1,2:3,3:7,4:15})@20", "nDCG(judged_only=True)@10"],
-    "NumQ": ["NumQ"], "NumRel": ["NumRel"], "NumRet": ["NumRet", "NumRet(rel=2)"], "NumRelRet": ["NumRelRet"],
-    "P": ["P@5", "P(rel=2)@10"], "Precision": ["Precision@5"], "R": ["R@100"], "Recall": ["Recall@10"],
-    "RR": ["RR", "RR@10", "RR(rel=3)"], "Rprec": ["Rprec"], "RPrec": ["RPrec"], "SetAP": ["SetAP"],
-    "SetF": ["SetF", "SetF(beta=0.5)"], "SetP": ["SetP"], "SetRelP": ["SetRelP"], "SetR": ["SetR"],
-    "Success": ["Success@10"], "infAP": ["infAP"],
-}  # fmt: skip
+    "AP": ["AP", "AP@10", "AP(rel=2)"],
+    "MAP": ["MAP"],
+    "Accuracy": ["Accuracy", "Accuracy@10"],
+    "BPref": ["BPref"],
+    "Bpref": ["Bpref"],
+    "Compat": ["Compat(p=0.8)"],
+    "ERR": ["ERR@10"],
+    "IPrec": ["IPrec@0.2"],
+    "Judged": ["Judged@10"],
+    "MRR": ["MRR@10"],
+    "NDCG": ["NDCG@10"],
+    "nDCG": [
+        "nDCG",
+        "nDCG@10",
+        'nDCG(dcg="exp-log2")@10',
+        "nDCG(gains={0:0,1:1,2:3,3:7,4:15})@20",
+        "nDCG(judged_only=True)@10",
+    ],
+    "NumQ": ["NumQ"],
+    "NumRel": ["NumRel"],
+    "NumRet": ["NumRet", "NumRet(rel=2)"],
+    "NumRelRet": ["NumRelRet"],
+    "P": ["P@5", "P(rel=2)@10"],
+    "Precision": ["Precision@5"],
+    "R": ["R@100"],
+    "Recall": ["Recall@10"],
+    "RR": ["RR", "RR@10", "RR(rel=3)"],
+    "Rprec": ["Rprec"],
+    "RPrec": ["RPrec"],
+    "SetAP": ["SetAP"],
+    "SetF": ["SetF", "SetF(beta=0.5)"],
+    "SetP": ["SetP"],
+    "SetRelP": ["SetRelP"],
+    "SetR": ["SetR"],
+    "Success": ["Success@10"],
+    "infAP": ["infAP"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +215,9 @@ def test_each_measure_is_aggregated_as_ir_measures_calc_aggregate_does(cranfield
     measures = [ir_measures.parse_measure(spec) for spec in specs]
     want = {str(m): v for m, v in ir_measures.calc_aggregate(measures, qrels, run).items()}
     run_file, qrels_file = tmp_path / "run.trec", tmp_path / "qrels.txt"
-    run_file.write_text("".join(f"{q} Q0 {d} {r} {s} lexical\n" for q, docs in run.items()
-                                for r, (d, s) in enumerate(docs.items(), 1)))  # fmt: skip
+    run_file.write_text(
+        "".join(f"{q} Q0 {d} {r} {s} lexical\n" for q, docs in run.items() for r, (d, s) in enumerate(docs.items(), 1))
+    )
     qrels_file.write_text("".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items()))
     eval_main(["--qrels", str(qrels_file), "--run", str(run_file), "--json", "--metrics", *specs])
     got = json.loads(capsys.readouterr().out)
@@ -210,12 +245,18 @@ def test_counts_print_as_sums_in_the_table(tmp_path, capsys):
         ("P", "metric 'P' needs its cutoff (P@N)"),
         ("RBP", "metric RBP: no installed ir-measures provider computes it"),
         ("alpha_nDCG@10", "metric alpha_nDCG@10: no installed ir-measures provider computes it"),
-        ("ERR@10", "metric ERR@10 is computed by ir-measures' gdeval, which reads numeric query ids and grades up to "
-                   "4: the qrels' query 'q-1' is not a number"),
-        ('nDCG(dcg="exp-log2")@10', "metric nDCG(dcg='exp-log2')@10 is computed by ir-measures' gdeval, which reads "
-                                    "numeric query ids and grades up to 4: query '2' has grade 5"),
+        (
+            "ERR@10",
+            "metric ERR@10 is computed by ir-measures' gdeval, which reads numeric query ids and grades up to "
+            "4: the qrels' query 'q-1' is not a number",
+        ),
+        (
+            'nDCG(dcg="exp-log2")@10',
+            "metric nDCG(dcg='exp-log2')@10 is computed by ir-measures' gdeval, which reads "
+            "numeric query ids and grades up to 4: query '2' has grade 5",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_metric_ir_measures_cannot_compute_is_one_line(metric, message, tmp_path):
     """Before: a traceback (an unsupported measure, a missing cutoff, gdeval stopping on a grade above 4), or, for
     gdeval's ids 'q-1' and 'x-1' (both read as query 1), 0 for both queries."""

@@ -163,8 +163,9 @@ def test_missing_predictions_score_zero_and_unknown_questions_are_refused():
 
 
 def write_topics(path, topics):
-    path.write_text("".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n"
-                            for t in topics))  # fmt: skip
+    path.write_text(
+        "".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n" for t in topics)
+    )
     return path
 
 
@@ -181,8 +182,9 @@ def test_eval_and_compare_predictions(tmp_path, capsys):
     assert read_predictions(better)["2"] == Prediction("2", "1999", "d", 1.0)
     eval_main(["--answers", str(topics), "--predictions", str(base), "--json"])
     assert json.loads(capsys.readouterr().out) == {"EM": pytest.approx(1 / 3), "F1": pytest.approx(1 / 3)}
-    compare_main(["--answers", str(topics), "--predictions", "--baseline", str(base), "--run", str(better),
-                  "--format", "csv"])  # fmt: skip
+    compare_main(
+        ["--answers", str(topics), "--predictions", "--baseline", str(base), "--run", str(better), "--format", "csv"]
+    )
     rows = [line.split(",") for line in capsys.readouterr().out.splitlines()]
     em = next(r for r in rows if r[0] == "better.jsonl" and r[1] == "EM")
     assert em[2] == "1.0000" and em[3] == "+0.6667" and em[6] == "2/1/0"
@@ -229,15 +231,21 @@ def test_bad_predictions_input_is_one_line_and_exit_2(tmp_path, capsys, case, me
 @pytest.mark.parametrize(
     "name, content, where, got",
     [
-        ("t.jsonl", '{"qid": "1", "question": "who", "answers": ["Paris"]}\n'
-                    '{"qid": "2", "question": "when", "answers": ["1999", 1999]}\n', "t.jsonl:2", "1999"),
+        (
+            "t.jsonl",
+            '{"qid": "1", "question": "who", "answers": ["Paris"]}\n'
+            '{"qid": "2", "question": "when", "answers": ["1999", 1999]}\n',
+            "t.jsonl:2",
+            "1999",
+        ),
         ("t.jsonl", '{"qid": "1", "question": "who", "answers": [null]}\n', "t.jsonl:1", "null"),
         ("t.txt", "who\t['Paris']\nwhen\t['1999', None]\n", "t.txt:2", "null"),  # DPR's question<TAB>[answers]
         ("P1.test.json", '[{"question": "who", "answers": [["Paris"]]}]', "P1.test.json: item 0", '["Paris"]'),
     ],
-)  # fmt: skip
-def test_gold_answers_that_are_not_strings_are_one_line_naming_file_and_line(tmp_path, capsys, name, content,
-                                                                             where, got):  # fmt: skip
+)
+def test_gold_answers_that_are_not_strings_are_one_line_naming_file_and_line(
+    tmp_path, capsys, name, content, where, got
+):
     """str() judged null as the answer "None" and 1999 as "1999": a gold answer must be written as a string."""
     topics = tmp_path / name
     topics.write_text(content)
@@ -253,9 +261,11 @@ def test_blank_gold_answers_are_dropped_and_a_question_left_without_any_is_skipp
     """An empty gold answer equals an empty prediction: it scored EM 1 for "no answer". Blank answers are dropped,
     and a question left with none is not judged (a warning counts them), nor is its prediction refused."""
     topics = tmp_path / "t.jsonl"
-    topics.write_text('{"qid": "1", "question": "who", "answers": ["Paris", ""]}\n'
-                      '{"qid": "2", "question": "when", "answers": ["", "  "]}\n'
-                      '{"qid": "3", "question": "what", "answers": ["x"]}\n')  # fmt: skip
+    topics.write_text(
+        '{"qid": "1", "question": "who", "answers": ["Paris", ""]}\n'
+        '{"qid": "2", "question": "when", "answers": ["", "  "]}\n'
+        '{"qid": "3", "question": "what", "answers": ["x"]}\n'
+    )
     assert [t.answers for t in read_topics(topics)] == [("Paris",), (), ("x",)]
     preds = write_predictions(tmp_path / "p.jsonl", [("1", ""), ("2", ""), ("3", "x")])
     with caplog.at_level(logging.WARNING, logger="tour_pyserini"):

@@ -56,25 +56,48 @@ def test_approximate_search_finds_the_exact_neighbours_with_exact_vectors(approx
 
 
 def test_hnsw_returns_every_hit_asked_for_beyond_its_ef_search(dense_index, queries, tmp_path):
-    index_main(["--from-index", str(dense_index), "--output", str(tmp_path / "hnsw"), "--faiss-index", "hnsw",
-                "--ef-search", "16"])  # fmt: skip
+    index_main(
+        [
+            "--from-index",
+            str(dense_index),
+            "--output",
+            str(tmp_path / "hnsw"),
+            "--faiss-index",
+            "hnsw",
+            "--ef-search",
+            "16",
+        ]
+    )
     found = TourSearcher.from_index(tmp_path / "hnsw").search_vectors(queries, 200)
     assert {len(hits) for hits in found} == {200}  # a plain Faiss search with efSearch 16 returns fewer
 
 
 def test_search_knobs_trade_recall_for_speed(dense_index, searcher, queries, tmp_path):
-    index_main(["--from-index", str(dense_index), "--output", str(tmp_path / "ivf"), "--faiss-index", "ivfpq",
-                "--nlist", "16"])  # fmt: skip
+    index_main(
+        ["--from-index", str(dense_index), "--output", str(tmp_path / "ivf"), "--faiss-index", "ivfpq", "--nlist", "16"]
+    )
     exact = searcher.search_vectors(queries, DEPTH)
-    recalls = [recall(TourSearcher.from_index(tmp_path / "ivf", nprobe=n).search_vectors(queries, DEPTH), exact)
-               for n in (1, 16)]  # fmt: skip
+    recalls = [
+        recall(TourSearcher.from_index(tmp_path / "ivf", nprobe=n).search_vectors(queries, DEPTH), exact)
+        for n in (1, 16)
+    ]
     assert recalls[0] < recalls[1] and recalls[1] >= 0.95  # all 16 lists: only PQ ranking errors remain
 
 
 def test_knobs_of_another_index_type_are_errors(dense_index, mini_scifact, tmp_path):
     with pytest.raises(UserError, match="--nprobe applies to IVF indexes; .* is flat"):
-        search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output",
-                     str(tmp_path / "run.trec"), "--nprobe", "4"])  # fmt: skip
+        search_main(
+            [
+                "--index",
+                str(dense_index),
+                "--topics",
+                str(mini_scifact["topics"]),
+                "--output",
+                str(tmp_path / "run.trec"),
+                "--nprobe",
+                "4",
+            ]
+        )
     assert not list(tmp_path.iterdir())
     with pytest.raises(UserError, match="needs at least 256 documents"):
         FaissIndexSpec(type="ivfpq").resolved(num_docs=100, dimension=384)
@@ -83,13 +106,32 @@ def test_knobs_of_another_index_type_are_errors(dense_index, mini_scifact, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags,exact", [(["--hnsw", "--M", "16", "--efC", "64"], True), (["--pq", "--pq-m", "48"],
-                                                                                         False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags,exact", [(["--hnsw", "--M", "16", "--efC", "64"], True), (["--pq", "--pq-m", "48"], False)]
+)
 def test_indexes_built_by_pyserini_open_too(flags, exact, dense_index, searcher, queries, tmp_path, caplog):
     # Pyserini's own tool, through run-pyserini: its Java, and (Pyserini 2.x) its catalogue fetched offline
-    subprocess.run([sys.executable, "-m", "tour_pyserini", "run-pyserini", "pyserini.index.faiss", "--input",
-                    str(dense_index), "--output", str(tmp_path), "--dim", "384", "--threads", "1", *flags],
-                   check=True, env=os.environ, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tour_pyserini",
+            "run-pyserini",
+            "pyserini.index.faiss",
+            "--input",
+            str(dense_index),
+            "--output",
+            str(tmp_path),
+            "--dim",
+            "384",
+            "--threads",
+            "1",
+            *flags,
+        ],
+        check=True,
+        env=os.environ,
+        capture_output=True,
+    )
     with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
         theirs = TourSearcher.from_index(tmp_path)
     assert ("keeps no exact vectors" in caplog.text) is not exact
@@ -110,8 +152,9 @@ def test_ivfpq_on_too_small_a_collection_is_refused_before_anything_is_encoded(m
     lines = (mini_scifact["collection"] / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "small" / "corpus.jsonl").write_text("".join(lines[:50]), encoding="utf-8")
     out = tmp_path / "small.ivfpq"
-    proc = run_module("tour_pyserini.index", "--collection", str(tmp_path / "small"), "--output", str(out),
-                      "--faiss-index", "ivfpq")  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.index", "--collection", str(tmp_path / "small"), "--output", str(out), "--faiss-index", "ivfpq"
+    )
     assert proc.returncode == 2 and "Loading weights" not in proc.stderr  # no encoder was loaded
     assert proc.stderr.strip().splitlines() == [
         "error: IVF-PQ with 1 lists and 8-bit codes needs at least 256 documents to train; the collection has 50"
@@ -126,8 +169,9 @@ def test_a_streamed_build_writes_the_file_an_in_memory_build_writes(kind, tmp_pa
     vectors = np.random.default_rng(0).standard_normal((3000, 16)).astype(np.float32)
     spec = FaissIndexSpec(type=kind, nlist=8, pq_m=2)
     faiss.write_index(faiss_index.build(vectors, spec, chunk=1000), str(tmp_path / "memory"))
-    seconds = faiss_index.write_streamed(lambda: (vectors[i : i + 1000] for i in range(0, 3000, 1000)), 3000, 16,
-                                         spec, tmp_path / "streamed")  # fmt: skip
+    seconds = faiss_index.write_streamed(
+        lambda: (vectors[i : i + 1000] for i in range(0, 3000, 1000)), 3000, 16, spec, tmp_path / "streamed"
+    )
     assert (tmp_path / "streamed").read_bytes() == (tmp_path / "memory").read_bytes()
     assert "write_wall_s" in seconds and ("add_cpu_s" in seconds) == (kind == "ivfpq")
     with pytest.raises(ValueError, match="2000"):

@@ -47,8 +47,11 @@ def start_search(args: list, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:
         return subprocess.Popen(
             [sys.executable, "-m", "tour_pyserini.search", *map(str, args)],
-            stdout=subprocess.DEVNULL, stderr=f, env=env(), preexec_fn=default_sigint,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            env=env(),
+            preexec_fn=default_sigint,
+        )
 
 
 def wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600) -> None:
@@ -122,8 +125,17 @@ def search_args(case: str, tmp_path: Path, *, mini_topics: Path, cross_encoder: 
     common = ["--topics", first_topics(mini_topics, 8, tmp_path / "topics.tsv"), "--hits", 100, "--batch-size", 1]
     if case == "tour-bm25":
         return [*common, "--rewriter", "tour-soft", "--teacher", "bm25", "--preset", "passage", "--depth", 20]
-    return [*common, "--rewriter", "rerank", "--depth", 5, "--teacher", f"cross-encoder:{cross_encoder}",
-            "--teacher-max-length", 128]  # fmt: skip
+    return [
+        *common,
+        "--rewriter",
+        "rerank",
+        "--depth",
+        5,
+        "--teacher",
+        f"cross-encoder:{cross_encoder}",
+        "--teacher-max-length",
+        128,
+    ]
 
 
 @pytest.mark.parametrize("case", ["dense", "tour-bm25", "cross-encoder"])
@@ -170,11 +182,29 @@ def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staged_model(tmp_path):
     lines = (ROOT / "collections/scifact/corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "corpus/corpus.jsonl").write_text("".join(lines[:40]), encoding="utf-8")
     out, log = tmp_path / "ict", tmp_path / "stderr.txt"
-    args = ["--collection", tmp_path / "corpus", "--output", out, "--steps", 1000, "--batch-size", 4, "--held-out", 8,
-            "--eval-every", 1000, "--max-wordpieces", 96]  # fmt: skip
+    args = [
+        "--collection",
+        tmp_path / "corpus",
+        "--output",
+        out,
+        "--steps",
+        1000,
+        "--batch-size",
+        4,
+        "--held-out",
+        8,
+        "--eval-every",
+        1000,
+        "--max-wordpieces",
+        96,
+    ]
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "tour_pyserini", "train-ict", *map(str, args)],
-                                stdout=subprocess.DEVNULL, stderr=f, env=env())  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tour_pyserini", "train-ict", *map(str, args)],
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            env=env(),
+        )
     wait_for(lambda: "ict:" in log.read_text(), proc, "a training step")  # the staged model is being trained
     assert list(tmp_path.glob("ict.tmp-*"))
     proc.send_signal(signal.SIGTERM)
@@ -218,8 +248,13 @@ def test_a_second_search_on_the_same_output_is_refused_and_a_killed_one_blocks_n
 
 def start_index(args: list, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:
-        return subprocess.Popen([sys.executable, "-m", "tour_pyserini", "index", *map(str, args)],
-                                stdout=f, stderr=subprocess.STDOUT, env=env(), preexec_fn=default_sigint)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "tour_pyserini", "index", *map(str, args)],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env(),
+            preexec_fn=default_sigint,
+        )
 
 
 def start_lucene_build(out: Path, log: Path) -> subprocess.Popen:
@@ -326,8 +361,15 @@ def test_bm25_indexes_every_document_whatever_its_fields(tmp_path):
     assert import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(out)).stats()["documents"] == 7
     searcher = Bm25Searcher.from_index(out)
     # a document is found by its contents when it has them, else by its title and text
-    expected = {"apple": "d1", "cherry": "d2", "durian": "d3", "elderberry": "d4", "fig": "d5", "lemon": "d6",
-                "mango": "d7"}  # fmt: skip
+    expected = {
+        "apple": "d1",
+        "cherry": "d2",
+        "durian": "d3",
+        "elderberry": "d4",
+        "fig": "d5",
+        "lemon": "d6",
+        "mango": "d7",
+    }
     for word, docid in expected.items():
         assert [h.docid for h in searcher.retrieve([word], ["q"], 3)[0].hits] == [docid]
 
@@ -377,11 +419,14 @@ def test_non_positive_counts_are_refused_before_anything_loads(flag, dense_index
     assert_nothing_left(out)
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--device", "cuda"], "--device cuda: this torch build"),
-    (["--device", "gpu"], "--device must be cpu, cuda or cuda:N, got 'gpu'"),
-    (["--ef-search", "64"], "--ef-search applies to HNSW indexes; "),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--device", "cuda"], "--device cuda: this torch build"),
+        (["--device", "gpu"], "--device must be cpu, cuda or cuda:N, got 'gpu'"),
+        (["--ef-search", "64"], "--ef-search applies to HNSW indexes; "),
+    ],
+)
 def test_devices_and_index_knobs_that_do_not_exist_are_refused(flags, message, dense_index, mini_scifact, tmp_path):
     import torch
 
@@ -457,8 +502,9 @@ def test_runs_with_non_finite_scores_are_refused(command, score, mini_scifact, t
     ],
     ids=["k-beyond-the-index", "lr-nan"],
 )
-def test_a_search_refused_before_its_first_query_leaves_no_file(options, message, dense_index, bm25_index, mini_scifact,
-                                                               tmp_path):  # fmt: skip
+def test_a_search_refused_before_its_first_query_leaves_no_file(
+    options, message, dense_index, bm25_index, mini_scifact, tmp_path
+):
     out = tmp_path / "run.trec"
     proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out, *options)
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
@@ -493,8 +539,21 @@ def test_bm25_queries_without_hits_are_reported(bm25_index, tmp_path):
 
 def test_a_missing_cross_encoder_is_one_line(dense_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
-    proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out,
-               "--rewriter", "rerank", "--depth", 5, "--teacher", f"cross-encoder:{tmp_path / 'no-model'}")  # fmt: skip
+    proc = cli(
+        "search",
+        "--index",
+        dense_index,
+        "--topics",
+        mini_scifact["topics"],
+        "--output",
+        out,
+        "--rewriter",
+        "rerank",
+        "--depth",
+        5,
+        "--teacher",
+        f"cross-encoder:{tmp_path / 'no-model'}",
+    )
     assert_one_line_error(proc, str(tmp_path / "no-model"))
     assert_nothing_left(out)
 
@@ -503,8 +562,23 @@ def test_a_cross_encoder_reads_queries_longer_than_its_length(dense_index, mini_
     words = (mini_scifact["collection"] / "corpus.jsonl").read_text().split()
     topics, out = tmp_path / "topics.tsv", tmp_path / "run.trec"
     topics.write_text(f"long1\t{' '.join(words[:700])}\nlong2\t{' '.join(words[700:1400])}\n".replace('"', ""))
-    proc = cli("search", "--index", dense_index, "--topics", topics, "--output", out, "--rewriter", "rerank",
-               "--depth", 5, "--hits", 10, "--teacher", f"cross-encoder:{cross_encoder_dir}")  # fmt: skip
+    proc = cli(
+        "search",
+        "--index",
+        dense_index,
+        "--topics",
+        topics,
+        "--output",
+        out,
+        "--rewriter",
+        "rerank",
+        "--depth",
+        5,
+        "--hits",
+        10,
+        "--teacher",
+        f"cross-encoder:{cross_encoder_dir}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert qids_in(out) == ["long1", "long2"]
 
@@ -512,8 +586,22 @@ def test_a_cross_encoder_reads_queries_longer_than_its_length(dense_index, mini_
 @pytest.mark.parametrize("options", [["--smoothing", "0", "--lr", "-5"], ["--lr", "-5"], ["--smoothing", "0"]])
 def test_out_of_range_tour_options_are_refused(options, dense_index, bm25_index, mini_scifact, tmp_path):
     out = tmp_path / "run.trec"
-    proc = cli("search", "--index", dense_index, "--topics", mini_scifact["topics"], "--output", out,
-               "--rewriter", "tour-soft", "--teacher", "bm25", "--depth", 10, *options)  # fmt: skip
+    proc = cli(
+        "search",
+        "--index",
+        dense_index,
+        "--topics",
+        mini_scifact["topics"],
+        "--output",
+        out,
+        "--rewriter",
+        "tour-soft",
+        "--teacher",
+        "bm25",
+        "--depth",
+        10,
+        *options,
+    )
     assert_one_line_error(proc)
     assert_nothing_left(out)
 

@@ -21,27 +21,44 @@ RUN = "1 Q0 a 1 2.0 t\n1 Q0 b 2 1.0 t\n2 Q0 c 1 1.0 t\n"
 
 # (qrels, run, the error: file name and line, then what it says)
 CASES = {
-    "qrels-duplicate-judgement": ("1 0 a 1\n1 0 a 0\n2 0 c 1\n", RUN,
-                                  "q.txt:2: docid 'a' is judged twice for query '1' (first at line 1)"),
+    "qrels-duplicate-judgement": (
+        "1 0 a 1\n1 0 a 0\n2 0 c 1\n",
+        RUN,
+        "q.txt:2: docid 'a' is judged twice for query '1' (first at line 1)",
+    ),
     "qrels-blank-line": ("1 0 a 1\n\n1 0 b 2\n2 0 c 1\n", RUN, "q.txt:2: a blank line"),
     "qrels-blank-last-line": (QRELS + "\n", RUN, "q.txt:4: a blank line"),
     "qrels-spaces-line": ("1 0 a 1\n   \n1 0 b 2\n2 0 c 1\n", RUN, "q.txt:2: a blank line"),
-    "qrels-no-break-space": ("1\u00a00 a 1\n1 0 b 2\n2 0 c 1\n", RUN,
-                             "q.txt:1: expected 'qid iter docid relevance', found 3 fields (U+00A0 separates no "
-                             "fields"),
-    "qrels-file-separator": ("1 0\x1ca 1\n" + QRELS[8:], RUN, "q.txt:1: expected 'qid iter docid relevance', found 3 "
-                                                              "fields (U+001C"),
+    "qrels-no-break-space": (
+        "1\u00a00 a 1\n1 0 b 2\n2 0 c 1\n",
+        RUN,
+        "q.txt:1: expected 'qid iter docid relevance', found 3 fields (U+00A0 separates no fields",
+    ),
+    "qrels-file-separator": (
+        "1 0\x1ca 1\n" + QRELS[8:],
+        RUN,
+        "q.txt:1: expected 'qid iter docid relevance', found 3 fields (U+001C",
+    ),
     "qrels-nul": ("1 0 a\x00z 1\n" + QRELS[8:], RUN, "q.txt:1: a NUL byte at column 6"),
-    "qrels-grade-too-large": ("1 0 a 4294967296\n" + QRELS[8:], RUN,
-                              "q.txt:1: relevance 4294967296 does not fit a 32-bit integer"),
-    "run-no-break-space": (QRELS, "1 Q0 a 1 2.0\u00a0t\n" + RUN[15:], "r.trec:1: expected 'qid Q0 docid rank score "
-                                                                       "tag', found 5 fields (U+00A0"),
-    "run-next-line": (QRELS, "1 Q0 a 1\x852.0 t\n" + RUN[15:], "r.trec:1: expected 'qid Q0 docid rank score tag', "
-                                                                "found 5 fields (U+0085"),
+    "qrels-grade-too-large": (
+        "1 0 a 4294967296\n" + QRELS[8:],
+        RUN,
+        "q.txt:1: relevance 4294967296 does not fit a 32-bit integer",
+    ),
+    "run-no-break-space": (
+        QRELS,
+        "1 Q0 a 1 2.0\u00a0t\n" + RUN[15:],
+        "r.trec:1: expected 'qid Q0 docid rank score tag', found 5 fields (U+00A0",
+    ),
+    "run-next-line": (
+        QRELS,
+        "1 Q0 a 1\x852.0 t\n" + RUN[15:],
+        "r.trec:1: expected 'qid Q0 docid rank score tag', found 5 fields (U+0085",
+    ),
     "run-nul": (QRELS, "1 Q0 a\x00z 1 2.0 t\n" + RUN[15:], "r.trec:1: a NUL byte at column 7"),
     "run-empty": (QRELS, "", "r.trec: no results"),
     "run-blank-lines-only": (QRELS, "\n\n", "r.trec: no results"),
-}  # fmt: skip
+}
 
 
 def write_case(tmp_path: Path, case: str) -> tuple[Path, Path, str]:
@@ -80,8 +97,9 @@ def test_pyserinis_trec_eval_refuses_each_case_and_scores_the_good_files(tmp_pat
     binary = trec_eval_binary(tmp_path)
 
     def trec_eval(qrels: Path, run: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([str(binary), "-c", "-m", "num_rel", "-m", "map", str(qrels), str(run)],
-                              capture_output=True, timeout=60)  # fmt: skip
+        return subprocess.run(
+            [str(binary), "-c", "-m", "num_rel", "-m", "map", str(qrels), str(run)], capture_output=True, timeout=60
+        )
 
     good_q, good_r = tmp_path / "good.q", tmp_path / "good.r"
     good_q.write_text(QRELS)
@@ -100,10 +118,13 @@ TOPICS = {  # Anserini's readers stop on a blank line; DprNqTopicReader's CSV pa
     "spaces.tsv": ("1\tq one\n \n", "spaces.tsv:2: a blank line", "TsvStringTopicReader"),
     "end.tsv": ("1\tq one\n2\tq two\n\n", "end.tsv:3: a blank line", "TsvIntTopicReader"),
     "dpr.txt": ("q one\t['a']\n  \nq two\t['b']\n", "dpr.txt:2: a blank line", "DprNqTopicReader"),
-    "topics.jsonl": ('{"id": "1", "title": "a"}\n\n{"id": "2", "title": "b"}\n', "topics.jsonl:2: a blank line",
-                     "JsonStringTopicReader"),
+    "topics.jsonl": (
+        '{"id": "1", "title": "a"}\n\n{"id": "2", "title": "b"}\n',
+        "topics.jsonl:2: a blank line",
+        "JsonStringTopicReader",
+    ),
     "dpr.jsonl": ('{"question": "a", "answer": ["x"]}\n\n', "dpr.jsonl:2: a blank line", "DprJsonlTopicReader"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(TOPICS))
@@ -145,11 +166,14 @@ def qa_files(tmp_path: Path, run_lines: str) -> tuple[Path, Path, Path]:
     collection = tmp_path / "passages"
     collection.mkdir()
     docs = [("p0", "Moon", "Apollo 17 left the Moon in December 1972."), ("p1", "Paris", "Paris is in France.")]
-    (collection / "corpus.jsonl").write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n"
-                                                     for i, t, x in docs))  # fmt: skip
+    (collection / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in docs)
+    )
     topics = tmp_path / "topics.jsonl"
-    topics.write_text('{"qid": "0", "question": "when did anyone leave the moon", "answers": ["December 1972"]}\n'
-                      '{"qid": "1", "question": "where is paris", "answers": ["France"]}\n')  # fmt: skip
+    topics.write_text(
+        '{"qid": "0", "question": "when did anyone leave the moon", "answers": ["December 1972"]}\n'
+        '{"qid": "1", "question": "where is paris", "answers": ["France"]}\n'
+    )
     run = tmp_path / "run.trec"
     run.write_text(run_lines)
     return topics, collection, run
@@ -159,11 +183,14 @@ def test_a_run_of_other_topics_is_refused_in_one_line_naming_both_files(tmp_path
     from test_cli import run_module
 
     topics, collection, run = qa_files(tmp_path, "7 Q0 p0 1 2.0 t\n8 Q0 p1 1 2.0 t\n")
-    proc = run_module("tour_pyserini.eval", "--answers", str(topics), "--collection", str(collection), "--run",
-                      str(run))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.eval", "--answers", str(topics), "--collection", str(collection), "--run", str(run)
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == (f"error: {run} and {topics} have no query in common (the run's 2: 7, 8; the topics' 2: "
-                           "0, 1): a run of other topics?\n")  # fmt: skip
+    assert proc.stderr == (
+        f"error: {run} and {topics} have no query in common (the run's 2: 7, 8; the topics' 2: "
+        "0, 1): a run of other topics?\n"
+    )
 
 
 @pytest.mark.slow
@@ -173,8 +200,9 @@ def test_a_run_that_leaves_questions_out_or_holds_others_is_named(tmp_path, capl
 
     topics, collection, run = qa_files(tmp_path, "0 Q0 p0 1 2.0 t\n9 Q0 p1 1 2.0 t\n")
     with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
-        eval_main(["--answers", str(topics), "--collection", str(collection), "--run", str(run), "--topk", "1",
-                   "--json"])  # fmt: skip
+        eval_main(
+            ["--answers", str(topics), "--collection", str(collection), "--run", str(run), "--topk", "1", "--json"]
+        )
     assert json.loads(capsys.readouterr().out) == {"Acc@1": 0.5}  # question 1 is missing: it counts as 0
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         f"{run}: 1 of the 2 questions of {topics} are not in the run and count as 0 (is it a run of these topics?)",

@@ -44,12 +44,25 @@ def fake_dense_index(where: Path) -> Path:
 # --- the flag types ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, text, ok", [
-    (positive_int, "3", True), (positive_int, "0", False), (positive_int, "-1", False),
-    (non_negative_float, "0", True), (non_negative_float, "nan", False), (non_negative_float, "inf", False),
-    (non_negative_float, "-1e-9", False), (fraction, "0.5", True), (fraction, "1", False), (fraction, "0", False),
-    (probability, "1", True), (probability, "0", True), (probability, "1.5", False), (probability, "-inf", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kind, text, ok",
+    [
+        (positive_int, "3", True),
+        (positive_int, "0", False),
+        (positive_int, "-1", False),
+        (non_negative_float, "0", True),
+        (non_negative_float, "nan", False),
+        (non_negative_float, "inf", False),
+        (non_negative_float, "-1e-9", False),
+        (fraction, "0.5", True),
+        (fraction, "1", False),
+        (fraction, "0", False),
+        (probability, "1", True),
+        (probability, "0", True),
+        (probability, "1.5", False),
+        (probability, "-inf", False),
+    ],
+)
 def test_a_number_type_refuses_what_is_out_of_range_naming_the_flag(kind: Number, text, ok):
     value = kind(text)
     if ok:
@@ -66,17 +79,33 @@ def parsers():
     ttt = ttt_command.parser()
     (subparsers,) = [a for a in ttt._actions if a.choices and "fit" in a.choices]
     subs = {f"ttt {name}": sub for name, sub in subparsers.choices.items()}
-    modules = {"search": search, "index": index, "eval": eval, "compare": compare, "fit-ensemble": fit_ensemble,
-               "train-reranker": train_reranker, "train-ict": train_ict, "train-qa": train_qa}  # fmt: skip
+    modules = {
+        "search": search,
+        "index": index,
+        "eval": eval,
+        "compare": compare,
+        "fit-ensemble": fit_ensemble,
+        "train-reranker": train_reranker,
+        "train-ict": train_ict,
+        "train-qa": train_qa,
+    }
     return {**{name: m.parser() for name, m in modules.items()}, **subs}
 
 
 def test_every_numeric_flag_of_every_command_has_a_checked_type():
     """A flag typed plainly int or float would take 0, -1, nan or inf without a word (the rewriters' own
     flags included: they declare Numbers too)."""
-    plain = [f"{name} {action.option_strings[0]}" for name, ap in parsers().items() for action in ap._actions
-             if (action.type in (int, float) or isinstance(action.default, (int, float)) and action.type is None
-                 and action.nargs != 0)]  # fmt: skip
+    plain = [
+        f"{name} {action.option_strings[0]}"
+        for name, ap in parsers().items()
+        for action in ap._actions
+        if (
+            action.type in (int, float)
+            or isinstance(action.default, (int, float))
+            and action.type is None
+            and action.nargs != 0
+        )
+    ]
     assert not plain
 
 
@@ -87,41 +116,69 @@ FIT = ["ttt", "fit", "--rewards", "r.tsv", "--scope", "task", "--output", "s.saf
 SEARCH = ["search", "--index", "i", "--topics", "t", "--output", "run.trec"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([*REWARDS, "--budget", "nan"], "--budget must be positive and finite, got nan"),
-    ([*REWARDS, "--budget", "inf"], "--budget must be positive and finite, got inf"),
-    ([*REWARDS, "--budget", "2", "--depth", "0"], "--depth must be positive, got 0"),
-    ([*FIT, "--lr", "nan"], "--lr must be positive and finite, got nan"),
-    ([*FIT, "--steps", "-5"], "--steps must be at least 0, got -5"),
-    ([*FIT, "--tau-teacher", "0"], "--tau-teacher must be positive and finite, got 0"),
-    ([*FIT, "--ridge", "-1"], "--ridge must be at least 0 and finite, got -1"),
-    ([*FIT, "--task", "scifact"], "unrecognized arguments: --task scifact"),  # fit has no --task to ignore
-    ([*SEARCH, "--hits", "0"], "--hits must be positive, got 0"),
-    ([*SEARCH, "--batch-size", "0"], "--batch-size must be positive, got 0"),
-    ([*SEARCH, "--bm25-k1", "nan"], "--bm25-k1 must be at least 0 and finite, got nan"),
-    ([*SEARCH, "--bm25-b", "2"], "--bm25-b must be in [0, 1], got 2"),
-    ([*SEARCH, "--hits", "ten"], "argument --hits: invalid int value: 'ten'"),
-    ([*SEARCH, "--workers", "3"], "--workers needs --ray"),
-    (["index", "--collection", "c", "--output", "o", "--M", "0"], "--M must be positive, got 0"),
-    (["eval", "--qrels", "q", "--run", "r", "--topk", "1", "0"], "--topk must be positive, got 0"),
-    (["compare", "--qrels", "q", "--baseline", "b", "--run", "r", "--trials", "0"], "--trials must be positive"),
-    (["fit-ensemble", "--index", "i", "--topics", "t", "--teachers", "bm25", "dense", "--output", "e.json",
-      "--l2", "inf"], "--l2 must be at least 0 and finite, got inf"),
-    (["train-reranker", "--index", "i", "--topics", "t", "--output", "m", "--max-steps", "-1"],
-     "--max-steps must be at least 0, got -1"),
-    (["train-reranker", "--index", "i", "--topics", "t", "--output", "m", "--dev-fraction", "1"],
-     "--dev-fraction must be in (0, 1), got 1"),
-    (["train-ict", "--collection", "c", "--output", "m", "--temperature", "nan"],
-     "--temperature must be positive and finite, got nan"),
-    (["train-qa", "--index", "i", "--topics", "t", "--output", "m", "--warmup", "-0.1"],
-     "--warmup must be in [0, 1], got -0.1"),
-    (["run-pyserini", "search"], "run-pyserini needs one of Pyserini's modules first"),
-    (["compare", "--baseline", "b", "--run", "r", "--diff", "--plot", "p.png"], "--diff computes none"),
-    (["compare", "--qrels", "q", "--baseline", "b", "--run", "b", "--plot", "p.png"],
-     "give a --run that is not it"),
-    (["eval", "--qrels", "q", "--run", "r", "--write-answer-qrels", "a.qrels"], "needs --answers"),
-    (["compare", "--qrels", "q", "--baseline", "b", "--run", "r", "--plot", "diff"], "--plot diff: name a file"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([*REWARDS, "--budget", "nan"], "--budget must be positive and finite, got nan"),
+        ([*REWARDS, "--budget", "inf"], "--budget must be positive and finite, got inf"),
+        ([*REWARDS, "--budget", "2", "--depth", "0"], "--depth must be positive, got 0"),
+        ([*FIT, "--lr", "nan"], "--lr must be positive and finite, got nan"),
+        ([*FIT, "--steps", "-5"], "--steps must be at least 0, got -5"),
+        ([*FIT, "--tau-teacher", "0"], "--tau-teacher must be positive and finite, got 0"),
+        ([*FIT, "--ridge", "-1"], "--ridge must be at least 0 and finite, got -1"),
+        ([*FIT, "--task", "scifact"], "unrecognized arguments: --task scifact"),  # fit has no --task to ignore
+        ([*SEARCH, "--hits", "0"], "--hits must be positive, got 0"),
+        ([*SEARCH, "--batch-size", "0"], "--batch-size must be positive, got 0"),
+        ([*SEARCH, "--bm25-k1", "nan"], "--bm25-k1 must be at least 0 and finite, got nan"),
+        ([*SEARCH, "--bm25-b", "2"], "--bm25-b must be in [0, 1], got 2"),
+        ([*SEARCH, "--hits", "ten"], "argument --hits: invalid int value: 'ten'"),
+        ([*SEARCH, "--workers", "3"], "--workers needs --ray"),
+        (["index", "--collection", "c", "--output", "o", "--M", "0"], "--M must be positive, got 0"),
+        (["eval", "--qrels", "q", "--run", "r", "--topk", "1", "0"], "--topk must be positive, got 0"),
+        (["compare", "--qrels", "q", "--baseline", "b", "--run", "r", "--trials", "0"], "--trials must be positive"),
+        (
+            [
+                "fit-ensemble",
+                "--index",
+                "i",
+                "--topics",
+                "t",
+                "--teachers",
+                "bm25",
+                "dense",
+                "--output",
+                "e.json",
+                "--l2",
+                "inf",
+            ],
+            "--l2 must be at least 0 and finite, got inf",
+        ),
+        (
+            ["train-reranker", "--index", "i", "--topics", "t", "--output", "m", "--max-steps", "-1"],
+            "--max-steps must be at least 0, got -1",
+        ),
+        (
+            ["train-reranker", "--index", "i", "--topics", "t", "--output", "m", "--dev-fraction", "1"],
+            "--dev-fraction must be in (0, 1), got 1",
+        ),
+        (
+            ["train-ict", "--collection", "c", "--output", "m", "--temperature", "nan"],
+            "--temperature must be positive and finite, got nan",
+        ),
+        (
+            ["train-qa", "--index", "i", "--topics", "t", "--output", "m", "--warmup", "-0.1"],
+            "--warmup must be in [0, 1], got -0.1",
+        ),
+        (["run-pyserini", "search"], "run-pyserini needs one of Pyserini's modules first"),
+        (["compare", "--baseline", "b", "--run", "r", "--diff", "--plot", "p.png"], "--diff computes none"),
+        (
+            ["compare", "--qrels", "q", "--baseline", "b", "--run", "b", "--plot", "p.png"],
+            "give a --run that is not it",
+        ),
+        (["eval", "--qrels", "q", "--run", "r", "--write-answer-qrels", "a.qrels"], "needs --answers"),
+        (["compare", "--qrels", "q", "--baseline", "b", "--run", "r", "--plot", "diff"], "--plot diff: name a file"),
+    ],
+)
 def test_a_bad_flag_is_one_line_naming_it_before_anything_is_read(argv, message, tmp_path):
     """The files named do not exist: the flag is refused before any of them is opened."""
     proc = cli(*argv, cwd=tmp_path)
@@ -133,8 +190,21 @@ def test_a_bad_flag_is_one_line_naming_it_before_anything_is_read(argv, message,
 def test_a_rewriter_flag_out_of_range_is_refused_before_the_searcher_opens(tmp_path):
     index = fake_dense_index(tmp_path / "index")  # not a Faiss file: reading it would fail otherwise
     (tmp_path / "t.tsv").write_text("1\tquery\n")
-    proc = cli(*SEARCH[:2], index, "--topics", "t.tsv", "--output", "run.trec", "--rewriter", "rerank",
-               "--teacher", "bm25", "--depth", "0", cwd=tmp_path)  # fmt: skip
+    proc = cli(
+        *SEARCH[:2],
+        index,
+        "--topics",
+        "t.tsv",
+        "--output",
+        "run.trec",
+        "--rewriter",
+        "rerank",
+        "--teacher",
+        "bm25",
+        "--depth",
+        "0",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     one_line_error(proc.stderr, "--depth must be positive, got 0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index", "t.tsv"]
@@ -148,11 +218,25 @@ def test_the_old_flag_k_is_depth_with_a_warning(tmp_path):
     assert old.depth == new.depth == 7
     index = fake_dense_index(tmp_path / "index")
     (tmp_path / "t.tsv").write_text("1\tquery\n")
-    proc = cli(*SEARCH[:2], index, "--topics", "t.tsv", "--output", "run.trec", "--rewriter", "rerank",
-               "--teacher", "bm25", "--k", "0", cwd=tmp_path)  # fmt: skip
+    proc = cli(
+        *SEARCH[:2],
+        index,
+        "--topics",
+        "t.tsv",
+        "--output",
+        "run.trec",
+        "--rewriter",
+        "rerank",
+        "--teacher",
+        "bm25",
+        "--k",
+        "0",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[0] == ("warning: --k is the old name of --depth (same meaning); it will be "
-                                           "removed in the next release")  # fmt: skip
+    assert proc.stderr.splitlines()[0] == (
+        "warning: --k is the old name of --depth (same meaning); it will be removed in the next release"
+    )
     assert proc.stderr.splitlines()[1:] == ["error: --depth must be positive, got 0"]
 
 
@@ -165,24 +249,36 @@ def test_max_steps_0_is_documented_as_no_limit():
 # --- outputs ------------------------------------------------------------------------------------------
 
 
-OUTPUT_COMMANDS = ["ttt rewards", "ttt recycle", "ttt fit", "fit-ensemble", "compare --plot",
-                   "eval --write-answer-qrels"]  # fmt: skip
+OUTPUT_COMMANDS = [
+    "ttt rewards",
+    "ttt recycle",
+    "ttt fit",
+    "fit-ensemble",
+    "compare --plot",
+    "eval --write-answer-qrels",
+]
 
 
 def output_case(command: str, tmp_path: Path) -> tuple[list, str]:
     """Each command with an output flag, its other inputs only as real as the command reads before writing."""
     index = fake_dense_index(tmp_path / "index")
     cases = {
-        "ttt rewards": ([*REWARDS[:2], "--index", index, "--topics", "t", "--teacher", "bm25", "--budget", "1"],
-                        "--output"),
+        "ttt rewards": (
+            [*REWARDS[:2], "--index", index, "--topics", "t", "--teacher", "bm25", "--budget", "1"],
+            "--output",
+        ),
         "ttt recycle": (["ttt", "recycle", "--trace", "trace.jsonl", "--index", index, "--topics", "t"], "--output"),
         "ttt fit": (FIT[:-2], "--output"),
-        "fit-ensemble": (["fit-ensemble", "--index", index, "--topics", "t", "--teachers", "bm25", "dense"],
-                         "--output"),
+        "fit-ensemble": (
+            ["fit-ensemble", "--index", index, "--topics", "t", "--teachers", "bm25", "dense"],
+            "--output",
+        ),
         "compare --plot": (["compare", "--qrels", "q", "--baseline", "b", "--run", "r"], "--plot"),
-        "eval --write-answer-qrels": (["eval", "--answers", "t", "--collection", "c", "--run", "r"],
-                                      "--write-answer-qrels"),
-    }  # fmt: skip
+        "eval --write-answer-qrels": (
+            ["eval", "--answers", "t", "--collection", "c", "--run", "r"],
+            "--write-answer-qrels",
+        ),
+    }
     return cases[command]
 
 
@@ -192,8 +288,11 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, wh
     if where == "read-only-directory" and os.geteuid() == 0:
         pytest.skip("root writes into read-only directories")
     argv, flag = output_case(command, tmp_path)
-    target = {"under-a-file": tmp_path / "a-file" / "sub" / "out.png", "a-directory": tmp_path / "out.png",
-              "read-only-directory": tmp_path / "locked" / "new" / "out.png"}[where]  # fmt: skip
+    target = {
+        "under-a-file": tmp_path / "a-file" / "sub" / "out.png",
+        "a-directory": tmp_path / "out.png",
+        "read-only-directory": tmp_path / "locked" / "new" / "out.png",
+    }[where]
     if where == "under-a-file":
         (tmp_path / "a-file").write_text("")
     elif where == "a-directory":
@@ -204,9 +303,15 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, wh
     before = sorted(tmp_path.rglob("*"))
     proc = cli(*argv, flag, target, cwd=tmp_path)
     assert proc.returncode == 2
-    one_line_error(proc.stderr, flag, {"under-a-file": "a-file is a file, not a directory",
-                                       "a-directory": "is a directory",
-                                       "read-only-directory": "locked is read-only"}[where])  # fmt: skip
+    one_line_error(
+        proc.stderr,
+        flag,
+        {
+            "under-a-file": "a-file is a file, not a directory",
+            "a-directory": "is a directory",
+            "read-only-directory": "locked is read-only",
+        }[where],
+    )
     assert sorted(tmp_path.rglob("*")) == before  # nothing written, nothing staged
 
 
@@ -218,8 +323,20 @@ def test_every_output_in_a_missing_directory_is_written_there(tmp_path):
     (tmp_path / "base.trec").write_text("1 Q0 d2 1 2.0 t\n1 Q0 d1 2 1.0 t\n2 Q0 d2 1 1.0 t\n")
     (tmp_path / "run.trec").write_text("1 Q0 d1 1 2.0 t\n1 Q0 d2 2 1.0 t\n2 Q0 d1 1 1.0 t\n")
     plot = tmp_path / "new" / "deeper" / "diff.png"
-    compare_main(["--qrels", str(tmp_path / "q.txt"), "--baseline", str(tmp_path / "base.trec"), "--run",
-                  str(tmp_path / "run.trec"), "--trials", "10", "--plot", str(plot)])  # fmt: skip
+    compare_main(
+        [
+            "--qrels",
+            str(tmp_path / "q.txt"),
+            "--baseline",
+            str(tmp_path / "base.trec"),
+            "--run",
+            str(tmp_path / "run.trec"),
+            "--trials",
+            "10",
+            "--plot",
+            str(plot),
+        ]
+    )
     assert plot.stat().st_size > 0 and sorted(p.name for p in plot.parent.iterdir()) == ["diff.png"]
     with locked_output(tmp_path / "other" / "r.tsv") as out:
         out.write_text("rewards")
@@ -230,11 +347,13 @@ SAME_FILE = {  # case: (--trace, --score-store) given beside --output run.trec
     "trace-is-the-run": (["--trace", "run.trec"], "--trace run.trec and --output run.trec are the same file"),
     "trace-links-to-the-run": (["--trace", "link.jsonl"], "--trace link.jsonl and --output run.trec are the same"),
     "trace-is-the-run's-staging": (["--trace", "run.trec.partial"], "--trace run.trec.partial and --output run.trec"),
-    "store-is-the-trace": (["--trace", "t.jsonl", "--teacher", "bm25", "--rewriter", "rerank", "--score-store",
-                            "./t.jsonl"], "--score-store ./t.jsonl and --trace t.jsonl are the same file"),
+    "store-is-the-trace": (
+        ["--trace", "t.jsonl", "--teacher", "bm25", "--rewriter", "rerank", "--score-store", "./t.jsonl"],
+        "--score-store ./t.jsonl and --trace t.jsonl are the same file",
+    ),
     "trace-is-a-directory": (["--trace", "traces"], "--trace traces is a directory; name a file"),
     "trace-under-a-file": (["--trace", "t.tsv/trace.jsonl"], "t.tsv is a file, not a directory"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(SAME_FILE))
@@ -271,16 +390,41 @@ def test_compare_plot_and_answer_qrels_are_written_whole(tmp_path, capsys):
     (tmp_path / "q.txt").write_text("1 0 d1 1\n2 0 d2 1\n")
     (tmp_path / "base.trec").write_text("1 Q0 d2 1 2.0 t\n1 Q0 d1 2 1.0 t\n2 Q0 d2 1 1.0 t\n")
     (tmp_path / "run.trec").write_text("1 Q0 d1 1 2.0 t\n1 Q0 d2 2 1.0 t\n2 Q0 d1 1 1.0 t\n")
-    compare_main(["--qrels", str(tmp_path / "q.txt"), "--baseline", str(tmp_path / "base.trec"), "--run",
-                  str(tmp_path / "run.trec"), "--plot", str(tmp_path / "diff.png"), "--trials", "10"])  # fmt: skip
+    compare_main(
+        [
+            "--qrels",
+            str(tmp_path / "q.txt"),
+            "--baseline",
+            str(tmp_path / "base.trec"),
+            "--run",
+            str(tmp_path / "run.trec"),
+            "--plot",
+            str(tmp_path / "diff.png"),
+            "--trials",
+            "10",
+        ]
+    )
     assert (tmp_path / "diff.png").read_bytes().startswith(b"\x89PNG")
-    (tmp_path / "corpus.jsonl").write_text('{"id": "d1", "contents": "Paris is in France"}\n'
-                                           '{"id": "d2", "contents": "Rome is in Italy"}\n')  # fmt: skip
-    (tmp_path / "topics.jsonl").write_text('{"qid": "1", "text": "France?", "answers": ["Paris"]}\n'
-                                           '{"qid": "2", "text": "Italy?", "answers": ["Rome"]}\n')  # fmt: skip
-    eval_main(["--answers", str(tmp_path / "topics.jsonl"), "--collection", str(tmp_path), "--run",
-               str(tmp_path / "run.trec"), "--topk", "1", "--write-answer-qrels",
-               str(tmp_path / "a.qrels")])  # fmt: skip
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"id": "d1", "contents": "Paris is in France"}\n{"id": "d2", "contents": "Rome is in Italy"}\n'
+    )
+    (tmp_path / "topics.jsonl").write_text(
+        '{"qid": "1", "text": "France?", "answers": ["Paris"]}\n{"qid": "2", "text": "Italy?", "answers": ["Rome"]}\n'
+    )
+    eval_main(
+        [
+            "--answers",
+            str(tmp_path / "topics.jsonl"),
+            "--collection",
+            str(tmp_path),
+            "--run",
+            str(tmp_path / "run.trec"),
+            "--topk",
+            "1",
+            "--write-answer-qrels",
+            str(tmp_path / "a.qrels"),
+        ]
+    )
     assert (tmp_path / "a.qrels").read_text().splitlines() == ["1 0 d1 1", "2 0 d1 0"]  # top 1: d1 for both
     assert not list(tmp_path.glob("*.partial*"))
     capsys.readouterr()
@@ -298,9 +442,22 @@ def test_a_second_command_on_the_same_output_is_refused_while_the_first_runs(com
     fake_dense_index(tmp_path / "index")
     (tmp_path / "t.tsv").write_text("1\tquery\n")
     (tmp_path / "r.tsv").write_text(f"{open_rewards_header()}1\td1\t0.5\tmini\n")
-    argv = {"rewards": ["rewards", "--index", "index", "--topics", "t.tsv", "--teacher", "bm25", "--budget", "1",
-                        "--output", "out"],
-            "fit": ["fit", "--rewards", "r.tsv", "--scope", "task", "--output", "out"]}[command]  # fmt: skip
+    argv = {
+        "rewards": [
+            "rewards",
+            "--index",
+            "index",
+            "--topics",
+            "t.tsv",
+            "--teacher",
+            "bm25",
+            "--budget",
+            "1",
+            "--output",
+            "out",
+        ],
+        "fit": ["fit", "--rewards", "r.tsv", "--scope", "task", "--output", "out"],
+    }[command]
     refusals = []
 
     def second_command(*args, **kwargs):
@@ -322,13 +479,22 @@ def open_rewards_header() -> str:
 
 def test_a_killed_commands_lock_goes_with_it(tmp_path):
     out = tmp_path / "s.safetensors"
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         from tour_pyserini.commands.outputs import locked_output
         with locked_output({str(out)!r}):
             print("locked", flush=True)
             time.sleep(120)
-        """)], stdout=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         assert holder.stdout.readline() == "locked\n"
         refused = cli(*FIT[:-1], out, cwd=tmp_path)
@@ -371,9 +537,21 @@ def test_task_with_a_global_state_is_refused(tmp_path):
 def test_fit_ensemble_without_a_relevant_document_is_refused_before_the_teachers_load(tmp_path):
     (tmp_path / "t.tsv").write_text("1\tfirst\n2\tsecond\n")
     (tmp_path / "q.txt").write_text("1 0 d1 0\n3 0 d3 1\n")  # query 1 judged not relevant, 3 is not a topic
-    proc = cli("fit-ensemble", "--index", fake_dense_index(tmp_path / "index"), "--topics", "t.tsv", "--qrels",
-               "q.txt", "--teachers", "cross-encoder:/no/such/model", "bm25", "--output", "e.json",
-               cwd=tmp_path)  # fmt: skip
+    proc = cli(
+        "fit-ensemble",
+        "--index",
+        fake_dense_index(tmp_path / "index"),
+        "--topics",
+        "t.tsv",
+        "--qrels",
+        "q.txt",
+        "--teachers",
+        "cross-encoder:/no/such/model",
+        "bm25",
+        "--output",
+        "e.json",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     one_line_error(proc.stderr, "no query of t.tsv has a relevant document in q.txt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index", "q.txt", "t.tsv"]

@@ -103,8 +103,15 @@ def test_two_processes_exporting_one_graph_at_once_take_turns(model, tmp_path):
     reads it, checked; both end well with the same graph, and the cache holds only it and its lock file."""
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    children = [subprocess.Popen([sys.executable, "-c", EXPORT, str(model), str(barrier), str(i)], text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]  # fmt: skip
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", EXPORT, str(model), str(barrier), str(i)],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
     outputs = [child.communicate(timeout=300) for child in children]
     assert [child.returncode for child in children] == [0, 0], [err for _, err in outputs]
     assert outputs[0][0] == outputs[1][0] and sum(f"{LOGGER}:exporting" in err for _, err in outputs) == 1
@@ -155,9 +162,9 @@ def read_only_beside(model, monkeypatch):
 
 
 @pytest.mark.parametrize("beside", ["empty", "corrupted", "whole"])
-def test_a_read_only_cache_folder_beside_the_weights_sends_the_export_to_the_users_cache(beside, model, tmp_path,
-                                                                                         read_only_beside,
-                                                                                         monkeypatch):  # fmt: skip
+def test_a_read_only_cache_folder_beside_the_weights_sends_the_export_to_the_users_cache(
+    beside, model, tmp_path, read_only_beside, monkeypatch
+):
     """Empty or holding a damaged graph, it cannot take the export: the user's cache does, the folder left as it
     is. A whole graph in it is read from there."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

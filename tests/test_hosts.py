@@ -138,8 +138,13 @@ def test_a_bm25_index_records_its_lucene_and_one_too_new_is_one_line(bm25_index,
         ["search", "--index", newer, "--topics", mini_scifact["topics"], "--output", tmp_path / "r.trec"],
         ["index", "--bm25", "--collection", mini_scifact["collection"], "--output", newer],
     ):
-        proc = subprocess.run([sys.executable, "-m", "tour_pyserini", *map(str, command)], capture_output=True,
-                              text=True, timeout=300, env=env)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "tour_pyserini", *map(str, command)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
         assert f"built by Lucene {lucene_major() + 1} (a newer Pyserini)" in lines[0]

@@ -127,8 +127,11 @@ def test_damaged_index_metadata_is_one_line_for_the_index_and_search_commands(da
     copy = tmp_path / "a.minilm"
     shutil.copytree(collections["dense"], copy)
     meta = copy / "tour_pyserini.json"
-    meta.write_text({"not-json": '{"kind": "dense", "collec', "a-list": "[1, 2]",
-                     "other-fields": '{"kind": "dense", "size": 3}'}[damage])  # fmt: skip
+    meta.write_text(
+        {"not-json": '{"kind": "dense", "collec', "a-list": "[1, 2]", "other-fields": '{"kind": "dense", "size": 3}'}[
+            damage
+        ]
+    )
     reused = index_cli("--collection", collections["a"], "--output", copy)
     one_line(reused, f"{meta} is damaged, not the metadata tour_pyserini writes", "--overwrite")
     searched = search_cli("--index", copy, "--topics", SCIFACT / "topics.test.tsv", "--output", tmp_path / "r.trec")
@@ -137,8 +140,7 @@ def test_damaged_index_metadata_is_one_line_for_the_index_and_search_commands(da
 
 
 @pytest.mark.parametrize("change", ["one-docid-short", "one-docid-more"])
-def test_docids_that_do_not_match_the_faiss_index_are_one_line_before_the_encoder_loads(change, collections,
-                                                                                         tmp_path):  # fmt: skip
+def test_docids_that_do_not_match_the_faiss_index_are_one_line_before_the_encoder_loads(change, collections, tmp_path):
     copy = tmp_path / "a.minilm"
     shutil.copytree(collections["dense"], copy)
     docids = (copy / "docid").read_text().splitlines(keepends=True)
@@ -167,8 +169,11 @@ def test_the_bm25_index_beside_a_dense_one_is_found_past_damaged_unrelated_index
     index("a.broken", None)  # a damaged Lucene index of something else, sorted first
     index("b.other", "bm25", collection="another")
     index("d.not-an-index", None, lucene=False)  # never read: not a Lucene index
-    with pytest.raises(MissingIndexError, match=r"no BM25 index of the collection .* \(passed over, their "
-                                        r"tour_pyserini.json damaged: a.broken\)"):  # fmt: skip
+    with pytest.raises(
+        MissingIndexError,
+        match=r"no BM25 index of the collection .* \(passed over, their "
+        r"tour_pyserini.json damaged: a.broken\)",
+    ):
         sibling_bm25_index(dense)
     index("c.bm25", "bm25")
     assert sibling_bm25_index(dense) == tmp_path / "c.bm25"

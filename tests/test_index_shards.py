@@ -44,8 +44,20 @@ def built(corpus, tmp_path_factory):
         dirs = {name: root / f"{kind}.{name}" for name in ("one", "s0", "s1", "merged")}
         index_main(["--collection", str(corpus), "--output", str(dirs["one"]), *BATCH, *flags])
         for i in (0, 1):
-            index_main(["--collection", str(corpus), "--output", str(dirs[f"s{i}"]), *BATCH, *flags,
-                        "--shard", str(i), "--shards", "2"])  # fmt: skip
+            index_main(
+                [
+                    "--collection",
+                    str(corpus),
+                    "--output",
+                    str(dirs[f"s{i}"]),
+                    *BATCH,
+                    *flags,
+                    "--shard",
+                    str(i),
+                    "--shards",
+                    "2",
+                ]
+            )
         index_main(["--merge", str(dirs["s1"]), str(dirs["s0"]), "--output", str(dirs["merged"])])
         out[kind] = dirs
     return out
@@ -77,15 +89,25 @@ def test_merged_shards_are_the_index_one_process_builds(kind, built, corpus, tmp
     assert docids == expected_docids and np.array_equal(vectors, expected_vectors)  # the exact store, for IVF-PQ
     assert faiss_index.index_type(faiss_index.read(merged / "index")) == kind
     times = ("build_seconds", "peak_rss_mb")
-    meta, expected = (
-        {k: v for k, v in vars(IndexMeta.read(d)).items() if k not in times} for d in (merged, one)
-    )  # fmt: skip
+    meta, expected = ({k: v for k, v in vars(IndexMeta.read(d)).items() if k not in times} for d in (merged, one))
     assert meta == expected and index_fingerprint(merged) == index_fingerprint(one)
     runs = []
     for index in (one, merged):
         run = tmp_path / f"{index.name}.trec"
-        search_main(["--index", str(index), "--topics", str(corpus / "topics.tsv"), "--output", str(run),
-                     "--hits", "10", "--run-tag", "t"])  # fmt: skip
+        search_main(
+            [
+                "--index",
+                str(index),
+                "--topics",
+                str(corpus / "topics.tsv"),
+                "--output",
+                str(run),
+                "--hits",
+                "10",
+                "--run-tag",
+                "t",
+            ]
+        )
         runs.append(run.read_text())
     assert runs[0] == runs[1] and runs[0].count("\n") == 30
 
@@ -98,10 +120,14 @@ def test_a_built_shard_is_reused_and_never_taken_for_the_whole_index(built, corp
         UserError, match=r"built with shard 0 of 2 \(batch size 20, to merge as flat\), asked the whole"
     ):
         index_main(["--collection", str(corpus), "--output", str(shard), *BATCH])
-    with pytest.raises(UserError, match=r"shard 0 of 2 \(batch size 20, to merge as flat\), asked shard 0 of 2 "
-                                        r"\(batch size 20, to merge as ivfpq, pq_nbits 4\)"):  # fmt: skip
-        index_main(["--collection", str(corpus), "--output", str(shard), *BATCH, *IVFPQ, "--shard", "0",
-                    "--shards", "2"])  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"shard 0 of 2 \(batch size 20, to merge as flat\), asked shard 0 of 2 "
+        r"\(batch size 20, to merge as ivfpq, pq_nbits 4\)",
+    ):
+        index_main(
+            ["--collection", str(corpus), "--output", str(shard), *BATCH, *IVFPQ, "--shard", "0", "--shards", "2"]
+        )
 
 
 def altered(shard, tmp_path, name: str, change) -> str:
@@ -142,8 +168,11 @@ def test_shards_of_other_builds_overlapping_or_missing_are_refused(built, corpus
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: --merge: shard 0 of 2 missing (build with index --collection ... --shard I --shards 2)"
     ]
-    with pytest.raises(UserError, match="--merge takes the encoder, its settings and the index type from its "
-                                        "shards; --batch-size, --faiss-index cannot be given with it"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match="--merge takes the encoder, its settings and the index type from its "
+        "shards; --batch-size, --faiss-index cannot be given with it",
+    ):
         index_main(["--merge", s0, s1, "--output", str(tmp_path / "merged"), "--batch-size", "8", *IVFPQ[:2]])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("merged")]  # nothing half-written
 
@@ -151,8 +180,12 @@ def test_shards_of_other_builds_overlapping_or_missing_are_refused(built, corpus
 def test_a_corpus_changed_since_its_shards_were_encoded_is_refused(built, corpus, tmp_path):
     moved = tmp_path / "corpus"
     shutil.copytree(corpus, moved)
-    shards = [altered(built["flat"][f"s{i}"], tmp_path, f"s{i}", lambda m: m["corpus"].update(
-        path=str(moved / "corpus.jsonl"))) for i in (0, 1)]  # fmt: skip
+    shards = [
+        altered(
+            built["flat"][f"s{i}"], tmp_path, f"s{i}", lambda m: m["corpus"].update(path=str(moved / "corpus.jsonl"))
+        )
+        for i in (0, 1)
+    ]
     with (moved / "corpus.jsonl").open("a") as f:
         f.write(json.dumps({"id": "new", "title": "", "text": "a document added since"}) + "\n")
     with pytest.raises(UserError, match=r"^--merge: the shards were encoded from .*corpus\.jsonl as it was"):
@@ -165,11 +198,21 @@ def test_bad_shard_flags_are_refused_before_any_model_loads(corpus, tmp_path, mo
 
     import tour_pyserini.index.dense as dense
 
-    proc = run_module("tour_pyserini.index", "--collection", str(corpus), "--output", str(tmp_path / "x"),
-                      "--shard", "0", "--shards", str(N_DOCS + 1))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.index",
+        "--collection",
+        str(corpus),
+        "--output",
+        str(tmp_path / "x"),
+        "--shard",
+        "0",
+        "--shards",
+        str(N_DOCS + 1),
+    )
     assert proc.returncode == 2 and "Loading weights" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [f"error: --shards {N_DOCS + 1} is more than the collection's "
-                                                f"{N_DOCS} documents"]  # fmt: skip
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --shards {N_DOCS + 1} is more than the collection's {N_DOCS} documents"
+    ]
     monkeypatch.setattr(dense, "DocumentEncoder", None)  # loading the encoder would fail otherwise
     cases = {
         ("--shard", "0"): "--shard I and --shards N go together",

@@ -57,9 +57,25 @@ def test_a_ray_build_is_one_process_build_and_resumes_from_finished_shards(corpu
     kept = out.with_name("ray.shards") / "shard-0-of-2"
     index_main(["--collection", str(corpus), "--output", str(kept), *FLAGS, "--shard", "0", "--shards", "2"])
     (out.with_name("ray.shards") / "shard-1-of-2.tmp-99999").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "tour_pyserini.index", "--collection", str(corpus), "--output",
-                           str(out), *FLAGS, "--ray", "--workers", "2"], capture_output=True, text=True, env=env(),
-                          timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tour_pyserini.index",
+            "--collection",
+            str(corpus),
+            "--output",
+            str(out),
+            *FLAGS,
+            "--ray",
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     kept_line, done_line = proc.stdout.splitlines()
     assert kept_line == "ray: 1 of 2 shards kept from an earlier run"
@@ -98,8 +114,10 @@ def test_a_worker_killed_mid_shard_encodes_that_shard_again_and_no_other(corpus,
     from tour_pyserini.index.shards import check_shards, merge_shards
 
     out = tmp_path / "ray"
-    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_index_shards_ray as t; "
-            f"t.killed_worker_case({str(corpus)!r}, {str(out)!r})")  # fmt: skip
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_index_shards_ray as t; "
+        f"t.killed_worker_case({str(corpus)!r}, {str(out)!r})"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])

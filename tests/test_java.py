@@ -118,12 +118,28 @@ def test_ctrl_c_stays_with_python_once_the_jvm_runs():
 def test_the_jvms_and_lucenes_own_warnings_reach_the_terminal_only_with_verbose(bm25_index, mini_scifact, tmp_path):
     """A BM25 search writes nothing of the JVM's or Lucene's on stderr; --verbose shows what they say
     (on this machine's Java, at least the incubator module's note)."""
-    command = [sys.executable, "-m", "tour_pyserini.search", "--index", str(bm25_index), "--topics",
-               str(mini_scifact["topics"]), "--hits", "5"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "tour_pyserini.search",
+        "--index",
+        str(bm25_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--hits",
+        "5",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    quiet, verbose = (subprocess.run([*command, "--output", str(tmp_path / f"{name}.trec"), *flags], env=env,
-                                     capture_output=True, text=True, timeout=300)
-                      for name, flags in (("quiet", []), ("verbose", ["--verbose"])))  # fmt: skip
+    quiet, verbose = (
+        subprocess.run(
+            [*command, "--output", str(tmp_path / f"{name}.trec"), *flags],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for name, flags in (("quiet", []), ("verbose", ["--verbose"]))
+    )
     assert quiet.returncode == verbose.returncode == 0, quiet.stderr[-2000:] + verbose.stderr[-2000:]
     said = quiet.stderr.replace("\r", "\n").splitlines()
     assert not [line for line in said if line.startswith("WARNING") or "org.apache" in line], said  # the JVM's
@@ -140,10 +156,26 @@ def test_the_bm25_indexer_logs_no_info_lines_unless_verbose(tmp_path):
     lines = (SCIFACT / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:20]
     (tmp_path / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    quiet, verbose = (subprocess.run([sys.executable, "-m", "tour_pyserini.index", "--bm25", "--collection",
-                                      str(tmp_path), "--output", str(tmp_path / f"{name}.bm25"), *flags], env=env,
-                                     capture_output=True, text=True, timeout=300)
-                      for name, flags in (("quiet", []), ("verbose", ["--verbose"])))  # fmt: skip
+    quiet, verbose = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tour_pyserini.index",
+                "--bm25",
+                "--collection",
+                str(tmp_path),
+                "--output",
+                str(tmp_path / f"{name}.bm25"),
+                *flags,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for name, flags in (("quiet", []), ("verbose", ["--verbose"]))
+    )
     assert quiet.returncode == verbose.returncode == 0, quiet.stderr[-2000:] + verbose.stderr[-2000:]
     said = (quiet.stdout + quiet.stderr).splitlines()
     assert not [line for line in said if " INFO " in line or line.startswith(("WARNING", "SLF4J"))], said

@@ -84,12 +84,20 @@ def test_in_batch_nll_hand_value():
 
 def test_split_sentences():
     text = 'Cells divide. They grow (slowly). 3 mice died! "Quoted" end? yes no. Fin'
-    assert split_sentences(text) == ["Cells divide.", "They grow (slowly).", "3 mice died!", "\"Quoted\" end? yes no.",
-                                     "Fin"]  # fmt: skip
+    assert split_sentences(text) == [
+        "Cells divide.",
+        "They grow (slowly).",
+        "3 mice died!",
+        '"Quoted" end? yes no.',
+        "Fin",
+    ]
     assert split_sentences("  ") == []
     # a lower-cased corpus (Cranfield): every end punctuation followed by space is a boundary
     assert split_sentences("flow past a wing . an experimental study was made . results agree.") == [
-        "flow past a wing .", "an experimental study was made .", "results agree."]  # fmt: skip
+        "flow past a wing .",
+        "an experimental study was made .",
+        "results agree.",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +174,11 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     lines = (ROOT / "collections/nq-oracle/corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:60]
     (out / "nq/corpus.jsonl").write_text("".join(lines), encoding="utf-8")
     texts = [alnum(json.loads(line)["text"]) for line in lines]
-    topics = [t for t in read_topics(ROOT / "collections/nq-oracle/topics.train.jsonl")
-              if any(alnum(a) in text for a in t.answers for text in texts)][:20]  # fmt: skip
+    topics = [
+        t
+        for t in read_topics(ROOT / "collections/nq-oracle/topics.train.jsonl")
+        if any(alnum(a) in text for a in t.answers for text in texts)
+    ][:20]
     (out / "nq/topics.jsonl").write_text(
         "".join(json.dumps({"qid": t.qid, "question": t.text, "answers": list(t.answers)}) + "\n" for t in topics)
     )
@@ -200,8 +211,10 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
         assert (out / part / "model.safetensors").is_file()
     topics = tmp_path / "q.tsv"
     topics.write_text("1\tcerebral white matter in newborns\n2\tvitamin D and cancer\n")
-    cli("tour_pyserini.commands.index", ["--collection", tiny["scifact"], "--encoder", out / "document", "--output",
-                                tmp_path / "idx.ict"])  # fmt: skip
+    cli(
+        "tour_pyserini.commands.index",
+        ["--collection", tiny["scifact"], "--encoder", out / "document", "--output", tmp_path / "idx.ict"],
+    )
     meta = json.loads((tmp_path / "idx.ict/tour_pyserini.json").read_text())
     assert len(meta["encoder"]["weights_sha256"]) == 64
     cli(
@@ -272,8 +285,21 @@ def test_train_qa_end_to_end(tiny, tmp_path, capsys):
     assert blocks[0] and blocks[1] and not blocks[0] & blocks[1]
     meta = json.loads((idx / "tour_pyserini.json").read_text())
     assert read_pair(out)["document_weights_sha256"] == meta["encoder"]["weights_sha256"]
-    cli("tour_pyserini.commands.search", ["--index", idx, "--encoder", out, "--topics", tiny["nq_topics"], "--output",
-                                 tmp_path / "qa.trec", "--hits", "5"])  # fmt: skip
+    cli(
+        "tour_pyserini.commands.search",
+        [
+            "--index",
+            idx,
+            "--encoder",
+            out,
+            "--topics",
+            tiny["nq_topics"],
+            "--output",
+            tmp_path / "qa.trec",
+            "--hits",
+            "5",
+        ],
+    )
     assert (tmp_path / "qa.trec").is_file()
 
 
@@ -281,22 +307,35 @@ def test_train_qa_end_to_end(tiny, tmp_path, capsys):
     "module, argv, message",
     [
         (TRAIN_ICT, ["--collection", "missing", "--output", "o"], "no corpus at missing"),
-        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--mask-rate", "1.5"],
-         "--mask-rate must be in [0, 1]"),
-        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--batch-size", "1"],
-         "--batch-size must be at least 2"),
-        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--init", "./nowhere"],
-         "no such model directory"),
-        (TRAIN_QA, ["--index", "missing", "--topics", "{nq_topics}", "--output", "o"],
-         "does not exist"),
-        (TRAIN_QA, ["--index", str(ROOT / "indexes/nq-oracle.bm25"), "--topics", "{nq_topics}",
-                                    "--output", "o"], "needs a dense one"),
-        (TRAIN_QA, ["--index", "{index}", "--topics", str(ROOT / "collections/scifact/topics.test.tsv"),
-                                    "--output", "o"], "fewer than two questions with answers"),
-        (TRAIN_QA, ["--index", "{index}", "--topics", "{nq_topics}", "--output", "o", "--top-c", "0"],
-         "--top-c must be positive"),
+        (
+            TRAIN_ICT,
+            ["--collection", "{scifact}", "--output", "o", "--mask-rate", "1.5"],
+            "--mask-rate must be in [0, 1]",
+        ),
+        (
+            TRAIN_ICT,
+            ["--collection", "{scifact}", "--output", "o", "--batch-size", "1"],
+            "--batch-size must be at least 2",
+        ),
+        (TRAIN_ICT, ["--collection", "{scifact}", "--output", "o", "--init", "./nowhere"], "no such model directory"),
+        (TRAIN_QA, ["--index", "missing", "--topics", "{nq_topics}", "--output", "o"], "does not exist"),
+        (
+            TRAIN_QA,
+            ["--index", str(ROOT / "indexes/nq-oracle.bm25"), "--topics", "{nq_topics}", "--output", "o"],
+            "needs a dense one",
+        ),
+        (
+            TRAIN_QA,
+            ["--index", "{index}", "--topics", str(ROOT / "collections/scifact/topics.test.tsv"), "--output", "o"],
+            "fewer than two questions with answers",
+        ),
+        (
+            TRAIN_QA,
+            ["--index", "{index}", "--topics", "{nq_topics}", "--output", "o", "--top-c", "0"],
+            "--top-c must be positive",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_exit_2(module, argv, message, tiny, tmp_path, capsys, monkeypatch):
     index = ROOT / "indexes/nq-oracle.minilm"
     needed = [index] * ("{index}" in argv) + [Path(a) for a in argv if a.endswith("nq-oracle.bm25")]
@@ -329,8 +368,11 @@ def test_pairing_check(tmp_path):
     write_pair(tmp_path, "models/doc", "a" * 64)
     check_pair(query, built, "idx")
     check_pair(query, {"name": "./gone", "weights_sha256": None}, "idx")  # unknown builder: cannot tell
-    with pytest.raises(UserError, match=r"paired with document encoder models/doc \(weights aaaaaaaaaaaa\), but "
-                       r"index idx was built by other \(weights bbbbbbbbbbbb\)"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"paired with document encoder models/doc \(weights aaaaaaaaaaaa\), but "
+        r"index idx was built by other \(weights bbbbbbbbbbbb\)",
+    ):
         check_pair(query, {"name": "other", "weights_sha256": "b" * 64}, "idx")
 
 
@@ -339,8 +381,7 @@ def test_the_trainers_check_their_config_for_library_callers_too(tmp_path):
     from tour_pyserini.training import early_update, ict_training, reranker
 
     with pytest.raises(UserError, match="^batch_size must be at least 2"):
-        ict_training.train("no-collection", tmp_path / "o", "no-model", ict_training.IctConfig(batch_size=1),
-                           tied=True)  # fmt: skip
+        ict_training.train("no-collection", tmp_path / "o", "no-model", ict_training.IctConfig(batch_size=1), tied=True)
     with pytest.raises(UserError, match="^top_c must be positive"):
         early_update.train(tmp_path / "no-index", [], tmp_path / "o", "no-model", early_update.QaConfig(top_c=0))
     with pytest.raises(UserError, match="^negatives must be positive"):
@@ -360,8 +401,11 @@ def test_training_where_no_question_has_an_answer_bearing_block_is_one_line_befo
     idx = tmp_path / "nq.minilm"
     cli("tour_pyserini.commands.index", ["--collection", tiny["nq"], "--output", idx])
     topics = tmp_path / "unanswerable.jsonl"
-    topics.write_text("".join(json.dumps({"qid": str(i), "question": f"question {i}", "answers": ["Zyzzyvaqx"]})
-                              + "\n" for i in range(6)))  # fmt: skip
+    topics.write_text(
+        "".join(
+            json.dumps({"qid": str(i), "question": f"question {i}", "answers": ["Zyzzyvaqx"]}) + "\n" for i in range(6)
+        )
+    )
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model loaded although nothing can be trained")

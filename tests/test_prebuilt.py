@@ -71,7 +71,8 @@ def test_shipped_scifact_vectors_are_the_bundled_encoders(mini_scifact):
     assert manifest["corpus_sha256"] == file_sha256(SCIFACT / "corpus.jsonl") and manifest["num_docs"] == 5183
     docs = [json.loads(line) for line in (SCIFACT / "corpus.jsonl").read_text().splitlines()[:16]]
     assert found.docids()[:16] == [d["id"] for d in docs]
-    encoder = import_pyserini("pyserini.encode").AutoDocumentEncoder(spec.path, device="cpu", pooling=spec.pooling,
-                                                                     l2_norm=spec.l2_norm)  # fmt: skip
+    encoder = import_pyserini("pyserini.encode").AutoDocumentEncoder(
+        spec.path, device="cpu", pooling=spec.pooling, l2_norm=spec.l2_norm
+    )
     fresh = encoder.encode(texts=[d["text"] for d in docs], titles=[d["title"] for d in docs], max_length=256)
     assert np.abs(found.vectors()[:16] - fresh).max() < 1e-3  # float16: 11 significant bits

@@ -59,8 +59,9 @@ def test_a_text_outside_the_index_is_scored_as_the_index_would(dense_index):
 
     dense = DenseTeacher.of(dense_index)
     docstore = DocStore(dense_index / DOCSTORE_FILE)
-    trainer = ListwiseTask(str(bundled_model_dir()), docstore, dense, TrainConfig(),
-                           encoder=IndexMeta.read(dense_index).encoder)  # fmt: skip
+    trainer = ListwiseTask(
+        str(bundled_model_dir()), docstore, dense, TrainConfig(), encoder=IndexMeta.read(dense_index).encoder
+    )
     docids = dense.opened.docids[:4]
     docs = docstore.get(docids)
     stored = dense.score([ScoreRequest("q", "protein folding in cells", docids)])[0]

@@ -87,8 +87,9 @@ def test_pyserinis_own_prf_runs_on_our_searcher_as_our_rewriter_does(searcher, c
     theirs = searcher.batch_search(prf.get_batch_prf_q_emb(qids, q_embs, candidates), qids, k=20)
     mine = {r.qid: r.hits for r in searcher.retrieve(texts, qids, 20, rewriter=ours)}
     assert [[h.docid for h in theirs[q]] for q in qids] == [[h.docid for h in mine[q]] for q in qids]
-    np.testing.assert_allclose([[h.score for h in theirs[q]] for q in qids], [[h.score for h in mine[q]] for q in qids],
-                               rtol=0, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        [[h.score for h in theirs[q]] for q in qids], [[h.score for h in mine[q]] for q in qids], rtol=0, atol=1e-6
+    )
     # one query at a time, as Pyserini's search command does with --batch-size 1
     emb_q, found = searcher.search(texts[0], k=depth, return_vector=True)
     prf_emb_q = np.expand_dims(prf.get_prf_q_emb(emb_q[0], found), axis=0).astype("float32")
@@ -101,8 +102,9 @@ def test_return_vector_carries_the_vectors_of_a_rewriters_final_hits(searcher, c
     """With a rewriter, the hits are its final ranking, each with its exact index vector, and the query vector is
     the one the search started from (searched again, it gives the same ranking)."""
     texts, qids = claims
-    rocchio = TourSearcher(searcher.faiss, rewriter=Rocchio(prf_depth=5), docstore=searcher.docstore,
-                           query_encoder=searcher.query_encoder)  # fmt: skip
+    rocchio = TourSearcher(
+        searcher.faiss, rewriter=Rocchio(prf_depth=5), docstore=searcher.docstore, query_encoder=searcher.query_encoder
+    )
     vector, hits = rocchio.search(texts[0], k=15, return_vector=True)
     expected = searcher.retrieve(texts[:1], qids[:1], 15, rewriter=Rocchio(prf_depth=5))[0].hits
     assert [(h.docid, h.score) for h in hits] == [(h.docid, h.score) for h in expected]
@@ -126,7 +128,11 @@ def test_vector_queries_and_bad_queries(searcher, claims, bm25_index):
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
     teacher = get_teacher(f"bm25:{bm25_index}", TeacherContext())
-    reranking = TourSearcher(searcher.faiss, rewriter=Rerank(teacher, depth=10), docstore=searcher.docstore,
-                             query_encoder=searcher.query_encoder)  # fmt: skip
+    reranking = TourSearcher(
+        searcher.faiss,
+        rewriter=Rerank(teacher, depth=10),
+        docstore=searcher.docstore,
+        query_encoder=searcher.query_encoder,
+    )
     with pytest.raises(UserError, match="asks a teacher about the query texts: search with texts, not vectors"):
         reranking.batch_search(vectors, qids[:2], k=5)

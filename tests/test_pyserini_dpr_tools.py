@@ -61,8 +61,12 @@ def test_a_bm25_record_holds_title_and_text_as_pyserini_splits_them():
         "contents": "Fructose\nsugars.\nFructose is",
     }
     record = lucene_record(obj, Document("516", obj["title"], obj["text"]))
-    assert record == {"id": "516", "title": "Fructose", "text": "sugars. Fructose is",
-                      "contents": "Fructose\nsugars. Fructose is"}  # fmt: skip
+    assert record == {
+        "id": "516",
+        "title": "Fructose",
+        "text": "sugars. Fructose is",
+        "contents": "Fructose\nsugars. Fructose is",
+    }
     title, text = record["contents"].split("\n")  # Pyserini's convert_trec_run_to_dpr_retrieval_run
     assert (title, text) == (record["title"], record["text"])
     # no contents: title and text joined as Pyserini joins them; a contents of something else is kept as given
@@ -77,8 +81,11 @@ def test_a_bm25_record_holds_title_and_text_as_pyserini_splits_them():
 
 def test_a_contents_only_document_is_read_as_pyserinis_title_and_text(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    lines = [{"id": "1", "contents": '"Aaron"\nAaron is a prophet'}, {"id": "2", "contents": "one field"},
-             {"id": "3", "contents": "a\nb\nc"}]  # fmt: skip
+    lines = [
+        {"id": "1", "contents": '"Aaron"\nAaron is a prophet'},
+        {"id": "2", "contents": "one field"},
+        {"id": "3", "contents": "a\nb\nc"},
+    ]
     corpus.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert list(read_jsonl_corpus(corpus)) == [
         Document("1", '"Aaron"', "Aaron is a prophet"),  # as Pyserini's DPR Wikipedia index stores a passage
@@ -99,20 +106,48 @@ def test_pyserinis_dpr_converter_and_evaluation_agree_with_the_answer_judge(coll
     topics_file, reader = PYSERINI_TOPICS[collection]
     index, run = tmp_path / "bm25", tmp_path / "bm25.trec"
     build_index(index, lambda tmp: write_bm25_index(folder, tmp))
-    search_main(["--index", str(index), "--topics", str(folder / "topics.test.jsonl"), "--output", str(run),
-                 "--hits", str(max(TOPK))])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(index),
+            "--topics",
+            str(folder / "topics.test.jsonl"),
+            "--output",
+            str(run),
+            "--hits",
+            str(max(TOPK)),
+        ]
+    )
     with_newline = {d.docid for d in read_jsonl_corpus(folder / "corpus.jsonl") if "\n" in d.title + d.text}
     retrieved = {line.split()[2] for line in run.read_text().splitlines()}
     assert with_newline and with_newline <= retrieved  # the passages Pyserini's converter stopped on are in the run
 
     converted = tmp_path / "bm25.dpr.json"
-    proc = run_module("tour_pyserini", "run-pyserini", "pyserini.eval.convert_trec_run_to_dpr_retrieval_run",
-                      "--topics-file", str(ROOT / topics_file), "--topics-reader",
-                      f"io.anserini.search.topicreader.{reader}", "--index", str(index), "--input", str(run),
-                      "--output", str(converted))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini",
+        "run-pyserini",
+        "pyserini.eval.convert_trec_run_to_dpr_retrieval_run",
+        "--topics-file",
+        str(ROOT / topics_file),
+        "--topics-reader",
+        f"io.anserini.search.topicreader.{reader}",
+        "--index",
+        str(index),
+        "--input",
+        str(run),
+        "--output",
+        str(converted),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = run_module("tour_pyserini", "run-pyserini", "pyserini.eval.evaluate_dpr_retrieval", "--retrieval",
-                      str(converted), "--topk", *map(str, TOPK))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini",
+        "run-pyserini",
+        "pyserini.eval.evaluate_dpr_retrieval",
+        "--retrieval",
+        str(converted),
+        "--topk",
+        *map(str, TOPK),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     theirs = {f"Acc@{k}": float(v) for k, v in re.findall(r"Top(\d+)\taccuracy: ([0-9.]+)", proc.stdout)}
 
@@ -121,8 +156,19 @@ def test_pyserinis_dpr_converter_and_evaluation_agree_with_the_answer_judge(coll
 
     out = io.StringIO()
     with redirect_stdout(out):
-        eval_main(["--answers", str(folder / "topics.test.jsonl"), "--collection", str(folder), "--run", str(run),
-                   "--topk", *map(str, TOPK), "--json"])  # fmt: skip
+        eval_main(
+            [
+                "--answers",
+                str(folder / "topics.test.jsonl"),
+                "--collection",
+                str(folder),
+                "--run",
+                str(run),
+                "--topk",
+                *map(str, TOPK),
+                "--json",
+            ]
+        )
     ours = json.loads(out.getvalue())
     assert {k: round(v, 4) for k, v in ours.items()} == theirs
     assert 0.5 < ours["Acc@1"] < ours["Acc@20"] < 1  # a real run: neither empty nor perfect

@@ -41,13 +41,19 @@ HITS = 100
 # each pipeline and the search command's flags for the same search
 SEARCHES = {
     "dense": (lambda r, state: r, []),
-    "rocchio": (lambda r, state: r >> rocchio(prf_depth=5, topk=3, bottomk=1),
-                ["--rewriter", "rocchio", "--prf-depth", "5", "--rocchio-topk", "3", "--rocchio-bottomk", "1"]),
-    "tour-soft": (lambda r, state: r >> tour(teacher="bm25", depth=10),
-                  ["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "10"]),
-    "ttt-embed": (lambda r, state: r >> ttt_embed(state, task="mini"),
-                  ["--rewriter", "ttt-embed", "--state", "STATE", "--task", "mini"]),
-}  # fmt: skip
+    "rocchio": (
+        lambda r, state: r >> rocchio(prf_depth=5, topk=3, bottomk=1),
+        ["--rewriter", "rocchio", "--prf-depth", "5", "--rocchio-topk", "3", "--rocchio-bottomk", "1"],
+    ),
+    "tour-soft": (
+        lambda r, state: r >> tour(teacher="bm25", depth=10),
+        ["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "10"],
+    ),
+    "ttt-embed": (
+        lambda r, state: r >> ttt_embed(state, task="mini"),
+        ["--rewriter", "ttt-embed", "--state", "STATE", "--task", "mini"],
+    ),
+}
 
 
 def run_of(frame) -> dict[str, dict[str, float]]:
@@ -81,8 +87,21 @@ def command_runs(dense_index, bm25_index, mini_scifact, state_file, tmp_path_fac
     for name, (_, flags) in SEARCHES.items():
         runs[name] = out / f"{name}.trec"
         flags = [str(state_file) if f == "STATE" else f for f in flags]
-        search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output",
-                     str(runs[name]), "--hits", str(HITS), "--threads", "1", *flags])  # fmt: skip
+        search_main(
+            [
+                "--index",
+                str(dense_index),
+                "--topics",
+                str(mini_scifact["topics"]),
+                "--output",
+                str(runs[name]),
+                "--hits",
+                str(HITS),
+                "--threads",
+                "1",
+                *flags,
+            ]
+        )
     return runs
 
 
@@ -93,8 +112,10 @@ def test_a_pipeline_ranks_as_the_search_command(name, retriever, topics, command
     assert {"qid", "query", "query_vec", "docno", "score", "rank"} <= set(frame.columns)
     assert frame.groupby("qid")["rank"].apply(lambda r: r.tolist() == list(range(len(r)))).all()  # PyTerrier's, from 0
     # written as the command writes a run (6 decimals, ties made strictly decreasing): the same file
-    lines = "".join(format_run_lines(qid, [Hit(r.docno, r.score) for r in hits.itertuples()], "tour_pyserini")
-                    for qid, hits in frame.groupby("qid", sort=False))  # fmt: skip
+    lines = "".join(
+        format_run_lines(qid, [Hit(r.docno, r.score) for r in hits.itertuples()], "tour_pyserini")
+        for qid, hits in frame.groupby("qid", sort=False)
+    )
     assert lines == command_runs[name].read_text()
 
 
@@ -105,13 +126,23 @@ def test_pt_experiment_gives_the_numbers_of_eval(retriever, topics, command_runs
     qrels = pt.io.read_qrels(str(mini_scifact["qrels"]))
     names = ["dense", "rocchio", "tour-soft"]
     capsys.readouterr()
-    eval_main(["--qrels", str(mini_scifact["qrels"]), "--metrics", *metrics, "--json",
-               "--run", *[str(command_runs[n]) for n in names]])  # fmt: skip
+    eval_main(
+        [
+            "--qrels",
+            str(mini_scifact["qrels"]),
+            "--metrics",
+            *metrics,
+            "--json",
+            "--run",
+            *[str(command_runs[n]) for n in names],
+        ]
+    )
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     expected = np.array([[p[m] for m in metrics] for p in printed])
     measures = [nDCG @ 10, R @ 100, AP]
-    on_runs = pt.Experiment([pt.io.read_results(str(command_runs[n])) for n in names], topics, qrels, measures,
-                            names=names)  # fmt: skip
+    on_runs = pt.Experiment(
+        [pt.io.read_results(str(command_runs[n])) for n in names], topics, qrels, measures, names=names
+    )
     np.testing.assert_allclose(on_runs[metrics].to_numpy(), expected, rtol=0, atol=1e-12)
     pipelines = [SEARCHES[n][0](retriever, None) for n in names]
     on_pipelines = pt.Experiment(pipelines, topics, qrels, measures, names=names)
@@ -121,8 +152,26 @@ def test_pt_experiment_gives_the_numbers_of_eval(retriever, topics, command_runs
 
 def test_a_teacher_reranks_as_the_rerank_rewriter(retriever, topics, dense_index, mini_scifact, tmp_path):
     run = tmp_path / "rerank.trec"
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run), "--hits",
-                 "20", "--threads", "1", "--rewriter", "rerank", "--teacher", "bm25", "--depth", "20"])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(run),
+            "--hits",
+            "20",
+            "--threads",
+            "1",
+            "--rewriter",
+            "rerank",
+            "--teacher",
+            "bm25",
+            "--depth",
+            "20",
+        ]
+    )
     frame = (retriever % 20 >> TeacherReranker("bm25", index=retriever))(topics)
     theirs: dict[str, list[str]] = {}
     for line in run.read_text().splitlines():
@@ -175,8 +224,11 @@ def test_the_worked_example_of_the_docs_runs(dense_index, mini_scifact, capsys):
     """docs/pyterrier.md's example, on the fixture's index, topics and qrels."""
     text = (ROOT / "docs" / "pyterrier.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
-    for path, fixture in (("indexes/scifact.minilm", dense_index), ("collections/scifact/topics.test.tsv",
-                          mini_scifact["topics"]), ("qrels/scifact.test.txt", mini_scifact["qrels"])):  # fmt: skip
+    for path, fixture in (
+        ("indexes/scifact.minilm", dense_index),
+        ("collections/scifact/topics.test.tsv", mini_scifact["topics"]),
+        ("qrels/scifact.test.txt", mini_scifact["qrels"]),
+    ):
         assert path in code
         code = code.replace(path, str(fixture))
     exec(compile(code, "docs/pyterrier.md", "exec"), {"__name__": "__docs__"})
@@ -201,8 +253,9 @@ def test_grid_scan_over_depth_varies_the_stage_the_pipeline_runs(retriever, topi
     scan = pt.GridScan(pipeline, {stage: {"depth": DEPTHS}}, topics, qrels, [NDCG])
     assert scan["tran_0_depth"].tolist() == DEPTHS
     # each value as a pipeline made with it from the start gives it: the scan searched with each depth
-    assert scan[NDCG].tolist() == measured([retriever >> tour(teacher="bm25", depth=d) for d in DEPTHS], topics,
-                                           qrels, NDCG)  # fmt: skip
+    assert scan[NDCG].tolist() == measured(
+        [retriever >> tour(teacher="bm25", depth=d) for d in DEPTHS], topics, qrels, NDCG
+    )
     assert scan[NDCG].nunique() == len(DEPTHS)  # and the depth changes the ranking
     assert stage.get_parameter("depth") == DEPTHS[-1]
 
@@ -230,10 +283,10 @@ def test_grid_scan_over_num_results_of_a_stage_and_of_the_retriever(retriever, t
 def test_grid_search_sets_the_best_value_on_the_pipeline(retriever, topics, qrels):
     stage = tour(teacher="bm25", depth=10)
     pipeline = retriever >> stage
-    fresh = dict(zip(DEPTHS, measured([retriever >> tour(teacher="bm25", depth=d) for d in DEPTHS], topics, qrels,
-                                      NDCG)))  # fmt: skip
-    tuned, best, setting = pt.GridSearch(pipeline, {stage: {"depth": DEPTHS}}, topics, qrels, NDCG,
-                                         return_type="both")  # fmt: skip
+    fresh = dict(
+        zip(DEPTHS, measured([retriever >> tour(teacher="bm25", depth=d) for d in DEPTHS], topics, qrels, NDCG))
+    )
+    tuned, best, setting = pt.GridSearch(pipeline, {stage: {"depth": DEPTHS}}, topics, qrels, NDCG, return_type="both")
     chosen = max(fresh, key=fresh.get)
     assert tuned is pipeline and setting == [(stage, "depth", chosen)] and best == fresh[chosen]
     assert stage.get_parameter("depth") == chosen
@@ -272,8 +325,9 @@ def test_a_stage_composes_wherever_a_transformer_stands(retriever, topics, dense
     chained = (retriever >> prf() >> tour(teacher="bm25", depth=10))(topics)
     assert run_of(chained) == run_of((retriever >> prf() >> tour(teacher="bm25", depth=10, index=retriever))(topics))
     # a teacher re-ranks the retriever's cut results with no index=
-    assert run_of((retriever % 20 >> TeacherReranker("bm25"))(topics)) == \
-        run_of((retriever % 20 >> TeacherReranker("bm25", index=retriever))(topics))  # fmt: skip
+    assert run_of((retriever % 20 >> TeacherReranker("bm25"))(topics)) == run_of(
+        (retriever % 20 >> TeacherReranker("bm25", index=retriever))(topics)
+    )
     # one stage in two pipelines follows each one's retriever
     stage, small = prf(), Retriever(dense_index, num_results=7, threads=1)
     assert (small >> stage)(topics).groupby("qid").size().eq(7).all()
@@ -294,8 +348,9 @@ def bad_values(p: Param) -> list[tuple[object, str]]:
     """Values of ``p`` its flag refuses, with what the refusal says."""
     if isinstance(p.type, Number):
         if p.type.kind is int:  # a float is no int, as the flag's text "2.5" is none
-            return [(v, f"{p.name} {p.type.refusal(v)}") for v in (0, -1) if p.type.refusal(v)] + \
-                [(2.5, f"{p.name} must be an integer, got 2.5")]  # fmt: skip
+            return [(v, f"{p.name} {p.type.refusal(v)}") for v in (0, -1) if p.type.refusal(v)] + [
+                (2.5, f"{p.name} must be an integer, got 2.5")
+            ]
         return [(v, f"{p.name} {p.type.refusal(v)}") for v in (0, -1, float("nan"), 2) if p.type.refusal(v)]
     if p.choices:
         return [("no-such", f"{p.name} must be one of {', '.join(map(str, p.choices))}, got 'no-such'")]
@@ -346,11 +401,13 @@ def test_every_option_of_a_teacher_is_a_parameter(option):
 def test_the_stage_and_retriever_settings_are_parameters(dense_index, topics):
     stage = tour(teacher="bm25", depth=10)
     check_parameter(stage, Param("num_results", positive_int))
-    for name, bad, says in (("teacher_max_length", 0, "teacher_max_length must be positive, got 0"),
-                            ("teacher_precision", "fp64", "teacher_precision must be one of"),
-                            ("rewriter", "tour-sfot", "unknown rewriter 'tour-sfot'"),
-                            ("teacher", "bm52", "unknown teacher 'bm52'"),
-                            ("index", "indexes/x", "index= takes a tour_pyserini.pyterrier.Retriever")):  # fmt: skip
+    for name, bad, says in (
+        ("teacher_max_length", 0, "teacher_max_length must be positive, got 0"),
+        ("teacher_precision", "fp64", "teacher_precision must be one of"),
+        ("rewriter", "tour-sfot", "unknown rewriter 'tour-sfot'"),
+        ("teacher", "bm52", "unknown teacher 'bm52'"),
+        ("index", "indexes/x", "index= takes a tour_pyserini.pyterrier.Retriever"),
+    ):
         before = stage.get_parameter(name)
         with pytest.raises(UserError, match=says):
             stage.set_parameter(name, bad)
@@ -359,12 +416,14 @@ def test_the_stage_and_retriever_settings_are_parameters(dense_index, topics):
     assert stage.get_parameter("rewriter") == "tour-hard" and stage.get_parameter("depth") == 10
     retriever = Retriever(dense_index, num_results=7, threads=1)
     assert retriever.get_parameter("index") == str(dense_index) and retriever.get_parameter("threads") == 1
-    for name, bad, says in (("num_results", 0, "num_results must be positive, got 0"),
-                            ("threads", 0, "threads must be positive, got 0"),
-                            ("bm25_b", 2, "bm25_b must be in [0, 1], got 2"),
-                            ("ef_search", 16, "--ef-search applies to HNSW indexes"),
-                            ("doc_vec", "yes", "doc_vec must be True or False"),
-                            ("encoder_runtime", "tensorflow", "encoder_runtime must be one of")):  # fmt: skip
+    for name, bad, says in (
+        ("num_results", 0, "num_results must be positive, got 0"),
+        ("threads", 0, "threads must be positive, got 0"),
+        ("bm25_b", 2, "bm25_b must be in [0, 1], got 2"),
+        ("ef_search", 16, "--ef-search applies to HNSW indexes"),
+        ("doc_vec", "yes", "doc_vec must be True or False"),
+        ("encoder_runtime", "tensorflow", "encoder_runtime must be one of"),
+    ):
         before = retriever.get_parameter(name)
         with pytest.raises(UserError, match=re.escape(says)):
             retriever.set_parameter(name, bad)

@@ -78,15 +78,18 @@ def test_the_search_flag_reaches_the_encoder_and_refuses_pre_encoded_queries(den
     encoded = tmp_path / "encoded"
     encoded.mkdir()
     (encoded / "embedding.pkl").write_bytes(b"")
-    config = search_config(parser().parse_args([*common, "--encoded-queries", str(encoded), "--encoder-precision",
-                                                "bf16"]))  # fmt: skip
+    config = search_config(
+        parser().parse_args([*common, "--encoded-queries", str(encoded), "--encoder-precision", "bf16"])
+    )
     with pytest.raises(UserError, match="--encoded-queries replaces the query encoder"):
         plan_search(config)
 
 
-SHARE = ("import json, os; from tour_pyserini.commands.runner import run_cli; "
-         "run_cli(lambda argv: print(json.dumps({k: os.environ.get(k) for k in "
-         "('OMP_WAIT_POLICY', 'OMP_NUM_THREADS')})), [])")  # fmt: skip
+SHARE = (
+    "import json, os; from tour_pyserini.commands.runner import run_cli; "
+    "run_cli(lambda argv: print(json.dumps({k: os.environ.get(k) for k in "
+    "('OMP_WAIT_POLICY', 'OMP_NUM_THREADS')})), [])"
+)
 
 
 def command_threads(env: dict) -> dict:
@@ -114,6 +117,8 @@ def test_a_command_beside_a_busy_core_sleeps_as_it_waits_and_keeps_its_thread_co
 
 
 def test_the_users_own_openmp_settings_are_left_alone():
-    assert command_threads(clean_env(OMP_WAIT_POLICY="ACTIVE")) == {"OMP_WAIT_POLICY": "ACTIVE",
-                                                                    "OMP_NUM_THREADS": None}  # fmt: skip
+    assert command_threads(clean_env(OMP_WAIT_POLICY="ACTIVE")) == {
+        "OMP_WAIT_POLICY": "ACTIVE",
+        "OMP_NUM_THREADS": None,
+    }
     assert command_threads(clean_env(OMP_NUM_THREADS="2")) == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "2"}

@@ -30,8 +30,13 @@ def tiny_qa_model(path, kind: str = "bert", seed: int = 0):
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     torch.manual_seed(seed)
     if kind == "bert":
-        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                            num_attention_heads=2, intermediate_size=64)  # fmt: skip
+        config = BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
         model = BertForQuestionAnswering(config)
     else:  # no token type ids: the windows must not send them
         config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64)
@@ -62,8 +67,12 @@ def test_best_span_equals_a_search_over_every_span():
         context = rng.random(n) < 0.7
         limit = int(rng.integers(1, 8))
         found = best_span(start, end, context, limit)
-        spans = [(start[s] + end[e], s, e) for s in range(n) for e in range(s, min(n, s + limit))
-                 if context[s] and context[e]]  # fmt: skip
+        spans = [
+            (start[s] + end[e], s, e)
+            for s in range(n)
+            for e in range(s, min(n, s + limit))
+            if context[s] and context[e]
+        ]
         if not spans:
             assert found is None
             continue
@@ -115,8 +124,9 @@ def direct_answer(reader: Reader, question: Question, rule: str, weight: float =
     best = None
     per_passage = []
     for passage in question.passages:
-        windows = make_windows(reader.tokenizer, [question.text], [passage.text], max_length=o.max_length,
-                               stride=o.stride)  # fmt: skip
+        windows = make_windows(
+            reader.tokenizer, [question.text], [passage.text], max_length=o.max_length, stride=o.stride
+        )
         spans, selection = [], -np.inf
         for window, (start, end) in zip(windows, reader.logits(windows)):
             selection = max(selection, float(start[0]))
@@ -136,8 +146,9 @@ def direct_answer(reader: Reader, question: Question, rule: str, weight: float =
 
 @pytest.mark.parametrize("rule, weight", [("orqa", 1.0), ("orqa", 0.0), ("orqa", 50.0), ("dpr", 1.0)])
 def test_each_rule_equals_the_direct_computation(tiny, rule, weight):
-    options = ReaderOptions(max_length=48, stride=12, max_answer_length=4, batch_size=3, rule=rule,
-                            retrieval_weight=weight)  # fmt: skip
+    options = ReaderOptions(
+        max_length=48, stride=12, max_answer_length=4, batch_size=3, rule=rule, retrieval_weight=weight
+    )
     reader = Reader(str(tiny), options)
     for question, pred in zip(QUESTIONS, reader.read(QUESTIONS)):
         text, docid, score = direct_answer(reader, question, rule, weight)
@@ -174,8 +185,9 @@ def test_a_long_question_in_short_windows_is_cut_to_leave_the_passage_room(tiny,
     from transformers import AutoTokenizer
 
     question = "which number follows the word that comes after word3 in the long list of words and numbers " * 3
-    windows = make_windows(AutoTokenizer.from_pretrained(tiny), [question], [LONG], max_length=max_length,
-                           stride=stride)  # fmt: skip
+    windows = make_windows(
+        AutoTokenizer.from_pretrained(tiny), [question], [LONG], max_length=max_length, stride=stride
+    )
     assert windows and all(len(w.input_ids) <= max_length for w in windows)
     assert all(w.context.sum() > stride for w in windows[:-1])  # every window but the last has room past the stride
     reader = Reader(str(tiny), ReaderOptions(k=1, max_length=max_length, stride=stride))
@@ -223,19 +235,31 @@ def test_every_occurrence_of_every_answer_is_a_target_and_only_in_the_passage():
 
 def write_collection(root):
     """Eight short passages, four questions whose answers occur in them (one of them twice)."""
-    docs = [("0", "Paris", "Paris is the capital of France. Paris has the Louvre."),
-            ("1", "Rome", "Rome is the capital of Italy, on the Tiber."),
-            ("2", "Berlin", "Berlin is the capital of Germany."),
-            ("3", "Madrid", "Madrid is the capital of Spain."),
-            ("4", "Oslo", "Oslo is in Norway."), ("5", "Lima", "Lima is in Peru."),
-            ("6", "Bern", "Bern is in Switzerland."), ("7", "Rabat", "Rabat is in Morocco.")]  # fmt: skip
+    docs = [
+        ("0", "Paris", "Paris is the capital of France. Paris has the Louvre."),
+        ("1", "Rome", "Rome is the capital of Italy, on the Tiber."),
+        ("2", "Berlin", "Berlin is the capital of Germany."),
+        ("3", "Madrid", "Madrid is the capital of Spain."),
+        ("4", "Oslo", "Oslo is in Norway."),
+        ("5", "Lima", "Lima is in Peru."),
+        ("6", "Bern", "Bern is in Switzerland."),
+        ("7", "Rabat", "Rabat is in Morocco."),
+    ]
     (root / "corpus.jsonl").write_text("".join(json.dumps({"id": d, "title": t, "text": x}) + "\n" for d, t, x in docs))
-    questions = [("a", "capital of france", ["Paris"]), ("b", "capital of italy", ["Rome"]),
-                 ("c", "capital of germany", ["Berlin"]), ("d", "capital of spain", ["Madrid"])]  # fmt: skip
-    (root / "topics.jsonl").write_text("".join(json.dumps({"qid": q, "question": t, "answers": a}) + "\n"
-                                               for q, t, a in questions))  # fmt: skip
-    lines = [f"{q} Q0 {d} {r} {1 - r / 10:.3f} t\n" for i, (q, _, _) in enumerate(questions)
-             for r, d in enumerate([str(i), str(i + 4), str((i + 1) % 4)], 1)]  # fmt: skip
+    questions = [
+        ("a", "capital of france", ["Paris"]),
+        ("b", "capital of italy", ["Rome"]),
+        ("c", "capital of germany", ["Berlin"]),
+        ("d", "capital of spain", ["Madrid"]),
+    ]
+    (root / "topics.jsonl").write_text(
+        "".join(json.dumps({"qid": q, "question": t, "answers": a}) + "\n" for q, t, a in questions)
+    )
+    lines = [
+        f"{q} Q0 {d} {r} {1 - r / 10:.3f} t\n"
+        for i, (q, _, _) in enumerate(questions)
+        for r, d in enumerate([str(i), str(i + 4), str((i + 1) % 4)], 1)
+    ]
     (root / "run.trec").write_text("".join(lines))
     return root
 
@@ -247,9 +271,34 @@ def test_train_reader_writes_a_float16_reader_that_answer_reads(tmp_path, tiny):
 
     root = write_collection(tmp_path)
     out = tmp_path / "reader"
-    train_main(["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"), "--collection", str(root),
-                "--init", str(tiny), "--output", str(out), "--steps", "3", "--batch-size", "2", "--eval-every", "2",
-                "--dev-fraction", "0.25", "--max-length", "48", "--stride", "8", "--k", "3"])  # fmt: skip
+    train_main(
+        [
+            "--run",
+            str(root / "run.trec"),
+            "--topics",
+            str(root / "topics.jsonl"),
+            "--collection",
+            str(root),
+            "--init",
+            str(tiny),
+            "--output",
+            str(out),
+            "--steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--eval-every",
+            "2",
+            "--dev-fraction",
+            "0.25",
+            "--max-length",
+            "48",
+            "--stride",
+            "8",
+            "--k",
+            "3",
+        ]
+    )
     report = json.loads((out / "training.json").read_text())
     assert [h["step"] for h in report["history"]] == [2, 3] and report["dev_questions"] == 1
     assert report["trained_questions"] == 3 and report["skipped_fraction"] == 0.0
@@ -268,8 +317,19 @@ def test_train_reader_refuses_topics_without_answers(tmp_path, capsys):
     root = write_collection(tmp_path)
     (root / "topics.jsonl").write_text('{"qid": "a", "question": "capital of france"}\n')
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(train_main, ["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"),
-                             "--collection", str(root), "--output", str(tmp_path / "reader")])  # fmt: skip
+        run_cli(
+            train_main,
+            [
+                "--run",
+                str(root / "run.trec"),
+                "--topics",
+                str(root / "topics.jsonl"),
+                "--collection",
+                str(root),
+                "--output",
+                str(tmp_path / "reader"),
+            ],
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "fewer than two questions with answers" in err and len(err.splitlines()) == 1
 
@@ -284,9 +344,32 @@ def test_a_second_train_reader_on_the_same_output_is_refused_while_the_first_tra
 
     root = write_collection(tmp_path)
     out, log = tmp_path / "reader", tmp_path / "first.txt"
-    argv = [sys.executable, "-m", "tour_pyserini", "train-reader", "--run", root / "run.trec", "--topics",
-            root / "topics.jsonl", "--collection", root, "--init", tiny, "--output", out, "--batch-size", "2",
-            "--dev-fraction", "0.25", "--max-length", "48", "--stride", "8", "--k", "3"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tour_pyserini",
+        "train-reader",
+        "--run",
+        root / "run.trec",
+        "--topics",
+        root / "topics.jsonl",
+        "--collection",
+        root,
+        "--init",
+        tiny,
+        "--output",
+        out,
+        "--batch-size",
+        "2",
+        "--dev-fraction",
+        "0.25",
+        "--max-length",
+        "48",
+        "--stride",
+        "8",
+        "--k",
+        "3",
+    ]
     with open(log, "w") as f:
         first = subprocess.Popen([*map(str, argv), "--steps", "100000"], stdout=f, stderr=f)
     try:
@@ -294,27 +377,42 @@ def test_a_second_train_reader_on_the_same_output_is_refused_while_the_first_tra
         while "train reader" not in log.read_text():  # the first is training, its output locked
             assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
-        second = subprocess.run([*map(str, argv), "--steps", "2"], capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        second = subprocess.run(
+            [*map(str, argv), "--steps", "2"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         assert second.returncode == 2 and second.stderr.strip().splitlines() == [
             f"error: {out}.partial is locked: another command is writing this --output; wait for it or choose "
-            "another --output"]  # fmt: skip
+            "another --output"
+        ]
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 143
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["corpus.jsonl", "topics.jsonl", "run.trec",
-                                                                 "first.txt"])  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["corpus.jsonl", "topics.jsonl", "run.trec", "first.txt"]
+    )
 
 
 NOTHING_TO_TRAIN_ON = {  # case: (answers of questions a-d, extra flags, the error's words)
-    "no-answer-in-the-run": (["Tokyo", "Tokyo", "Tokyo", "Tokyo"], [],
-                             "no question has a passage containing one of its answers (DPR's match) in its top 3"),
-    "all-in-dev": (["Paris", "Tokyo", "Tokyo", "Tokyo"], ["--seed", "5"],
-                   "the 1 question(s) with an answer-bearing passage in their top 3 all went to the dev split"),
-    "answer-longer-than-a-window": (["Paris is the capital of France. Paris has the Louvre"] * 4,
-                                    ["--max-length", "16", "--stride", "2", "--seed", "1"],
-                                    "never hold a whole answer in one window's tokens (e.g. question a: 'Paris is"),
-}  # fmt: skip
+    "no-answer-in-the-run": (
+        ["Tokyo", "Tokyo", "Tokyo", "Tokyo"],
+        [],
+        "no question has a passage containing one of its answers (DPR's match) in its top 3",
+    ),
+    "all-in-dev": (
+        ["Paris", "Tokyo", "Tokyo", "Tokyo"],
+        ["--seed", "5"],
+        "the 1 question(s) with an answer-bearing passage in their top 3 all went to the dev split",
+    ),
+    "answer-longer-than-a-window": (
+        ["Paris is the capital of France. Paris has the Louvre"] * 4,
+        ["--max-length", "16", "--stride", "2", "--seed", "1"],
+        "never hold a whole answer in one window's tokens (e.g. question a: 'Paris is",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(NOTHING_TO_TRAIN_ON))
@@ -324,13 +422,37 @@ def test_train_reader_says_why_no_question_can_be_trained_on(case, tmp_path, tin
 
     root = write_collection(tmp_path)
     answers, extra, message = NOTHING_TO_TRAIN_ON[case]
-    (root / "topics.jsonl").write_text("".join(json.dumps({"qid": q, "question": t, "answers": [a]}) + "\n"
-                                               for q, t, a in zip("abcd", ["capital of france", "capital of italy",
-                                               "capital of germany", "capital of spain"], answers)))  # fmt: skip
+    (root / "topics.jsonl").write_text(
+        "".join(
+            json.dumps({"qid": q, "question": t, "answers": [a]}) + "\n"
+            for q, t, a in zip(
+                "abcd", ["capital of france", "capital of italy", "capital of germany", "capital of spain"], answers
+            )
+        )
+    )
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(train_main, ["--run", str(root / "run.trec"), "--topics", str(root / "topics.jsonl"), "--collection",
-                             str(root), "--init", str(tiny), "--output", str(tmp_path / "reader"), "--steps", "2",
-                             "--dev-fraction", "0.25", "--k", "3", *extra])  # fmt: skip
+        run_cli(
+            train_main,
+            [
+                "--run",
+                str(root / "run.trec"),
+                "--topics",
+                str(root / "topics.jsonl"),
+                "--collection",
+                str(root),
+                "--init",
+                str(tiny),
+                "--output",
+                str(tmp_path / "reader"),
+                "--steps",
+                "2",
+                "--dev-fraction",
+                "0.25",
+                "--k",
+                "3",
+                *extra,
+            ],
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not list(tmp_path.glob("reader*"))
@@ -409,8 +531,9 @@ def test_joint_gradients_reach_the_question_encoder_and_the_reader_but_not_the_b
             targets[row, s, e] = True
     retrieval = torch.stack([cosines[0, beam[w.pair]] / tau for w in windows])
     retrieval.retain_grad()
-    full, matched = full_update_loss(retrieval, out.start_logits, out.end_logits,
-                                     torch.from_numpy(collate_context(windows, width)), targets, 10)  # fmt: skip
+    full, matched = full_update_loss(
+        retrieval, out.start_logits, out.end_logits, torch.from_numpy(collate_context(windows, width)), targets, 10
+    )
     assert matched
     (early + full).backward()
     with torch.no_grad():

@@ -97,8 +97,26 @@ def test_the_shipped_reader_answers_as_torch_through_openvino(tmp_path):
     outputs = {}
     for runtime in ("torch", "openvino"):
         outputs[runtime] = tmp_path / f"{runtime}.jsonl"
-        answer_main(["--run", str(run), "--topics", TOPICS, "--collection", NQ, "--reader", str(model), "--k", "1",
-                     "--runtime", runtime, "--precision", "fp32", "--output", str(outputs[runtime])])  # fmt: skip
+        answer_main(
+            [
+                "--run",
+                str(run),
+                "--topics",
+                TOPICS,
+                "--collection",
+                NQ,
+                "--reader",
+                str(model),
+                "--k",
+                "1",
+                "--runtime",
+                runtime,
+                "--precision",
+                "fp32",
+                "--output",
+                str(outputs[runtime]),
+            ]
+        )
     torch_preds, ours = ([json.loads(line) for line in outputs[r].read_text().splitlines()] for r in outputs)
     assert [(p["qid"], p["answer"]) for p in ours] == [(p["qid"], p["answer"]) for p in torch_preds]
     assert sum(bool(p["answer"]) for p in ours) == len(topics)
@@ -125,6 +143,9 @@ def test_a_runtime_needs_a_local_model_directory(tmp_path):
 
     check_model_directory("org/some-reader", "torch", "--runtime", "reader 'org/some-reader'")
     check_model_directory(tmp_path, "onnx", "--runtime", "reader")
-    with pytest.raises(UserError, match=r"^reader 'org/some-reader': --runtime openvino caches the exported model "
-                                        r"beside its weights; give a local model directory$"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"^reader 'org/some-reader': --runtime openvino caches the exported model "
+        r"beside its weights; give a local model directory$",
+    ):
         check_model_directory("org/some-reader", "openvino", "--runtime", "reader 'org/some-reader'")

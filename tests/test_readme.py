@@ -66,8 +66,10 @@ def printed(tmp_path_factory) -> dict[str, str]:
     for name in LINKED:
         (work / name).symlink_to(ROOT / name)
     (work / "runs").mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tests"),
-                                                                      os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
+    }
     done = subprocess.run([sys.executable, __file__, str(work / "printed.json")], cwd=work, env=env, check=False)
     assert done.returncode == 0, "a README command failed (its traceback is above)"
     return {**json.loads((work / "printed.json").read_text()), "work": str(work)}

@@ -64,8 +64,9 @@ class CountingIndex:
 
 
 @pytest.mark.slow
-def test_one_step_is_tour_softs_first_iteration_without_stop_clip_or_decay(searcher, dense_index, bm25_index,
-                                                                          mini_scifact):  # fmt: skip
+def test_one_step_is_tour_softs_first_iteration_without_stop_clip_or_decay(
+    searcher, dense_index, bm25_index, mini_scifact
+):
     """At one step ReFIT is TOUR-soft with T = 1, no early stop, no weight decay and no clipping (a norm no gradient
     reaches): the same rankings and scores, bit for bit. With more steps it still searches only twice."""
     topics = read_topics(mini_scifact["topics"])[:12]
@@ -73,12 +74,17 @@ def test_one_step_is_tour_softs_first_iteration_without_stop_clip_or_decay(searc
     teacher = get_teacher("bm25", TeacherContext(index_dir=str(dense_index)))
     shared = {"depth": 20, "lr": 0.2, "tau": 1.0, "lam": 0.5, "smoothing": 0.05}
     refit = searcher.retrieve(texts, qids, 30, rewriter=Refit(teacher, **shared))
-    tour = searcher.retrieve(texts, qids, 30, rewriter=TourSoft(teacher, iterations=1, early_stop=False,
-                                                                weight_decay=0.0, clip=1e300, **shared))  # fmt: skip
+    tour = searcher.retrieve(
+        texts,
+        qids,
+        30,
+        rewriter=TourSoft(teacher, iterations=1, early_stop=False, weight_decay=0.0, clip=1e300, **shared),
+    )
     assert [[(h.docid, h.score) for h in r.hits] for r in refit] == [[(h.docid, h.score) for h in r.hits] for r in tour]
     assert [r.trace.losses for r in refit] == [r.trace.losses for r in tour]
     counted = CountingIndex(searcher)
-    several = Refit(teacher, iterations=3, **shared).rewrite(QueryBatch(qids, texts, searcher.encode(texts)), counted,
-                                                            30)  # fmt: skip
+    several = Refit(teacher, iterations=3, **shared).rewrite(
+        QueryBatch(qids, texts, searcher.encode(texts)), counted, 30
+    )
     assert counted.searches == 2 and all(len(r.trace.losses) == 3 for r in several)
     assert [[h.docid for h in r.hits] for r in several] != [[h.docid for h in r.hits] for r in refit]

@@ -51,13 +51,44 @@ def as_run(results):
 def test_prf_runs_equal_pyserini_cli(method, rewriter, dense_index, mini_scifact, tmp_path):
     ours, theirs = tmp_path / "ours.trec", tmp_path / "pyserini.trec"
     flags = ["--prf-depth", "5"] + (["--rocchio-bottomk", "1", "--rocchio-alpha", "0.8"] if method == "rocchio" else [])
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(ours),
-                 "--hits", "100", "--rewriter", rewriter, *flags])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(ours),
+            "--hits",
+            "100",
+            "--rewriter",
+            rewriter,
+            *flags,
+        ]
+    )
     proc = run_module(
-        "tour_pyserini", "run-pyserini", "pyserini.search.faiss", "--index", str(dense_index),
-        "--topics", str(mini_scifact["topics"]), "--encoder", str(bundled_model_dir()), "--encoder-class", "auto",
-        "--pooling", "mean", "--l2-norm", "--output", str(theirs), "--hits", "100", "--prf-method", method, *flags,
-    )  # fmt: skip
+        "tour_pyserini",
+        "run-pyserini",
+        "pyserini.search.faiss",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--encoder",
+        str(bundled_model_dir()),
+        "--encoder-class",
+        "auto",
+        "--pooling",
+        "mean",
+        "--l2-norm",
+        "--output",
+        str(theirs),
+        "--hits",
+        "100",
+        "--prf-method",
+        method,
+        *flags,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Pyserini encodes one text at a time, we encode texts of one length together: the same run up to
     # ties within 1e-5 (a query's vector differs by about 1e-7)
@@ -95,8 +126,10 @@ def test_batched_tour_equals_one_query_at_a_time(cls, preset, searcher, topics, 
     vectors = searcher.encode(texts)
     # the rewriting loop: bit for bit the same in a batch as alone
     batched = searcher.retrieve_vectors(texts, qids, vectors, 100, rewriter=rewriter)
-    alone = [searcher.retrieve_vectors(texts[i : i + 1], qids[i : i + 1], vectors[i : i + 1], 100,
-                                       rewriter=rewriter)[0] for i in range(len(qids))]  # fmt: skip
+    alone = [
+        searcher.retrieve_vectors(texts[i : i + 1], qids[i : i + 1], vectors[i : i + 1], 100, rewriter=rewriter)[0]
+        for i in range(len(qids))
+    ]
     # end to end: texts of one length are encoded together, so a batch's vectors may differ from a text
     # encoded alone by rounding (about 1e-7): the same steps, the same run up to ties within 1e-5
     encoded, encoded_alone = run_with(searcher, rewriter, topics), run_with(searcher, rewriter, topics, batch_size=1)
@@ -153,8 +186,9 @@ def test_traces_account_for_the_work(searcher, topics, bm25_teacher):
         assert t.iterations == 3 and t.stop_reason == "max iterations" and len(t.losses) == 3
         assert 10 <= t.teacher_calls <= 40 and t.teacher_calls + t.cache_hits == 40  # 3 iterations + final list
         assert all(t.seconds[p] > 0 for p in ("encode", "search", "teacher", "update"))
-    nocache = run_with(searcher, TourHard(bm25_teacher, preset="odqa", depth=10, early_stop=False, use_cache=False),
-                       topics[:5])  # fmt: skip
+    nocache = run_with(
+        searcher, TourHard(bm25_teacher, preset="odqa", depth=10, early_stop=False, use_cache=False), topics[:5]
+    )
     assert all(r.trace.teacher_calls == 40 and r.trace.cache_hits == 0 for r in nocache)
     assert as_run(nocache) == as_run(results)  # the cache changes cost, never results
 
@@ -187,9 +221,30 @@ def test_rewriter_errors(searcher, bm25_teacher, mini_scifact):
 
 def test_cli_tour_with_trace_and_oracle_label(dense_index, mini_scifact, tmp_path, capsys, caplog):
     out, trace = tmp_path / "tour.trec", tmp_path / "trace.jsonl"
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
-                 "--hits", "50", "--rewriter", "tour-soft", "--teacher", f"oracle:{mini_scifact['qrels']}",
-                 "--depth", "10", "--iterations", "2", "--lr", "0.5", "--trace", str(trace)])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(out),
+            "--hits",
+            "50",
+            "--rewriter",
+            "tour-soft",
+            "--teacher",
+            f"oracle:{mini_scifact['qrels']}",
+            "--depth",
+            "10",
+            "--iterations",
+            "2",
+            "--lr",
+            "0.5",
+            "--trace",
+            str(trace),
+        ]
+    )
     captured = capsys.readouterr()
     assert "ORACLE teacher" in caplog.text and "teacher calls/query" in captured.out  # the log, wherever it is shown
     assert out.read_text().split("\n")[0].endswith(".oracle")

@@ -83,8 +83,9 @@ def operators(graph) -> Counter:
     return Counter(node.op_type for node in onnx.load(str(graph)).graph.node)
 
 
-def test_a_fusion_that_changes_the_output_beyond_the_tolerance_is_not_kept(cross_encoder_dir, tmp_path, monkeypatch,
-                                                                          caplog):  # fmt: skip
+def test_a_fusion_that_changes_the_output_beyond_the_tolerance_is_not_kept(
+    cross_encoder_dir, tmp_path, monkeypatch, caplog
+):
     """With no difference tolerated, the fused graph (within 1e-5 of torch, not equal to the plain graph) is
     refused: the plain graph stays as exported, bit for bit, and the log says so."""
     from tour_pyserini.runtime import onnx as runtime
@@ -151,15 +152,36 @@ def test_a_search_through_int8_writes_the_same_bytes_twice(shipped, dense_index,
 
     runs = [tmp_path / "first.trec", tmp_path / "second.trec"]
     for run in runs:
-        main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
-              "--teacher", f"cross-encoder:{shipped}", "--teacher-runtime", "onnx", "--teacher-precision", "int8",
-              "--rewriter", "rerank", "--depth", "5", "--hits", "10"])  # fmt: skip
+        main(
+            [
+                "--index",
+                str(dense_index),
+                "--topics",
+                str(mini_scifact["topics"]),
+                "--output",
+                str(run),
+                "--teacher",
+                f"cross-encoder:{shipped}",
+                "--teacher-runtime",
+                "onnx",
+                "--teacher-precision",
+                "int8",
+                "--rewriter",
+                "rerank",
+                "--depth",
+                "5",
+                "--hits",
+                "10",
+            ]
+        )
     assert runs[0].read_bytes() == runs[1].read_bytes() and runs[0].stat().st_size > 0
 
 
 def test_fingerprints_name_the_runtime_and_precision(cross_encoder_dir):
-    prints = {(r, p): CrossEncoderTeacher(cross_encoder_dir, precision=p, runtime=r).fingerprint
-              for r, p in [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"), ("openvino", "fp32")]}  # fmt: skip
+    prints = {
+        (r, p): CrossEncoderTeacher(cross_encoder_dir, precision=p, runtime=r).fingerprint
+        for r, p in [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"), ("openvino", "fp32")]
+    }
     assert len(set(prints.values())) == 4
     assert prints["openvino", "fp32"] == prints["torch", "fp32"].replace(" weights", " runtime openvino weights")
     assert "runtime" not in prints["torch", "fp32"]  # as before runtimes existed: float32 stores stay usable
@@ -199,7 +221,8 @@ def test_auto_is_openvino_where_it_can_run_the_model_and_torch_elsewhere(cross_e
         assert resolve() == resolve() == "torch"
     assert [r.getMessage() for r in caplog.records] == [
         "--r auto: torch runs the model, since the runtime extra is not installed (openvino); pip install "
-        "'tour-pyserini[runtime]' runs it through OpenVINO, faster within the same bounds"]  # fmt: skip
+        "'tour-pyserini[runtime]' runs it through OpenVINO, faster within the same bounds"
+    ]
     assert CrossEncoderTeacher(cross_encoder_dir).runtime == "torch"
 
 
@@ -227,12 +250,20 @@ def test_a_cpu_that_reports_no_vnni_gets_fp32_through_onnx(tmp_path):
         if "cpuid_fault" not in f.read().split() or shutil.which("cc") is None:
             pytest.skip("needs a processor that can fault on CPUID, and a C compiler")
     library = tmp_path / "avx2_cpu.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(ROOT / "bench" / "avx2_cpu.c")],
-                   check=True)  # fmt: skip
-    code = ("from tour_pyserini.devices import exact_int8; from tour_pyserini.runtime import resolve_runtime_precision;"
-            "print(exact_int8(), resolve_runtime_precision('auto', 'onnx', 'cpu', '--p', '--r'))")  # fmt: skip
-    told = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "LD_PRELOAD": str(library)}).stdout.split()  # fmt: skip
+    subprocess.run(
+        ["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(ROOT / "bench" / "avx2_cpu.c")], check=True
+    )
+    code = (
+        "from tour_pyserini.devices import exact_int8; from tour_pyserini.runtime import resolve_runtime_precision;"
+        "print(exact_int8(), resolve_runtime_precision('auto', 'onnx', 'cpu', '--p', '--r'))"
+    )
+    told = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "LD_PRELOAD": str(library)},
+    ).stdout.split()
     assert told == ["False", "fp32"]
     own = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert own == ([str(exact_int8()), "int8" if exact_int8() else "fp32"])
@@ -261,8 +292,20 @@ def search(dense_index, mini_scifact, tmp_path, *flags):
 
     out = tmp_path / "run.trec"
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(main, ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(out),
-              "--rewriter", "rerank", *flags])  # fmt: skip
+        run_cli(
+            main,
+            [
+                "--index",
+                str(dense_index),
+                "--topics",
+                str(mini_scifact["topics"]),
+                "--output",
+                str(out),
+                "--rewriter",
+                "rerank",
+                *flags,
+            ],
+        )
     assert not out.exists() and not out.with_name("run.trec.partial").exists()
     return exit_info.value.code
 
@@ -270,16 +313,24 @@ def search(dense_index, mini_scifact, tmp_path, *flags):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--teacher-precision", "int8"], "error: --teacher-precision int8 runs through ONNX Runtime only "
-                                          "(--teacher-runtime onnx)"),
-        (["--teacher-runtime", "onnx", "--teacher-precision", "bf16"], "error: --teacher-precision bf16: ONNX "
-         "Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto"),
-        (["--teacher-runtime", "openvino", "--teacher-precision", "int8"], "error: --teacher-precision int8 runs "
-         "through ONNX Runtime only (--teacher-runtime onnx)"),
+        (
+            ["--teacher-precision", "int8"],
+            "error: --teacher-precision int8 runs through ONNX Runtime only (--teacher-runtime onnx)",
+        ),
+        (
+            ["--teacher-runtime", "onnx", "--teacher-precision", "bf16"],
+            "error: --teacher-precision bf16: ONNX "
+            "Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto",
+        ),
+        (
+            ["--teacher-runtime", "openvino", "--teacher-precision", "int8"],
+            "error: --teacher-precision int8 runs through ONNX Runtime only (--teacher-runtime onnx)",
+        ),
     ],
-)  # fmt: skip
-def test_bad_runtime_and_precision_are_one_line_before_any_model_loads(flags, message, dense_index, mini_scifact,
-                                                                       tmp_path, capsys):  # fmt: skip
+)
+def test_bad_runtime_and_precision_are_one_line_before_any_model_loads(
+    flags, message, dense_index, mini_scifact, tmp_path, capsys
+):
     code = search(dense_index, mini_scifact, tmp_path, "--teacher", "cross-encoder:/no/such/model", *flags)
     err = capsys.readouterr().err
     assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [message]
@@ -287,8 +338,12 @@ def test_bad_runtime_and_precision_are_one_line_before_any_model_loads(flags, me
 
 
 def test_an_unknown_runtime_and_a_runtime_for_another_teacher_are_refused(dense_index, mini_scifact, tmp_path, capsys):
-    assert search(dense_index, mini_scifact, tmp_path, "--teacher", f"cross-encoder:{MODEL}",
-                  "--teacher-runtime", "tensorrt") == 2  # fmt: skip
+    assert (
+        search(
+            dense_index, mini_scifact, tmp_path, "--teacher", f"cross-encoder:{MODEL}", "--teacher-runtime", "tensorrt"
+        )
+        == 2
+    )
     assert "--teacher-runtime: invalid choice: 'tensorrt'" in capsys.readouterr().err
     assert search(dense_index, mini_scifact, tmp_path, "--teacher", "bm25", "--teacher-runtime", "onnx") == 2
     assert "error: --teacher-runtime: not an option of the bm25 teacher" in capsys.readouterr().err
@@ -312,11 +367,23 @@ def test_openvino_exports_and_runs_without_onnx_runtime(cross_encoder_dir, pairs
 
 
 @pytest.mark.parametrize("runtime, module", [("onnx", "onnxruntime"), ("openvino", "openvino")])
-def test_without_the_runtime_the_error_names_the_extra(runtime, module, dense_index, mini_scifact, tmp_path, capsys,
-                                                       monkeypatch):  # fmt: skip
+def test_without_the_runtime_the_error_names_the_extra(
+    runtime, module, dense_index, mini_scifact, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
-    code = search(dense_index, mini_scifact, tmp_path, "--teacher", f"cross-encoder:{MODEL}", "--teacher-runtime",
-                  runtime, "--teacher-precision", "fp32")  # fmt: skip
+    code = search(
+        dense_index,
+        mini_scifact,
+        tmp_path,
+        "--teacher",
+        f"cross-encoder:{MODEL}",
+        "--teacher-runtime",
+        runtime,
+        "--teacher-precision",
+        "fp32",
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 2 and errors == [f"error: --teacher-runtime {runtime} needs the runtime extra ({module} is not "
-                                    "installed): pip install 'tour-pyserini[runtime]'"]  # fmt: skip
+    assert code == 2 and errors == [
+        f"error: --teacher-runtime {runtime} needs the runtime extra ({module} is not "
+        "installed): pip install 'tour-pyserini[runtime]'"
+    ]

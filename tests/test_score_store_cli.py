@@ -29,12 +29,33 @@ def test_tour_reuses_the_pairs_reranking_stored_and_ranks_the_same(dense_index, 
     store = tmp_path / "bm25.sqlite"
     base = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "50", "--teacher", "bm25"]
     tour = ["--rewriter", "tour-soft", "--depth", "10"]
-    search_main([*base, "--rewriter", "rerank", "--depth", "10", "--score-store", str(store),
-                 "--output", str(tmp_path / "rerank.trec")])  # fmt: skip
+    search_main(
+        [
+            *base,
+            "--rewriter",
+            "rerank",
+            "--depth",
+            "10",
+            "--score-store",
+            str(store),
+            "--output",
+            str(tmp_path / "rerank.trec"),
+        ]
+    )
     assert stored_pairs(store) == 10 * 40  # the fixture's 40 queries, 10 candidates each
     search_main([*base, *tour, "--output", str(tmp_path / "alone.trec"), "--trace", str(tmp_path / "alone.jsonl")])
-    search_main([*base, *tour, "--score-store", str(store), "--output", str(tmp_path / "shared.trec"),
-                 "--trace", str(tmp_path / "shared.jsonl")])  # fmt: skip
+    search_main(
+        [
+            *base,
+            *tour,
+            "--score-store",
+            str(store),
+            "--output",
+            str(tmp_path / "shared.trec"),
+            "--trace",
+            str(tmp_path / "shared.jsonl"),
+        ]
+    )
     assert (tmp_path / "shared.trec").read_text() == (tmp_path / "alone.trec").read_text()
     # the budget counts stored pairs too; only the pairs re-ranking never saw were added
     calls = sum(json.loads(line)["teacher_calls"] for line in (tmp_path / "shared.jsonl").read_text().splitlines())
@@ -100,16 +121,28 @@ def other_bm25_index(mini_scifact, tmp_path_factory):
     return out / "bm25"
 
 
-def test_a_store_filled_from_one_bm25_index_is_refused_with_another(dense_index, bm25_index, other_bm25_index,
-                                                                    mini_scifact, tmp_path):  # fmt: skip
+def test_a_store_filled_from_one_bm25_index_is_refused_with_another(
+    dense_index, bm25_index, other_bm25_index, mini_scifact, tmp_path
+):
     store = tmp_path / "bm25.sqlite"
-    base = ["--index", dense_index, "--topics", mini_scifact["topics"], "--hits", "20", "--rewriter", "rerank",
-            "--depth", "10"]  # fmt: skip
+    base = [
+        "--index",
+        dense_index,
+        "--topics",
+        mini_scifact["topics"],
+        "--hits",
+        "20",
+        "--rewriter",
+        "rerank",
+        "--depth",
+        "10",
+    ]
     done = search_cli(*base, "--teacher", "bm25", "--score-store", store, "--output", tmp_path / "first.trec")
     assert done.returncode == 0, done.stderr
     before = store.read_bytes()
-    done = search_cli(*base, "--teacher", f"bm25:{other_bm25_index}", "--score-store", store,
-                      "--output", tmp_path / "other.trec")  # fmt: skip
+    done = search_cli(
+        *base, "--teacher", f"bm25:{other_bm25_index}", "--score-store", store, "--output", tmp_path / "other.trec"
+    )
     assert refused(done, f"score store {store} holds scores of teacher 'bm25 k1 0.9 b 0.4 index "), done.stderr
     assert store.read_bytes() == before and not (tmp_path / "other.trec").exists()
     # what the store would have served: the first index's scores, not the ones this index gives
@@ -148,16 +181,28 @@ def _not_a_store(tmp_path, dense_index, case):
 
 
 @pytest.mark.parametrize("case", ["docstore", "garbage", "under-a-file", "read-only-file", "read-only-directory"])
-def test_a_place_that_is_not_a_store_is_refused_in_one_line_and_left_untouched(case, dense_index, mini_scifact,
-                                                                               tmp_path):  # fmt: skip
+def test_a_place_that_is_not_a_store_is_refused_in_one_line_and_left_untouched(
+    case, dense_index, mini_scifact, tmp_path
+):
     if case.startswith("read-only") and os.geteuid() == 0:
         pytest.skip("root writes to read-only files and directories")
     path, kept = _not_a_store(tmp_path, dense_index, case)
     before = kept.read_bytes()
     # a teacher that cannot load: the store is checked first, before any model
-    done = search_cli("--index", dense_index, "--topics", mini_scifact["topics"], "--rewriter", "rerank",
-                      "--teacher", "cross-encoder:/no/such/model", "--score-store", path,
-                      "--output", tmp_path / "r.trec")  # fmt: skip
+    done = search_cli(
+        "--index",
+        dense_index,
+        "--topics",
+        mini_scifact["topics"],
+        "--rewriter",
+        "rerank",
+        "--teacher",
+        "cross-encoder:/no/such/model",
+        "--score-store",
+        path,
+        "--output",
+        tmp_path / "r.trec",
+    )
     expected = f"score store {path} "
     if case == "under-a-file":
         expected = f"cannot write --score-store {path}: {kept} is a file"

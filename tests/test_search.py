@@ -69,8 +69,10 @@ def test_search_matches_pyserini_faiss_searcher_exactly(searcher, mini_scifact):
     ours = searcher.batch_search(texts, qids, k=50)
     theirs = searcher.faiss.batch_search(texts, qids, k=50)  # Pyserini's own encoding and search
     # texts of one length are encoded together (vectors within ~1e-7 of Pyserini's one at a time)
-    diff = diff_runs({q: {h.docid: h.score for h in hits} for q, hits in ours.items()},
-                     {q: {r.docid: r.score for r in hits} for q, hits in theirs.items()})  # fmt: skip
+    diff = diff_runs(
+        {q: {h.docid: h.score for h in hits} for q, hits in ours.items()},
+        {q: {r.docid: r.score for r in hits} for q, hits in theirs.items()},
+    )
     assert diff.same, diff.summary()
     one = searcher.search(texts[0], k=50)  # alone: Pyserini's vector bit for bit, so its ranking exactly
     assert [(h.docid, h.score) for h in one] == [(r.docid, r.score) for r in theirs[qids[0]]]

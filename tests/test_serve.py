@@ -24,14 +24,18 @@ HITS = 20
 CONFIGS = {
     "dense": ([], {}),
     "rocchio": (["--rewriter", "rocchio"], {"rewriter": "rocchio"}),
-    "tour-soft-bm25": (["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "20"],
-                       {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"}),
+    "tour-soft-bm25": (
+        ["--rewriter", "tour-soft", "--teacher", "bm25", "--depth", "20"],
+        {"rewriter": "tour-soft", "teacher": "bm25", "depth": "20"},
+    ),
     "ttt-embed": (["--rewriter", "ttt-embed", "--state", "{state}"], {"rewriter": "ttt-embed"}),
-    "refit-bm25": (["--rewriter", "refit", "--teacher", "bm25", "--depth", "20"],
-                   {"rewriter": "refit", "teacher": "bm25", "depth": "20"}),
+    "refit-bm25": (
+        ["--rewriter", "refit", "--teacher", "bm25", "--depth", "20"],
+        {"rewriter": "refit", "teacher": "bm25", "depth": "20"},
+    ),
     # every request starts from W = I, as a run does without its buffer (queries of a server's batch share none)
     "dart": (["--rewriter", "dart", "--depth", "30", "--dart-momentum", "0"], {"rewriter": "dart", "depth": "30"}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -40,8 +44,21 @@ def test_http_search_is_the_search_commands_run(name, server, dense_index, mini_
 
     flags, params = CONFIGS[name]
     flags = [f.format(state=state_file) for f in flags]
-    search.main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output",
-                 str(tmp_path / "cli.trec"), "--hits", str(HITS), "--threads", "1", *flags])  # fmt: skip
+    search.main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(tmp_path / "cli.trec"),
+            "--hits",
+            str(HITS),
+            "--threads",
+            "1",
+            *flags,
+        ]
+    )
     cli = read_run(tmp_path / "cli.trec")
     topics = read_topics(mini_scifact["topics"])
     diff = diff_runs(cli, http_run(server, dense_index.name, topics, params, HITS))
@@ -68,8 +85,9 @@ def test_pyserinis_response_shape_and_documents(server, dense_index, bm25_index)
 
 def test_the_trace_on_request(server, dense_index):
     plain = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", depth=10)
-    traced = server.search(dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", depth=10,
-                           trace="true")  # fmt: skip
+    traced = server.search(
+        dense_index.name, "bone density", rewriter="tour-soft", teacher="bm25", depth=10, trace="true"
+    )
     assert "trace" not in plain and "warnings" not in plain
     assert traced["trace"]["teacher_calls"] >= 10 and len(traced["trace"]["judgments"]) >= 10
 
@@ -79,8 +97,9 @@ def test_k_is_the_old_name_of_depth(server, dense_index):
     new = server.search(dense_index.name, "bone density", rewriter="rerank", teacher="bm25", depth=7)
     old = server.search(dense_index.name, "bone density", rewriter="rerank", teacher="bm25", k=7)
     assert old["candidates"] == new["candidates"] and new["teacher_calls"] == 7
-    assert old["warnings"] == ["parameter 'k' is the old name of 'depth' (same meaning); it will be removed in the "
-                               "next release"]  # fmt: skip
+    assert old["warnings"] == [
+        "parameter 'k' is the old name of 'depth' (same meaning); it will be removed in the next release"
+    ]
     status, body, _ = server.get(f"/v1/{dense_index.name}/search?query=a&rewriter=rerank&teacher=bm25&k=5&depth=5")
     assert status == 400 and "'k' is the old name of 'depth': give one of them" in body["error"]
 
@@ -134,19 +153,22 @@ def test_a_bad_request_is_one_json_line(params, status, message, server, dense_i
     assert headers["content-type"] == "application/json"
 
 
-@pytest.mark.parametrize("path, status, message", [
-    ("/v1/nope/search?query=a", 404, "unknown index 'nope'"),
-    ("/v1/{dense}/search?query=%FF%FE", 400, "not valid UTF-8"),
-    ("/v1/{dense}/search?query=ok&qid=%C3%28", 400, "not valid UTF-8"),
-    ("/v1/{dense}/doc/%FF", 400, "not valid UTF-8"),
-    ("/v1/{dense}/doc/no-such-doc", 404, "not in index"),
-    ("/v1/{dense}/doc/" + "x" * 100_000, 404, "x" * 100 + "...' is not in index"),  # cut, not echoed whole
-    ("/static/" + "a" * 100_000 + ".js", 404, "no static file"),  # not an OSError (a name too long)
-    ("/v1/" + "n" * 5_000 + "/search?query=a", 404, "unknown index 'nnnn"),
-    ("/v1/{bm25}/search?query=a&rewriter=tour-soft&teacher=bm25", 400, "is BM25"),
-    ("/v1/{dense}/search?query=a&rewriter=ttt-embed&state=/etc/passwd", 400, "not an option"),
-    ("/no/such/route", 404, "Not Found"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "path, status, message",
+    [
+        ("/v1/nope/search?query=a", 404, "unknown index 'nope'"),
+        ("/v1/{dense}/search?query=%FF%FE", 400, "not valid UTF-8"),
+        ("/v1/{dense}/search?query=ok&qid=%C3%28", 400, "not valid UTF-8"),
+        ("/v1/{dense}/doc/%FF", 400, "not valid UTF-8"),
+        ("/v1/{dense}/doc/no-such-doc", 404, "not in index"),
+        ("/v1/{dense}/doc/" + "x" * 100_000, 404, "x" * 100 + "...' is not in index"),  # cut, not echoed whole
+        ("/static/" + "a" * 100_000 + ".js", 404, "no static file"),  # not an OSError (a name too long)
+        ("/v1/" + "n" * 5_000 + "/search?query=a", 404, "unknown index 'nnnn"),
+        ("/v1/{bm25}/search?query=a&rewriter=tour-soft&teacher=bm25", 400, "is BM25"),
+        ("/v1/{dense}/search?query=a&rewriter=ttt-embed&state=/etc/passwd", 400, "not an option"),
+        ("/no/such/route", 404, "Not Found"),
+    ],
+)
 def test_bad_paths_and_bytes_are_one_json_line(path, status, message, server, dense_index, bm25_index):
     got, body, _ = get_url(server.url + path.format(dense=dense_index.name, bm25=bm25_index.name))
     assert got == status and set(body) == {"error"} and message in body["error"], body
@@ -169,13 +191,36 @@ def test_clients_requests_are_batched_together(server, dense_index, mini_scifact
     assert batches < 16  # several clients' queries shared an encoder call and a teacher call
 
 
-def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_flight(dense_index, bm25_index,
-                                                                                    tmp_path):  # fmt: skip
-    slow = {"rewriter": "tour-soft", "teacher": "bm25", "depth": "300", "iterations": "20", "no-early-stop": "true",
-            "hits": "5"}  # fmt: skip
-    with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--max-queue", "1", "--max-batch", "1", "--batch-window", "0", "--no-mcp", "--max-candidates", "300",
-                "--max-iterations", "3000") as server:  # fmt: skip
+def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_flight(dense_index, bm25_index, tmp_path):
+    slow = {
+        "rewriter": "tour-soft",
+        "teacher": "bm25",
+        "depth": "300",
+        "iterations": "20",
+        "no-early-stop": "true",
+        "hits": "5",
+    }
+    with Server(
+        "--index",
+        str(dense_index),
+        "--teacher",
+        "bm25",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--max-queue",
+        "1",
+        "--max-batch",
+        "1",
+        "--batch-window",
+        "0",
+        "--no-mcp",
+        "--max-candidates",
+        "300",
+        "--max-iterations",
+        "3000",
+    ) as server:
 
         def one(i):
             return server.get(f"/v1/{dense_index.name}/search", query=f"protein folding {i}", **slow)
@@ -188,8 +233,11 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
         assert refused[2]["retry-after"] == "1" and "requests are waiting" in refused[1]["error"]
 
         in_flight: list = []
-        sender = threading.Thread(target=lambda: in_flight.append(server.get(
-            f"/v1/{dense_index.name}/search", query="protein folding", **{**slow, "iterations": "3000"})))  # fmt: skip
+        sender = threading.Thread(
+            target=lambda: in_flight.append(
+                server.get(f"/v1/{dense_index.name}/search", query="protein folding", **{**slow, "iterations": "3000"})
+            )
+        )
         sender.start()
         time.sleep(0.5)
         assert not in_flight  # still being searched when the signal comes
@@ -199,10 +247,29 @@ def test_a_full_queue_is_503_with_retry_after_and_sigterm_finishes_what_is_in_fl
 
 
 def test_a_request_past_the_timeout_is_504(dense_index, bm25_index, tmp_path):
-    with Server("--index", str(dense_index), "--teacher", "bm25", "--threads", "1", "--data-dir", str(tmp_path),
-                "--timeout", "0.001", "--no-mcp", "--max-candidates", "300") as server:  # fmt: skip
-        status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", rewriter="tour-soft",
-                                     teacher="bm25", depth="300", iterations="10")  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--teacher",
+        "bm25",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--timeout",
+        "0.001",
+        "--no-mcp",
+        "--max-candidates",
+        "300",
+    ) as server:
+        status, body, _ = server.get(
+            f"/v1/{dense_index.name}/search",
+            query="protein folding",
+            rewriter="tour-soft",
+            teacher="bm25",
+            depth="300",
+            iterations="10",
+        )
         assert status == 504 and "timeout" in body["error"]
 
 
@@ -235,8 +302,21 @@ def test_a_restart_pays_for_no_pair_twice(dense_index, tmp_path):
 
     judge = start_server()
     spec = f"openai:{url(judge)}"
-    args = ("--index", str(dense_index), "--teacher", spec, "--teacher-model", "judge-1", "--teacher-judge",
-            "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--no-mcp")  # fmt: skip
+    args = (
+        "--index",
+        str(dense_index),
+        "--teacher",
+        spec,
+        "--teacher-model",
+        "judge-1",
+        "--teacher-judge",
+        "logprobs",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--no-mcp",
+    )
     queries = ["vitamin D and bone density", "statins and muscle pain"]
     try:
         with Server(*args) as server:
@@ -269,8 +349,11 @@ def test_pyserinis_parse_k1_b_and_max_doc_length(server, dense_index, bm25_index
     assert stored["id"] == raw["docid"] and len(stored["text"]) == 40
     parsed = server.search(dense_index.name, query, hits=1, max_doc_length="40")["candidates"][0]["doc"]
     assert parsed["text"] == stored["text"] and parsed["title"] == stored["title"]
-    for params, message in [({"k1": "1.2"}, "set BM25: index"), ({"parse": "yes"}, "'parse' is 'true' or 'false'"),
-                            ({"max_doc_length": "0"}, "must be positive")]:  # fmt: skip
+    for params, message in [
+        ({"k1": "1.2"}, "set BM25: index"),
+        ({"parse": "yes"}, "'parse' is 'true' or 'false'"),
+        ({"max_doc_length": "0"}, "must be positive"),
+    ]:
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query=query, **params)
         assert status == 400 and message in body["error"], body
     status, body, _ = server.get(f"/v1/{bm25_index.name}/search", query=query, b="1.5")

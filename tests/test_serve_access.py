@@ -26,7 +26,12 @@ KEYS = ["k" * 16 + "-alice-0123456789", "k" * 16 + "-bob-0123456789ab"]
 
 def test_host_names_and_the_host_rule():
     assert [host_name(h) for h in ("Example.org:8000", "[::1]:80", "127.0.0.1", "name.", "")] == [
-        "example.org", "[::1]", "127.0.0.1", "name", ""]  # fmt: skip
+        "example.org",
+        "[::1]",
+        "127.0.0.1",
+        "name",
+        "",
+    ]
     assert [host_name(h) for h in ("localhost:evil", "[::1]evil.com")] == ["localhost:evil", "[::1]evil.com"]
     loopback, everywhere = HostRule("127.0.0.1"), HostRule("0.0.0.0", frozenset({"search.lab.org"}))
     assert loopback.allows("127.0.0.1") and loopback.allows("localhost") and loopback.allows("[::1]")
@@ -68,10 +73,15 @@ def test_keys_rates_and_key_files(tmp_path):
         read_server_config(tmp_path / "bad.yaml")
 
 
-@pytest.mark.parametrize("text, why", [
-    ("", "holds no key"), ("# the course's keys\n\n   \n# none yet\n", "holds no key"),
-    ("\ufeff" + KEYS[0] + "\n", "byte-order mark"), ("k" * 15 + "é" + "\n", "printable ASCII"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "holds no key"),
+        ("# the course's keys\n\n   \n# none yet\n", "holds no key"),
+        ("\ufeff" + KEYS[0] + "\n", "byte-order mark"),
+        ("k" * 15 + "é" + "\n", "printable ASCII"),
+    ],
+)
 def test_a_key_file_that_would_leave_the_server_open_or_misread_is_refused(tmp_path, text, why):
     (tmp_path / "keys").write_text(text, encoding="utf-8")
     with pytest.raises(UserError, match=why):
@@ -80,10 +90,13 @@ def test_a_key_file_that_would_leave_the_server_open_or_misread_is_refused(tmp_p
 
 def test_a_server_config_with_no_key_or_a_name_no_route_can_hold_is_refused(tmp_path):
     (tmp_path / "index").mkdir()
-    for text, why in [("api_keys: []\n", "'api_keys' holds no key"), ("api_keys:\n", "'api_keys' holds no key"),
-                      ("indexes:\n  ../up: index\n", "cannot name a route"),
-                      ("indexes:\n  a/b: index\n", "cannot name a route"),
-                      ("indexes:\n  a..b: index\n", "cannot name a route")]:  # fmt: skip
+    for text, why in [
+        ("api_keys: []\n", "'api_keys' holds no key"),
+        ("api_keys:\n", "'api_keys' holds no key"),
+        ("indexes:\n  ../up: index\n", "cannot name a route"),
+        ("indexes:\n  a/b: index\n", "cannot name a route"),
+        ("indexes:\n  a..b: index\n", "cannot name a route"),
+    ]:
         (tmp_path / "server.yaml").write_text(text)
         with pytest.raises(UserError, match=why):
             read_server_config(tmp_path / "server.yaml")
@@ -169,10 +182,28 @@ def keyed(dense_index, judge, tmp_path_factory):
     requests a minute per client."""
     data = tmp_path_factory.mktemp("keyed")
     (data / "keys").write_text("\n".join(KEYS) + "\n")
-    with Server("--index", str(dense_index), "--api-keys", str(data / "keys"), "--teacher", f"openai:{url(judge)}",
-                "--teacher-model", "judge-1", "--teacher-judge", "logprobs", "--threads", "1", "--data-dir",
-                str(data / "serve"), "--request-log", str(data / "requests.jsonl"), "--cors",
-                "https://course.example.org", "--requests-per-minute", "40") as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--api-keys",
+        str(data / "keys"),
+        "--teacher",
+        f"openai:{url(judge)}",
+        "--teacher-model",
+        "judge-1",
+        "--teacher-judge",
+        "logprobs",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(data / "serve"),
+        "--request-log",
+        str(data / "requests.jsonl"),
+        "--cors",
+        "https://course.example.org",
+        "--requests-per-minute",
+        "40",
+    ) as server:
         server.log = data / "requests.jsonl"
         server.data = data / "serve"
         yield server
@@ -189,7 +220,9 @@ def test_keys_are_required_on_rest_mcp_and_status_but_not_on_the_page(keyed, den
         status, body, headers = get_url(keyed.url + route)
         assert status == 401 and "API key is required" in body["error"] and headers["www-authenticate"] == "Bearer"
     assert keyed.get(path, headers={"X-API-Key": "not-a-key-at-all"}, query="bone")[:2] == (
-        401, {"error": "the API key is not valid"})  # fmt: skip
+        401,
+        {"error": "the API key is not valid"},
+    )
     by_header = keyed.search(dense_index.name, "bone density", headers=key(0), hits=3)
     by_bearer = keyed.search(dense_index.name, "bone density", headers={"Authorization": f"Bearer {KEYS[1]}"}, hits=3)
     assert by_header["candidates"] == by_bearer["candidates"]
@@ -210,8 +243,11 @@ def test_mcp_needs_a_key_and_a_trusted_origin(keyed, dense_index):
     rest = keyed.search(dense_index.name, "bone density", headers=key(0), hits=3)
     assert asyncio.run(call(key(0)))["candidates"] == rest["candidates"]
     listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
-    for headers, status in [({}, 401), ({"X-API-Key": "wrong-key-0123456789"}, 401),
-                            ({**key(0), "Origin": "http://evil.example.com"}, 403)]:  # fmt: skip
+    for headers, status in [
+        ({}, 401),
+        ({"X-API-Key": "wrong-key-0123456789"}, 401),
+        ({**key(0), "Origin": "http://evil.example.com"}, 403),
+    ]:
         request = urllib.request.Request(
             f"{keyed.url}/mcp/",
             data=listing,
@@ -233,8 +269,11 @@ def raw_request(server: Server, request: bytes) -> bytes:
 @pytest.mark.slow
 def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_origin(keyed, dense_index):
     for path in (f"/v1/{dense_index.name}/search?query=a", "/mcp/"):
-        answer = raw_request(keyed, f"GET {path} HTTP/1.1\r\nHost: rebind.evil.example:80\r\nX-API-Key: {KEYS[0]}\r\n"
-                                    "Connection: close\r\n\r\n".encode())  # fmt: skip
+        answer = raw_request(
+            keyed,
+            f"GET {path} HTTP/1.1\r\nHost: rebind.evil.example:80\r\nX-API-Key: {KEYS[0]}\r\n"
+            "Connection: close\r\n\r\n".encode(),
+        )
         assert answer.startswith(b"HTTP/1.1 421") and b"does not answer for host 'rebind.evil.example'" in answer
     status, body, headers = keyed.get("/v1/indexes", headers={**key(0), "Origin": "http://evil.example.com"})
     assert status == 403 and "origin 'http://evil.example.com' is not allowed" in body["error"]
@@ -244,9 +283,12 @@ def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_orig
     assert status == 200 and headers["access-control-allow-origin"] == origin
     assert keyed.get("/v1/indexes", headers={**key(0), "Origin": "http://127.0.0.1:1"})[0] == 403  # another port
     assert keyed.get("/v1/indexes", headers={**key(0), "Origin": keyed.url})[0] == 200  # the server's own pages
-    preflight = raw_request(keyed, f"OPTIONS /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n"
-                                   "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: x-api-key\r\n"
-                                   "Connection: close\r\n\r\n".encode())  # fmt: skip
+    preflight = raw_request(
+        keyed,
+        f"OPTIONS /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n"
+        "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: x-api-key\r\n"
+        "Connection: close\r\n\r\n".encode(),
+    )
     assert preflight.startswith(b"HTTP/1.1 200") and origin.encode() in preflight
 
 
@@ -269,7 +311,8 @@ def test_the_request_log_names_keys_by_fingerprint_only(keyed, dense_index):
     assert misplaced["parameters"]["api_key"] == f"<key {hashlib.sha256(KEYS[0].encode()).hexdigest()[:12]}>"
     everything = keyed.log.read_text() + "".join(keyed.stderr)
     assert not any(k in everything for k in KEYS) and f"<key {hashlib.sha256(KEYS[1].encode()).hexdigest()[:12]}>" in (
-        keyed.log.read_text())  # fmt: skip
+        keyed.log.read_text()
+    )
 
 
 @pytest.mark.slow
@@ -296,14 +339,21 @@ def test_no_key_or_part_of_one_reaches_the_log_an_error_body_or_stderr(keyed, de
             "params": {"name": "search", "arguments": {"query": KEYS[1], "index": dense_index.name}},
         }
     )
-    request = urllib.request.Request(f"{keyed.url}/mcp/", data=mcp.encode(), method="POST", headers={
-        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **key(0)})  # fmt: skip
+    request = urllib.request.Request(
+        f"{keyed.url}/mcp/",
+        data=mcp.encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **key(0)},
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 400
     # refusals name the key they carried (its fingerprint, valid or not) or anonymous; their bodies hold no key
-    answer = raw_request(keyed, f"GET /v1/indexes HTTP/1.1\r\nHost: {KEYS[1]}.example\r\nX-API-Key: {KEYS[0]}\r\n"
-                                "Connection: close\r\n\r\n".encode())  # fmt: skip
+    answer = raw_request(
+        keyed,
+        f"GET /v1/indexes HTTP/1.1\r\nHost: {KEYS[1]}.example\r\nX-API-Key: {KEYS[0]}\r\n"
+        "Connection: close\r\n\r\n".encode(),
+    )
     assert answer.startswith(b"HTTP/1.1 421") and f"<key {other}>".encode() in answer and KEYS[1].encode() not in answer
     assert keyed.get("/v1/indexes", headers={"X-API-Key": "wrong-key-0123456789"})[0] == 401
     assert keyed.get("/v1/indexes")[0] == 401
@@ -339,13 +389,22 @@ def test_a_teacher_that_scores_nothing_is_a_502_not_the_retrievers_order(keyed, 
 def test_teachers_are_named_without_their_paths_or_urls(keyed, judge, dense_index):
     listed = keyed.get("/v1/indexes", headers=key(0))[1]["indexes"][0]["teachers"]
     assert listed == ["openai:judge-1"]  # its label: the model, not the server's address
-    by_name = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", depth="5", hits=5,
-                           teacher="openai:judge-1")  # fmt: skip
-    by_spec = keyed.search(dense_index.name, "bone density", headers=key(0), rewriter="rerank", depth="5", hits=5,
-                           teacher=f"openai:{url(judge)}")  # the operator's own name works too  # fmt: skip
+    by_name = keyed.search(
+        dense_index.name, "bone density", headers=key(0), rewriter="rerank", depth="5", hits=5, teacher="openai:judge-1"
+    )
+    by_spec = keyed.search(
+        dense_index.name,
+        "bone density",
+        headers=key(0),
+        rewriter="rerank",
+        depth="5",
+        hits=5,
+        teacher=f"openai:{url(judge)}",
+    )  # the operator's own name works too
     assert by_name["candidates"] == by_spec["candidates"] and by_name["teacher"] == by_spec["teacher"] == listed[0]
-    status, body, _ = keyed.get(f"/v1/{dense_index.name}/search", headers=key(0), query="a", rewriter="rerank",
-                                teacher="nope")  # fmt: skip
+    status, body, _ = keyed.get(
+        f"/v1/{dense_index.name}/search", headers=key(0), query="a", rewriter="rerank", teacher="nope"
+    )
     assert status == 400 and "127.0.0.1" not in body["error"]
 
 
@@ -379,8 +438,11 @@ def slash_index(tmp_path_factory):
     from tour_pyserini.index.dense import write_dense_index
 
     root = tmp_path_factory.mktemp("slash")
-    docs = [("papers/2023/tour", "Test-time optimisation of query representations"), ("a/b", "bone density"),
-            ("plain", "statins and muscle pain")]  # fmt: skip
+    docs = [
+        ("papers/2023/tour", "Test-time optimisation of query representations"),
+        ("a/b", "bone density"),
+        ("plain", "statins and muscle pain"),
+    ]
     (root / "corpus.jsonl").write_text("".join(json.dumps({"id": d, "title": "", "text": t}) + "\n" for d, t in docs))
     build_index(root / "slashes", lambda tmp: write_dense_index(root, tmp, EncoderSpec.resolve()))
     return root / "slashes"
@@ -389,9 +451,26 @@ def slash_index(tmp_path_factory):
 @pytest.mark.slow
 def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_index, slash_index, tmp_path):
     slow = {"rewriter": "tour-soft", "teacher": "dense", "depth": "40", "iterations": "100000", "no-early-stop": "true"}
-    with Server("--index", str(dense_index), "--index", str(slash_index), "--teacher", "dense", "--threads", "1",
-                "--data-dir", str(tmp_path), "--timeout", "6", "--max-iterations", "100000", "--batch-window", "0",
-                "--request-log", str(tmp_path / "requests.jsonl")) as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--index",
+        str(slash_index),
+        "--teacher",
+        "dense",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--timeout",
+        "6",
+        "--max-iterations",
+        "100000",
+        "--batch-window",
+        "0",
+        "--request-log",
+        str(tmp_path / "requests.jsonl"),
+    ) as server:
         idle, half = (socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) for _ in "ab")
         half.sendall(b"GET /v1/indexes HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="protein folding", **slow)
@@ -404,8 +483,12 @@ def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_in
             gone.sendall(f"GET /v1/{dense_index.name}/search?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             time.sleep(0.3)
         # before its 6 s were up, the server saw the client go (499 in the log) and stopped its search
-        logged = wait_until(lambda: [r for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines())
-                                     if r["status"] == 499], timeout=5.0)  # fmt: skip
+        logged = wait_until(
+            lambda: [
+                r for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines()) if r["status"] == 499
+            ],
+            timeout=5.0,
+        )
         assert logged[0]["parameters"]["query"] == "protein folding again"
         start = time.monotonic()
         assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
@@ -414,20 +497,41 @@ def test_bounded_work_a_504_stops_its_search_and_idle_connections_close(dense_in
             query = urllib.parse.urlencode({"query": "protein folding once more", **slow, "rewriter": "tour-hard"})
             gone.sendall(f"GET /v1/{dense_index.name}/explain?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             time.sleep(0.3)
-        wait_until(lambda: [r for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines())
-                            if r["status"] == 499 and r["route"].endswith("/explain")], timeout=5.0)  # fmt: skip
+        wait_until(
+            lambda: [
+                r
+                for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines())
+                if r["status"] == 499 and r["route"].endswith("/explain")
+            ],
+            timeout=5.0,
+        )
         start = time.monotonic()
         assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
         assert time.monotonic() - start < 5
         with socket.create_connection(urllib.parse.urlsplit(server.url).netloc.split(":")) as gone:  # an MCP client's
             options = {"iterations": 100000, "no-early-stop": True}
-            call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search",
-                               "arguments": {"query": "protein folding over mcp", "index": dense_index.name,
-                                             "rewriter": "tour-soft", "teacher": "dense", "depth": 40,
-                                             "options": options}}}).encode()  # fmt: skip
-            gone.sendall(b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                         b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
-                         % (len(call), call))  # fmt: skip
+            call = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "search",
+                        "arguments": {
+                            "query": "protein folding over mcp",
+                            "index": dense_index.name,
+                            "rewriter": "tour-soft",
+                            "teacher": "dense",
+                            "depth": 40,
+                            "options": options,
+                        },
+                    },
+                }
+            ).encode()
+            gone.sendall(
+                b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (len(call), call)
+            )
             time.sleep(0.3)
         start = time.monotonic()
         assert server.search(dense_index.name, "protein folding", hits=3)["candidates"]
@@ -447,9 +551,23 @@ def test_anonymous_clients_teach_nothing_unless_allowed(dense_index, judge, tmp_
     from tour_pyserini.files.topics import read_topics
 
     topics = read_topics(mini_scifact["topics"])[:4]
-    args = ("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
-            "--teacher-judge", "logprobs", "--threads", "1", "--budget", "10", "--learn", "task",
-            "--no-mcp")  # fmt: skip
+    args = (
+        "--index",
+        str(dense_index),
+        "--teacher",
+        f"openai:{url(judge)}",
+        "--teacher-model",
+        "judge-1",
+        "--teacher-judge",
+        "logprobs",
+        "--threads",
+        "1",
+        "--budget",
+        "10",
+        "--learn",
+        "task",
+        "--no-mcp",
+    )
     for extra, kept in [((), 0), (("--learn-from-anonymous", "--max-key-share", "1"), 4)]:
         data = tmp_path / str(kept)
         with Server(*args, "--data-dir", str(data), *extra) as server:
@@ -472,9 +590,25 @@ def test_anonymous_clients_teach_nothing_unless_allowed(dense_index, judge, tmp_
 def test_a_judgment_granted_but_refused_on_the_way_is_not_counted(dense_index, judge, tmp_path):
     """The policy judges every query (--budget 10) of the one anonymous client, five a day: a query its failing
     teacher did not judge, and a request naming that teacher which failed, cost neither the budget nor the day."""
-    with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
-                "--teacher-judge", "logprobs", "--threads", "1", "--budget", "10", "--judged-per-day", "5",
-                "--data-dir", str(tmp_path), "--no-mcp") as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--teacher",
+        f"openai:{url(judge)}",
+        "--teacher-model",
+        "judge-1",
+        "--teacher-judge",
+        "logprobs",
+        "--threads",
+        "1",
+        "--budget",
+        "10",
+        "--judged-per-day",
+        "5",
+        "--data-dir",
+        str(tmp_path),
+        "--no-mcp",
+    ) as server:
 
         def ask(text, **params):
             return server.get(f"/v1/{dense_index.name}/search", query=text, hits=5, **params)
@@ -497,21 +631,59 @@ def test_a_judgment_granted_but_refused_on_the_way_is_not_counted(dense_index, j
 
 @pytest.mark.slow
 def test_a_full_data_directory_judges_nothing_more(dense_index, judge, tmp_path):
-    with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
-                "--teacher-judge", "logprobs", "--threads", "1", "--data-dir", str(tmp_path), "--max-data-mb", "0.001",
-                "--no-mcp") as server:  # its score store alone is more than 1 KB  # fmt: skip
-        status, body, _ = server.get(f"/v1/{dense_index.name}/search", query="bone density", rewriter="rerank",
-                                     teacher="openai:judge-1", depth="5")  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--teacher",
+        f"openai:{url(judge)}",
+        "--teacher-model",
+        "judge-1",
+        "--teacher-judge",
+        "logprobs",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--max-data-mb",
+        "0.001",
+        "--no-mcp",
+    ) as server:  # its score store alone is more than 1 KB
+        status, body, _ = server.get(
+            f"/v1/{dense_index.name}/search",
+            query="bone density",
+            rewriter="rerank",
+            teacher="openai:judge-1",
+            depth="5",
+        )
         assert status == 507 and "data directory is full" in body["error"]
         assert server.search(dense_index.name, "bone density", hits=3)["candidates"]  # searching goes on
     burst = tmp_path / "burst"
-    with Server("--index", str(dense_index), "--teacher", f"openai:{url(judge)}", "--teacher-model", "judge-1",
-                "--teacher-judge", "logprobs", "--threads", "1", "--data-dir", str(burst), "--max-data-mb", "0.1",
-                "--no-mcp") as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--teacher",
+        f"openai:{url(judge)}",
+        "--teacher-model",
+        "judge-1",
+        "--teacher-judge",
+        "logprobs",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(burst),
+        "--max-data-mb",
+        "0.1",
+        "--no-mcp",
+    ) as server:
 
         def judged(i):
-            return server.get(f"/v1/{dense_index.name}/search", query=f"burst query {i}", rewriter="rerank",
-                              teacher="openai:judge-1", depth="50")[0]  # fmt: skip
+            return server.get(
+                f"/v1/{dense_index.name}/search",
+                query=f"burst query {i}",
+                rewriter="rerank",
+                teacher="openai:judge-1",
+                depth="50",
+            )[0]
 
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(judged, range(40)))  # a burst of 40 distinct judged queries, 50 pairs each

@@ -15,8 +15,16 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,900")  # fmt: skip
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1280,900",
+)
 
 
 def browser(profile):
@@ -40,12 +48,15 @@ def run_example(driver, url: str, topic: int = 1) -> None:
     wait.until(lambda d: len(Select(d.find_element(By.ID, "topic")).options) > 1)
     Select(driver.find_element(By.ID, "topic")).select_by_index(topic)
     driver.find_element(By.ID, "run").click()
-    wait.until(lambda d: d.find_element(By.ID, "status").text in ("done",) or "error" in d.find_element(
-        By.ID, "status").text)  # fmt: skip
+    wait.until(
+        lambda d: d.find_element(By.ID, "status").text in ("done",) or "error" in d.find_element(By.ID, "status").text
+    )
 
 
-@pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-                    reason="chromium and chromedriver are not installed (make browser installs them)")  # fmt: skip
+@pytest.mark.skipif(
+    not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+    reason="chromium and chromedriver are not installed (make browser installs them)",
+)
 def test_the_explorer_runs_tour_and_plots_the_trajectories(server, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -73,8 +84,10 @@ def test_the_explorer_runs_tour_and_plots_the_trajectories(server, tmp_path):
         driver.quit()
 
 
-@pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-                    reason="chromium and chromedriver are not installed (make browser installs them)")  # fmt: skip
+@pytest.mark.skipif(
+    not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+    reason="chromium and chromedriver are not installed (make browser installs them)",
+)
 def test_the_explorer_asks_a_keyed_server_for_its_key(dense_index, bm25_index, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -82,8 +95,19 @@ def test_the_explorer_asks_a_keyed_server_for_its_key(dense_index, bm25_index, t
 
     key = "explorer-key-0123456789abcdef"
     (tmp_path / "keys").write_text(key + "\n")
-    with Server("--index", str(dense_index), "--teacher", "bm25", "--api-keys", str(tmp_path / "keys"), "--threads",
-                "1", "--data-dir", str(tmp_path / "data"), "--no-mcp") as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(dense_index),
+        "--teacher",
+        "bm25",
+        "--api-keys",
+        str(tmp_path / "keys"),
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-mcp",
+    ) as server:
         driver = browser(tmp_path / "profile")
         try:
             driver.get(f"{server.url}/explore")
@@ -96,8 +120,11 @@ def test_the_explorer_asks_a_keyed_server_for_its_key(dense_index, bm25_index, t
             wait.until(lambda d: len(Select(d.find_element(By.ID, "index")).options) == 1)
             driver.find_element(By.ID, "query").send_keys("vitamin D and bone density")
             driver.find_element(By.ID, "run").click()
-            wait.until(lambda d: d.find_element(By.ID, "status").text == "done" or "error" in d.find_element(
-                By.ID, "status").text)  # fmt: skip
+            wait.until(
+                lambda d: (
+                    d.find_element(By.ID, "status").text == "done" or "error" in d.find_element(By.ID, "status").text
+                )
+            )
             assert driver.find_element(By.ID, "status").text == "done"
             assert driver.find_elements(By.CSS_SELECTOR, "#plot svg polyline.trajectory")
         finally:

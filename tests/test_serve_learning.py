@@ -17,13 +17,16 @@ from tour_pyserini.serve.learning import Reward, RewardsLog, StateVersions, shif
 from tour_pyserini.ttt.state import State
 
 
-@pytest.mark.parametrize("budget, grants", [
-    (2.0, [0, 0, 0, 0, 10, 0, 0, 0, 0, 10]),  # b <= depth: every (depth / b)-th query gets depth
-    (10.0, [10] * 10),
-    (2.5, [0, 0, 0, 10, 0, 0, 0, 10, 0, 0]),
-    (25.0, [25] * 10),  # b above depth: each query takes the whole judgments its credit holds
-    (0.1, [0] * 10),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "budget, grants",
+    [
+        (2.0, [0, 0, 0, 0, 10, 0, 0, 0, 0, 10]),  # b <= depth: every (depth / b)-th query gets depth
+        (10.0, [10] * 10),
+        (2.5, [0, 0, 0, 10, 0, 0, 0, 10, 0, 0]),
+        (25.0, [25] * 10),  # b above depth: each query takes the whole judgments its credit holds
+        (0.1, [0] * 10),
+    ],
+)
 def test_allocation_in_arrival_order(budget, grants):
     allocator = Allocator(budget, depth=10, max_depth=100)
     assert [allocator.next("t") for _ in grants] == grants
@@ -76,12 +79,29 @@ def status(server: Server) -> dict:
 
 
 @pytest.mark.slow
-def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9(dense_index, bm25_index,
-                                                                                  mini_scifact, tmp_path):  # fmt: skip
+def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9(
+    dense_index, bm25_index, mini_scifact, tmp_path
+):
     topics = read_topics(mini_scifact["topics"])
     # query states: each moves only its own query, which the guard's held-back queries cannot tell against
-    args = ("--index", str(dense_index), "--teacher", "bm25", "--budget", "5", "--learn", "query", "--threads", "1",
-            "--data-dir", str(tmp_path), "--no-mcp", "--learn-from-anonymous", "--max-key-share", "1")  # fmt: skip
+    args = (
+        "--index",
+        str(dense_index),
+        "--teacher",
+        "bm25",
+        "--budget",
+        "5",
+        "--learn",
+        "query",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--no-mcp",
+        "--learn-from-anonymous",
+        "--max-key-share",
+        "1",
+    )
     learn = tmp_path / "learn"
     with Server(*args) as server:
         first = [server.search(dense_index.name, t.text, qid=t.qid, hits=10) for t in topics[:10]]
@@ -136,9 +156,16 @@ def learner(tmp_path, vectors: dict, scope: str = "global", share: float = 1.0, 
             raise failing.pop()
         return np.stack([vectors[d] for d in docids]).astype(np.float32)
 
-    out = OnlineLearner(tmp_path, scope, {"name": "synthetic"}, encode=lambda t, texts: np.stack([vectors[x] for x in
-                        texts]), doc_vectors=doc_vectors, tasks=["t"], fit=FitConfig(steps=100),
-                        max_key_share=share)  # fmt: skip
+    out = OnlineLearner(
+        tmp_path,
+        scope,
+        {"name": "synthetic"},
+        encode=lambda t, texts: np.stack([vectors[x] for x in texts]),
+        doc_vectors=doc_vectors,
+        tasks=["t"],
+        fit=FitConfig(steps=100),
+        max_key_share=share,
+    )
     out.start()
     return out
 
@@ -152,12 +179,19 @@ def unit(*v):
 def test_a_state_serves_only_if_held_back_queries_agree_with_the_teacher_as_well(tmp_path, teacher_prefers_the_shift):
     # four fitted queries pull every query towards e1; the held-back one (the first judged) has two candidates the
     # raw query orders z1 > z2, and the pull reverses them
-    vectors = {"q": unit(1, 0, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0),
-               "z1": unit(1, -0.1, 0, 0), "z2": unit(1, 0.3, 0, 0)}  # fmt: skip
+    vectors = {
+        "q": unit(1, 0, 0, 0),
+        "up": unit(0, 1, 0, 0),
+        "down": unit(1, 0, 0, 0),
+        "z1": unit(1, -0.1, 0, 0),
+        "z2": unit(1, 0.3, 0, 0),
+    }
     held = {"z1": 0.0, "z2": 1.0} if teacher_prefers_the_shift else {"z1": 1.0, "z2": 0.0}
     online = learner(tmp_path, vectors)
-    online.add([Reward("t", "h", "q", held, "a")] +
-               [Reward("t", f"q{i}", "q", {"up": 1.0, "down": 0.0}, c) for i, c in enumerate("abcd")])  # fmt: skip
+    online.add(
+        [Reward("t", "h", "q", held, "a")]
+        + [Reward("t", f"q{i}", "q", {"up": 1.0, "down": 0.0}, c) for i, c in enumerate("abcd")]
+    )
     status = wait_until(lambda: online.status()["fits"] and online.status())
     online.close()
     assert status["last_fit"]["held_back"] == 1
@@ -173,8 +207,11 @@ def test_a_refit_takes_at_most_each_clients_share_and_query_states_are_their_cli
     vectors = {"q": unit(1, 0, 0, 0), "p": unit(0, 1, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
     online = learner(tmp_path, vectors, scope="query", share=0.5)
     judged = {"up": 1.0, "down": 0.0}
-    online.add([Reward("t", "h", "q", judged, "a")] + [Reward("t", f"q{i}", "q", judged, "a") for i in range(20)]
-               + [Reward("t", "q0", "p", judged, "b")])  # b sends a's qid with its own text  # fmt: skip
+    online.add(
+        [Reward("t", "h", "q", judged, "a")]
+        + [Reward("t", f"q{i}", "q", judged, "a") for i in range(20)]
+        + [Reward("t", "q0", "p", judged, "b")]
+    )  # b sends a's qid with its own text
     status = wait_until(lambda: online.status()["fits"] and online.status())
     online.close()
     state = online.current[1]
@@ -194,8 +231,13 @@ def test_a_fit_that_fails_is_in_the_status_and_learning_goes_on(tmp_path):
     online.add([Reward("t", "h", "q", judged), Reward("t", "q1", "q", judged)])
     failed = wait_until(lambda: online.status()["error"] and online.status())
     assert "RuntimeError: the index went away" in failed["error"] and failed["version"] == 0
-    online.add([Reward("t", "q2", "q", {"up": float("nan"), "down": float("nan")}),  # a teacher that scored nothing
-                Reward("other-index", "q3", "q", judged), Reward("t", "q4", "q", judged)])  # fmt: skip
+    online.add(
+        [
+            Reward("t", "q2", "q", {"up": float("nan"), "down": float("nan")}),  # a teacher that scored nothing
+            Reward("other-index", "q3", "q", judged),
+            Reward("t", "q4", "q", judged),
+        ]
+    )
     resumed = wait_until(lambda: online.status()["version"] and online.status())
     online.close()
     assert resumed["error"] is None and resumed["rewards_received"] == 5
@@ -221,8 +263,11 @@ def test_a_shared_state_that_no_alpha_helps_on_held_out_queries_is_not_served(tm
     vectors, rewards = {}, []
     for i in range(16):
         x = unit(*rng.standard_normal(8))
-        vectors[f"q{i}"], vectors[f"up{i}"], vectors[f"down{i}"] = x, unit(*(x + rng.standard_normal(8))), \
-            unit(*(x + rng.standard_normal(8)))  # fmt: skip
+        vectors[f"q{i}"], vectors[f"up{i}"], vectors[f"down{i}"] = (
+            x,
+            unit(*(x + rng.standard_normal(8))),
+            unit(*(x + rng.standard_normal(8))),
+        )
         rewards.append(Reward("t", f"q{i}", f"q{i}", {f"up{i}": 1.0, f"down{i}": 0.0}, "a"))
     online = learner(tmp_path, vectors, scope="task")
     online.add(rewards)
@@ -260,11 +305,18 @@ def test_what_a_restart_learns_from_follows_the_rules_of_the_server_restarted(tm
     judged = {"up": 1.0, "down": 0.0}
 
     def start(trusted=("a", "b"), teacher="T", share=1.0):
-        return OnlineLearner(tmp_path, "query", {"name": "synthetic"},
-                             encode=lambda t, texts: np.stack([vectors[x] for x in texts]),
-                             doc_vectors=lambda t, docids: np.stack([vectors[d] for d in docids]).astype(np.float32),
-                             tasks=["t"], fit=FitConfig(steps=20), max_key_share=share,
-                             trusted=lambda client: client in trusted, teacher=teacher)  # fmt: skip
+        return OnlineLearner(
+            tmp_path,
+            "query",
+            {"name": "synthetic"},
+            encode=lambda t, texts: np.stack([vectors[x] for x in texts]),
+            doc_vectors=lambda t, docids: np.stack([vectors[d] for d in docids]).astype(np.float32),
+            tasks=["t"],
+            fit=FitConfig(steps=20),
+            max_key_share=share,
+            trusted=lambda client: client in trusted,
+            teacher=teacher,
+        )
 
     first = start()
     first.start()

@@ -60,20 +60,37 @@ def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_in
         async with Client(f"{server.url}/mcp/") as client:
             out = {"tools": {tool.name for tool in await client.list_tools()}}
             out["qrels"] = await client.call_tool("get_qrels", {"index_name": dense_index.name, "query_id": qid})
-            out["rr"] = await client.call_tool("eval_hits", {"index_name": dense_index.name, "metric": "recip_rank",
-                                                             "query_id": qid, "hits": {"not-it": 2.0, relevant: 1.0},
-                                                             "cutoff": 10})  # fmt: skip
+            out["rr"] = await client.call_tool(
+                "eval_hits",
+                {
+                    "index_name": dense_index.name,
+                    "metric": "recip_rank",
+                    "query_id": qid,
+                    "hits": {"not-it": 2.0, relevant: 1.0},
+                    "cutoff": 10,
+                },
+            )
             out["index"] = await client.call_tool("get_index", {"index_name": bm25_index.name})
             out["bm25"] = await client.call_tool("list_indexes", {"index_type": "tf"})
-            out["raw"] = await client.call_tool("get_document", {"docid": relevant, "index": dense_index.name,
-                                                                 "parse": False})  # fmt: skip
+            out["raw"] = await client.call_tool(
+                "get_document", {"docid": relevant, "index": dense_index.name, "parse": False}
+            )
             for tool, args, message in [
                 ("search", {"query": "a", "index": dense_index.name, "hits": "ten"}, "argument 'hits': "),
                 ("search", {"index": dense_index.name}, "argument 'query': Missing required argument"),
                 # trec_eval's code aborts the process on a cutoff of 0: refused before it runs
-                ("eval_hits", {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid,
-                               "hits": {relevant: 1.0}, "cutoff": 0}, "cutoff must be in [1, "),
-            ]:  # fmt: skip
+                (
+                    "eval_hits",
+                    {
+                        "index_name": dense_index.name,
+                        "metric": "ndcg",
+                        "query_id": qid,
+                        "hits": {relevant: 1.0},
+                        "cutoff": 0,
+                    },
+                    "cutoff must be in [1, ",
+                ),
+            ]:
                 with pytest.raises(ToolError) as refused:
                     await client.call_tool(tool, args)
                 out.setdefault("errors", []).append((str(refused.value), message))
@@ -81,8 +98,15 @@ def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_in
             return out
 
     out = asyncio.run(session())
-    assert {"search", "get_document", "list_indexes", "get_index", "fuse_search_results", "get_qrels",
-            "eval_hits"} <= out["tools"]  # fmt: skip
+    assert {
+        "search",
+        "get_document",
+        "list_indexes",
+        "get_index",
+        "fuse_search_results",
+        "get_qrels",
+        "eval_hits",
+    } <= out["tools"]
     assert out["qrels"].structured_content == dict(judged)
     assert out["rr"].structured_content["result"] == 0.5  # the relevant document second
     assert out["index"].structured_content["kind"] == "bm25"
@@ -94,10 +118,13 @@ def test_pyserinis_other_mcp_tools_and_one_line_argument_errors(server, dense_in
         assert message in error and "\n" not in error and "pydantic" not in error
 
 
-@pytest.mark.parametrize("dense, sparse", [
-    ({"a": 3.1, "b": 1.3, "d": 2.2}, {"a": 10.4, "b": 9.7, "c": 6.1}),
-    ({"a": 0.71, "b": 0.65, "c": 0.645}, {"a": 12.2, "c": 3.1, "e": 5.0}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "dense, sparse",
+    [
+        ({"a": 3.1, "b": 1.3, "d": 2.2}, {"a": 10.4, "b": 9.7, "c": 6.1}),
+        ({"a": 0.71, "b": 0.65, "c": 0.645}, {"a": 12.2, "c": 3.1, "e": 5.0}),
+    ],
+)
 def test_fusion_is_pyserinis_hybrid_fusion(dense, sparse):
     from tour_pyserini._java import import_pyserini
     from tour_pyserini.search.fusion import hybrid_fusion
@@ -113,11 +140,12 @@ def test_fusion_is_pyserinis_hybrid_fusion(dense, sparse):
         True,
     )
     ours = hybrid_fusion(dense, sparse, k=10)
-    assert [(h.docid, pytest.approx(h.score)) for h in theirs] == ours  # fmt: skip
+    assert [(h.docid, pytest.approx(h.score)) for h in theirs] == ours
 
 
-def test_scores_that_are_not_finite_numbers_and_docids_that_are_not_strings_are_refused(server, dense_index,
-                                                                                       mini_scifact):  # fmt: skip
+def test_scores_that_are_not_finite_numbers_and_docids_that_are_not_strings_are_refused(
+    server, dense_index, mini_scifact
+):
     """JSON has no NaN: a client's NaN or infinity arrives as null, refused by the tool's schema or by the server."""
     from fastmcp import Client
     from fastmcp.exceptions import ToolError
@@ -126,19 +154,34 @@ def test_scores_that_are_not_finite_numbers_and_docids_that_are_not_strings_are_
 
     qid = next(iter(read_qrels(mini_scifact["qrels"])))
     cases = [
-        ("eval_hits", {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid,
-                       "hits": {"a": float("nan"), "b": 1.0}}, "argument 'hits.a': Input should be a valid number"),
-        ("eval_hits", {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid,
-                       "hits": {"a": float("inf")}}, "argument 'hits.a': Input should be a valid number"),
-        ("fuse_search_results", {"hits1": [{"docid": "a", "score": float("nan")}], "hits2": []},
-         "argument 'hits1': the score of 'a' is not a finite"),
-        ("fuse_search_results", {"hits1": [{"docid": "a", "score": 1.0}], "hits2": [{"docid": 7, "score": 1.0}]},
-         "argument 'hits2': docid '7' is not a string"),
-        ("fuse_search_results", {"hits1": [{"docid": "a", "score": "1.0"}], "hits2": []},
-         "argument 'hits1': the score of 'a' is not a finite number"),
+        (
+            "eval_hits",
+            {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid, "hits": {"a": float("nan"), "b": 1.0}},
+            "argument 'hits.a': Input should be a valid number",
+        ),
+        (
+            "eval_hits",
+            {"index_name": dense_index.name, "metric": "ndcg", "query_id": qid, "hits": {"a": float("inf")}},
+            "argument 'hits.a': Input should be a valid number",
+        ),
+        (
+            "fuse_search_results",
+            {"hits1": [{"docid": "a", "score": float("nan")}], "hits2": []},
+            "argument 'hits1': the score of 'a' is not a finite",
+        ),
+        (
+            "fuse_search_results",
+            {"hits1": [{"docid": "a", "score": 1.0}], "hits2": [{"docid": 7, "score": 1.0}]},
+            "argument 'hits2': docid '7' is not a string",
+        ),
+        (
+            "fuse_search_results",
+            {"hits1": [{"docid": "a", "score": "1.0"}], "hits2": []},
+            "argument 'hits1': the score of 'a' is not a finite number",
+        ),
         ("search", {"query": "\u200b\u200d\ufeff", "index": dense_index.name}, "must not be blank"),
         ("search", {"query": "a", "index": dense_index.name, "options": {"query": "b"}}, "an argument of its own"),
-    ]  # fmt: skip
+    ]
 
     async def session():
         out = []
@@ -157,12 +200,15 @@ def test_scores_that_are_not_finite_numbers_and_docids_that_are_not_strings_are_
     assert [h["docid"] for h in fused] == ["a", "b"]
 
 
-@pytest.mark.parametrize("pairs, message", [
-    ([("a", float("nan"))], "argument 'hits1': the score of 'a' is not a finite number (nan)"),
-    ([("a", float("-inf"))], "argument 'hits1': the score of 'a' is not a finite number (-inf)"),
-    ([("a", True)], "argument 'hits1': the score of 'a' is not a finite number (True)"),
-    ([(3, 1.0)], "argument 'hits1': docid '3' is not a string"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "pairs, message",
+    [
+        ([("a", float("nan"))], "argument 'hits1': the score of 'a' is not a finite number (nan)"),
+        ([("a", float("-inf"))], "argument 'hits1': the score of 'a' is not a finite number (-inf)"),
+        ([("a", True)], "argument 'hits1': the score of 'a' is not a finite number (True)"),
+        ([(3, 1.0)], "argument 'hits1': docid '3' is not a string"),
+    ],
+)
 def test_hits_given_to_the_tools_are_string_docids_with_finite_scores(pairs, message):
     from tour_pyserini.serve.requests import BadRequest
     from tour_pyserini.serve.service import scored

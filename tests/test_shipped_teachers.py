@@ -69,8 +69,9 @@ def test_scifact_ensemble_reranks_test_claims_above_the_retriever(searcher, mini
     """On 30 judged SciFact test claims (never trained or fitted on), re-ranking the dense top 20 with the
     shipped ensemble gains nDCG@10 over the dense ranking (measured: 0.805 -> 0.822 on these 30 in their small
     collection; the full test set: 0.645 -> 0.708)."""
-    teacher = get_teacher(f"ensemble:{MODELS / 'scifact-rce' / 'ensemble.json'}",
-                          TeacherContext(index_dir=str(dense_index)))  # fmt: skip
+    teacher = get_teacher(
+        f"ensemble:{MODELS / 'scifact-rce' / 'ensemble.json'}", TeacherContext(index_dir=str(dense_index))
+    )
     topics = read_topics(mini_scifact["topics"])[:30]
     qrels = read_qrels(mini_scifact["qrels"])
     qrels = {t.qid: qrels[t.qid] for t in topics}

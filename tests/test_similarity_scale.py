@@ -35,8 +35,10 @@ class ArrayIndex:
 
     def search_vectors(self, vectors, depth, return_vector=False):
         scores, rows = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth)
-        return [[Hit(self.docids[r], float(s), self.vectors[r] if return_vector else None) for s, r in zip(ss, rr)]
-                for ss, rr in zip(scores, rows)]  # fmt: skip
+        return [
+            [Hit(self.docids[r], float(s), self.vectors[r] if return_vector else None) for s, r in zip(ss, rr)]
+            for ss, rr in zip(scores, rows)
+        ]
 
     def search_candidates(self, vectors, depth):
         scores, rows = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth)
@@ -51,8 +53,7 @@ def test_scale_of_unit_vectors_is_exactly_one_and_of_long_ones_their_norms():
     assert SimilarityScale.of(q, C) == SimilarityScale(1.0, 1.0)
     assert SimilarityScale.of(q * 13.37, C * 9.012) == SimilarityScale(13.4, 9.01)
     scale = SimilarityScale(2.0, 4.0)
-    assert (scale.temperature(0.5), scale.lr(0.2), scale.clip(1.0), scale.weight_decay(0.01)) == (4.0, 0.8, 0.5,
-                                                                                                  0.0025)  # fmt: skip
+    assert (scale.temperature(0.5), scale.lr(0.2), scale.clip(1.0), scale.weight_decay(0.01)) == (4.0, 0.8, 0.5, 0.0025)
 
 
 @pytest.mark.parametrize("rewriter", ["tour-hard", "tour-soft"])
@@ -65,8 +66,9 @@ def test_longer_vectors_give_the_same_search_under_the_rule(rewriter, searcher, 
     topics = read_topics(mini_scifact["topics"])[:12]
     queries = searcher.encode([t.text for t in topics]).astype(np.float64)
     teacher = get_teacher("bm25", TeacherContext(index_dir=str(dense_index)))
-    options = dict(depth=10, iterations=3, lr=0.5, lam=0.5, smoothing=0.05, retriever_temperature=0.05,
-                   early_stop=False)  # fmt: skip
+    options = dict(
+        depth=10, iterations=3, lr=0.5, lam=0.5, smoothing=0.05, retriever_temperature=0.05, early_stop=False
+    )
 
     def run(scale_rule: str, s_q: float, s_c: float):
         tour = get_rewriter(rewriter, teacher=teacher, similarity_scale=scale_rule, **options)

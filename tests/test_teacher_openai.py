@@ -32,8 +32,9 @@ TEXTS = [f"Abstract number {i} about topic {i % 3}." for i in range(12)]
 
 
 def request(texts=TEXTS, query="what causes cancer") -> ScoreRequest:
-    return ScoreRequest("q1", query, [f"d{i}" for i in range(len(texts))], [Document(f"d{i}", "", t) for i, t in
-                                                                          enumerate(texts)])  # fmt: skip
+    return ScoreRequest(
+        "q1", query, [f"d{i}" for i in range(len(texts))], [Document(f"d{i}", "", t) for i, t in enumerate(texts)]
+    )
 
 
 def teacher(server, **options) -> OpenAITeacher:
@@ -53,13 +54,16 @@ def test_logprobs_scores_are_the_servers_yes_no_log_odds(server, caplog):
     assert len(server.requests) == 1 + len(TEXTS)
     err = caplog.text
     tokens = sum(len(body["prompt"].split()) for _, body in server.requests)
-    assert f"openai:judge-1: {len(TEXTS)} pairs scored in {len(TEXTS) + 1} requests, tokens sent {tokens}, " \
-           f"received {len(TEXTS) + 1}" in err  # fmt: skip
+    assert (
+        f"openai:judge-1: {len(TEXTS)} pairs scored in {len(TEXTS) + 1} requests, tokens sent {tokens}, "
+        f"received {len(TEXTS) + 1}" in err
+    )
 
 
 def test_yes_no_log_odds_reads_every_spelling_and_bounds_a_missing_answer():
-    assert yes_no_log_odds({" Yes": math.log(0.3), "yes": math.log(0.1), " No": math.log(0.2)}, ("yes", "no")) == \
-        pytest.approx(math.log(0.4 / 0.2))  # fmt: skip
+    assert yes_no_log_odds(
+        {" Yes": math.log(0.3), "yes": math.log(0.1), " No": math.log(0.2)}, ("yes", "no")
+    ) == pytest.approx(math.log(0.4 / 0.2))
     # "no" is not listed: its log-probability is at most the smallest listed one
     assert yes_no_log_odds({" Yes": -0.5, " The": -4.0}, ("yes", "no")) == pytest.approx(3.5)
 
@@ -89,8 +93,20 @@ def test_verbalised_scores_when_the_server_gives_no_logprobs(tmp_path, caplog):
         server.server_close()
 
 
-@pytest.mark.parametrize("reply, score", [("4", 4.0), (" 4 \n", 4.0), ("4.0", 4.0), ("0", 0.0), ("4/5", None),
-                                          ("about 4", None), ("45", None), ("6", None), ("", None)])  # fmt: skip
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("4", 4.0),
+        (" 4 \n", 4.0),
+        ("4.0", 4.0),
+        ("0", 0.0),
+        ("4/5", None),
+        ("about 4", None),
+        ("45", None),
+        ("6", None),
+        ("", None),
+    ],
+)
 def test_score_parsing_is_strict(reply, score):
     assert parse_score(reply) == score
 
@@ -192,13 +208,19 @@ def test_a_refused_key_is_one_line(monkeypatch):
         server.server_close()
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"body": "<html><body>502 Bad Gateway</body></html>"}, "answered with a body that is not JSON: '<html><body>502"),
-    ({"body": "[1, 2]"}, "answered with JSON that is not an object: '[1, 2]'"),
-    ({"body": "null"}, "answered with JSON that is not an object: 'null'"),
-    ({"logprob": "abc"}, """sent log-probabilities that are not numbers: '{" Yes": "abc"}'"""),
-    ({"usage": "lots"}, """answered with a "usage" that is not token counts: '"lots"'"""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"body": "<html><body>502 Bad Gateway</body></html>"},
+            "answered with a body that is not JSON: '<html><body>502",
+        ),
+        ({"body": "[1, 2]"}, "answered with JSON that is not an object: '[1, 2]'"),
+        ({"body": "null"}, "answered with JSON that is not an object: 'null'"),
+        ({"logprob": "abc"}, """sent log-probabilities that are not numbers: '{" Yes": "abc"}'"""),
+        ({"usage": "lots"}, """answered with a "usage" that is not token counts: '"lots"'"""),
+    ],
+)
 def test_a_body_the_api_does_not_define_is_one_line_quoting_it(settings, message):
     server = start_server(**settings)
     try:
@@ -210,13 +232,16 @@ def test_a_body_the_api_does_not_define_is_one_line_quoting_it(settings, message
         server.server_close()
 
 
-@pytest.mark.parametrize("settings, judge", [
-    ({"body": "{}"}, "logprobs"),
-    ({"body": "{}"}, "score"),
-    ({"logprobs": False}, "logprobs"),  # log-probabilities asked of a server without them
-    ({"answers": (" Maybe", " Perhaps")}, "logprobs"),  # top log-probabilities that never name yes or no
-    ({"logprob": float("nan"), "answers": (" Yes", " Perhaps")}, "logprobs"),  # a NaN for the only answer named
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings, judge",
+    [
+        ({"body": "{}"}, "logprobs"),
+        ({"body": "{}"}, "score"),
+        ({"logprobs": False}, "logprobs"),  # log-probabilities asked of a server without them
+        ({"answers": (" Maybe", " Perhaps")}, "logprobs"),  # top log-probabilities that never name yes or no
+        ({"logprob": float("nan"), "answers": (" Yes", " Perhaps")}, "logprobs"),  # a NaN for the only answer named
+    ],
+)
 def test_pairs_a_server_gives_no_score_for_are_nan_and_never_stored(settings, judge, tmp_path):
     server = start_server(**settings)
     try:
@@ -256,8 +281,11 @@ def test_waits_are_bounded_said_and_settable(caplog):
     silent = start_server(delay=5.0)  # a server that never answers in time
     try:
         start = time.monotonic()
-        with pytest.raises(UserError, match=r"no score for one pair within --teacher-timeout 1.5 s \(.* gave no "
-                                            r"answer in 0.3 s; 2 tries\); scores already received"):  # fmt: skip
+        with pytest.raises(
+            UserError,
+            match=r"no score for one pair within --teacher-timeout 1.5 s \(.* gave no "
+            r"answer in 0.3 s; 2 tries\); scores already received",
+        ):
             teacher = OpenAITeacher(url(silent), "judge-1", judge="logprobs", timeout=0.3, deadline=1.5)
             teacher.score([request(TEXTS[:1])])
         assert time.monotonic() - start < 2.5
@@ -268,8 +296,11 @@ def test_waits_are_bounded_said_and_settable(caplog):
     busy = start_server(fail_next=1, fail_status=429, retry_after="100000")
     try:
         start = time.monotonic()
-        with pytest.raises(UserError, match=r"answered 429 Too Many Requests and asks to wait 100000 s \(Retry-After\),"
-                                            r" more than --teacher-max-retry-after 60 s"):  # fmt: skip
+        with pytest.raises(
+            UserError,
+            match=r"answered 429 Too Many Requests and asks to wait 100000 s \(Retry-After\),"
+            r" more than --teacher-max-retry-after 60 s",
+        ):
             OpenAITeacher(url(busy), "judge-1", judge="logprobs").score([request(TEXTS[:1])])
         assert time.monotonic() - start < 1
         busy.fail_next, busy.retry_after = 1, "1.2"  # obeyed, and said

@@ -64,8 +64,11 @@ def test_a_cross_encoder_directory_without_weights_is_one_line_before_loading(cr
     """A config and a tokenizer but no weights passed every check, and transformers' OSError was the traceback."""
     bare = tmp_path / "bare"
     shutil.copytree(cross_encoder_dir, bare, ignore=shutil.ignore_patterns("model.safetensors", "pytorch_model.bin"))
-    with pytest.raises(UserError, match=rf"^cross-encoder '{bare}' has a config but no weights \(none of "
-                                        r"model.safetensors, .*pytorch_model.bin"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=rf"^cross-encoder '{bare}' has a config but no weights \(none of "
+        r"model.safetensors, .*pytorch_model.bin",
+    ):
         get_teacher(f"cross-encoder:{bare}")
 
 
@@ -175,8 +178,9 @@ def test_trainer_and_teacher_build_the_same_inputs_and_long_queries_fit(cross_en
     texts = [pair_text(d) for d in store.get(docids)]
     queries = [t.text for t in read_topics(mini_scifact["topics"])[:8]]
     ours = pair_inputs(tokenizer, queries, texts, 128)
-    only_document_cut = tokenizer(queries, texts, truncation="only_second", max_length=128, padding=True,
-                                  return_tensors="pt")  # fmt: skip
+    only_document_cut = tokenizer(
+        queries, texts, truncation="only_second", max_length=128, padding=True, return_tensors="pt"
+    )
     assert ours["input_ids"].tolist() == only_document_cut["input_ids"].tolist()
     long_query = " ".join(["information need about aerodynamic heating of slender bodies"] * 40)  # ~320 tokens
     teacher = CrossEncoderTeacher(cross_encoder_dir, max_length=128)

@@ -59,13 +59,24 @@ def test_hard_negatives_from_both_rankings_and_fresh_lists_each_call(searcher, b
     assert first != second
 
 
-def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_index, bm25_index, mini_scifact, tmp_path,
-                                                                      encoder_loads):  # fmt: skip
+def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(
+    dense_index, bm25_index, mini_scifact, tmp_path, encoder_loads
+):
     from tour_pyserini.encoders import bundled_model_dir
     from tour_pyserini.eval import evaluate
 
-    config = TrainConfig(epochs=1, queries_per_step=4, negatives=3, lr=1e-4, max_length=64, hard_depth=10,
-                         dev_fraction=0.25, dev_depth=10, evals_per_epoch=1, seed=3)  # fmt: skip
+    config = TrainConfig(
+        epochs=1,
+        queries_per_step=4,
+        negatives=3,
+        lr=1e-4,
+        max_length=64,
+        hard_depth=10,
+        dev_fraction=0.25,
+        dev_depth=10,
+        evals_per_epoch=1,
+        seed=3,
+    )
     out = tmp_path / "ce"
     topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
     report = train(str(dense_index), topics, qrels, out, str(bundled_model_dir()), config)
@@ -79,8 +90,9 @@ def test_training_starts_at_the_retriever_and_saves_a_residual_teacher(dense_ind
 
     text = {t.qid: t.text for t in topics}
     ranked = TourSearcher.from_index(dense_index).batch_search([text[q] for q in dev], dev, k=10)
-    base = evaluate({q: qrels[q] for q in dev}, {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()},
-                    ["nDCG@10"]).means["nDCG@10"]  # fmt: skip
+    base = evaluate(
+        {q: qrels[q] for q in dev}, {q: {h.docid: h.score for h in hits} for q, hits in ranked.items()}, ["nDCG@10"]
+    ).means["nDCG@10"]
     assert report["history"][0]["dev_nDCG@10"] == pytest.approx(base, abs=1e-9)
     assert report["best_dev_nDCG@10"] == max(h["dev_nDCG@10"] for h in report["history"][1:])
 
@@ -145,8 +157,22 @@ def test_bad_training_options_fail_before_anything_loads(tmp_path):
     with pytest.raises(UserError, match="--extra-topics and --extra-index go together"):
         main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--extra-topics", "q"])
     with pytest.raises(UserError, match="one at a time"):
-        main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--extra-topics", "q",
-              "--extra-index", "i", "--pseudo", "ict"])  # fmt: skip
+        main(
+            [
+                "--index",
+                "x",
+                "--topics",
+                "t",
+                "--output",
+                str(tmp_path / "m"),
+                "--extra-topics",
+                "q",
+                "--extra-index",
+                "i",
+                "--pseudo",
+                "ict",
+            ]
+        )
     with pytest.raises(SystemExit):  # argparse's own one line: invalid choice
         main(["--index", "x", "--topics", "t", "--output", str(tmp_path / "m"), "--pseudo", "bm25"])
     (tmp_path / "m").mkdir()
@@ -159,13 +185,25 @@ def test_extra_examples_join_each_step_and_max_steps_stops_early(kind, dense_ind
     from tour_pyserini.encoders import bundled_model_dir
 
     pseudo = kind if kind != "questions" else "none"
-    config = TrainConfig(epochs=1, queries_per_step=4, negatives=3, max_length=64, hard_depth=10,
-                         dev_fraction=0.25, dev_depth=5, evals_per_epoch=1, pseudo=pseudo, extra_per_step=2,
-                         max_steps=2, seed=3)  # fmt: skip
+    config = TrainConfig(
+        epochs=1,
+        queries_per_step=4,
+        negatives=3,
+        max_length=64,
+        hard_depth=10,
+        dev_fraction=0.25,
+        dev_depth=5,
+        evals_per_epoch=1,
+        pseudo=pseudo,
+        extra_per_step=2,
+        max_steps=2,
+        seed=3,
+    )
     topics, qrels = read_topics(mini_scifact["topics"]), read_qrels(mini_scifact["qrels"])
     # "another collection": the same slice, read through the questions path (texts carried with each list)
     questions = (str(dense_index), topics, qrels) if kind == "questions" else None
-    report = train(str(dense_index), topics, qrels, tmp_path / "ce", str(bundled_model_dir()), config,
-                   questions=questions)  # fmt: skip
+    report = train(
+        str(dense_index), topics, qrels, tmp_path / "ce", str(bundled_model_dir()), config, questions=questions
+    )
     assert report["extra_examples"] == 4  # two steps of two
     assert [h["step"] for h in report["history"]] == [0, 2]  # stopped at max_steps, evaluated there

@@ -66,8 +66,10 @@ def test_the_best_evaluation_is_saved_and_a_tie_keeps_the_earlier(tmp_path):
     assert {mode for what, mode in task.modes if what == "evaluate"} == {False}
 
 
-@pytest.mark.parametrize("initial, best_step, steps", [("candidate", 0, [0, 2, 4, 6]), ("reported", 6, [0, 2, 4, 6]),
-                                                        ("skipped", 6, [2, 4, 6])])  # fmt: skip
+@pytest.mark.parametrize(
+    "initial, best_step, steps",
+    [("candidate", 0, [0, 2, 4, 6]), ("reported", 6, [0, 2, 4, 6]), ("skipped", 6, [2, 4, 6])],
+)
 def test_step_zero_is_a_candidate_reported_only_or_skipped(initial, best_step, steps, tmp_path):
     script = [0.9, 0.1, 0.2, 0.3] if initial != "skipped" else [0.1, 0.2, 0.3]
     task = ScriptedTask(script)
@@ -144,7 +146,7 @@ TRAINERS = [
     ("train_orqa", "orqa_joint.OrqaConfig", ["--index", "i", "--topics", "t", "--reader", "r"]),
     ("train_reader", "reader.ReaderTrainConfig", ["--run", "r", "--topics", "t", "--collection", "c"]),
     ("train_reranker", "reranker.TrainConfig", ["--index", "i", "--topics", "t"]),
-]  # fmt: skip
+]
 
 
 def trainer(command: str, config: str):
@@ -184,7 +186,8 @@ def out_of_range(kind) -> str:
 
 @pytest.mark.parametrize("command, config, needed", TRAINERS)
 def test_every_trainer_flag_says_its_config_default_and_refuses_a_value_out_of_range_in_one_line(
-        command, config, needed, tmp_path, capsys):  # fmt: skip
+    command, config, needed, tmp_path, capsys
+):
     """Each config field is a flag whose help says the default the config has; a value out of its range is one
     line naming the flag from the command line (before anything is read), the parameter from the library."""
     from dataclasses import asdict
@@ -204,8 +207,11 @@ def test_every_trainer_flag_says_its_config_default_and_refuses_a_value_out_of_r
         with pytest.raises(SystemExit) as exited:
             run_cli(module.main, [*needed, "--output", str(tmp_path / "o"), flag, bad])
         err = capsys.readouterr().err
-        assert exited.value.code == 2 and err.startswith(f"error: {flag} must be {kind.rule}, got ") and \
-            err.count("\n") == 1, err  # fmt: skip
+        assert (
+            exited.value.code == 2
+            and err.startswith(f"error: {flag} must be {kind.rule}, got ")
+            and err.count("\n") == 1
+        ), err
         with pytest.raises(UserError, match=f"^{name} must be {re.escape(kind.rule)}, got "):
             cls(**{name: kind(bad)}).check()
     assert not list(tmp_path.iterdir())

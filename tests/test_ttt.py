@@ -28,8 +28,13 @@ def unit_rows(a):
 
 
 def rewarded(rng, task, qid, k=5):
-    return RewardedQuery(task, qid, unit_rows(rng.standard_normal(D)), unit_rows(rng.standard_normal((k, D))),
-                         rng.standard_normal(k) * 7 + 3)  # fmt: skip
+    return RewardedQuery(
+        task,
+        qid,
+        unit_rows(rng.standard_normal(D)),
+        unit_rows(rng.standard_normal((k, D))),
+        rng.standard_normal(k) * 7 + 3,
+    )
 
 
 def torch_losses(V, X, Z, R, mask, group, config):
@@ -189,9 +194,16 @@ def test_each_objective_moves_towards_the_rewarded_candidate(objective):
 
 def test_state_round_trips_bit_exactly(tmp_path):
     rng = np.random.default_rng(4)
-    state = State("query", [("scifact", "1"), ("nq", "7")], rng.standard_normal((2, D)), [1, 1],
-                  ["scifact", "nq"], FitConfig().to_json(), {"name": "m", "pooling": "mean", "l2_norm": True,
-                  "max_length": 256, "weights_sha256": "ab" * 32}, {"r.tsv": {"teacher": "bm25"}})  # fmt: skip
+    state = State(
+        "query",
+        [("scifact", "1"), ("nq", "7")],
+        rng.standard_normal((2, D)),
+        [1, 1],
+        ["scifact", "nq"],
+        FitConfig().to_json(),
+        {"name": "m", "pooling": "mean", "l2_norm": True, "max_length": 256, "weights_sha256": "ab" * 32},
+        {"r.tsv": {"teacher": "bm25"}},
+    )
     state.save(tmp_path / "s.safetensors")
     loaded = State.load(tmp_path / "s.safetensors")
     assert loaded.vectors.tobytes() == state.vectors.tobytes() and loaded.vectors.dtype == np.float32
@@ -220,10 +232,12 @@ def test_rewards_file_round_trip_and_errors(tmp_path):
     assert back.judgments == {"sf": {"q1": {"d1": 2.5, "d2": -1e-3}}} and back.tasks == rewards.tasks
     assert back.provenance[str(tmp_path / "r.tsv")]["teacher"] == "bm25"
     bad = tmp_path / "bad.tsv"
-    for body, message in [("q1\td1\tx\tsf", "bad.tsv:2: reward 'x' is not a number"),
-                          ("q1\td1\t1.0\tother", "bad.tsv:2: task 'other' is not declared"),
-                          ("q1\td1\t1.0", "bad.tsv:2: expected"),
-                          ("q1\td1\t1\tsf\nq1\td1\t2\tsf", "bad.tsv:3: a second reward")]:  # fmt: skip
+    for body, message in [
+        ("q1\td1\tx\tsf", "bad.tsv:2: reward 'x' is not a number"),
+        ("q1\td1\t1.0\tother", "bad.tsv:2: task 'other' is not declared"),
+        ("q1\td1\t1.0", "bad.tsv:2: expected"),
+        ("q1\td1\t1\tsf\nq1\td1\t2\tsf", "bad.tsv:3: a second reward"),
+    ]:
         bad.write_text(f"# task: sf\tindexes/sf\ttopics.tsv\n{body}\n")
         with pytest.raises(UserError, match=message):
             read_rewards([bad])

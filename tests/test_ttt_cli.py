@@ -18,15 +18,43 @@ pytestmark = pytest.mark.slow
 def test_rewards_from_the_dense_teacher_load_the_encoder_once(dense_index, mini_scifact, tmp_path, encoder_loads):
     """The teacher shares the searcher's query encoder and index, as in a search."""
     rewards = tmp_path / "r.tsv"
-    main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "dense",
-          "--budget", "1", "--output", str(rewards)])  # fmt: skip
+    main(
+        [
+            "rewards",
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--teacher",
+            "dense",
+            "--budget",
+            "1",
+            "--output",
+            str(rewards),
+        ]
+    )
     assert read_rewards([rewards]).num_pairs == 40 and len(encoder_loads) == 1
 
 
 def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, searcher, tmp_path, capsys):
     rewards, state_file = tmp_path / "r.tsv", tmp_path / "task.safetensors"
-    main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "bm25",
-          "--budget", "2", "--task", "mini", "--output", str(rewards)])  # fmt: skip
+    main(
+        [
+            "rewards",
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--teacher",
+            "bm25",
+            "--budget",
+            "2",
+            "--task",
+            "mini",
+            "--output",
+            str(rewards),
+        ]
+    )
     judged = read_rewards([rewards])
     assert judged.num_pairs == 80 and len(judged.judgments["mini"]) == 8  # 2 x 40 queries: 8 with their top 10
     assert judged.provenance[str(rewards)]["teacher"] == "bm25"
@@ -38,14 +66,39 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     assert state.fit["objective"] == "kd" and state.encoder["weights_sha256"]
     # a warm start begins at the given state (0 steps: exactly it) and says so; another scope is refused
     warm_file = tmp_path / "warm.safetensors"
-    main(["fit", "--rewards", str(rewards), "--output", str(warm_file), "--scope", "task", "--init", str(state_file),
-          "--steps", "0"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--rewards",
+            str(rewards),
+            "--output",
+            str(warm_file),
+            "--scope",
+            "task",
+            "--init",
+            str(state_file),
+            "--steps",
+            "0",
+        ]
+    )
     warm = State.load(warm_file)
     assert (warm.vectors == state.vectors).all() and warm.vectors.any()
     assert warm.provenance["warm start"]["state"] == str(state_file)
     with pytest.raises(SystemExit) as exited:
-        run_cli(main, ["fit", "--rewards", str(rewards), "--output", str(tmp_path / "g.safetensors"),
-                       "--scope", "global", "--init", str(state_file)])  # fmt: skip
+        run_cli(
+            main,
+            [
+                "fit",
+                "--rewards",
+                str(rewards),
+                "--output",
+                str(tmp_path / "g.safetensors"),
+                "--scope",
+                "global",
+                "--init",
+                str(state_file),
+            ],
+        )
     assert exited.value.code == 2 and "holds a task state; this fit is of the global scope" in capsys.readouterr().err
     # α chosen by cross-validation over the 8 rewarded queries: whatever it is, the state applies it and says why
     chosen_file = tmp_path / "cv.safetensors"
@@ -65,8 +118,22 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     from tour_pyserini.files.runs import read_run
 
     run = tmp_path / "ttt.trec"
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", str(run),
-                 "--hits", "10", "--rewriter", "ttt-embed", "--state", str(state_file)])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--output",
+            str(run),
+            "--hits",
+            "10",
+            "--rewriter",
+            "ttt-embed",
+            "--state",
+            str(state_file),
+        ]
+    )
     assert {q: list(docs) for q, docs in read_run(run).items()} == {r.qid: [h.docid for h in r.hits] for r in moved}
 
 
@@ -107,13 +174,43 @@ def test_recycle_a_searchs_judgments_into_rewards(dense_index, bm25_index, mini_
     from tour_pyserini.teachers import ScoreRequest, TeacherContext, get_teacher
 
     trace, rewards, state = tmp_path / "tour.jsonl", tmp_path / "r.tsv", tmp_path / "s.safetensors"
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "10",
-                 "--output", str(tmp_path / "tour.trec"), "--trace", str(trace), "--rewriter", "tour-soft",
-                 "--teacher", "bm25", "--depth", "10"])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--hits",
+            "10",
+            "--output",
+            str(tmp_path / "tour.trec"),
+            "--trace",
+            str(trace),
+            "--rewriter",
+            "tour-soft",
+            "--teacher",
+            "bm25",
+            "--depth",
+            "10",
+        ]
+    )
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert all(len(r["judgments"]) == r["teacher_calls"] > 0 for r in records)
-    main(["recycle", "--trace", str(trace), "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
-          "--task", "mini", "--output", str(rewards)])  # fmt: skip
+    main(
+        [
+            "recycle",
+            "--trace",
+            str(trace),
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--task",
+            "mini",
+            "--output",
+            str(rewards),
+        ]
+    )
     judged = read_rewards([rewards])
     assert judged.num_pairs == sum(r["teacher_calls"] for r in records)
     assert judged.provenance[str(rewards)]["teacher"] == "bm25"
@@ -129,15 +226,39 @@ def test_recycle_a_searchs_judgments_into_rewards(dense_index, bm25_index, mini_
     assert State.load(state).counts == [len(records)]
     # a trace without judgments, and a line that is not a trace record: one line, exit 2
     plain = tmp_path / "plain.jsonl"
-    search_main(["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--hits", "10",
-                 "--output", str(tmp_path / "plain.trec"), "--trace", str(plain)])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--hits",
+            "10",
+            "--output",
+            str(tmp_path / "plain.trec"),
+            "--trace",
+            str(plain),
+        ]
+    )
     broken = tmp_path / "broken.jsonl"
     broken.write_text(trace.read_text().splitlines()[0] + "\nnot json\n")
     capsys.readouterr()
     for path, message in ((plain, "no teacher judgments in"), (broken, f"{broken}:2: not a trace record")):
         with pytest.raises(SystemExit) as exited:
-            run_cli(main, ["recycle", "--trace", str(path), "--index", str(dense_index), "--topics",
-                           str(mini_scifact["topics"]), "--output", str(tmp_path / "x.tsv")])  # fmt: skip
+            run_cli(
+                main,
+                [
+                    "recycle",
+                    "--trace",
+                    str(path),
+                    "--index",
+                    str(dense_index),
+                    "--topics",
+                    str(mini_scifact["topics"]),
+                    "--output",
+                    str(tmp_path / "x.tsv"),
+                ],
+            )
         err = capsys.readouterr().err
         assert exited.value.code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "x.tsv").exists()

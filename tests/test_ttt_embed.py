@@ -29,8 +29,9 @@ def doc_matrix(searcher):
 
 
 def save_state(path, searcher, scope, keys, vectors, counts, tasks, encoder=None):
-    State(scope, keys, vectors, counts, tasks, FitConfig().to_json(),
-          encoder or encoder_identity(searcher.encoder)).save(path)  # fmt: skip
+    State(
+        scope, keys, vectors, counts, tasks, FitConfig().to_json(), encoder or encoder_identity(searcher.encoder)
+    ).save(path)
     return path
 
 
@@ -58,8 +59,15 @@ def test_normalised_query_ranks_as_the_unnormalised_sum(searcher, batch):
 
 
 def test_a_state_that_moves_nothing_gives_the_plain_run(searcher, batch, tmp_path):
-    zero = save_state(tmp_path / "zero.safetensors", searcher, "global", [(None, None)],
-                      np.zeros((1, searcher.dimension)), [5], ["mini"])  # fmt: skip
+    zero = save_state(
+        tmp_path / "zero.safetensors",
+        searcher,
+        "global",
+        [(None, None)],
+        np.zeros((1, searcher.dimension)),
+        [5],
+        ["mini"],
+    )
     plain = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 100, rewriter=Identity())
     moved = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 100, rewriter=TttEmbed(zero))
     for rewritten, base in zip(moved, plain):
@@ -69,8 +77,15 @@ def test_a_state_that_moves_nothing_gives_the_plain_run(searcher, batch, tmp_pat
 def test_a_query_state_moves_only_its_queries(searcher, batch, tmp_path):
     rng = np.random.default_rng(1)
     rewarded = batch.qids[0]
-    path = save_state(tmp_path / "query.safetensors", searcher, "query", [("mini", rewarded)],
-                      rng.standard_normal((1, searcher.dimension)), [1], ["mini"])  # fmt: skip
+    path = save_state(
+        tmp_path / "query.safetensors",
+        searcher,
+        "query",
+        [("mini", rewarded)],
+        rng.standard_normal((1, searcher.dimension)),
+        [1],
+        ["mini"],
+    )
     plain = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 20, rewriter=Identity())
     moved = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 20, rewriter=TttEmbed(path, task="mini"))
     assert [h.docid for h in moved[0].hits] != [h.docid for h in plain[0].hits]
@@ -80,8 +95,16 @@ def test_a_query_state_moves_only_its_queries(searcher, batch, tmp_path):
 
 def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_path, dense_index, mini_scifact):
     other = {**encoder_identity(searcher.encoder), "weights_sha256": "0" * 64}
-    path = save_state(tmp_path / "other.safetensors", searcher, "task", [("a", None), ("b", None)],
-                      np.ones((2, searcher.dimension)), [3, 4], ["a", "b"], encoder=other)  # fmt: skip
+    path = save_state(
+        tmp_path / "other.safetensors",
+        searcher,
+        "task",
+        [("a", None), ("b", None)],
+        np.ones((2, searcher.dimension)),
+        [3, 4],
+        ["a", "b"],
+        encoder=other,
+    )
     with pytest.raises(UserError, match="choose one"):
         TttEmbed(path)
     with pytest.raises(UserError, match="no task 'c'"):
@@ -92,8 +115,21 @@ def test_states_for_another_encoder_or_task_are_refused(searcher, batch, tmp_pat
     from test_cli import run_module
 
     out = tmp_path / "run.trec"
-    proc = run_module("tour_pyserini.search", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]),
-                      "--output", str(out), "--rewriter", "ttt-embed", "--state", str(path), "--task", "a")  # fmt: skip
+    proc = run_module(
+        "tour_pyserini.search",
+        "--index",
+        str(dense_index),
+        "--topics",
+        str(mini_scifact["topics"]),
+        "--output",
+        str(out),
+        "--rewriter",
+        "ttt-embed",
+        "--state",
+        str(path),
+        "--task",
+        "a",
+    )
     assert proc.returncode == 2 and "Loading weights" not in proc.stderr, proc.stderr[-2000:]
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: --state {path} was fitted for encoder") and not out.exists()
@@ -106,8 +142,15 @@ def test_tour_starts_from_the_states_moved_query(searcher, batch, tmp_path, mini
     from tour_pyserini.teachers import get_teacher
 
     rng = np.random.default_rng(2)
-    path = save_state(tmp_path / "global.safetensors", searcher, "global", [(None, None)],
-                      rng.standard_normal((1, searcher.dimension)) * 0.3, [5], ["mini"])  # fmt: skip
+    path = save_state(
+        tmp_path / "global.safetensors",
+        searcher,
+        "global",
+        [(None, None)],
+        rng.standard_normal((1, searcher.dimension)) * 0.3,
+        [5],
+        ["mini"],
+    )
     oracle = get_teacher(f"oracle:{mini_scifact['qrels']}")
     k = 10
 
@@ -115,10 +158,14 @@ def test_tour_starts_from_the_states_moved_query(searcher, batch, tmp_path, mini
         results = searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, 30, rewriter=rewriter)
         return [sorted(h.docid for h in r.hits[:k]) for r in results]
 
-    moved = [sorted(h.docid for h in r.hits[:k]) for r in
-             searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, k, rewriter=TttEmbed(path))]  # fmt: skip
-    plain = [sorted(h.docid for h in r.hits[:k]) for r in
-             searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, k, rewriter=Identity())]  # fmt: skip
+    moved = [
+        sorted(h.docid for h in r.hits[:k])
+        for r in searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, k, rewriter=TttEmbed(path))
+    ]
+    plain = [
+        sorted(h.docid for h in r.hits[:k])
+        for r in searcher.retrieve_vectors(batch.texts, batch.qids, batch.vectors, k, rewriter=Identity())
+    ]
     assert moved != plain
     assert heads(TourHard(oracle, depth=k, lr=0.0, state=str(path))) == moved
     assert heads(TourHard(oracle, depth=k, lr=0.0)) == plain

@@ -63,8 +63,16 @@ def test_a_shared_displacement_is_kept_and_private_ones_are_not():
 def test_a_chosen_alpha_is_what_the_state_applies_and_survives_its_file(tmp_path):
     rng = np.random.default_rng(1)
     encoder = {"name": "m", "pooling": "mean", "l2_norm": True, "max_length": 256, "weights_sha256": "ab" * 32}
-    state = State("task", [("t", None)], rng.standard_normal((1, D)), [9], ["t"], FitConfig().to_json(), encoder,
-                  chosen_alphas=[GRID[1]])  # fmt: skip
+    state = State(
+        "task",
+        [("t", None)],
+        rng.standard_normal((1, D)),
+        [9],
+        ["t"],
+        FitConfig().to_json(),
+        encoder,
+        chosen_alphas=[GRID[1]],
+    )
     assert state.alphas == [0.25] and state.alpha_rule == "cv"
     assert np.array_equal(state.residuals(["q"], "t")[0], 0.25 * state.vectors[0].astype(np.float64))
     state.save(tmp_path / "s.safetensors")

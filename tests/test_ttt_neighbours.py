@@ -33,8 +33,17 @@ def test_a_neighbours_state_moves_each_query_by_its_neighbours_and_survives_its_
     rng = np.random.default_rng(0)
     anchors, V = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
     keys = [("a", "1"), ("a", "2"), ("a", "3"), ("b", "9")]
-    state = State("neighbours", keys, V, [1] * 4, ["a", "b"], FitConfig().to_json(), ENCODER, anchors=anchors,
-                  mixing=NeighbourConfig(neighbours=2))  # fmt: skip
+    state = State(
+        "neighbours",
+        keys,
+        V,
+        [1] * 4,
+        ["a", "b"],
+        FitConfig().to_json(),
+        ENCODER,
+        anchors=anchors,
+        mixing=NeighbourConfig(neighbours=2),
+    )
     X = rng.standard_normal((3, 8))
     expected = mix(
         X,
@@ -55,8 +64,10 @@ def test_a_neighbours_state_moves_each_query_by_its_neighbours_and_survives_its_
 
 def test_fitted_neighbours_are_query_states(tmp_path):
     rng = np.random.default_rng(1)
-    queries = [RewardedQuery("t", str(i), rng.standard_normal(8), rng.standard_normal((5, 8)), rng.standard_normal(5))
-               for i in range(6)]  # fmt: skip
+    queries = [
+        RewardedQuery("t", str(i), rng.standard_normal(8), rng.standard_normal((5, 8)), rng.standard_normal(5))
+        for i in range(6)
+    ]
     assert np.array_equal(fit_scope(queries, "neighbours")[1], fit_scope(queries, "query")[1])
 
 
@@ -66,8 +77,23 @@ def test_fit_search_and_refusals_from_the_command_line(
     from tour_pyserini.files import read_topics
 
     rewards, state_file = tmp_path / "r.tsv", tmp_path / "n.safetensors"
-    main(["rewards", "--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--teacher", "bm25",
-          "--budget", "2", "--task", "mini", "--output", str(rewards)])  # fmt: skip
+    main(
+        [
+            "rewards",
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(mini_scifact["topics"]),
+            "--teacher",
+            "bm25",
+            "--budget",
+            "2",
+            "--task",
+            "mini",
+            "--output",
+            str(rewards),
+        ]
+    )
     main(["fit", "--rewards", str(rewards), "--output", str(state_file), "--scope", "neighbours", "--neighbours", "3"])
     state = State.load(state_file)
     assert state.scope == "neighbours" and len(state.keys) == 8 and state.mixing.neighbours == 3
@@ -80,6 +106,18 @@ def test_fit_search_and_refusals_from_the_command_line(
     unjudged = [i for i, t in enumerate(topics) if ("mini", t.qid) not in state.keys]
     assert unjudged and any(state.residuals([topics[i].qid for i in unjudged], "mini", vectors[unjudged]).any(axis=1))
     with pytest.raises(SystemExit) as exited:
-        run_cli(main, ["fit", "--rewards", str(rewards), "--output", str(tmp_path / "t.safetensors"), "--scope",
-                       "task", "--neighbours", "3"])  # fmt: skip
+        run_cli(
+            main,
+            [
+                "fit",
+                "--rewards",
+                str(rewards),
+                "--output",
+                str(tmp_path / "t.safetensors"),
+                "--scope",
+                "task",
+                "--neighbours",
+                "3",
+            ],
+        )
     assert exited.value.code == 2 and "this fit is of the task scope" in capsys.readouterr().err

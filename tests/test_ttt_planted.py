@@ -83,16 +83,28 @@ def cosine(a, b) -> float:
 
 
 def search(index, topics, output, *rewriter) -> dict:
-    search_main(["--index", str(index), "--topics", str(topics), "--output", str(output), "--hits", "10",
-                 *rewriter])  # fmt: skip
+    search_main(["--index", str(index), "--topics", str(topics), "--output", str(output), "--hits", "10", *rewriter])
     return read_run(output)
 
 
 def test_a_task_state_recovers_the_planted_direction(planted, mini_scifact, tmp_path):
     """Rewards on the base top 100 (where the relevant documents are), a task state, the unseen queries."""
     rewards, state_file = tmp_path / "r.tsv", tmp_path / "s.safetensors"
-    ttt_main(["rewards", "--index", str(planted["index"]), "--topics", str(planted["train"]), "--teacher",
-              f"oracle:{mini_scifact['qrels']}", "--budget", "100", "--output", str(rewards)])  # fmt: skip
+    ttt_main(
+        [
+            "rewards",
+            "--index",
+            str(planted["index"]),
+            "--topics",
+            str(planted["train"]),
+            "--teacher",
+            f"oracle:{mini_scifact['qrels']}",
+            "--budget",
+            "100",
+            "--output",
+            str(rewards),
+        ]
+    )
     ttt_main(["fit", "--rewards", str(rewards), "--scope", "task", "--output", str(state_file)])
     state = State.load(state_file)
     assert state.counts == [32]
@@ -101,8 +113,18 @@ def test_a_task_state_recovers_the_planted_direction(planted, mini_scifact, tmp_
     assert cosine(state.vectors[0], planted["u"]) >= 0.9
     qrels = {t.qid: planted["qrels"][t.qid] for t in read_topics(planted["test"])}
     plain = evaluate(qrels, search(planted["index"], planted["test"], tmp_path / "plain.trec")).means
-    moved = evaluate(qrels, search(planted["index"], planted["test"], tmp_path / "ttt.trec", "--rewriter",
-                                   "ttt-embed", "--state", str(state_file))).means  # fmt: skip
+    moved = evaluate(
+        qrels,
+        search(
+            planted["index"],
+            planted["test"],
+            tmp_path / "ttt.trec",
+            "--rewriter",
+            "ttt-embed",
+            "--state",
+            str(state_file),
+        ),
+    ).means
     # measured: RR@10 0.052 -> 1.0, nDCG@10 0.121 -> 1.0 on the 8 unseen queries
     # the plant hides the relevant documents: below the top 10 for 26 of the 40 queries (in the top 100 for 39)
     assert plain["RR@10"] < 0.3 and plain["nDCG@10"] < 0.3
@@ -120,23 +142,49 @@ def test_the_servers_online_learner_recovers_the_planted_shift(planted, mini_sci
     from tour_pyserini.ttt.vectors import DocVectors
 
     index, train = planted["index"], read_topics(planted["train"])
-    with Server("--index", str(index), "--teacher", f"oracle:{mini_scifact['qrels']}", "--budget", "100", "--learn",
-                "task", "--threads", "1", "--data-dir", str(tmp_path), "--no-mcp", "--learn-from-anonymous",
-                "--max-key-share", "1") as server:  # fmt: skip
+    with Server(
+        "--index",
+        str(index),
+        "--teacher",
+        f"oracle:{mini_scifact['qrels']}",
+        "--budget",
+        "100",
+        "--learn",
+        "task",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(tmp_path),
+        "--no-mcp",
+        "--learn-from-anonymous",
+        "--max-key-share",
+        "1",
+    ) as server:
         # one query at a time, each fitted before the next is served: the states fitted, and so the one served
         # last, do not depend on how fast this machine fits
         for i, t in enumerate(train, 1):
             assert server.search(index.name, t.text, qid=t.qid, hits=10)["teacher_calls"] == 100
-            learned = wait_until(lambda i=i: (s := server.get("/v1/status")[1]["learning"])["rewards_fitted"] == i
-                                 and s)  # fmt: skip
+            learned = wait_until(
+                lambda i=i: (s := server.get("/v1/status")[1]["learning"])["rewards_fitted"] == i and s
+            )
         server.stop()
     versions = StateVersions(tmp_path / "learn")
     version, state = next(versions.loadable())
     assert version == learned["version"] >= 1
     qrels = {t.qid: planted["qrels"][t.qid] for t in read_topics(planted["test"])}
     plain = evaluate(qrels, search(index, planted["test"], tmp_path / "plain.trec")).means
-    moved = evaluate(qrels, search(index, planted["test"], tmp_path / "ttt.trec", "--rewriter", "ttt-embed",
-                                   "--state", str(versions.path(version)))).means  # fmt: skip
+    moved = evaluate(
+        qrels,
+        search(
+            index,
+            planted["test"],
+            tmp_path / "ttt.trec",
+            "--rewriter",
+            "ttt-embed",
+            "--state",
+            str(versions.path(version)),
+        ),
+    ).means
     # measured: RR@10 0.052 -> 1.0, nDCG@10 0.121 -> 1.0 on the 8 unseen queries
     assert plain["RR@10"] < 0.3 and moved["RR@10"] > 0.8 and moved["nDCG@10"] > 0.8
     # The served state is what a cold fit of its rewards gives (the log, the raw query vectors and the warm-started

@@ -143,8 +143,12 @@ def outputs(tmp_path_factory) -> list[tuple[Step, str]]:
 
 
 def test_the_tutorial_prints_every_number_it_shows(outputs):
-    problems = [f"docs/tutorial.md:{step.line}: {p}" for step, actual in outputs if step.expected
-                for p in check_output(step.expected, actual)]  # fmt: skip
+    problems = [
+        f"docs/tutorial.md:{step.line}: {p}"
+        for step, actual in outputs
+        if step.expected
+        for p in check_output(step.expected, actual)
+    ]
     assert not problems, "\n".join(problems)
     assert sum(step.expected is not None for step, _ in outputs) >= 9
 

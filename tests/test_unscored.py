@@ -54,8 +54,9 @@ class Patchy(Teacher):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rewriter", [lambda t: Rerank(t, depth=10), lambda t: TourSoft(t, depth=10, iterations=2)])
-def test_unscored_pairs_rank_below_and_a_query_without_scores_keeps_the_retriever_ranking(rewriter, searcher,
-                                                                                         mini_scifact):  # fmt: skip
+def test_unscored_pairs_rank_below_and_a_query_without_scores_keeps_the_retriever_ranking(
+    rewriter, searcher, mini_scifact
+):
     topics = read_topics(mini_scifact["topics"])[:4]
     texts, qids = [t.text for t in topics], [t.qid for t in topics]
     teacher = Patchy(OracleTeacher(read_qrels(mini_scifact["qrels"])), {qids[0]})
@@ -72,14 +73,37 @@ def test_unscored_pairs_rank_below_and_a_query_without_scores_keeps_the_retrieve
 
 
 def _search(dense_index, topics, out, server, *extra):
-    search_main(["--index", str(dense_index), "--topics", str(topics), "--output", str(out), "--hits", "10",
-                 "--batch-size", "2", "--rewriter", "rerank", "--depth", "5", "--teacher", f"openai:{url(server)}",
-                 "--teacher-model", "judge-1", "--teacher-judge", "logprobs", *extra])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(topics),
+            "--output",
+            str(out),
+            "--hits",
+            "10",
+            "--batch-size",
+            "2",
+            "--rewriter",
+            "rerank",
+            "--depth",
+            "5",
+            "--teacher",
+            f"openai:{url(server)}",
+            "--teacher-model",
+            "judge-1",
+            "--teacher-judge",
+            "logprobs",
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.slow
-def test_a_search_whose_teacher_scores_nothing_stops_resumable_unless_allowed(dense_index, mini_scifact, tmp_path,
-                                                                             capsys):  # fmt: skip
+def test_a_search_whose_teacher_scores_nothing_stops_resumable_unless_allowed(
+    dense_index, mini_scifact, tmp_path, capsys
+):
     lines = mini_scifact["topics"].read_text().splitlines(keepends=True)
     first, topics = tmp_path / "first.tsv", tmp_path / "topics.tsv"
     first.write_text("".join(lines[:2]))
@@ -92,10 +116,13 @@ def test_a_search_whose_teacher_scores_nothing_stops_resumable_unless_allowed(de
         _search(dense_index, topics, reference, server)
         server.body = "{}"  # the server now answers nothing usable: the first batch is in the store, the second not
         out = tmp_path / "run.trec"
-        with pytest.raises(UserError, match=r"teacher openai:judge-1 gave no score for 10 of the 10 pairs it was "
-                                            r"asked in a batch \(2 of its 2 queries would keep the retriever's "
-                                            r"order\); the search stops, .*run.trec.partial keeps 2 finished "
-                                            r"queries: run the same command again"):  # fmt: skip
+        with pytest.raises(
+            UserError,
+            match=r"teacher openai:judge-1 gave no score for 10 of the 10 pairs it was "
+            r"asked in a batch \(2 of its 2 queries would keep the retriever's "
+            r"order\); the search stops, .*run.trec.partial keeps 2 finished "
+            r"queries: run the same command again",
+        ):
             _search(dense_index, topics, out, server, "--score-store", str(store))
         assert not out.exists()
         server.body = None
@@ -106,8 +133,20 @@ def test_a_search_whose_teacher_scores_nothing_stops_resumable_unless_allowed(de
 
         server.body = "{}"
         plain, allowed, trace = tmp_path / "plain.trec", tmp_path / "allowed.trec", tmp_path / "trace.jsonl"
-        search_main(["--index", str(dense_index), "--topics", str(topics), "--output", str(plain), "--hits", "10",
-                     "--batch-size", "2"])  # fmt: skip
+        search_main(
+            [
+                "--index",
+                str(dense_index),
+                "--topics",
+                str(topics),
+                "--output",
+                str(plain),
+                "--hits",
+                "10",
+                "--batch-size",
+                "2",
+            ]
+        )
         _search(dense_index, topics, allowed, server, "--allow-unscored", "--trace", str(trace))
         assert allowed.read_text() == plain.read_text()  # the retriever's ranking and scores, under the same tag
         records = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -127,14 +166,31 @@ def test_a_teacher_with_oracle_in_its_path_is_no_oracle(dense_index, mini_scifac
     topics = tmp_path / "topics.tsv"
     topics.write_text("".join(mini_scifact["topics"].read_text().splitlines(keepends=True)[:2]))
     out = tmp_path / "run.trec"
-    search_main(["--index", str(dense_index), "--topics", str(topics), "--output", str(out), "--hits", "5",
-                 "--rewriter", "rerank", "--depth", "5", "--teacher", f"cross-encoder:{model}"])  # fmt: skip
+    search_main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(topics),
+            "--output",
+            str(out),
+            "--hits",
+            "5",
+            "--rewriter",
+            "rerank",
+            "--depth",
+            "5",
+            "--teacher",
+            f"cross-encoder:{model}",
+        ]
+    )
     assert {line.split()[-1] for line in out.read_text().splitlines()} == {"tour_pyserini"}
 
 
 @pytest.mark.slow
-def test_ttt_rewards_skip_unscored_pairs_and_refuse_a_teacher_that_scored_most_none(searcher, dense_index,
-                                                                                    mini_scifact):  # fmt: skip
+def test_ttt_rewards_skip_unscored_pairs_and_refuse_a_teacher_that_scored_most_none(
+    searcher, dense_index, mini_scifact
+):
     from tour_pyserini.ttt.allocation import Pair
     from tour_pyserini.ttt.pipeline import judge_rewards
     from tour_pyserini.ttt.rewards import TaskSource

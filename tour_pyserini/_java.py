@@ -89,8 +89,11 @@ def _without_startup_note() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             written.seek(0)
-            kept = [line for line in written.read().decode("utf-8", "replace").splitlines(keepends=True)
-                    if line.rstrip() != _STARTUP_NOTE]  # fmt: skip
+            kept = [
+                line
+                for line in written.read().decode("utf-8", "replace").splitlines(keepends=True)
+                if line.rstrip() != _STARTUP_NOTE
+            ]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
 
@@ -216,8 +219,15 @@ def indexer_command(args: list[str]) -> list[str]:
     :func:`show_java_warnings` asked for the JVM's output (Anserini then logs only errors)."""
     rt = find_java()
     quiet = [] if _java_warnings["shown"] else ["-quiet"]
-    return [str(rt.home / "bin" / "java"), *jvm_options(rt), "-cp", str(anserini_jar()),
-            "io.anserini.index.IndexCollection", *args, *quiet]  # fmt: skip
+    return [
+        str(rt.home / "bin" / "java"),
+        *jvm_options(rt),
+        "-cp",
+        str(anserini_jar()),
+        "io.anserini.index.IndexCollection",
+        *args,
+        *quiet,
+    ]
 
 
 def start_jvm() -> JavaRuntime | None:
@@ -338,8 +348,10 @@ class _Answer(io.BytesIO):
     """What ``urlopen`` returns in place of a catalogue file it could not fetch."""
 
     def __init__(self, names: list[str]):
-        records = [{"name": name, "description": "unavailable offline", "filename": "", "urls": [], "md5": "",
-                    "size": 0} for name in names]  # fmt: skip
+        records = [
+            {"name": name, "description": "unavailable offline", "filename": "", "urls": [], "md5": "", "size": 0}
+            for name in names
+        ]
         super().__init__(json.dumps(records).encode())
 
 

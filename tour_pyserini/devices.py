@@ -68,8 +68,9 @@ def native_bf16(device: str) -> bool:
     if torch.device(device).type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     # the processor's units as torch (cpuinfo) sees them; the kernels must be the set that uses them
-    units = any(getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported",
-                                                                       "_is_amx_tile_supported"))  # fmt: skip
+    units = any(
+        getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    )
     return units and cpu_kernels() == "AVX512" and bf16_runs(device)
 
 
@@ -111,8 +112,10 @@ def resolve_precision(precision: str, device: str, flag: str = "precision") -> s
         return "bf16" if native_bf16(device) else "fp32"
     if precision == "bf16" and not native_bf16(device):
         where = f"{device}" if device != "cpu" else f"this CPU (torch runs its {cpu_kernels()} kernels here)"
-        raise UserError(f"{flag} bf16: torch has no native bfloat16 arithmetic on {where}; emulated it is "
-                        "slower than fp32 and some kernels fail: use fp32 or auto")  # fmt: skip
+        raise UserError(
+            f"{flag} bf16: torch has no native bfloat16 arithmetic on {where}; emulated it is "
+            "slower than fp32 and some kernels fail: use fp32 or auto"
+        )
     return precision
 
 

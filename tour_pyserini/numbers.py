@@ -105,8 +105,9 @@ class Param:
         if isinstance(self.type, Number) and (refused := self.type.refusal(value)):
             raise ParamError(self.name, self.option, refused)
         if self.choices is not None and value not in self.choices:
-            raise ParamError(self.name, self.option, f"must be one of {', '.join(map(str, self.choices))}, got "
-                             f"{value!r}")  # fmt: skip
+            raise ParamError(
+                self.name, self.option, f"must be one of {', '.join(map(str, self.choices))}, got {value!r}"
+            )
         return value
 
 
@@ -115,8 +116,14 @@ def param(default: Any = None, type: Any = str, help: str = "", *, like: Param |
     a shared declaration (type, help, flag) whose default this field sets."""
     if like is not None:
         type, help = like.type, help or like.help
-        declared = {"flag": like.flag, "choices": like.choices, "const": like.const, "metavar": like.metavar,
-                    "aliases": like.aliases, **declared}  # fmt: skip
+        declared = {
+            "flag": like.flag,
+            "choices": like.choices,
+            "const": like.const,
+            "metavar": like.metavar,
+            "aliases": like.aliases,
+            **declared,
+        }
     return dataclasses.field(default=default, metadata={"param": (type, help, declared)})
 
 

@@ -12,5 +12,14 @@ from tour_pyserini.answer.model import (
 from tour_pyserini.answer.passages import questions_to_read
 from tour_pyserini.answer.spans import DEFAULT_RULE, RULES
 
-__all__ = ["DEFAULT_RULE", "RULES", "Passage", "Question", "Reader", "ReaderOptions", "check_reader",
-           "questions_to_read", "resolve_reader_precision"]  # fmt: skip
+__all__ = [
+    "DEFAULT_RULE",
+    "RULES",
+    "Passage",
+    "Question",
+    "Reader",
+    "ReaderOptions",
+    "check_reader",
+    "questions_to_read",
+    "resolve_reader_precision",
+]

@@ -38,11 +38,16 @@ class ReaderOptions:
     stride: int = param(64, positive_int, "tokens shared by consecutive windows of a long passage")
     max_answer_length: int = param(10, positive_int, "longest answer span, in tokens (ORQA's limit)")
     batch_size: int = param(32, positive_int, "windows per forward pass")
-    rule: str = param(DEFAULT_RULE, str, "answer selection: orqa = best retrieval + span score over all passages "
-                      "(any QA model); dpr = passage by selection logit, then its best span",
-                      choices=RULES)  # fmt: skip
-    retrieval_weight: float = param(DEFAULT_RETRIEVAL_WEIGHT, non_negative_float, "w in S = w * retrieval score + "
-                                    "span score (--rule orqa)")  # fmt: skip
+    rule: str = param(
+        DEFAULT_RULE,
+        str,
+        "answer selection: orqa = best retrieval + span score over all passages "
+        "(any QA model); dpr = passage by selection logit, then its best span",
+        choices=RULES,
+    )
+    retrieval_weight: float = param(
+        DEFAULT_RETRIEVAL_WEIGHT, non_negative_float, "w in S = w * retrieval score + span score (--rule orqa)"
+    )
     precision: str = "fp32"  # fp32, bf16 (torch's autocast, OpenVINO's hint) or int8 (ONNX Runtime), resolved
     runtime: str = "torch"  # what runs the model: torch, onnx or openvino (the CPU)
     device: str = "cpu"
@@ -71,8 +76,9 @@ class Question:
     passages: tuple[Passage, ...]
 
 
-def check_reader(name: str, *, max_length: int | None = None, stride: int | None = None,
-                 runtime: str = "torch") -> None:  # fmt: skip
+def check_reader(
+    name: str, *, max_length: int | None = None, stride: int | None = None, runtime: str = "torch"
+) -> None:
     """``name`` must be an extractive QA model with weights and a fast tokenizer (offsets map spans back to
     text), a local directory where ``runtime`` is not torch (the exported graph is cached beside it), and windows
     of ``max_length`` tokens overlapping by ``stride`` must leave it room for a question; one line otherwise, read
@@ -88,9 +94,11 @@ def check_reader(name: str, *, max_length: int | None = None, stride: int | None
         raise UserError(f"reader {name!r}: its config does not load ({e})") from None
     architectures = config.architectures or []
     if not any(a.endswith("ForQuestionAnswering") for a in architectures):
-        raise UserError(f"reader {name!r} is not an extractive QA model: its config names "
-                        f"{', '.join(architectures) or 'no architecture'}, not a *ForQuestionAnswering one "
-                        "(train one with train-reader)")  # fmt: skip
+        raise UserError(
+            f"reader {name!r} is not an extractive QA model: its config names "
+            f"{', '.join(architectures) or 'no architecture'}, not a *ForQuestionAnswering one "
+            "(train one with train-reader)"
+        )
     check_weights("reader", name)
     check_model_directory(name, runtime, "--runtime", f"reader {name!r}")
     tokenizer = AutoTokenizer.from_pretrained(name)
@@ -146,8 +154,13 @@ def exported_reader(name: str, tokenizer, precision: str, runtime: str):
             self.model.set_attn_implementation(attention)
 
     def export(write, graph: Path) -> None:
-        windows = make_windows(tokenizer, ["a question", "another, longer question"],
-                               ["a passage", "a longer passage of text"], max_length=64, stride=16)  # fmt: skip
+        windows = make_windows(
+            tokenizer,
+            ["a question", "another, longer question"],
+            ["a passage", "a longer passage of text"],
+            max_length=64,
+            stride=16,
+        )
         examples = {k: torch.from_numpy(v) for k, v in collate(windows, tokenizer.pad_token_id or 0).items()}
         write(SpanLogits(load_reader(name)).eval(), examples, SPAN_LOGITS, graph)
 
@@ -182,8 +195,10 @@ class Reader:
         self.model.eval()
         bf16 = self.options.precision == "bf16"
         try:
-            with torch.inference_mode(), torch.autocast(torch.device(self.options.device).type,
-                                                        dtype=torch.bfloat16, enabled=bf16):  # fmt: skip
+            with (
+                torch.inference_mode(),
+                torch.autocast(torch.device(self.options.device).type, dtype=torch.bfloat16, enabled=bf16),
+            ):
                 yield
         finally:
             self.model.train(was_training)
@@ -213,8 +228,13 @@ class Reader:
         """One prediction per question (an empty answer for a question without passages)."""
         o = self.options
         pairs = [(qi, p) for qi, q in enumerate(questions) for p in q.passages[: o.k]]
-        windows = make_windows(self.tokenizer, [questions[qi].text for qi, _ in pairs], [p.text for _, p in pairs],
-                               max_length=o.max_length, stride=o.stride)  # fmt: skip
+        windows = make_windows(
+            self.tokenizer,
+            [questions[qi].text for qi, _ in pairs],
+            [p.text for _, p in pairs],
+            max_length=o.max_length,
+            stride=o.stride,
+        )
         logits = self.logits(windows)
         by_pair: dict[int, list[int]] = {}
         for w, window in enumerate(windows):

@@ -16,7 +16,9 @@ def questions_to_read(run: dict, topics: list, docstore, k: int, run_path: str, 
     docids = sorted({d for head in heads.values() for d, _ in head})
     missing = [d for d in docids if d not in docstore]
     if missing:
-        raise UserError(f"{run_path}: {len(missing)} of its {len(docids)} passages are not in {where} "
-                        f"(a run over another collection?), e.g. {missing[:3]}")  # fmt: skip
+        raise UserError(
+            f"{run_path}: {len(missing)} of its {len(docids)} passages are not in {where} "
+            f"(a run over another collection?), e.g. {missing[:3]}"
+        )
     docs = {doc.docid: doc for doc in docstore.get(docids)}
     return [Question(t.qid, t.text, tuple(Passage(d, docs[d].contents, s) for d, s in heads[t.qid])) for t in common]

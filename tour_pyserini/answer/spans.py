@@ -70,8 +70,9 @@ def passage_candidate(passage: int, retrieval: float, spans: Sequence[Span | Non
     return Candidate(passage, retrieval, span, window, max(s.selection for _, s in kept))
 
 
-def choose(candidates: Sequence[Candidate], rule: str = DEFAULT_RULE,
-           retrieval_weight: float = DEFAULT_RETRIEVAL_WEIGHT) -> tuple[Candidate, float] | None:  # fmt: skip
+def choose(
+    candidates: Sequence[Candidate], rule: str = DEFAULT_RULE, retrieval_weight: float = DEFAULT_RETRIEVAL_WEIGHT
+) -> tuple[Candidate, float] | None:
     """The candidate a rule picks and the score it is picked by (S for orqa, the span's S_read for dpr);
     the first in order on ties."""
     if not candidates:

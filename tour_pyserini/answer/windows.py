@@ -27,27 +27,50 @@ def question_budget(tokenizer, *, max_length: int, stride: int, max_question_len
     more than ``stride`` tokens beside it (the tokenizer's overflow needs that); one line if none is left."""
     budget = min(max_question_length, max_length - tokenizer.num_special_tokens_to_add(pair=True) - stride - 1)
     if budget < 1:
-        raise UserError(f"--max-length {max_length} with --stride {stride} leaves no room for a question: a window "
-                        f"holds {tokenizer.num_special_tokens_to_add(pair=True)} special tokens and more than "
-                        "--stride tokens of passage; raise --max-length or lower --stride")  # fmt: skip
+        raise UserError(
+            f"--max-length {max_length} with --stride {stride} leaves no room for a question: a window "
+            f"holds {tokenizer.num_special_tokens_to_add(pair=True)} special tokens and more than "
+            "--stride tokens of passage; raise --max-length or lower --stride"
+        )
     return budget
 
 
-def make_windows(tokenizer, questions: Sequence[str], passages: Sequence[str], *, max_length: int, stride: int,
-                 max_question_length: int = 64) -> list[Window]:  # fmt: skip
+def make_windows(
+    tokenizer,
+    questions: Sequence[str],
+    passages: Sequence[str],
+    *,
+    max_length: int,
+    stride: int,
+    max_question_length: int = 64,
+) -> list[Window]:
     """The windows of each ``(questions[i], passages[i])`` pair, in pair order. A question is cut first to
     :func:`question_budget` tokens, so that every window has room for the passage."""
     budget = question_budget(tokenizer, max_length=max_length, stride=stride, max_question_length=max_question_length)
     questions = [_cut(tokenizer, q, budget) for q in questions]
-    enc = tokenizer(list(questions), list(passages), truncation="only_second", max_length=max_length, stride=stride,
-                    return_overflowing_tokens=True, return_offsets_mapping=True)  # fmt: skip
+    enc = tokenizer(
+        list(questions),
+        list(passages),
+        truncation="only_second",
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
     windows = []
     for w, ids in enumerate(enc["input_ids"]):
         sequence = enc.sequence_ids(w)
         context = np.array([s == 1 for s in sequence])
         types = enc["token_type_ids"][w] if "token_type_ids" in enc else None
-        windows.append(Window(int(enc["overflow_to_sample_mapping"][w]), ids, types, context,
-                              [tuple(o) for o in enc["offset_mapping"][w]]))  # fmt: skip
+        windows.append(
+            Window(
+                int(enc["overflow_to_sample_mapping"][w]),
+                ids,
+                types,
+                context,
+                [tuple(o) for o in enc["offset_mapping"][w]],
+            )
+        )
     return windows
 
 

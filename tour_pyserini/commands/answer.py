@@ -26,8 +26,9 @@ from tour_pyserini.runtime import AUTO, RUNTIME_CHOICES, RUNTIME_PRECISIONS, res
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini.answer", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini.answer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--run", required=True, help="TREC run of the questions over --collection")
     ap.add_argument("--topics", required=True, help="the questions (any topics file; answers are not needed)")
     where = ap.add_mutually_exclusive_group(required=True)
@@ -35,17 +36,29 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--index", help="index directory whose document store holds the run's passages")
     ap.add_argument("--reader", required=True, help="extractive QA model: directory or Hugging Face id")
     ap.add_argument("--output", required=True, help="predictions file to write (JSON lines)")
-    ap.add_argument("--precision", choices=RUNTIME_PRECISIONS, default="auto",
-                    help="the reader's arithmetic: auto (default: the fastest within the reader's bounds, bf16 where "
-                    "native through torch or OpenVINO, fp32 through ONNX Runtime), fp32, bf16 (torch's autocast, "
-                    "OpenVINO's hint) where the CPU multiplies in bfloat16, int8 (--runtime onnx)")  # fmt: skip
-    ap.add_argument("--runtime", choices=RUNTIME_CHOICES, default=AUTO,
-                    help="what runs the reader: auto (default: openvino where it can, else torch), torch, or (the "
-                    "runtime extra; a local model directory) onnx or openvino, exported once and cached beside its "
-                    "weights")  # fmt: skip
+    ap.add_argument(
+        "--precision",
+        choices=RUNTIME_PRECISIONS,
+        default="auto",
+        help="the reader's arithmetic: auto (default: the fastest within the reader's bounds, bf16 where "
+        "native through torch or OpenVINO, fp32 through ONNX Runtime), fp32, bf16 (torch's autocast, "
+        "OpenVINO's hint) where the CPU multiplies in bfloat16, int8 (--runtime onnx)",
+    )
+    ap.add_argument(
+        "--runtime",
+        choices=RUNTIME_CHOICES,
+        default=AUTO,
+        help="what runs the reader: auto (default: openvino where it can, else torch), torch, or (the "
+        "runtime extra; a local model directory) onnx or openvino, exported once and cached beside its "
+        "weights",
+    )
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    ap.add_argument("--questions-per-batch", type=positive_int, default=16,
-                    help="questions read, and written, together (the unit an interrupted run resumes at)")  # fmt: skip
+    ap.add_argument(
+        "--questions-per-batch",
+        type=positive_int,
+        default=16,
+        help="questions read, and written, together (the unit an interrupted run resumes at)",
+    )
     ap.add_argument("--no-resume", action="store_true", help="start over even if a partial output exists")
     add_param_flags(ap, ReaderOptions)
     return ap
@@ -66,9 +79,13 @@ def main(argv: list[str] | None = None) -> None:
     precision = resolve_reader_precision(args.precision, runtime, device)
     options = config_from_flags(ReaderOptions, args, precision=precision, runtime=runtime, device=device)
     output = check_output(args.output)
-    signature = {"run": str(Path(args.run).resolve()), "topics": str(Path(args.topics).resolve()),
-                 "reader": args.reader, "options": asdict(options),
-                 "questions_per_batch": args.questions_per_batch}  # fmt: skip
+    signature = {
+        "run": str(Path(args.run).resolve()),
+        "topics": str(Path(args.topics).resolve()),
+        "reader": args.reader,
+        "options": asdict(options),
+        "questions_per_batch": args.questions_per_batch,
+    }
     # the output is locked (or refused, if another command writes it) before any input is read or model loads
     writer = PredictionWriter(output, signature, resume=not args.no_resume)
     try:
@@ -80,8 +97,10 @@ def main(argv: list[str] | None = None) -> None:
             check_reader(args.reader, max_length=options.max_length, stride=options.stride, runtime=options.runtime)
             todo = [q for q in questions if q.qid not in writer.done]
             if writer.done:
-                print(f"resuming {output}: {len(writer.done)} of {len(questions)} questions already answered",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"resuming {output}: {len(writer.done)} of {len(questions)} questions already answered",
+                    file=sys.stderr,
+                )
             reader = Reader(args.reader, options)
             step = args.questions_per_batch
             with tqdm(total=len(todo), unit="q", desc="answer") as bar:
@@ -91,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         if not writer.done:
             raise KeyboardInterrupt("answer stopped before any question finished; nothing was written") from None
-        raise KeyboardInterrupt(f"answer stopped: {writer.partial} keeps {len(writer.done)} answered questions; "
-                                "run the same command again to resume") from None  # fmt: skip
+        raise KeyboardInterrupt(
+            f"answer stopped: {writer.partial} keeps {len(writer.done)} answered questions; "
+            "run the same command again to resume"
+        ) from None
     print(f"wrote {output}: {len(questions)} answers ({options.rule} rule, k {options.k})")

@@ -41,13 +41,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--run", required=True, nargs="+", help="runs to compare with the baseline")
     ap.add_argument("--format", choices=["markdown", "csv"], default="markdown")
     ap.add_argument("--trials", type=positive_int, default=10_000, help="randomisation-test permutations")
-    ap.add_argument("--seed", type=non_negative_int, default=0,
-                    help="randomisation-test seed (same seed, same p-values)")  # fmt: skip
+    ap.add_argument(
+        "--seed", type=non_negative_int, default=0, help="randomisation-test seed (same seed, same p-values)"
+    )
     ap.add_argument("--plot", metavar="FILE.png", help="per-query difference plot (first metric)")
-    ap.add_argument("--predictions", action="store_true", help="--baseline and --run are answer predictions (the "
-                    "answer command's JSON lines): EM and token F1 against --answers, paired per question")  # fmt: skip
-    ap.add_argument("--diff", action="store_true", help="no metrics: is each run the baseline's run (bit for bit, "
-                    "or the same up to ties within 1e-5)? Exit status 1 if one is not")  # fmt: skip
+    ap.add_argument(
+        "--predictions",
+        action="store_true",
+        help="--baseline and --run are answer predictions (the "
+        "answer command's JSON lines): EM and token F1 against --answers, paired per question",
+    )
+    ap.add_argument(
+        "--diff",
+        action="store_true",
+        help="no metrics: is each run the baseline's run (bit for bit, "
+        "or the same up to ties within 1e-5)? Exit status 1 if one is not",
+    )
     return ap
 
 
@@ -97,8 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     per_query = {run: ev.per_query for run, ev in results.items()}
     rows = compare(per_query, args.baseline, qids, args.trials, args.seed)
     print(render(rows, args.format, args.baseline))
-    print(f"({len(qids)} queries; missing queries count as 0; randomisation: {args.trials} trials, seed {args.seed})",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"({len(qids)} queries; missing queries count as 0; randomisation: {args.trials} trials, seed {args.seed})",
+        file=sys.stderr,
+    )
     if args.plot:
         with staged_output(args.plot, "--plot") as staged:
             plot(per_query, args.baseline, qids, next(iter(per_query[args.baseline])), str(staged))

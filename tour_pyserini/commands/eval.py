@@ -23,10 +23,19 @@ def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tour_pyserini.eval", description=__doc__)
     add_judgement_arguments(ap)
     ap.add_argument("--run", nargs="+", help="one or more TREC run files")
-    ap.add_argument("--predictions", nargs="+", metavar="FILE", help="answer predictions (JSON lines from the "
-                    "answer command) instead of runs: EM and token F1 against --answers")  # fmt: skip
-    ap.add_argument("--write-answer-qrels", metavar="FILE", help="write qid 0 docid has_answer for the first "
-                    "max(--topk) passages of the (first) run, so ir-measures' Success@k gives Acc@k")  # fmt: skip
+    ap.add_argument(
+        "--predictions",
+        nargs="+",
+        metavar="FILE",
+        help="answer predictions (JSON lines from the "
+        "answer command) instead of runs: EM and token F1 against --answers",
+    )
+    ap.add_argument(
+        "--write-answer-qrels",
+        metavar="FILE",
+        help="write qid 0 docid has_answer for the first "
+        "max(--topk) passages of the (first) run, so ir-measures' Success@k gives Acc@k",
+    )
     ap.add_argument("--per-query", action="store_true", help="print per-query values too")
     ap.add_argument("--json", action="store_true", help="print {metric: value} (one object per run) instead")
     return ap
@@ -34,8 +43,10 @@ def parser() -> argparse.ArgumentParser:
 
 def format_table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]  # fmt: skip
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

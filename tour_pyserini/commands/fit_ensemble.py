@@ -27,8 +27,11 @@ from tour_pyserini.training.ensemble_fit import fit_ensemble
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini fit-ensemble", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini fit-ensemble",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--index", required=True, help="dense index: candidates, texts, and the teachers' index")
     ap.add_argument("--topics", required=True, help="topics to fit on (training topics)")
     ap.add_argument("--qrels", help="their qrels (default: candidates containing an answer string are relevant)")
@@ -63,18 +66,30 @@ def main(argv: list[str] | None = None) -> None:
     if qrels is None and not any(t.answers for t in topics):
         raise UserError(f"{args.topics} has no answers; give --qrels")
     if qrels is not None and not any(grade > 0 for t in topics for grade in qrels.get(t.qid, {}).values()):
-        raise UserError(f"no query of {args.topics}{' (its --dev-of queries)' if args.dev_of else ''} has a relevant "
-                        f"document in {args.qrels}: nothing to fit on")  # fmt: skip
+        raise UserError(
+            f"no query of {args.topics}{' (its --dev-of queries)' if args.dev_of else ''} has a relevant "
+            f"document in {args.qrels}: nothing to fit on"
+        )
     # the candidates through torch, as the dense member encodes them (one encoding serves both)
-    search = SearchConfig(index=args.index, device=args.device, teacher_max_length=args.teacher_max_length,
-                          teacher_precision=args.teacher_precision, teacher_options=teacher_flags(args),
-                          encoder_runtime="torch")  # fmt: skip
+    search = SearchConfig(
+        index=args.index,
+        device=args.device,
+        teacher_max_length=args.teacher_max_length,
+        teacher_precision=args.teacher_precision,
+        teacher_options=teacher_flags(args),
+        encoder_runtime="torch",
+    )
     with staged_output(output) as staged:  # beside the output: the specs are written relative to its directory
-        fitted = fit_ensemble(search, topics, qrels, args.teachers, staged, depth=args.depth, l2=args.l2,
-                              topics_name=args.topics)  # fmt: skip
+        fitted = fit_ensemble(
+            search, topics, qrels, args.teachers, staged, depth=args.depth, l2=args.l2, topics_name=args.topics
+        )
     for spec, value in fitted["alone"].items():
-        print(f"{spec}: {fitted['metric']} {value:.4f} re-ranking the dense top {args.depth} of the {len(topics)} "
-              "fit queries")  # fmt: skip
+        print(
+            f"{spec}: {fitted['metric']} {value:.4f} re-ranking the dense top {args.depth} of the {len(topics)} "
+            "fit queries"
+        )
     parts = ", ".join(f"{s} x {w:.4g}" for s, w in fitted["parts"])
-    print(f"ensemble ({parts}): {fitted['metric']} {fitted['ensemble']:.4f} on the same queries (in-sample); "
-          f"wrote {output} (load it as ensemble:{output})")  # fmt: skip
+    print(
+        f"ensemble ({parts}): {fitted['metric']} {fitted['ensemble']:.4f} on the same queries (in-sample); "
+        f"wrote {output} (load it as ensemble:{output})"
+    )

@@ -61,12 +61,21 @@ def add_param_flags(ap, config_class) -> None:
 def add_param(ap, p: Param) -> None:
     """The flag of ``p`` on a parser or group; it stays None when not given, so the default applies. Each of its
     old names (``p.aliases``) is the same flag, hidden from the help, and warns when given."""
-    kind = {"action": "store_const", "const": p.const} if p.const is not None else \
-        {"type": p.type, "choices": p.choices, "metavar": p.metavar}  # fmt: skip
+    kind = (
+        {"action": "store_const", "const": p.const}
+        if p.const is not None
+        else {"type": p.type, "choices": p.choices, "metavar": p.metavar}
+    )
     ap.add_argument(p.option, dest=p.dest, help=p.described, **kind)
     for alias in p.aliases:
-        ap.add_argument(alias, dest=p.dest, help=argparse.SUPPRESS, action=OldName, new=p.option,
-                        **({"nargs": 0, "const": p.const} if p.const is not None else kind))  # fmt: skip
+        ap.add_argument(
+            alias,
+            dest=p.dest,
+            help=argparse.SUPPRESS,
+            action=OldName,
+            new=p.option,
+            **({"nargs": 0, "const": p.const} if p.const is not None else kind),
+        )
 
 
 class OldName(argparse.Action):
@@ -77,8 +86,9 @@ class OldName(argparse.Action):
         self.new = new
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        log.warning("%s is the old name of %s (same meaning); it will be removed in the next release",
-                    option_string, self.new)  # fmt: skip
+        log.warning(
+            "%s is the old name of %s (same meaning); it will be removed in the next release", option_string, self.new
+        )
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
@@ -95,14 +105,22 @@ def add_teacher_flags(ap) -> None:
     from tour_pyserini.runtime import ONNX_AUTO
     from tour_pyserini.teachers import teacher_options
 
-    ap.add_argument("--teacher-max-length", type=positive_int, help="tokens a cross-encoder teacher reads (default: "
-                    "the model's own limit, which the trainer sets to its training length; at most 512)")  # fmt: skip
-    ap.add_argument("--teacher-precision", choices=RUNTIME_PRECISIONS, help="a cross-encoder teacher's "
-                    "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
-                    "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
-                    "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 "
-                    f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
-                    f"{DEFAULT_PRECISION})")  # fmt: skip
+    ap.add_argument(
+        "--teacher-max-length",
+        type=positive_int,
+        help="tokens a cross-encoder teacher reads (default: "
+        "the model's own limit, which the trainer sets to its training length; at most 512)",
+    )
+    ap.add_argument(
+        "--teacher-precision",
+        choices=RUNTIME_PRECISIONS,
+        help="a cross-encoder teacher's "
+        "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
+        "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
+        "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 "
+        f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
+        f"{DEFAULT_PRECISION})",
+    )
     for option in teacher_options():
         add_param(ap, option)
 
@@ -148,10 +166,14 @@ def apply_renamed(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argp
 def add_trainer_flags(ap: argparse.ArgumentParser, config_class) -> None:
     """A trainer's ``--precision`` (with ``--bf16``, its old spelling) and a flag for each parameter its config
     dataclass declares; :func:`trainer_config` reads them back."""
-    ap.add_argument("--precision", choices=PRECISIONS, help="arithmetic of the forward passes: bf16 (bfloat16 "
-                    "autocast, about twice as fast on CPUs with bfloat16 units, less exact; refused where torch "
-                    "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them) "
-                    f"(default: {config_class.precision})")  # fmt: skip
+    ap.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="arithmetic of the forward passes: bf16 (bfloat16 "
+        "autocast, about twice as fast on CPUs with bfloat16 units, less exact; refused where torch "
+        "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them) "
+        f"(default: {config_class.precision})",
+    )
     add_renamed(ap, "--bf16", action="store_const", const="bf16")
     add_param_flags(ap, config_class)
 
@@ -183,12 +205,16 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
 
     query = side == "query"
     choices = QUERY_CHOICES if query else DOCUMENT_CHOICES
-    group = ap.add_argument_group(f"{side} encoder (dense only; flags as in "
-                                  f"{'pyserini.search.faiss' if query else 'pyserini.encode'})")  # fmt: skip
-    group.add_argument("--encoder-class", type=encoder_class, metavar="CLASS",
-                       help=f"Pyserini's encoder class: {', '.join(choices)}; default: inferred as Pyserini infers "
-                       "it (a class name in the encoder's name, else auto)" + (", or the index's own" if query
-                       else ""))  # fmt: skip
+    group = ap.add_argument_group(
+        f"{side} encoder (dense only; flags as in {'pyserini.search.faiss' if query else 'pyserini.encode'})"
+    )
+    group.add_argument(
+        "--encoder-class",
+        type=encoder_class,
+        metavar="CLASS",
+        help=f"Pyserini's encoder class: {', '.join(choices)}; default: inferred as Pyserini infers "
+        "it (a class name in the encoder's name, else auto)" + (", or the index's own" if query else ""),
+    )
     group.add_argument(
         "--pooling",
         choices=["cls", "mean", "last", "eos"],
@@ -200,16 +226,24 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
         default=None,
         help="auto and qwen3 classes: normalise the vectors (default: the model's config, else no)",
     )
-    group.add_argument("--query-prefix", metavar="TEXT", help="text put before each query (auto: with a space, "
-                       "qwen3 and st-pipeline: as is), e.g. E5's 'query:' or BGE's instruction" +
-                       ("" if query else "; recorded in the index for its searches"))  # fmt: skip
+    group.add_argument(
+        "--query-prefix",
+        metavar="TEXT",
+        help="text put before each query (auto: with a space, "
+        "qwen3 and st-pipeline: as is), e.g. E5's 'query:' or BGE's instruction"
+        + ("" if query else "; recorded in the index for its searches"),
+    )
     if query:
         group.add_argument("--tokenizer", metavar="NAME_OR_DIR", help="tokenizer, if not the encoder's own")
-        group.add_argument("--max-length", type=positive_int,
-                           help="qwen3 and openai-api: query tokens (Pyserini's default 256)")  # fmt: skip
+        group.add_argument(
+            "--max-length", type=positive_int, help="qwen3 and openai-api: query tokens (Pyserini's default 256)"
+        )
         add_encoder_runtime_flags(group)
-        group.add_argument("--encoded-queries", metavar="DIR", help="pre-encoded queries in Pyserini's format "
-                           "(embedding.pkl) instead of an encoder")  # fmt: skip
+        group.add_argument(
+            "--encoded-queries",
+            metavar="DIR",
+            help="pre-encoded queries in Pyserini's format (embedding.pkl) instead of an encoder",
+        )
     else:
         group.add_argument(
             "--doc-prefix",
@@ -218,8 +252,12 @@ def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:
             metavar="TEXT",
             help="text put before each document (auto, qwen3, st-pipeline), e.g. E5's 'passage:'",
         )
-        group.add_argument("--max-length", type=positive_int, help="document tokens (default: the model's "
-                           f"sentence-transformers config, else {DOCUMENT_LENGTH}, pyserini.encode's)")  # fmt: skip
+        group.add_argument(
+            "--max-length",
+            type=positive_int,
+            help="document tokens (default: the model's "
+            f"sentence-transformers config, else {DOCUMENT_LENGTH}, pyserini.encode's)",
+        )
 
 
 def add_encoder_runtime_flags(group) -> None:
@@ -232,20 +270,29 @@ def add_encoder_runtime_flags(group) -> None:
         "about 1.5e-3 of fp32), int8 (onnx: 8-bit weights), fp32, or auto (default: fp32 through "
         "every runtime, since bf16 and int8 reorder near-tied documents; docs/algorithms.md)",
     )
-    group.add_argument("--encoder-runtime", choices=RUNTIME_CHOICES, default=AUTO,
-                       help="what runs the query encoder: auto (default: openvino where it can, else torch), torch, "
-                       "onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside its weights) "
-                       "or openvino (OpenVINO on the CPU, the same export unfused: fp32 1.1-2.1x torch's speed, "
-                       "vectors within 3e-7 of torch's); onnx and openvino run the auto, sentence and contriever "
-                       "classes from a local directory and need the runtime extra, which auto uses where "
-                       "installed")  # fmt: skip
+    group.add_argument(
+        "--encoder-runtime",
+        choices=RUNTIME_CHOICES,
+        default=AUTO,
+        help="what runs the query encoder: auto (default: openvino where it can, else torch), torch, "
+        "onnx (ONNX Runtime on the CPU: the model exported once, fused, cached beside its weights) "
+        "or openvino (OpenVINO on the CPU, the same export unfused: fp32 1.1-2.1x torch's speed, "
+        "vectors within 3e-7 of torch's); onnx and openvino run the auto, sentence and contriever "
+        "classes from a local directory and need the runtime extra, which auto uses where "
+        "installed",
+    )
 
 
 def encoder_settings(args: argparse.Namespace):
     """The encoder flags :func:`add_encoder_flags` added, as the library takes them."""
     from tour_pyserini.encoders import EncoderSettings
 
-    return EncoderSettings(encoder_class=args.encoder_class, pooling=args.pooling, l2_norm=args.l2_norm,
-                           max_length=args.max_length, query_prefix=args.query_prefix,
-                           doc_prefix=getattr(args, "doc_prefix", None),
-                           tokenizer=getattr(args, "tokenizer", None))  # fmt: skip
+    return EncoderSettings(
+        encoder_class=args.encoder_class,
+        pooling=args.pooling,
+        l2_norm=args.l2_norm,
+        max_length=args.max_length,
+        query_prefix=args.query_prefix,
+        doc_prefix=getattr(args, "doc_prefix", None),
+        tokenizer=getattr(args, "tokenizer", None),
+    )

@@ -21,5 +21,12 @@ def add_judgement_arguments(ap: argparse.ArgumentParser, required: bool = True) 
 
 
 def judgements(args: argparse.Namespace) -> Judgements:
-    return Judgements(qrels=args.qrels, answers=args.answers, metrics=tuple(args.metrics), collection=args.collection,
-                      index=args.index, topk=tuple(args.topk), regex=args.regex)  # fmt: skip
+    return Judgements(
+        qrels=args.qrels,
+        answers=args.answers,
+        metrics=tuple(args.metrics),
+        collection=args.collection,
+        index=args.index,
+        topk=tuple(args.topk),
+        regex=args.regex,
+    )

@@ -40,26 +40,47 @@ from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cache import mostly_unscored
 
 # flags that do not change the run, so an interrupted run may resume under different values
-_NOT_IN_SIGNATURE = ("no_resume", "threads", "batch_size", "trace", "ray", "workers", "score_store", "allow_unscored",
-                     "verbose")  # fmt: skip
+_NOT_IN_SIGNATURE = (
+    "no_resume",
+    "threads",
+    "batch_size",
+    "trace",
+    "ray",
+    "workers",
+    "score_store",
+    "allow_unscored",
+    "verbose",
+)
 DEFAULT_WORKERS = 2
 
 
 def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tour_pyserini.search", description=__doc__)
-    ap.add_argument("--index", required=True, help="index directory (dense or BM25, detected), or the name of "
-                    "one of Pyserini's prebuilt Faiss indexes")  # fmt: skip
-    ap.add_argument("--topics", required=True, help="topics file: qid<TAB>text (.tsv) or JSON lines; or a "
-                    "Pyserini topics name such as dpr-nq-test")  # fmt: skip
+    ap.add_argument(
+        "--index",
+        required=True,
+        help="index directory (dense or BM25, detected), or the name of one of Pyserini's prebuilt Faiss indexes",
+    )
+    ap.add_argument(
+        "--topics",
+        required=True,
+        help="topics file: qid<TAB>text (.tsv) or JSON lines; or a Pyserini topics name such as dpr-nq-test",
+    )
     ap.add_argument("--output", required=True, help="TREC run file to write (atomically)")
-    ap.add_argument("--encoder", help="query encoder: a model directory or hub id (dense only); default: the one "
-                    "the index was built with")  # fmt: skip
+    ap.add_argument(
+        "--encoder",
+        help="query encoder: a model directory or hub id (dense only); default: the one the index was built with",
+    )
     ap.add_argument("--hits", type=positive_int, default=1000, help="hits per query")
     ap.add_argument("--batch-size", type=positive_int, default=64, help="queries searched together")
-    ap.add_argument("--threads", type=positive_int, help="CPU threads of the searcher (encoder, cross-encoder teacher, "
-                    "Faiss); default: the cores other processes leave idle when the search starts (all on an idle "
-                    "machine) for models, 1 for Faiss; 1 per Ray worker. Model outputs differ in the last bits "
-                    "between thread counts, so runs are identical only for equal --threads (docs/cli.md)")  # fmt: skip
+    ap.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads of the searcher (encoder, cross-encoder teacher, "
+        "Faiss); default: the cores other processes leave idle when the search starts (all on an idle "
+        "machine) for models, 1 for Faiss; 1 per Ray worker. Model outputs differ in the last bits "
+        "between thread counts, so runs are identical only for equal --threads (docs/cli.md)",
+    )
     ap.add_argument("--output-format", choices=["trec"], default="trec")
     ap.add_argument("--run-tag", default="tour_pyserini", help="last column of the run file")
     ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")
@@ -67,12 +88,15 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--trace", help="write per-query traces (JSON lines) to this file")
     ap.add_argument("--bm25-k1", type=non_negative_float, default=K1, help=f"BM25 indexes: k1 (default {K1})")
     ap.add_argument("--bm25-b", type=probability, default=B, help=f"BM25 indexes: b (default {B})")
-    ap.add_argument("--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: "
-                    "cpu, cuda or cuda:N")  # fmt: skip
-    ap.add_argument("--ef-search", type=positive_int,
-                    help="HNSW indexes: candidate list size (default: stored in the index)")  # fmt: skip
-    ap.add_argument("--nprobe", type=positive_int,
-                    help="IVF-PQ indexes: lists visited per query (default: stored in the index)")  # fmt: skip
+    ap.add_argument(
+        "--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: cpu, cuda or cuda:N"
+    )
+    ap.add_argument(
+        "--ef-search", type=positive_int, help="HNSW indexes: candidate list size (default: stored in the index)"
+    )
+    ap.add_argument(
+        "--nprobe", type=positive_int, help="IVF-PQ indexes: lists visited per query (default: stored in the index)"
+    )
 
     add_encoder_flags(ap, "query")
     dist = ap.add_argument_group("distributed search on Ray")
@@ -84,25 +108,40 @@ def parser() -> argparse.ArgumentParser:
         help="search with Ray workers: alone, "
         "a local Ray instance started for this search; 'auto' or ray://HOST:PORT, a running cluster",
     )
-    dist.add_argument("--workers", type=positive_int, help=f"Ray workers, each with its own searcher (one CPU each; "
-                      f"default {DEFAULT_WORKERS}); needs --ray")  # fmt: skip
+    dist.add_argument(
+        "--workers",
+        type=positive_int,
+        help=f"Ray workers, each with its own searcher (one CPU each; default {DEFAULT_WORKERS}); needs --ray",
+    )
 
     rw = ap.add_argument_group("query rewriting (dense indexes)")
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
-    rw.add_argument("--teacher", metavar="TEACHER", help=f"the scorer rewriters ask: {teacher_usages()} (the shipped "
-                    "models/nq-oracle-ce alone re-ranks nq-oracle worse than the retriever, Acc@1 0.811 against "
-                    "0.930: use ensemble:models/nq-oracle-ce/ensemble.json, 0.936, or a tuned --lambda; "
-                    "models/README.md)")  # fmt: skip
+    rw.add_argument(
+        "--teacher",
+        metavar="TEACHER",
+        help=f"the scorer rewriters ask: {teacher_usages()} (the shipped "
+        "models/nq-oracle-ce alone re-ranks nq-oracle worse than the retriever, Acc@1 0.811 against "
+        "0.930: use ensemble:models/nq-oracle-ce/ensemble.json, 0.936, or a tuned --lambda; "
+        "models/README.md)",
+    )
     add_teacher_flags(rw)
     add_renamed(rw, "--reranker")
     add_renamed(rw, "--reranker-max-length", type=positive_int)
     add_renamed(rw, "--reranker-precision", choices=RUNTIME_PRECISIONS)
-    rw.add_argument("--allow-unscored", action="store_true", help="keep searching when the teacher gives no score "
-                    "for most pairs of a batch (an API answering nothing usable); a query it scored none of keeps the "
-                    "retriever's ranking and scores, as its trace says. Without it such a batch stops the search, "
-                    "whose finished batches a rerun resumes from")  # fmt: skip
-    rw.add_argument("--score-store", metavar="FILE", help="keep the teacher's scores in this SQLite file, so runs "
-                    "sharing it score each (query, document) pair once (rerank, tour-*)")  # fmt: skip
+    rw.add_argument(
+        "--allow-unscored",
+        action="store_true",
+        help="keep searching when the teacher gives no score "
+        "for most pairs of a batch (an API answering nothing usable); a query it scored none of keeps the "
+        "retriever's ranking and scores, as its trace says. Without it such a batch stops the search, "
+        "whose finished batches a rerun resumes from",
+    )
+    rw.add_argument(
+        "--score-store",
+        metavar="FILE",
+        help="keep the teacher's scores in this SQLite file, so runs "
+        "sharing it score each (query, document) pair once (rerank, tour-*)",
+    )
     for name, options in rewriter_options().items():
         group = ap.add_argument_group(f"{name} options")
         for option in options:
@@ -137,10 +176,12 @@ def check_scored(results: list[SearchResult], teacher: TeacherInfo | None, kept:
     if teacher is None or not mostly_unscored(unscored, asked):
         return
     plain = sum(r.trace.stop_reason == NOT_RERANKED for r in results)
-    raise UserError(f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked in a "
-                    f"batch ({plain} of its {len(results)} queries would keep the retriever's order); the search "
-                    f"stops, {kept}: run the same command again once the teacher answers, or add "
-                    "--allow-unscored")  # fmt: skip
+    raise UserError(
+        f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked in a "
+        f"batch ({plain} of its {len(results)} queries would keep the retriever's order); the search "
+        f"stops, {kept}: run the same command again once the teacher answers, or add "
+        "--allow-unscored"
+    )
 
 
 def rewriter_options() -> dict[str, list[Param]]:
@@ -180,15 +221,26 @@ def rewriter_flags(args: argparse.Namespace) -> dict:
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     return SearchConfig(
-        index=args.index, encoder=args.encoder, encoder_settings=encoder_settings(args),
-        encoded_queries=args.encoded_queries, encoder_precision=args.encoder_precision,
-        encoder_runtime=args.encoder_runtime, rewriter=args.rewriter,
+        index=args.index,
+        encoder=args.encoder,
+        encoder_settings=encoder_settings(args),
+        encoded_queries=args.encoded_queries,
+        encoder_precision=args.encoder_precision,
+        encoder_runtime=args.encoder_runtime,
+        rewriter=args.rewriter,
         rewriter_options=rewriter_flags(args),
-        teacher=args.teacher, teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
+        teacher=args.teacher,
+        teacher_max_length=args.teacher_max_length,
+        teacher_precision=args.teacher_precision,
         teacher_options=teacher_flags(args),
-        score_store=args.score_store, threads=args.threads, device=args.device, ef_search=args.ef_search,
-        nprobe=args.nprobe, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
-    )  # fmt: skip
+        score_store=args.score_store,
+        threads=args.threads,
+        device=args.device,
+        ef_search=args.ef_search,
+        nprobe=args.nprobe,
+        bm25_k1=args.bm25_k1,
+        bm25_b=args.bm25_b,
+    )
 
 
 def nothing_carried() -> None:
@@ -196,8 +248,12 @@ def nothing_carried() -> None:
     return None
 
 
-def batch_searcher(args: argparse.Namespace, plan: SearchPlan, stack: ExitStack, carried: bytes | None = None,
-                   ) -> tuple[Callable[[list], Iterator], TeacherInfo | None, Callable[[], bytes | None]]:  # fmt: skip
+def batch_searcher(
+    args: argparse.Namespace,
+    plan: SearchPlan,
+    stack: ExitStack,
+    carried: bytes | None = None,
+) -> tuple[Callable[[list], Iterator], TeacherInfo | None, Callable[[], bytes | None]]:
     """A function from (texts, qids, hits) batches to their results in order, run here (built from ``plan``) or
     on Ray workers (each planning its own); what the teacher is; and the state the rewriter carries after the
     batches so far (DART's buffer: it starts from ``carried``, a resumed run's)."""
@@ -211,8 +267,7 @@ def batch_searcher(args: argparse.Namespace, plan: SearchPlan, stack: ExitStack,
     from tour_pyserini.search.distributed import RayPool
 
     workers = args.workers or DEFAULT_WORKERS
-    pool = stack.enter_context(RayPool(plan.config, workers=workers,
-                                       address=None if args.ray == "local" else args.ray))  # fmt: skip
+    pool = stack.enter_context(RayPool(plan.config, workers=workers, address=None if args.ray == "local" else args.ray))
     print(f"ray: {workers} workers ready in {pool.startup_seconds:.1f} s")
     return pool.map, pool.teacher, nothing_carried
 
@@ -240,8 +295,10 @@ def main(argv: list[str] | None = None) -> None:
             if plan.config.encoded_queries:
                 check_encoded_texts(plan.config.encoded_queries, {t.qid: t.text for t in topics})
             if plan.rewriter is not None and plan.rewriter.carries and args.ray is not None:
-                raise UserError(f"--rewriter {args.rewriter} carries its state from query to query in run order: it "
-                                "runs in one process, without --ray")  # fmt: skip
+                raise UserError(
+                    f"--rewriter {args.rewriter} carries its state from query to query in run order: it "
+                    "runs in one process, without --ray"
+                )
             search, teacher, run_state = batch_searcher(args, plan, stack, writer.carried)
             teacher_label = teacher.label if teacher else None
             start = time.perf_counter()
@@ -254,25 +311,41 @@ def main(argv: list[str] | None = None) -> None:
             with tqdm(total=len(todo), unit="q", desc="search") as bar:
                 for results in search(([t.text for t in b], [t.qid for t in b], args.hits) for b in batches):
                     if not args.allow_unscored:
-                        check_scored(results, teacher, f"{writer.partial} keeps {len(writer.done)} finished queries"
-                                     if writer.done else "nothing was written")  # fmt: skip
-                    writer.write_batch([
-                        (r.qid, [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
-                         {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()})
-                        for r in results
-                    ], run_state())  # fmt: skip
+                        check_scored(
+                            results,
+                            teacher,
+                            f"{writer.partial} keeps {len(writer.done)} finished queries"
+                            if writer.done
+                            else "nothing was written",
+                        )
+                    writer.write_batch(
+                        [
+                            (
+                                r.qid,
+                                [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
+                                {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()},
+                            )
+                            for r in results
+                        ],
+                        run_state(),
+                    )
                     done.extend(results)
                     bar.update(len(results))
     except KeyboardInterrupt:
         if not writer.done:
             raise KeyboardInterrupt("search stopped before any query finished; nothing was written") from None
-        raise KeyboardInterrupt(f"search stopped: {writer.partial} keeps {len(writer.done)} finished queries; "
-                                "run the same command again to resume") from None  # fmt: skip
+        raise KeyboardInterrupt(
+            f"search stopped: {writer.partial} keeps {len(writer.done)} finished queries; "
+            "run the same command again to resume"
+        ) from None
     elapsed = time.perf_counter() - start
     print(f"wrote {args.output}: {len(topics)} queries, {elapsed / max(len(todo), 1):.4f} s/query")
     if writer.no_hits:
-        print(f"warning: {len(writer.no_hits)} of {len(topics)} queries got no hits (first: "
-              f"{', '.join(writer.no_hits[:5])}) and are absent from the run; trec_eval -c and ir-measures "
-              "count them as 0", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: {len(writer.no_hits)} of {len(topics)} queries got no hits (first: "
+            f"{', '.join(writer.no_hits[:5])}) and are absent from the run; trec_eval -c and ir-measures "
+            "count them as 0",
+            file=sys.stderr,
+        )
     if args.rewriter != "none":
         print(f"{args.rewriter}{f' ({teacher_label})' if teacher_label else ''}: {summarize(done)}")

@@ -42,57 +42,126 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request line this long still reaches th
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="tour-pyserini serve", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--index", action="append", default=[], metavar="DIR",
-                    help="an index built by `index` (dense or BM25); repeat for more")  # fmt: skip
-    ap.add_argument("--config", metavar="FILE", help="Pyserini's YAML server config: 'indexes' (name: directory) "
-                    "served beside --index, 'api_keys' accepted beside --api-keys")  # fmt: skip
-    ap.add_argument("--teacher", action="append", default=[], metavar="SPEC",
-                    help="a teacher requests may name (teacher=SPEC): bm25, ensemble:FILE, cross-encoder:PATH, ...; "
-                    "repeat for more. The first one judges for --budget")  # fmt: skip
-    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
-                    "another needs keys, or --public)")  # fmt: skip
+    ap = ArgumentParser(
+        prog="tour-pyserini serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--index",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an index built by `index` (dense or BM25); repeat for more",
+    )
+    ap.add_argument(
+        "--config",
+        metavar="FILE",
+        help="Pyserini's YAML server config: 'indexes' (name: directory) "
+        "served beside --index, 'api_keys' accepted beside --api-keys",
+    )
+    ap.add_argument(
+        "--teacher",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a teacher requests may name (teacher=SPEC): bm25, ensemble:FILE, cross-encoder:PATH, ...; "
+        "repeat for more. The first one judges for --budget",
+    )
+    ap.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; another needs keys, or --public)",
+    )
     ap.add_argument("--port", type=port_number, default=8000, help="port (0: a free one; the address is printed)")
     access = ap.add_argument_group("who may use the server")
-    access.add_argument("--api-keys", metavar="FILE", help="accepted API keys, one a line (at least 16 characters); "
-                        "requests send one as X-API-Key: KEY or Authorization: Bearer KEY")  # fmt: skip
-    access.add_argument("--public", action="store_true", help="serve an address other than loopback without keys, "
-                        "on purpose: anyone who reaches it can search and read the indexes")  # fmt: skip
-    access.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
-                        help="a name clients reach the server by (the Host header); IP addresses, and localhost "
-                        "on loopback, always are")  # fmt: skip
-    access.add_argument("--cors", action="append", default=[], metavar="ORIGIN", help="a web origin whose pages may "
-                        "call the server (e.g. https://course.example.org); none by default")  # fmt: skip
+    access.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="accepted API keys, one a line (at least 16 characters); "
+        "requests send one as X-API-Key: KEY or Authorization: Bearer KEY",
+    )
+    access.add_argument(
+        "--public",
+        action="store_true",
+        help="serve an address other than loopback without keys, "
+        "on purpose: anyone who reaches it can search and read the indexes",
+    )
+    access.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach the server by (the Host header); IP addresses, and localhost "
+        "on loopback, always are",
+    )
+    access.add_argument(
+        "--cors",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin whose pages may call the server (e.g. https://course.example.org); none by default",
+    )
     add_param_flags(access, AccessConfig)
     add_param_flags(access, RequestLimits)
-    ap.add_argument("--data-dir", default="serve-data", metavar="DIR", help="where the teachers' score stores "
-                    "(scores/) and online learning's states and rewards (learn/) are kept across restarts")  # fmt: skip
+    ap.add_argument(
+        "--data-dir",
+        default="serve-data",
+        metavar="DIR",
+        help="where the teachers' score stores "
+        "(scores/) and online learning's states and rewards (learn/) are kept across restarts",
+    )
     ap.add_argument("--state", metavar="FILE", help="a TTT-Embed state (ttt fit) that rewriter=ttt-embed searches with")
-    ap.add_argument("--budget", type=positive_float, metavar="B", help="teacher judgments per served query: requests "
-                    "naming no rewriter follow the server's policy, the first --teacher judging and re-ranking the "
-                    "top candidates of the share of queries the budget pays for")  # fmt: skip
-    ap.add_argument("--learn", choices=SCOPES, metavar="SCOPE",
-                    help="with --budget: keep the judgments of keyed clients' queries and refit a TTT-Embed state of "
-                    f"this scope ({', '.join(SCOPES)}) in the background, which moves every later query the policy "
-                    "serves; a state is served only if it agrees with the teacher on held-back judged queries at "
-                    "least as well as the one before")  # fmt: skip
-    ap.add_argument("--learn-from-anonymous", action="store_true", help="with --learn: also learn from clients "
-                    "without a key (all of them one client), on purpose")  # fmt: skip
-    ap.add_argument("--max-key-share", type=mass, default=ServeConfig.max_key_share, metavar="F",
-                    help="with --learn: the most of a refit's queries one client may give (default "
-                    f"{ServeConfig.max_key_share}: five clients at least; 1: no cap)")  # fmt: skip
-    ap.add_argument("--max-data-mb", type=positive_float, metavar="MB",
-                    help="disk the data directory may use; past it no query is judged (requests naming a teacher "
-                    "get 507) (default: no limit)")  # fmt: skip
+    ap.add_argument(
+        "--budget",
+        type=positive_float,
+        metavar="B",
+        help="teacher judgments per served query: requests "
+        "naming no rewriter follow the server's policy, the first --teacher judging and re-ranking the "
+        "top candidates of the share of queries the budget pays for",
+    )
+    ap.add_argument(
+        "--learn",
+        choices=SCOPES,
+        metavar="SCOPE",
+        help="with --budget: keep the judgments of keyed clients' queries and refit a TTT-Embed state of "
+        f"this scope ({', '.join(SCOPES)}) in the background, which moves every later query the policy "
+        "serves; a state is served only if it agrees with the teacher on held-back judged queries at "
+        "least as well as the one before",
+    )
+    ap.add_argument(
+        "--learn-from-anonymous",
+        action="store_true",
+        help="with --learn: also learn from clients without a key (all of them one client), on purpose",
+    )
+    ap.add_argument(
+        "--max-key-share",
+        type=mass,
+        default=ServeConfig.max_key_share,
+        metavar="F",
+        help="with --learn: the most of a refit's queries one client may give (default "
+        f"{ServeConfig.max_key_share}: five clients at least; 1: no cap)",
+    )
+    ap.add_argument(
+        "--max-data-mb",
+        type=positive_float,
+        metavar="MB",
+        help="disk the data directory may use; past it no query is judged (requests naming a teacher "
+        "get 507) (default: no limit)",
+    )
     for flag, option in (("--judge-depth", JUDGE_DEPTH), ("--max-depth", MAX_DEPTH)):
         ap.add_argument(flag, type=option.type, default=option.default, help=option.described)
-    ap.add_argument("--refit-steps", type=positive_int, default=ServeConfig.refit_steps, help="Adam steps of a "
-                    f"warm-started refit ({ServeConfig.refit_steps}; the first fit takes 300, as ttt fit)")  # fmt: skip
+    ap.add_argument(
+        "--refit-steps",
+        type=positive_int,
+        default=ServeConfig.refit_steps,
+        help=f"Adam steps of a warm-started refit ({ServeConfig.refit_steps}; the first fit takes 300, as ttt fit)",
+    )
     ap.add_argument("--qrels", help="relevance judgments: the explorer marks relevant documents of --topics queries")
     ap.add_argument("--topics", help="example queries the explorer offers (their qids find --qrels)")
-    ap.add_argument("--threads", type=positive_int, help="torch threads (encoder, cross-encoder teacher); default: "
-                    "torch's own, as the search command")  # fmt: skip
+    ap.add_argument(
+        "--threads",
+        type=positive_int,
+        help="torch threads (encoder, cross-encoder teacher); default: torch's own, as the search command",
+    )
     ap.add_argument("--device", default="cpu", help="where the encoder and a cross-encoder teacher run")
     add_param_flags(ap.add_argument_group("queueing and batching"), ServiceLimits)
     ap.add_argument("--no-mcp", action="store_true", help="serve no MCP tools")
@@ -116,9 +185,16 @@ def serve_config(args: argparse.Namespace, access: AccessConfig):
     for path in paths:
         if not Path(path).is_dir():
             raise UserError(f"--index {path}: no such directory")
-    base = SearchConfig(index="", encoder_precision=args.encoder_precision, encoder_runtime=args.encoder_runtime,
-                        teacher_max_length=args.teacher_max_length, teacher_precision=args.teacher_precision,
-                        teacher_options=teacher_flags(args), threads=args.threads, device=args.device)  # fmt: skip
+    base = SearchConfig(
+        index="",
+        encoder_precision=args.encoder_precision,
+        encoder_runtime=args.encoder_runtime,
+        teacher_max_length=args.teacher_max_length,
+        teacher_precision=args.teacher_precision,
+        teacher_options=teacher_flags(args),
+        threads=args.threads,
+        device=args.device,
+    )
     teachers = plan_teachers(args.teacher, base)
     if args.learn and args.budget is None:
         raise UserError("--learn learns from the judgments --budget pays for: give --budget")
@@ -137,12 +213,23 @@ def serve_config(args: argparse.Namespace, access: AccessConfig):
     opened = OpenIndexes()  # an index one plan opens is the one every plan and teacher reads
     # each index's plan has no teacher of its own: the server's teachers read the flags they share (ServeConfig)
     plans = tuple(plan_search(replace(base, index=path, teacher_options={}), opened) for path in paths)
-    return ServeConfig(plans=plans, names={path: name for name, path in configured.items()}, teachers=teachers,
-                       data_dir=args.data_dir, state=args.state, budget=args.budget, learn=args.learn,
-                       judge_depth=args.judge_depth, max_depth=args.max_depth, refit_steps=args.refit_steps,
-                       learn_from_anonymous=args.learn_from_anonymous, max_key_share=args.max_key_share,
-                       keyed_clients=frozenset(map(fingerprint, access.keys)),
-                       max_data_mb=args.max_data_mb, teacher_options=base.teacher_options)  # fmt: skip
+    return ServeConfig(
+        plans=plans,
+        names={path: name for name, path in configured.items()},
+        teachers=teachers,
+        data_dir=args.data_dir,
+        state=args.state,
+        budget=args.budget,
+        learn=args.learn,
+        judge_depth=args.judge_depth,
+        max_depth=args.max_depth,
+        refit_steps=args.refit_steps,
+        learn_from_anonymous=args.learn_from_anonymous,
+        max_key_share=args.max_key_share,
+        keyed_clients=frozenset(map(fingerprint, access.keys)),
+        max_data_mb=args.max_data_mb,
+        teacher_options=base.teacher_options,
+    )
 
 
 def access_config(args: argparse.Namespace) -> AccessConfig:
@@ -151,21 +238,29 @@ def access_config(args: argparse.Namespace) -> AccessConfig:
     from tour_pyserini.files.staging import open_writable
     from tour_pyserini.serve.access import host_rule, is_loopback, read_api_keys, read_server_config
 
-    keys = [*(read_api_keys(args.api_keys) if args.api_keys else []),
-            *(read_server_config(args.config)[1] if args.config else [])]  # fmt: skip
+    keys = [
+        *(read_api_keys(args.api_keys) if args.api_keys else []),
+        *(read_server_config(args.config)[1] if args.config else []),
+    ]
     if not keys and not is_loopback(args.host):
         if not args.public:
-            raise UserError(f"--host {args.host} is reachable from other machines: give --api-keys FILE (or "
-                            "api_keys in --config), or --public to serve everyone on purpose")  # fmt: skip
-        log.warning("serving %s without API keys (--public): anyone who reaches it can search, read the indexes "
-                    "and spend the teachers' judgments", args.host)  # fmt: skip
+            raise UserError(
+                f"--host {args.host} is reachable from other machines: give --api-keys FILE (or "
+                "api_keys in --config), or --public to serve everyone on purpose"
+            )
+        log.warning(
+            "serving %s without API keys (--public): anyone who reaches it can search, read the indexes "
+            "and spend the teachers' judgments",
+            args.host,
+        )
     for origin in args.cors:
         if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
             raise UserError(f"--cors {origin}: give a web origin, as http(s)://name[:port] without a path")
     if args.request_log:
         open_writable(Path(args.request_log), "--request-log").close()
-    return config_from_flags(AccessConfig, args, keys=tuple(keys), hosts=host_rule(args.host, args.allowed_host),
-                             cors=tuple(args.cors))  # fmt: skip
+    return config_from_flags(
+        AccessConfig, args, keys=tuple(keys), hosts=host_rule(args.host, args.allowed_host), cors=tuple(args.cors)
+    )
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -201,8 +296,9 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError(f"--data-dir {config.data_dir}: cannot use it as a directory ({e.strerror})") from None
     # one server per data directory: two would write the same state versions and logs; the kernel frees the lock
     # of a killed server
-    lock = open_locked(Path(config.data_dir) / "serve.lock", "--data-dir",
-                       holder="another server uses this data directory")  # fmt: skip
+    lock = open_locked(
+        Path(config.data_dir) / "serve.lock", "--data-dir", holder="another server uses this data directory"
+    )
     sock = listening_socket(args.host, args.port)
     service = SearchService(config, limits, requests=requests, relevance=relevance, topics=topics)
     try:
@@ -224,7 +320,12 @@ def serve(service, sock: socket.socket, *, mcp: bool, timeout: float, access: Ac
     sock.listen(2048)
     host, port = sock.getsockname()[:2]
     print(f"serving on http://{f'[{host}]' if ':' in host else host}:{port}", flush=True)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=int(timeout) + 5,
-                            h11_max_incomplete_event_size=MAX_REQUEST_BYTES, http=BoundedH11Protocol,
-                            log_config=None)  # fmt: skip
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=int(timeout) + 5,
+        h11_max_incomplete_event_size=MAX_REQUEST_BYTES,
+        http=BoundedH11Protocol,
+        log_config=None,
+    )
     uvicorn.Server(config).run(sockets=[sock])

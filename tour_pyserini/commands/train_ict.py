@@ -18,12 +18,18 @@ from tour_pyserini.training.ict_training import IctConfig, train
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini train-ict", description=ict_training.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini train-ict",
+        description=ict_training.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--collection", required=True, help="collection directory with corpus.jsonl, or a .jsonl file")
     ap.add_argument("--output", required=True, help="directory to write (OUTPUT/query and OUTPUT/document)")
-    ap.add_argument("--init", default=DEFAULT_ENCODER, help="encoder to start from: the bundled MiniLM or a local "
-                    "HuggingFace directory")  # fmt: skip
+    ap.add_argument(
+        "--init",
+        default=DEFAULT_ENCODER,
+        help="encoder to start from: the bundled MiniLM or a local HuggingFace directory",
+    )
     ap.add_argument("--tied", action="store_true", help="one encoder for queries and blocks")
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     add_trainer_flags(ap, IctConfig)
@@ -41,5 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         EncoderSpec.resolve(args.init)  # an unknown encoder directory, likewise
         report = train(args.collection, output, args.init, config, tied=args.tied)
     where = output if args.tied else f"{output}/query and {output}/document"
-    print(f"best held-out accuracy {report['best_held_out_accuracy']:.4f} at step {report['best_step']} "
-          f"({report['seconds']:.0f} s); encoders in {where}")  # fmt: skip
+    print(
+        f"best held-out accuracy {report['best_held_out_accuracy']:.4f} at step {report['best_step']} "
+        f"({report['seconds']:.0f} s); encoders in {where}"
+    )

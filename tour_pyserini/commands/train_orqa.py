@@ -22,14 +22,19 @@ from tour_pyserini.training.orqa_joint import OrqaConfig, train
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini train-orqa", description=orqa_joint.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini train-orqa",
+        description=orqa_joint.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--index", required=True, help="dense index: the frozen block vectors and their texts")
     ap.add_argument("--topics", required=True, help="training questions with answers")
     ap.add_argument("--reader", required=True, help="extractive QA model to start the reader from (train-reader's)")
     ap.add_argument("--output", required=True, help="directory to write: OUTPUT/query and OUTPUT/reader")
-    ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
-                    "after ICT, its OUTPUT/query)")  # fmt: skip
+    ap.add_argument(
+        "--init",
+        help="question encoder to start from (default: the encoder that built the index; after ICT, its OUTPUT/query)",
+    )
     add_answer_training_flags(ap)
     add_trainer_flags(ap, OrqaConfig)
     return ap
@@ -49,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         EncoderSpec.resolve(init)
         check_reader(args.reader, max_length=config.max_length, stride=config.stride)
         report = train(index_dir, topics, output, init, args.reader, config)
-    print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
-          f"search --encoder {output}/query, then answer --reader {output}/reader "
-          f"--retrieval-weight {report['retrieval_weight']:g}")  # fmt: skip
+    print(
+        f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
+        f"search --encoder {output}/query, then answer --reader {output}/reader "
+        f"--retrieval-weight {report['retrieval_weight']:g}"
+    )

@@ -22,13 +22,18 @@ from tour_pyserini.training.early_update import QaConfig, train
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini train-qa", description=early_update.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini train-qa",
+        description=early_update.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--index", required=True, help="dense index: the frozen block vectors and their texts")
     ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
     ap.add_argument("--output", required=True, help="question-encoder directory to write")
-    ap.add_argument("--init", help="question encoder to start from (default: the encoder that built the index; "
-                    "after ICT, its OUTPUT/query)")  # fmt: skip
+    ap.add_argument(
+        "--init",
+        help="question encoder to start from (default: the encoder that built the index; after ICT, its OUTPUT/query)",
+    )
     add_answer_training_flags(ap)
     add_trainer_flags(ap, QaConfig)
     return ap
@@ -46,5 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         init = args.init or meta.encoder["name"]
         EncoderSpec.resolve(init)  # an unknown encoder directory fails before any model loads
         report = train(index_dir, topics, output, init, config)
-    print(f"best dev Acc@1 {report['best_dev_acc@1']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
-          f"question encoder in {output} (search --index {index_dir} --encoder {output})")  # fmt: skip
+    print(
+        f"best dev Acc@1 {report['best_dev_acc@1']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
+        f"question encoder in {output} (search --index {index_dir} --encoder {output})"
+    )

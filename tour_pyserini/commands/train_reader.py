@@ -21,8 +21,11 @@ from tour_pyserini.training.reader import ReaderTrainConfig, train
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini train-reader", description=reader_training.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini train-reader",
+        description=reader_training.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--run", required=True, help="a retriever's TREC run of the training questions")
     ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
     where = ap.add_mutually_exclusive_group(required=True)
@@ -53,5 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         docstore = open_passages(stack, index=args.index, collection=args.collection)
         questions = questions_to_read(run, topics, docstore, config.k, args.run, args.index or args.collection)
         report = train(questions, topics, AnswerMatcher(docstore), output, init, config)
-    print(f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
-          f"reader in {output} (answer --reader {output})")  # fmt: skip
+    print(
+        f"best dev EM {report['best_dev_em']:.4f} at step {report['best_step']} ({report['seconds']:.0f} s); "
+        f"reader in {output} (answer --reader {output})"
+    )

@@ -18,8 +18,11 @@ from tour_pyserini.training.reranker import TrainConfig, train
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini train-reranker", description=reranker.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini train-reranker",
+        description=reranker.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--index", required=True, help="dense index: candidates and document texts")
     ap.add_argument("--topics", required=True, help="training topics")
     ap.add_argument(
@@ -31,8 +34,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     ap.add_argument("--base-model", help="local HuggingFace encoder directory (default: the bundled MiniLM)")
-    ap.add_argument("--extra-topics", metavar="TOPICS", help="another collection's training questions, mixed into "
-                    "every step (--extra-per-step at a time); never in the dev split")  # fmt: skip
+    ap.add_argument(
+        "--extra-topics",
+        metavar="TOPICS",
+        help="another collection's training questions, mixed into "
+        "every step (--extra-per-step at a time); never in the dev split",
+    )
     ap.add_argument("--extra-index", metavar="DIR", help="the dense index of --extra-topics' collection")
     ap.add_argument("--extra-qrels", metavar="QRELS", help="qrels of --extra-topics (default: their answer strings)")
     add_trainer_flags(ap, TrainConfig)
@@ -64,9 +71,18 @@ def main(argv: list[str] | None = None) -> None:
             if extra_qrels is None and not any(t.answers for t in extra_topics):
                 raise UserError(f"{args.extra_topics} has no answers; give --extra-qrels")
             questions = (args.extra_index, extra_topics, extra_qrels)
-        report = train(args.index, topics, read_qrels(args.qrels) if args.qrels else None, args.output,
-                       args.base_model or str(bundled_model_dir()), config, questions=questions)  # fmt: skip
+        report = train(
+            args.index,
+            topics,
+            read_qrels(args.qrels) if args.qrels else None,
+            args.output,
+            args.base_model or str(bundled_model_dir()),
+            config,
+            questions=questions,
+        )
     metric = report["dev_metric"]
     first = report["history"][0][f"dev_{metric}"]
-    print(f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {first:.4f}); "
-          f"model in {args.output} (load it as cross-encoder:{args.output})")  # fmt: skip
+    print(
+        f"best dev {metric} {report[f'best_dev_{metric}']:.4f} (step 0: {first:.4f}); "
+        f"model in {args.output} (load it as cross-encoder:{args.output})"
+    )

@@ -32,8 +32,9 @@ from tour_pyserini.ttt.state import SCOPES
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tour_pyserini.ttt", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = ArgumentParser(
+        prog="python -m tour_pyserini.ttt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = ap.add_subparsers(dest="command", required=True)
     rw = commands.add_parser("rewards", help="teacher judgments of the base top candidates under a budget")
     rw.add_argument("--index", required=True, help="dense index the topics are searched in")
@@ -42,8 +43,9 @@ def parser() -> argparse.ArgumentParser:
     rw.add_argument("--budget", type=positive_float, required=True, help="judgments per query (b; b x queries in all)")
     rw.add_argument("--output", required=True, help="rewards file to write")
     rw.add_argument("--task", help="task name (default: the index directory's name)")
-    rw.add_argument("--task-index", type=non_negative_int, default=0,
-                    help="seeds the query order: 1000 + this (default 0)")  # fmt: skip
+    rw.add_argument(
+        "--task-index", type=non_negative_int, default=0, help="seeds the query order: 1000 + this (default 0)"
+    )
     for option in (JUDGE_DEPTH, MAX_DEPTH):
         rw.add_argument(option.option, type=option.type, default=option.default, help=option.described)
     add_teacher_flags(rw)
@@ -60,8 +62,12 @@ def parser() -> argparse.ArgumentParser:
     add_param_flags(ft, FitConfig)
     add_param_flags(ft, MagnitudeConfig)
     add_param_flags(ft, NeighbourConfig)
-    ft.add_argument("--init", metavar="STATE", help="warm start: each residual begins at its value in this "
-                    "state file (same scope and encoder), e.g. the state fitted before the latest rewards")  # fmt: skip
+    ft.add_argument(
+        "--init",
+        metavar="STATE",
+        help="warm start: each residual begins at its value in this "
+        "state file (same scope and encoder), e.g. the state fitted before the latest rewards",
+    )
     return ap
 
 
@@ -106,13 +112,18 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
     )
     teacher = opened.teacher
     source = TaskSource(task_name(args), args.index, args.topics)
-    rewards = judge_rewards(opened.searcher, teacher, topics, pairs, source,
-                            max_depth=args.max_depth)  # fmt: skip
-    provenance = {"teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
-                  "budget": str(args.budget), "depth": str(args.depth), "command": command_line()}  # fmt: skip
+    rewards = judge_rewards(opened.searcher, teacher, topics, pairs, source, max_depth=args.max_depth)
+    provenance = {
+        "teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
+        "budget": str(args.budget),
+        "depth": str(args.depth),
+        "command": command_line(),
+    }
     write_rewards(args.output, rewards, provenance)
-    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[source.name])} of "
-          f"{len(topics)} queries ({args.teacher})")  # fmt: skip
+    print(
+        f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[source.name])} of "
+        f"{len(topics)} queries ({args.teacher})"
+    )
 
 
 def recycle(args: argparse.Namespace) -> None:
@@ -128,11 +139,16 @@ def recycle(args: argparse.Namespace) -> None:
         known = {t.qid for t in read_topics(args.topics)}
         if missing := [q for q in rewards.judgments[task] if q not in known]:
             raise UserError(f"query {missing[0]!r} of the traces is not in {args.topics}")
-        provenance = {"teacher": " + ".join(sorted(teachers)), "recycled from": " ".join(args.trace),
-                      "command": command_line()}  # fmt: skip
+        provenance = {
+            "teacher": " + ".join(sorted(teachers)),
+            "recycled from": " ".join(args.trace),
+            "command": command_line(),
+        }
         write_rewards(args.output, rewards, provenance)
-    print(f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[task])} queries, "
-          f"recycled from {len(args.trace)} trace file(s)")  # fmt: skip
+    print(
+        f"wrote {args.output}: {rewards.num_pairs} judgments of {len(rewards.judgments[task])} queries, "
+        f"recycled from {len(args.trace)} trace file(s)"
+    )
 
 
 def fit_command(args: argparse.Namespace) -> None:
@@ -144,11 +160,15 @@ def fit_command(args: argparse.Namespace) -> None:
     magnitude = config_from_flags(MagnitudeConfig, args)
     mixing = config_from_flags(NeighbourConfig, args)
     if args.scope != "neighbours" and (args.neighbours is not None or args.neighbour_temperature is not None):
-        raise UserError("--neighbours and --neighbour-temperature set how a neighbours state mixes; this fit is of "
-                        f"the {args.scope} scope")  # fmt: skip
+        raise UserError(
+            "--neighbours and --neighbour-temperature set how a neighbours state mixes; this fit is of "
+            f"the {args.scope} scope"
+        )
     if magnitude.alpha_rule == "cv" and args.scope == "query":
-        raise UserError("--alpha-rule cv: a query state moves only its own query, so held-out queries cannot judge "
-                        "it; cross-validation is for global, task and neighbours states")  # fmt: skip
+        raise UserError(
+            "--alpha-rule cv: a query state moves only its own query, so held-out queries cannot judge "
+            "it; cross-validation is for global, task and neighbours states"
+        )
     with locked_output(args.output):
         init = read_init(args.init, args.scope) if args.init else None
         rewards = read_rewards(args.rewards)
@@ -174,18 +194,28 @@ def read_init(path: str, scope: str):
     return state
 
 
-def run_fit(args: argparse.Namespace, config: FitConfig, magnitude: MagnitudeConfig, mixing: NeighbourConfig,
-            rewards, texts, init=None) -> None:  # fmt: skip
+def run_fit(
+    args: argparse.Namespace,
+    config: FitConfig,
+    magnitude: MagnitudeConfig,
+    mixing: NeighbourConfig,
+    rewards,
+    texts,
+    init=None,
+) -> None:
     from tour_pyserini.ttt.pipeline import fit_state
 
-    state, seconds = fit_state(rewards, texts, args.scope, config, init=init, init_path=args.init, magnitude=magnitude,
-                               mixing=mixing)  # fmt: skip
+    state, seconds = fit_state(
+        rewards, texts, args.scope, config, init=init, init_path=args.init, magnitude=magnitude, mixing=mixing
+    )
     state.save(args.output)
     if "magnitude" in state.provenance:
         print(f"alpha by cross-validation over the rewarded queries: {state.provenance['magnitude']['summary']}")
     queries = sum(len(judged) for judged in rewards.judgments.values())
-    print(f"wrote {args.output}: {args.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
-          f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)")  # fmt: skip
+    print(
+        f"wrote {args.output}: {args.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
+        f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -68,18 +68,27 @@ def check_loading_info(what: str, class_name: str, parameters: int, info: dict, 
     unread (but a pooler)."""
     missing = sorted(k for k in info["missing_keys"] if not (unused and re.search(unused, k)))
     if missing:
-        raise UserError(f"{what}: its checkpoint lacks {len(missing)} of the {parameters} parameters of "
-                        f"{class_name} ({names(missing)}), which would be random: a checkpoint of another "
-                        "architecture")  # fmt: skip
+        raise UserError(
+            f"{what}: its checkpoint lacks {len(missing)} of the {parameters} parameters of "
+            f"{class_name} ({names(missing)}), which would be random: a checkpoint of another "
+            "architecture"
+        )
     mismatched = sorted(info["mismatched_keys"])
     if mismatched:
         key, stored, wanted = mismatched[0]
-        raise UserError(f"{what}: {len(mismatched)} weights of its checkpoint have another shape than {class_name}'s "
-                        f"parameters (first: {key} {tuple(stored)}, {class_name} {tuple(wanted)})")  # fmt: skip
+        raise UserError(
+            f"{what}: {len(mismatched)} weights of its checkpoint have another shape than {class_name}'s "
+            f"parameters (first: {key} {tuple(stored)}, {class_name} {tuple(wanted)})"
+        )
     unread = sorted(k for k in info["unexpected_keys"] if not re.search(POOLER, k))
     if unread:
-        log.warning("%s: %d weights of its checkpoint are not read by %s (%s): a model trained for "
-                    "another task?", what, len(unread), class_name, names(unread))  # fmt: skip
+        log.warning(
+            "%s: %d weights of its checkpoint are not read by %s (%s): a model trained for another task?",
+            what,
+            len(unread),
+            class_name,
+            names(unread),
+        )
 
 
 def names(keys: list[str]) -> str:

@@ -51,17 +51,15 @@ _CLASSES = (
     EncoderClass("ance", "ance", "ance"),
     EncoderClass(
         "sentence", "sentence", "sentence-transformers", pooling="mean", l2_norm=True, query_prefix=True, batched=True
-    ),  # fmt: skip
+    ),
     EncoderClass(
         "contriever", "contriever", "contriever", pooling="mean", l2_norm=False, query_prefix=True, batched=True
-    ),  # fmt: skip
+    ),
     EncoderClass("aggretriever", "aggretriever", "aggretriever"),
     EncoderClass("openai-api", "openai-api", "openai-api", query_max_length=True),
     EncoderClass("auto", "auto", "auto", query_prefix=True, doc_prefix=True, batched=True),
     EncoderClass("arctic", "arctic", "arctic"),
-    EncoderClass(
-        "qwen3", "qwen3", "qwen3", pooling="last", query_prefix=True, doc_prefix=True, query_max_length=True
-    ),  # fmt: skip
+    EncoderClass("qwen3", "qwen3", "qwen3", pooling="last", query_prefix=True, doc_prefix=True, query_max_length=True),
     EncoderClass("st-pipeline", None, None, query_prefix=True, doc_prefix=True, batched=True),
 )
 CLASSES = {c.name: c for c in _CLASSES}
@@ -94,8 +92,10 @@ def get_class(name: str, flag: str = "--encoder-class") -> EncoderClass:
     """The class ``name`` (a query or a document name), or one line listing the choices."""
     name = DOCUMENT_ALIASES.get(name, name)
     if name in MULTIMODAL:
-        raise UserError(f"{flag} {name}: Pyserini's image and multimodal encoders are not supported; "
-                        f"text classes: {', '.join(QUERY_CHOICES)}")  # fmt: skip
+        raise UserError(
+            f"{flag} {name}: Pyserini's image and multimodal encoders are not supported; "
+            f"text classes: {', '.join(QUERY_CHOICES)}"
+        )
     if name in SPARSE:
         raise UserError(f"{flag} {name}: a learned sparse encoder, not a dense one; use Pyserini's own tools")
     if name not in CLASSES:
@@ -103,34 +103,48 @@ def get_class(name: str, flag: str = "--encoder-class") -> EncoderClass:
     return CLASSES[name]
 
 
-def check_class_options(cls: EncoderClass, *, pooling: str | None, l2_norm: bool | None,
-                        query_prefix: str | None, doc_prefix: str | None, max_length_given: bool,
-                        side: str) -> None:  # fmt: skip
+def check_class_options(
+    cls: EncoderClass,
+    *,
+    pooling: str | None,
+    l2_norm: bool | None,
+    query_prefix: str | None,
+    doc_prefix: str | None,
+    max_length_given: bool,
+    side: str,
+) -> None:
     """One line for a flag the class would ignore: Pyserini drops it silently, which hides a wrong setup."""
     name = cls.name
     if side == "query" and not cls.encodes("query"):
         raise UserError(f"--encoder-class {name} encodes documents only; Pyserini has no query encoder of that class")
     if side == "document" and not cls.encodes("document"):
-        raise UserError(f"--encoder-class {name} encodes queries only; Pyserini has no document encoder of that "
-                        "class")  # fmt: skip
+        raise UserError(f"--encoder-class {name} encodes queries only; Pyserini has no document encoder of that class")
     if query_prefix is not None and not cls.query_prefix:
         raise UserError(f"--query-prefix: Pyserini's {name} query encoder takes no prefix (it would be ignored)")
     if doc_prefix is not None and not cls.doc_prefix:
         raise UserError(f"--doc-prefix: Pyserini's {name} document encoder takes no prefix (it would be ignored)")
     if pooling in ("last", "eos") and cls.name == "auto":
-        raise UserError(f"--pooling {pooling}: Pyserini's auto encoder pools only cls or mean; last-token pooling "
-                        "is the qwen3 class (--encoder-class qwen3)")  # fmt: skip
+        raise UserError(
+            f"--pooling {pooling}: Pyserini's auto encoder pools only cls or mean; last-token pooling "
+            "is the qwen3 class (--encoder-class qwen3)"
+        )
     if name in ("auto", "st-pipeline"):
         if name == "st-pipeline" and pooling is not None:
             raise UserError("--pooling: an st-pipeline encoder pools as its modules.json says")
         return
     if pooling is not None and pooling != cls.pooling:
         own = cls.pooling or "fixed by the model"
-        raise UserError(f"--pooling {pooling}: Pyserini's {name} encoder pools its own way ({own}); --pooling "
-                        "applies to --encoder-class auto")  # fmt: skip
+        raise UserError(
+            f"--pooling {pooling}: Pyserini's {name} encoder pools its own way ({own}); --pooling "
+            "applies to --encoder-class auto"
+        )
     if l2_norm is not None and name != "qwen3" and l2_norm != cls.l2_norm:
-        raise UserError(f"--l2-norm: Pyserini's {name} encoder normalises its own way; --l2-norm applies to "
-                        "--encoder-class auto and qwen3")  # fmt: skip
+        raise UserError(
+            f"--l2-norm: Pyserini's {name} encoder normalises its own way; --l2-norm applies to "
+            "--encoder-class auto and qwen3"
+        )
     if side == "query" and max_length_given and not cls.query_max_length:
-        raise UserError(f"--max-length: Pyserini's {name} query encoder truncates at its own length (it would be "
-                        "ignored); it applies to qwen3 and openai-api")  # fmt: skip
+        raise UserError(
+            f"--max-length: Pyserini's {name} query encoder truncates at its own length (it would be "
+            "ignored); it applies to qwen3 and openai-api"
+        )

@@ -25,8 +25,13 @@ class DocumentEncoder:
     def encode(self, texts: Sequence[str], titles: Sequence[str] | None) -> np.ndarray:
         """One batch as Pyserini's loop passes it: texts, titles (DPR pairs them; the auto classes join them
         as "title text"), the maximum length, no fp16, no separator."""
-        vectors = self.pyserini.encode(texts=list(texts), titles=None if titles is None else list(titles),
-                                       max_length=self.spec.max_length, fp16=False, add_sep=False)  # fmt: skip
+        vectors = self.pyserini.encode(
+            texts=list(texts),
+            titles=None if titles is None else list(titles),
+            max_length=self.spec.max_length,
+            fp16=False,
+            add_sep=False,
+        )
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
 
     def dimension(self, with_titles: bool) -> int:
@@ -56,5 +61,7 @@ def _pyserini_document_encoder(spec: EncoderSpec, device: str):
     try:
         return encode.document_encoder_class_map[klass.document](**kwargs)
     except (OSError, ValueError, TypeError, AttributeError) as e:
-        raise UserError(f"--encoder {spec.name}: Pyserini's {klass.document} document encoder cannot load it "
-                        f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e  # fmt: skip
+        raise UserError(
+            f"--encoder {spec.name}: Pyserini's {klass.document} document encoder cannot load it "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        ) from e

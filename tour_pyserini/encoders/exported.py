@@ -26,8 +26,10 @@ def check_exportable(spec: EncoderSpec, runtime: str, flag: str = "--encoder-run
     if runtime == "torch":
         return
     if spec.encoder_class not in EXPORTABLE:
-        raise UserError(f"{flag} {runtime} runs the {', '.join(EXPORTABLE)} encoder classes; --encoder {spec.name} "
-                        f"is Pyserini's {spec.encoder_class} class, which runs through torch only")  # fmt: skip
+        raise UserError(
+            f"{flag} {runtime} runs the {', '.join(EXPORTABLE)} encoder classes; --encoder {spec.name} "
+            f"is Pyserini's {spec.encoder_class} class, which runs through torch only"
+        )
     check_model_directory(spec.path, runtime, flag, f"--encoder {spec.name}")
 
 
@@ -38,8 +40,9 @@ def exported_transformer(model, tokenizer, path: str | Path, precision: str, run
     from tour_pyserini.runtime import exported_model
 
     def export(write, graph: Path) -> None:
-        examples = tokenizer(["a query", "another, longer query"], padding=True, return_tensors="pt",
-                             return_token_type_ids=False)  # fmt: skip
+        examples = tokenizer(
+            ["a query", "another, longer query"], padding=True, return_tensors="pt", return_token_type_ids=False
+        )
         write(model.eval(), {name: examples[name] for name in INPUTS}, OUTPUT, graph)
 
     return exported_model(path, weights_sha256(path), precision, runtime, export, f"--encoder {path}")

@@ -21,9 +21,12 @@ from pathlib import Path
 
 from tour_pyserini._java import import_pyserini
 
-_CLASSES = (("pyserini.encode._ance", "AnceEncoder"), ("pyserini.encode._cosdpr", "CosDprEncoder"),
-            ("pyserini.encode._aggretriever", "BertAggretrieverEncoder"),
-            ("pyserini.encode._aggretriever", "DistlBertAggretrieverEncoder"))  # fmt: skip
+_CLASSES = (
+    ("pyserini.encode._ance", "AnceEncoder"),
+    ("pyserini.encode._cosdpr", "CosDprEncoder"),
+    ("pyserini.encode._aggretriever", "BertAggretrieverEncoder"),
+    ("pyserini.encode._aggretriever", "DistlBertAggretrieverEncoder"),
+)
 
 
 def add_post_init() -> None:

@@ -51,8 +51,14 @@ def resolve_query_precision(precision: str | None, device: str = "cpu", runtime:
     """The arithmetic ``--encoder-precision`` (None: auto) means through ``runtime`` (``--encoder-runtime``) on
     ``device``: auto is :data:`AUTO_PRECISION` through every runtime; a precision the runtime or the device
     cannot run is the user's error, in one line, before any model loads."""
-    return resolve_runtime_precision(precision or "auto", runtime, device, "--encoder-precision", "--encoder-runtime",
-                                     auto=dict.fromkeys(RUNTIMES, AUTO_PRECISION))  # fmt: skip
+    return resolve_runtime_precision(
+        precision or "auto",
+        runtime,
+        device,
+        "--encoder-precision",
+        "--encoder-runtime",
+        auto=dict.fromkeys(RUNTIMES, AUTO_PRECISION),
+    )
 
 
 def same_length_groups(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -86,20 +92,24 @@ def _pyserini_query_encoder(spec: EncoderSpec, device: str):
     klass = CLASSES[spec.encoder_class]
     add_post_init()  # Pyserini's ANCE, CosDPR and Aggretriever models under transformers 5
     encode = import_pyserini("pyserini.encode")
-    kwargs = dict(encoder_dir=spec.path, tokenizer_name=spec.tokenizer, device=device, prefix=spec.query_prefix,
-                  fp16=False)  # fmt: skip
+    kwargs = dict(
+        encoder_dir=spec.path, tokenizer_name=spec.tokenizer, device=device, prefix=spec.query_prefix, fp16=False
+    )
     if spec.encoder_class in AUTO_FAMILY:
         kwargs.update(pooling=spec.pooling, l2_norm=spec.l2_norm, prefix=None)
     elif spec.encoder_class == "qwen3":
-        kwargs.update(l2_norm=spec.l2_norm, max_length=spec.query_max_length or PYSERINI_QUERY_MAX_LENGTH,
-                      explicit_truncate=False)  # fmt: skip
+        kwargs.update(
+            l2_norm=spec.l2_norm, max_length=spec.query_max_length or PYSERINI_QUERY_MAX_LENGTH, explicit_truncate=False
+        )
     elif spec.encoder_class == "openai-api":
         kwargs.update(max_length=spec.query_max_length or PYSERINI_QUERY_MAX_LENGTH)
     try:
         return encode.query_encoder_class_map[klass.query](**kwargs)
     except (OSError, ValueError, TypeError, AttributeError) as e:  # weights another class wrote, or no weights
-        raise UserError(f"--encoder {spec.name}: Pyserini's {spec.encoder_class} query encoder cannot load it "
-                        f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e  # fmt: skip
+        raise UserError(
+            f"--encoder {spec.name}: Pyserini's {spec.encoder_class} query encoder cannot load it "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        ) from e
 
 
 class QueryEncoder:
@@ -113,8 +123,15 @@ class QueryEncoder:
     names it.
     """
 
-    def __init__(self, pyserini_encoder, spec: EncoderSpec | None = None, threads: int | None = None,
-                 precision: str = "fp32", graph=None, runtime: str = "torch"):  # fmt: skip
+    def __init__(
+        self,
+        pyserini_encoder,
+        spec: EncoderSpec | None = None,
+        threads: int | None = None,
+        precision: str = "fp32",
+        graph=None,
+        runtime: str = "torch",
+    ):
         import torch
 
         if precision not in ("fp32", "bf16", "int8"):
@@ -129,8 +146,9 @@ class QueryEncoder:
         self._dimension: int | None = None
 
     @classmethod
-    def build(cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32", runtime: str = "torch",
-              loaded=None) -> QueryEncoder:  # fmt: skip
+    def build(
+        cls, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32", runtime: str = "torch", loaded=None
+    ) -> QueryEncoder:
         """Pyserini's query encoder class for ``spec`` (pooling, normalisation and prefix as it says), on
         ``device``, its matrix products in ``precision`` as ``runtime`` runs it (resolved and checked by
         :func:`resolve_query_precision` and :func:`~tour_pyserini.encoders.exported.check_exportable`);
@@ -182,14 +200,17 @@ class QueryEncoder:
             if klass is None or not klass.batched:
                 return np.stack([np.asarray(self.pyserini.encode(t), dtype=np.float32).reshape(-1) for t in texts])
             if klass.name in AUTO_FAMILY:
-                ids = self.pyserini.tokenizer(texts, add_special_tokens=True, truncation=True,
-                                              return_token_type_ids=False)["input_ids"]  # fmt: skip
+                ids = self.pyserini.tokenizer(
+                    texts, add_special_tokens=True, truncation=True, return_token_type_ids=False
+                )["input_ids"]
                 return self._assemble(
                     padded_chunks([len(i) for i in ids], self.chunk),
                     lambda rows: self._padded([texts[r] for r in rows], [ids[r] for r in rows]),
                 )
-            return self._assemble(same_length_groups(self.pyserini.tokenizer, texts),
-                                  lambda rows: self._pyserini_batch([texts[r] for r in rows]))  # fmt: skip
+            return self._assemble(
+                same_length_groups(self.pyserini.tokenizer, texts),
+                lambda rows: self._pyserini_batch([texts[r] for r in rows]),
+            )
 
     @staticmethod
     def _assemble(groups: list[list[int]], encode) -> np.ndarray:
@@ -238,15 +259,27 @@ class QueryEncoder:
         table = encoded_table(self.pyserini)
         missing = [t for t in texts if t not in table]
         if missing:
-            raise UserError(f"the pre-encoded queries have no vector for the query text {missing[0][:80]!r} "
-                            f"({len(missing)} of {len(texts)} texts missing)")  # fmt: skip
+            raise UserError(
+                f"the pre-encoded queries have no vector for the query text {missing[0][:80]!r} "
+                f"({len(missing)} of {len(texts)} texts missing)"
+            )
         return np.stack([np.asarray(table[t], dtype=np.float32).reshape(-1) for t in texts])
 
 
 ENCODED_FILE = "embedding.pkl"  # Pyserini's pre-encoded queries: a pandas table of 'text' and 'embedding'
 # what unpickling a file that is not a pickle, or one cut short, raises (pickle's own errors and its decoders')
-_NOT_A_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
-                 KeyError, UnicodeDecodeError, OverflowError)  # fmt: skip
+_NOT_A_PICKLE = (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    ImportError,
+    IndexError,
+    KeyError,
+    UnicodeDecodeError,
+    OverflowError,
+)
 
 
 class QueryEncoders:
@@ -269,8 +302,9 @@ class QueryEncoders:
             self._built.setdefault(self.key(encoder.spec, device, encoder.precision, encoder.runtime), encoder)
         return encoder
 
-    def get(self, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32",
-            runtime: str = "torch") -> QueryEncoder:  # fmt: skip
+    def get(
+        self, spec: EncoderSpec, device: str = "cpu", precision: str = "fp32", runtime: str = "torch"
+    ) -> QueryEncoder:
         key = self.key(spec, device, precision, runtime)
         if key not in self._built:
             loaded = next((e.pyserini for k, e in self._built.items() if k[:2] == key[:2]), None)
@@ -288,9 +322,11 @@ def _encoded_directory(directory: str | Path) -> Path:
         return path
     if path.exists() or str(directory).startswith((".", "/", "~")):
         raise UserError(f"--encoded-queries {directory}: no such directory")
-    raise UserError(f"--encoded-queries {directory}: a name of Pyserini's pre-encoded queries needs a download, "
-                    "which this toolkit does not do at run time; download it once (pyserini.util."
-                    "download_encoded_queries) and pass its directory")  # fmt: skip
+    raise UserError(
+        f"--encoded-queries {directory}: a name of Pyserini's pre-encoded queries needs a download, "
+        "which this toolkit does not do at run time; download it once (pyserini.util."
+        "download_encoded_queries) and pass its directory"
+    )
 
 
 def as_vector(value) -> np.ndarray | None:
@@ -331,14 +367,19 @@ def read_encoded_queries(directory: str | Path, dimension: int | None = None) ->
         frame = pd.read_pickle(path)
     except _NOT_A_PICKLE as e:
         reason = str(e).splitlines()[0][:120] if str(e) else "the file ends too soon"
-        raise UserError(f"{where}: {ENCODED_FILE} cannot be read as a pickled table ({type(e).__name__}: "
-                        f"{reason})") from None  # fmt: skip
+        raise UserError(
+            f"{where}: {ENCODED_FILE} cannot be read as a pickled table ({type(e).__name__}: {reason})"
+        ) from None
     if not isinstance(frame, pd.DataFrame):
-        raise UserError(f"{where}: {ENCODED_FILE} holds a {type(frame).__name__}, not a table (a pandas DataFrame "
-                        "with columns 'text' and 'embedding', as Pyserini writes)")  # fmt: skip
+        raise UserError(
+            f"{where}: {ENCODED_FILE} holds a {type(frame).__name__}, not a table (a pandas DataFrame "
+            "with columns 'text' and 'embedding', as Pyserini writes)"
+        )
     if missing := [c for c in ("text", "embedding") if c not in frame.columns]:
-        raise UserError(f"{where}: {ENCODED_FILE} has no column {' or '.join(map(repr, missing))} (Pyserini's "
-                        "table has 'text' and 'embedding')")  # fmt: skip
+        raise UserError(
+            f"{where}: {ENCODED_FILE} has no column {' or '.join(map(repr, missing))} (Pyserini's "
+            "table has 'text' and 'embedding')"
+        )
     if frame.empty:
         raise UserError(f"{where}: {ENCODED_FILE} holds no queries")
     rows = [(text, as_vector(v)) for text, v in zip(frame["text"].tolist(), frame["embedding"].tolist())]
@@ -369,5 +410,7 @@ def check_encoded_texts(directory: str | Path, texts: dict[str, str], dimension:
             causes.setdefault(problem, []).append(qid)
     if causes:
         found = "; ".join(f"{len(qids)} {cause} (first: topic {qids[0]})" for cause, qids in causes.items())
-        raise UserError(f"--encoded-queries {directory}: {sum(map(len, causes.values()))} of {len(texts)} topics "
-                        f"have no usable vector: {found}")  # fmt: skip
+        raise UserError(
+            f"--encoded-queries {directory}: {sum(map(len, causes.values()))} of {len(texts)} topics "
+            f"have no usable vector: {found}"
+        )

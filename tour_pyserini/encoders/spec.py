@@ -76,8 +76,9 @@ class EncoderSpec:
         """The spec of ``name`` with ``settings`` for the ``side`` ("query" or "document") it encodes:
         ``settings.max_length`` is that side's length, ``max_length`` the documents' on either side;
         ``pooling`` and ``l2_norm`` override the settings'. Settings a class would ignore are one line."""
-        settings = replace(settings, pooling=pooling or settings.pooling,
-                           l2_norm=settings.l2_norm if l2_norm is None else l2_norm)  # fmt: skip
+        settings = replace(
+            settings, pooling=pooling or settings.pooling, l2_norm=settings.l2_norm if l2_norm is None else l2_norm
+        )
         query_side = side == "query"
         document_length = max_length or (None if query_side else settings.max_length)
         if settings.encoder_class:
@@ -86,9 +87,15 @@ class EncoderSpec:
             inferred = infer_class(name)
             flags = settings.pooling is not None or settings.l2_norm is not None
             klass = CLASSES["auto" if flags and family(inferred) == "auto" else inferred]
-        check_class_options(klass, pooling=settings.pooling, l2_norm=settings.l2_norm,
-                            query_prefix=settings.query_prefix, doc_prefix=settings.doc_prefix,
-                            max_length_given=settings.max_length is not None, side=side)  # fmt: skip
+        check_class_options(
+            klass,
+            pooling=settings.pooling,
+            l2_norm=settings.l2_norm,
+            query_prefix=settings.query_prefix,
+            doc_prefix=settings.doc_prefix,
+            max_length_given=settings.max_length is not None,
+            side=side,
+        )
         if name in _BUNDLED:
             path = bundled_model_dir()
         else:
@@ -121,10 +128,17 @@ class EncoderSpec:
         )
 
     def to_json(self) -> dict:
-        return {"name": self.name, "encoder_class": self.encoder_class, "pooling": self.pooling,
-                "l2_norm": self.l2_norm, "max_length": self.max_length, "query_prefix": self.query_prefix,
-                "doc_prefix": self.doc_prefix, "tokenizer": self.tokenizer,
-                "query_max_length": self.query_max_length}  # fmt: skip
+        return {
+            "name": self.name,
+            "encoder_class": self.encoder_class,
+            "pooling": self.pooling,
+            "l2_norm": self.l2_norm,
+            "max_length": self.max_length,
+            "query_prefix": self.query_prefix,
+            "doc_prefix": self.doc_prefix,
+            "tokenizer": self.tokenizer,
+            "query_max_length": self.query_max_length,
+        }
 
 
 def check_model(what: str, name: str) -> None:
@@ -140,13 +154,19 @@ def check_model(what: str, name: str) -> None:
     from huggingface_hub import constants, try_to_load_from_cache
 
     if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(name, "config.json"), str):
-        raise UserError(f"{what} {name!r} is neither a local directory nor in the Hugging Face cache, and the hub "
-                        "is offline (HF_HUB_OFFLINE=1)")  # fmt: skip
+        raise UserError(
+            f"{what} {name!r} is neither a local directory nor in the Hugging Face cache, and the hub "
+            "is offline (HF_HUB_OFFLINE=1)"
+        )
 
 
 # the files transformers loads a PyTorch model's weights from (whole, or sharded with an index)
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")  # fmt: skip
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def check_weights(what: str, name: str) -> None:
@@ -160,8 +180,9 @@ def check_weights(what: str, name: str) -> None:
     if local.is_dir():
         found = any((local / f).is_file() for f in WEIGHT_FILES)
     else:
-        found = not constants.HF_HUB_OFFLINE or any(isinstance(try_to_load_from_cache(name, f), str)
-                                                    for f in WEIGHT_FILES)  # fmt: skip
+        found = not constants.HF_HUB_OFFLINE or any(
+            isinstance(try_to_load_from_cache(name, f), str) for f in WEIGHT_FILES
+        )
     if not found:
         raise UserError(f"{what} {name!r} has a config but no weights (none of {', '.join(WEIGHT_FILES)})")
 
@@ -174,16 +195,21 @@ def check_vocabulary(name: str, path: str, tokenizer: str) -> None:
     given = AutoTokenizer.from_pretrained(tokenizer)
     rows = getattr(AutoConfig.from_pretrained(path), "vocab_size", None)
     if rows is not None and len(given) > rows:
-        raise UserError(f"--tokenizer {tokenizer} has {len(given)} tokens, more than the {rows} embeddings of encoder "
-                        f"{name}: a tokenizer of another vocabulary")  # fmt: skip
+        raise UserError(
+            f"--tokenizer {tokenizer} has {len(given)} tokens, more than the {rows} embeddings of encoder "
+            f"{name}: a tokenizer of another vocabulary"
+        )
     try:
         own = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError):  # no tokenizer of its own to compare with
         return
     if own.get_vocab() != given.get_vocab():
-        warn_once(__name__, f"--tokenizer {tokenizer} has another vocabulary than encoder {name}'s own "
-                            f"({len(given)} tokens, its own {len(own)}): its token ids mean other words to the "
-                            "model")  # fmt: skip
+        warn_once(
+            __name__,
+            f"--tokenizer {tokenizer} has another vocabulary than encoder {name}'s own "
+            f"({len(given)} tokens, its own {len(own)}): its token ids mean other words to the "
+            "model",
+        )
 
 
 def bundled_model_dir() -> Path:
@@ -203,10 +229,12 @@ def sentence_transformers_settings(model_dir: Path) -> dict:
     if not modules_file.exists():
         return settings
     modules = model_json(modules_file)
-    if not isinstance(modules, list) or not all(isinstance(m, dict) and isinstance(m.get("type", ""), str)
-                                                for m in modules):  # fmt: skip
-        raise UserError(f"{modules_file}: not a sentence-transformers module list "
-                        '([{"type": ..., "path": ...}, ...])')  # fmt: skip
+    if not isinstance(modules, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("type", ""), str) for m in modules
+    ):
+        raise UserError(
+            f'{modules_file}: not a sentence-transformers module list ([{{"type": ..., "path": ...}}, ...])'
+        )
     for module in modules:
         kind = module.get("type", "")
         if kind.endswith("models.Normalize"):
@@ -270,8 +298,15 @@ def encoder_identity(spec: EncoderSpec) -> dict:
 
 
 # what changes the vectors besides the weights, with the value identities recorded before it was recorded
-_SETTINGS = {"encoder_class": "auto", "pooling": "cls", "l2_norm": False, "max_length": 512, "query_prefix": None,
-             "doc_prefix": None, "tokenizer": None}  # fmt: skip
+_SETTINGS = {
+    "encoder_class": "auto",
+    "pooling": "cls",
+    "l2_norm": False,
+    "max_length": 512,
+    "query_prefix": None,
+    "doc_prefix": None,
+    "tokenizer": None,
+}
 
 
 def _settings(identity: dict) -> dict:
@@ -299,8 +334,13 @@ def same_encoder(a: dict, b: dict) -> bool:
 
 def describe(identity: dict) -> str:
     sha = identity.get("weights_sha256")
-    extra = "".join(f", {key.replace('_', ' ')} {identity[key]!r}" for key in ("query_prefix", "doc_prefix",
-                    "tokenizer") if identity.get(key) is not None)  # fmt: skip
-    return (f"{identity['name']} ({identity.get('encoder_class', 'auto')} class, {identity['pooling']} pooling, "
-            f"l2_norm {identity['l2_norm']}, max length {identity['max_length']}{extra}, "
-            f"weights {sha[:12] if sha else 'unhashed'})")  # fmt: skip
+    extra = "".join(
+        f", {key.replace('_', ' ')} {identity[key]!r}"
+        for key in ("query_prefix", "doc_prefix", "tokenizer")
+        if identity.get(key) is not None
+    )
+    return (
+        f"{identity['name']} ({identity.get('encoder_class', 'auto')} class, {identity['pooling']} pooling, "
+        f"l2_norm {identity['l2_norm']}, max length {identity['max_length']}{extra}, "
+        f"weights {sha[:12] if sha else 'unhashed'})"
+    )

@@ -37,6 +37,7 @@ class PipelineEncoder:
         texts = [texts] if single else list(texts)
         if titles is not None:
             texts = [f"{title} {text}" for title, text in zip(titles, texts)]
-        vectors = self.model.encode(texts, prompt=self.prefix, batch_size=self.batch_size, convert_to_numpy=True,
-                                    show_progress_bar=False).astype(np.float32)  # fmt: skip
+        vectors = self.model.encode(
+            texts, prompt=self.prefix, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        ).astype(np.float32)
         return vectors[0] if single else vectors

@@ -76,8 +76,13 @@ class AnswerJudge(Judge):
     EntityQuestions topics carry a relation: the evaluation then also holds the mean per relation.
     """
 
-    def __init__(self, topics: Sequence[Topic], matcher: AnswerMatcher, topk: Sequence[int] = (1, 5, 20, 100),
-                 source: str = "the topics"):  # fmt: skip
+    def __init__(
+        self,
+        topics: Sequence[Topic],
+        matcher: AnswerMatcher,
+        topk: Sequence[int] = (1, 5, 20, 100),
+        source: str = "the topics",
+    ):
         self.topics = answer_topics(topics, source)
         self.qids = [t.qid for t in self.topics]
         self.all_qids = {t.qid for t in topics}  # those without answers too: a run may hold them

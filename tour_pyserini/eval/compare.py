@@ -26,8 +26,13 @@ class Comparison:
     losses: int
 
 
-def compare(per_query: dict[str, dict[str, dict[str, float]]], baseline: str, qids: list[str],
-            trials: int = 10_000, seed: int = 0) -> list[Comparison]:  # fmt: skip
+def compare(
+    per_query: dict[str, dict[str, dict[str, float]]],
+    baseline: str,
+    qids: list[str],
+    trials: int = 10_000,
+    seed: int = 0,
+) -> list[Comparison]:
     """``per_query[run][metric][qid]`` → one comparison per (run, metric), the baseline's own rows included.
 
     ``mean`` is the run's aggregate of the metric as ir-measures aggregates it (:func:`aggregate`: a sum for the
@@ -51,7 +56,7 @@ def compare(per_query: dict[str, dict[str, dict[str, float]]], baseline: str, qi
                     paired_t_test(values, base),
                     randomization_test(values, base, trials, seed),
                     *win_tie_loss(values, base),
-                )  # fmt: skip
+                )
             )
     return rows
 
@@ -59,10 +64,17 @@ def compare(per_query: dict[str, dict[str, dict[str, float]]], baseline: str, qi
 def render(rows: list[Comparison], fmt: str, baseline: str) -> str:
     header = ["run", "metric", "mean", "Δ vs baseline", "p (t-test)", "p (randomisation)", "win/tie/loss"]
     body = [
-        [Path(r.run).name + (" (baseline)" if r.run == baseline else ""), r.metric, f"{r.mean:.4f}",
-         f"{r.delta:+.4f}", f"{r.p_ttest:.4g}", f"{r.p_randomization:.4g}", f"{r.wins}/{r.ties}/{r.losses}"]
+        [
+            Path(r.run).name + (" (baseline)" if r.run == baseline else ""),
+            r.metric,
+            f"{r.mean:.4f}",
+            f"{r.delta:+.4f}",
+            f"{r.p_ttest:.4g}",
+            f"{r.p_randomization:.4g}",
+            f"{r.wins}/{r.ties}/{r.losses}",
+        ]
         for r in rows
-    ]  # fmt: skip
+    ]
     if fmt == "csv":
         out = io.StringIO()
         csv.writer(out).writerows([header, *body])

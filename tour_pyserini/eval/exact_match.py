@@ -63,12 +63,19 @@ def answer_scores(prediction: str, answers: Sequence[str], regex: bool = False) 
     if regex:
         em = max((regex_match(prediction, a) for a in answers), default=0.0)
         return em, em
-    return (max((exact_match(prediction, a) for a in answers), default=0.0),
-            max((token_f1(prediction, a) for a in answers), default=0.0))  # fmt: skip
+    return (
+        max((exact_match(prediction, a) for a in answers), default=0.0),
+        max((token_f1(prediction, a) for a in answers), default=0.0),
+    )
 
 
-def evaluate_predictions(predictions: Mapping[str, Prediction], topics: Sequence[Topic], regex: bool = False,
-                         source: str = "the predictions", topics_source: str = "the topics") -> Evaluation:  # fmt: skip
+def evaluate_predictions(
+    predictions: Mapping[str, Prediction],
+    topics: Sequence[Topic],
+    regex: bool = False,
+    source: str = "the predictions",
+    topics_source: str = "the topics",
+) -> Evaluation:
     """EM and F1 over every topic with answers (:func:`~tour_pyserini.eval.judge.answer_topics`, ``topics_source``
     naming them); a question without a prediction scores 0, and a prediction for a question the topics do not
     hold is the user's error (predictions of another topics file)."""

@@ -86,8 +86,9 @@ def answer_topics(topics: Sequence[Topic], source: str = "the topics") -> list[T
     if not judged:
         raise UserError(f"{source}: no topic has answers (scoring answers needs topics with an 'answers' list)")
     if len(judged) < len(topics):
-        warn_once(__name__, f"{source}: {len(topics) - len(judged)} of {len(topics)} questions have no answer and "
-                            "are skipped")  # fmt: skip
+        warn_once(
+            __name__, f"{source}: {len(topics) - len(judged)} of {len(topics)} questions have no answer and are skipped"
+        )
     return judged
 
 
@@ -129,8 +130,10 @@ def _check_gdeval(measures, qrels: Mapping[str, Mapping[str, int]]) -> None:
     gdeval = [str(m) for m in measures if _provider(m) == "gdeval"]
     if not gdeval:
         return
-    needs = (f"metric {', '.join(gdeval)} is computed by ir-measures' gdeval, which reads numeric query ids and "
-             f"grades up to {GDEVAL_MAX_GRADE}")  # fmt: skip
+    needs = (
+        f"metric {', '.join(gdeval)} is computed by ir-measures' gdeval, which reads numeric query ids and "
+        f"grades up to {GDEVAL_MAX_GRADE}"
+    )
     for qid, docs in qrels.items():
         if not (qid.isascii() and qid.isdigit()):
             raise UserError(f"{needs}: the qrels' query {qid!r} is not a number")
@@ -151,8 +154,12 @@ class QrelsJudge(Judge):
     :meth:`per_query`, which gives every judged query a value.
     """
 
-    def __init__(self, qrels: Mapping[str, Mapping[str, int]], metrics: Iterable[str] = DEFAULT_METRICS,
-                 qids: Iterable[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        qrels: Mapping[str, Mapping[str, int]],
+        metrics: Iterable[str] = DEFAULT_METRICS,
+        qids: Iterable[str] | None = None,
+    ):
         import ir_measures
 
         keep = set(qrels) if qids is None else set(qids) & set(qrels)

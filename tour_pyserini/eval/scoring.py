@@ -63,17 +63,30 @@ def check_queries(path: str, run: dict, judge: Judge, judgements: Judgements) ->
     common = [q for q in judge.qids if q in run]
     if not common:
         kind = "topics" if judgements.answers else "qrels"
-        raise UserError(f"{path} and {source} have no query in common (the run's {len(run)}: {_some(run)}; the "
-                        f"{kind}' {len(judge.qids)}: {_some(judge.qids)}): a run of other topics?")  # fmt: skip
+        raise UserError(
+            f"{path} and {source} have no query in common (the run's {len(run)}: {_some(run)}; the "
+            f"{kind}' {len(judge.qids)}: {_some(judge.qids)}): a run of other topics?"
+        )
     if not judgements.answers:
         return
     if len(common) < len(judge.qids):
-        log.warning("%s: %d of the %d questions of %s are not in the run and count as 0 (is it a run of these "
-                    "topics?)", path, len(judge.qids) - len(common), len(judge.qids), source)  # fmt: skip
+        log.warning(
+            "%s: %d of the %d questions of %s are not in the run and count as 0 (is it a run of these topics?)",
+            path,
+            len(judge.qids) - len(common),
+            len(judge.qids),
+            source,
+        )
     unknown = [q for q in run if q not in judge.all_qids]
     if unknown:
-        log.warning("%s: %d of its %d queries (%s) are not questions of %s and are not scored", path, len(unknown),
-                    len(run), _some(unknown), source)  # fmt: skip
+        log.warning(
+            "%s: %d of its %d queries (%s) are not questions of %s and are not scored",
+            path,
+            len(unknown),
+            len(run),
+            _some(unknown),
+            source,
+        )
 
 
 def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None = None) -> tuple[dict, list[str]]:
@@ -91,8 +104,11 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
             judged = {d for docs in judge.qrels.values() for d in docs}
             for path, run in runs.items():
                 if not any(d in judged for docs in run.values() for d in docs):
-                    log.warning("%s shares no document with %s, so every query scores 0 (a run of another "
-                                "collection?)", path, judgements.qrels)  # fmt: skip
+                    log.warning(
+                        "%s shares no document with %s, so every query scores 0 (a run of another collection?)",
+                        path,
+                        judgements.qrels,
+                    )
         if answer_qrels_out:
             if not judgements.answers:
                 raise UserError("--write-answer-qrels needs --answers")

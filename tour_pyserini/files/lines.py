@@ -67,8 +67,10 @@ def read_fields(path: str | Path, layout: str, kind: str, blank_lines: bool = Tr
     expected = len(layout.split())
     for lineno, line in text_lines(path):
         if "\0" in line:
-            raise UserError(f"{path}:{lineno}: a NUL byte at column {line.index(chr(0)) + 1} (trec_eval reads no "
-                            f"{kind} file holding one)")  # fmt: skip
+            raise UserError(
+                f"{path}:{lineno}: a NUL byte at column {line.index(chr(0)) + 1} (trec_eval reads no "
+                f"{kind} file holding one)"
+            )
         fields = split_fields(line)
         if not fields:
             if blank_lines:

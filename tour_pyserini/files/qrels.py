@@ -25,11 +25,15 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
         except ValueError:
             raise UserError(f"{path}:{lineno}: relevance {grade!r} is not an integer") from None
         if value not in GRADES:
-            raise UserError(f"{path}:{lineno}: relevance {value} does not fit a 32-bit integer (trec_eval stops on it, "
-                            "pytrec_eval reads another number)")  # fmt: skip
+            raise UserError(
+                f"{path}:{lineno}: relevance {value} does not fit a 32-bit integer (trec_eval stops on it, "
+                "pytrec_eval reads another number)"
+            )
         if (qid, docid) in first:
-            raise UserError(f"{path}:{lineno}: docid {docid!r} is judged twice for query {qid!r} (first at line "
-                            f"{first[qid, docid]}); trec_eval refuses duplicate judgements")  # fmt: skip
+            raise UserError(
+                f"{path}:{lineno}: docid {docid!r} is judged twice for query {qid!r} (first at line "
+                f"{first[qid, docid]}); trec_eval refuses duplicate judgements"
+            )
         first[qid, docid] = lineno
         qrels.setdefault(qid, {})[docid] = value
     if not qrels:

@@ -38,9 +38,17 @@ class ResumableWriter:
     """Writes batches of ``(qid, text, companion record)``; subclasses say how a qid is read back from a line
     (:meth:`qid_of`) and format their records into text."""
 
-    def __init__(self, path: str | Path, signature: dict | None = None, *, resume: bool = True,
-                 companion: str | Path | None = None, holder: str = "another command is writing this file",
-                 flag: str = "--output", companion_flag: str = "--trace"):  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        signature: dict | None = None,
+        *,
+        resume: bool = True,
+        companion: str | Path | None = None,
+        holder: str = "another command is writing this file",
+        flag: str = "--output",
+        companion_flag: str = "--trace",
+    ):
         self.path = Path(path)
         self.partial = partial_name(self.path, ".partial")
         self.sidecar = partial_name(self.path, ".partial.json")
@@ -98,8 +106,12 @@ class ResumableWriter:
         self._recording = carried
         self._record(end)
         # stored by one statement after the record: an interrupt sees the batch either done or not
-        self._complete, self._companion_complete, self.done, self.carried = (end, companion_end,
-                                                                             self.done | written, carried)  # fmt: skip
+        self._complete, self._companion_complete, self.done, self.carried = (
+            end,
+            companion_end,
+            self.done | written,
+            carried,
+        )
 
     def _recorded_end(self) -> int | None:
         """Where the whole batches of an interrupted write with this signature end; None if there is none."""

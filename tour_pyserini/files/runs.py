@@ -48,13 +48,20 @@ class RunWriter(ResumableWriter):
     the protocol of :mod:`tour_pyserini.files.resumable`. ``write`` is a batch of one; ``trace`` names a JSON-lines
     file of one record per query that follows the run's rules."""
 
-    def __init__(self, path: str | Path, tag: str = "tour_pyserini", signature: dict | None = None,
-                 decimals: int = DECIMALS, *, resume: bool = True, trace: str | Path | None = None):  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        tag: str = "tour_pyserini",
+        signature: dict | None = None,
+        decimals: int = DECIMALS,
+        *,
+        resume: bool = True,
+        trace: str | Path | None = None,
+    ):
         self.tag = tag
         self.decimals = decimals
         self.no_hits: list[str] = []  # queries written with no hits, in order
-        super().__init__(path, signature, resume=resume, companion=trace,
-                         holder="another search is writing this run")  # fmt: skip
+        super().__init__(path, signature, resume=resume, companion=trace, holder="another search is writing this run")
 
     @staticmethod
     def qid_of(line: bytes) -> str:
@@ -64,12 +71,16 @@ class RunWriter(ResumableWriter):
         """Append one query's hits (and its trace record) as a batch of one."""
         self.write_batch([(qid, hits, trace)])
 
-    def write_batch(self, batch: Sequence[tuple[str, Sequence[Hit], dict | None]], carried: bytes | None = None,
-                    ) -> None:  # fmt: skip
+    def write_batch(
+        self,
+        batch: Sequence[tuple[str, Sequence[Hit], dict | None]],
+        carried: bytes | None = None,
+    ) -> None:
         """Append a batch of ``(qid, hits, trace record)``: kept by an interrupt, resumed after (``carried``: the
         rewriter's state after it, recorded with it)."""
-        self.write_texts([(qid, format_run_lines(qid, hits, self.tag, self.decimals), trace)
-                          for qid, hits, trace in batch], carried)  # fmt: skip
+        self.write_texts(
+            [(qid, format_run_lines(qid, hits, self.tag, self.decimals), trace) for qid, hits, trace in batch], carried
+        )
         self.no_hits += [qid for qid, hits, _ in batch if not hits]
 
 
@@ -94,5 +105,7 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
         if docid in docs:
             raise UserError(f"{path}:{lineno}: docid {docid!r} appears twice for query {qid!r}")
         docs[docid] = (value, position)
-    return {qid: {d: s for d, (s, _) in sorted(docs.items(), key=lambda item: (-item[1][0], item[1][1]))}
-            for qid, docs in hits.items()}  # fmt: skip
+    return {
+        qid: {d: s for d, (s, _) in sorted(docs.items(), key=lambda item: (-item[1][0], item[1][1]))}
+        for qid, docs in hits.items()
+    }

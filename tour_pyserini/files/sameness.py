@@ -54,16 +54,23 @@ class RunDiff:
         return self.identical + self.within + len(self.different)
 
     def to_json(self) -> dict:
-        return {"queries": self.queries, "identical": self.identical, "same_within_tolerance": self.within,
-                "different": len(self.different), "tolerance": self.tolerance,
-                "max_score_difference": self.max_score_diff,
-                "first_difference": self.different[0].reason if self.different else None}  # fmt: skip
+        return {
+            "queries": self.queries,
+            "identical": self.identical,
+            "same_within_tolerance": self.within,
+            "different": len(self.different),
+            "tolerance": self.tolerance,
+            "max_score_difference": self.max_score_diff,
+            "first_difference": self.different[0].reason if self.different else None,
+        }
 
     def summary(self) -> str:
         """One line: "300 queries: 288 identical, 12 the same up to ties within 1e-05, 0 different"."""
-        text = (f"{self.queries} queries: {self.identical} identical, {self.within} the same up to ties within "
-                f"{self.tolerance:g}, {len(self.different)} different (largest score difference "
-                f"{self.max_score_diff:.2g})")  # fmt: skip
+        text = (
+            f"{self.queries} queries: {self.identical} identical, {self.within} the same up to ties within "
+            f"{self.tolerance:g}, {len(self.different)} different (largest score difference "
+            f"{self.max_score_diff:.2g})"
+        )
         if self.different:
             first = self.different[0]
             text += f"; first: query {first.qid}: {first.reason}"
@@ -114,6 +121,8 @@ def _query_reason(a: Ranking, b: Ranking, tol: float) -> tuple[str | None, float
     far = (np.abs(sa[:, None] - sa[None, :]) > tol) & (np.abs(sb[:, None] - sb[None, :]) > tol)
     if (bad := np.argwhere(swapped & far)).size:
         i, j = bad[0]
-        return (f"documents {common[i]} and {common[j]} swap places with scores {sa[i]} and {sa[j]} "
-                f"(more than {tol:.0e} apart)"), largest  # fmt: skip
+        return (
+            f"documents {common[i]} and {common[j]} swap places with scores {sa[i]} and {sa[j]} "
+            f"(more than {tol:.0e} apart)"
+        ), largest
     return None, largest

@@ -167,13 +167,16 @@ def _from_pyserini(name: str) -> Iterator[tuple[int, Topic]]:
     except ValueError:
         raise FileNotFoundError(f"unknown topics {name!r}: no such file, and not a Pyserini topics name") from None
     except OSError as e:  # Pyserini 2.x fetches its topics catalogue, then the file: URLError offline
-        raise UserError(f"topics {name!r}: no such file, and Pyserini's topics could not be fetched "
-                        f"({getattr(e, 'reason', e)}); without network, pass a topics file") from None  # fmt: skip
+        raise UserError(
+            f"topics {name!r}: no such file, and Pyserini's topics could not be fetched "
+            f"({getattr(e, 'reason', e)}); without network, pass a topics file"
+        ) from None
     except Exception as e:  # Pyserini 1.6.0's Anserini downloads the topics file: a JavaException offline
         if type(e).__name__ != "JavaException":
             raise
-        raise UserError(f"Pyserini topics {name!r} could not be downloaded; without network, pass a topics "
-                        "file") from None  # fmt: skip
+        raise UserError(
+            f"Pyserini topics {name!r} could not be downloaded; without network, pass a topics file"
+        ) from None
     for i, (qid, topic) in enumerate(topics.items(), 1):
         yield i, Topic(str(qid), topic["title"], tuple(topic.get("answers", ())))
 

@@ -31,8 +31,9 @@ def run_indexer(args: list[str]) -> None:
             indexer.wait()
             raise
     if status != 0:
-        raise UserError(f"Anserini's indexer failed (exit status {status}; its messages are above); no index was "
-                        "written")  # fmt: skip
+        raise UserError(
+            f"Anserini's indexer failed (exit status {status}; its messages are above); no index was written"
+        )
 
 
 def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) -> IndexMeta:
@@ -53,19 +54,32 @@ def write_bm25_index(collection: str | Path, out_dir: Path, threads: int = 1) ->
             staged.symlink_to(corpus)
         else:
             write_normalised(corpus, staged, fields="contents")
-        run_indexer([
-            "-collection", "JsonCollection",
-            "-generator", "DefaultLuceneDocumentGenerator",
-            "-input", input_dir,
-            "-index", str(out_dir),
-            "-threads", str(threads),
-            "-storePositions", "-storeDocvectors", "-storeRaw",
-        ])  # fmt: skip
+        run_indexer(
+            [
+                "-collection",
+                "JsonCollection",
+                "-generator",
+                "DefaultLuceneDocumentGenerator",
+                "-input",
+                input_dir,
+                "-index",
+                str(out_dir),
+                "-threads",
+                str(threads),
+                "-storePositions",
+                "-storeDocvectors",
+                "-storeRaw",
+            ]
+        )
     indexed = import_pyserini("pyserini.index.lucene").LuceneIndexReader(str(out_dir)).stats()["documents"]
     check_count(corpus, indexer="Lucene", indexed=indexed, expected=check.num_docs - len(check.empty))
     if check.empty:
-        log.warning("%s: %d documents have empty text and are not in the BM25 index (first: %s)", corpus,
-                    len(check.empty), ", ".join(check.empty[:5]))  # fmt: skip
+        log.warning(
+            "%s: %d documents have empty text and are not in the BM25 index (first: %s)",
+            corpus,
+            len(check.empty),
+            ", ".join(check.empty[:5]),
+        )
     write_term_matrix(out_dir)
     n_docs = DocStore.build(out_dir / DOCSTORE_FILE, read_jsonl_corpus(corpus))
     return IndexMeta(

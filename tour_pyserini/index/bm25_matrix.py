@@ -42,10 +42,17 @@ class TermMatrix:
         try:
             with open(tmp, "wb") as f:
                 np.savez(
-                    f, **_pack("docids", self.docids), **_pack("terms", self.terms), df=self.df, norms=self.norms,
-                    indptr=self.tf.indptr, indices=self.tf.indices, data=self.tf.data,
-                    stats=np.array([self.doc_count, self.sum_total_tf], dtype=np.int64), commit=np.array(self.commit),
-                )  # fmt: skip
+                    f,
+                    **_pack("docids", self.docids),
+                    **_pack("terms", self.terms),
+                    df=self.df,
+                    norms=self.norms,
+                    indptr=self.tf.indptr,
+                    indices=self.tf.indices,
+                    data=self.tf.data,
+                    stats=np.array([self.doc_count, self.sum_total_tf], dtype=np.int64),
+                    commit=np.array(self.commit),
+                )
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)

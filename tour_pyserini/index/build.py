@@ -20,8 +20,12 @@ from tour_pyserini.index.layout import IndexMeta, unreadable_reason
 def corpus_identity(corpus: Path) -> dict:
     """What an index records of its corpus file: absolute path, size, modification time and SHA-256."""
     stat = corpus.stat()
-    return {"path": str(corpus.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-            "sha256": file_sha256(corpus)}  # fmt: skip
+    return {
+        "path": str(corpus.resolve()),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": file_sha256(corpus),
+    }
 
 
 def _part(shard: dict | None) -> str:
@@ -63,8 +67,14 @@ class IndexRequest:
             if source is None or Path(source).resolve() != Path(self.from_index).resolve():
                 found.append(f"vectors from {source or meta.collection}, asked {self.from_index}")
         if self.encoder is not None and meta.encoder is not None:
-            if not same_encoder({**self.encoder, "name": meta.encoder["name"],  # the settings alike: the weights
-                                 "weights_sha256": meta.encoder.get("weights_sha256")}, self.encoder):  # fmt: skip
+            if not same_encoder(
+                {
+                    **self.encoder,
+                    "name": meta.encoder["name"],  # the settings alike: the weights
+                    "weights_sha256": meta.encoder.get("weights_sha256"),
+                },
+                self.encoder,
+            ):
                 found.append(f"encoder {_weights(meta.encoder)}, asked {_weights(self.encoder)}")
             found += setting_differences(meta.encoder, self.encoder)
         if self.faiss_index is not None:
@@ -75,8 +85,11 @@ class IndexRequest:
             if recorded.get("type") != asked["type"]:
                 found.append(f"--faiss-index {recorded.get('type')}, asked {asked['type']}")
             else:
-                found += [f"{key} {recorded.get(key)}, asked {value}" for key, value in asked.items()
-                          if value is not None and recorded.get(key) != value]  # fmt: skip
+                found += [
+                    f"{key} {recorded.get(key)}, asked {value}"
+                    for key, value in asked.items()
+                    if value is not None and recorded.get(key) != value
+                ]
         if not self.prebuilt and meta.extra.get("prebuilt"):
             found.append(f"vectors of prebuilt/{meta.extra['prebuilt']}, asked encoding (--no-prebuilt)")
         return found
@@ -108,8 +121,9 @@ def check_count(corpus: Path, *, indexer: str, indexed: int, expected: int) -> N
         )
 
 
-def build_index(output: str | Path, write: Callable[[Path], IndexMeta], overwrite: bool = False,
-                request: IndexRequest | None = None) -> IndexMeta:  # fmt: skip
+def build_index(
+    output: str | Path, write: Callable[[Path], IndexMeta], overwrite: bool = False, request: IndexRequest | None = None
+) -> IndexMeta:
     """Run ``write(tmp_dir)`` and move the finished index to ``output``.
 
     An existing index at ``output`` is reused unless ``overwrite``, and only if it records what ``request``

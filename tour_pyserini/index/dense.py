@@ -48,8 +48,9 @@ def write_dense_index(
     identity = encoder_identity(encoder)
     found = find_prebuilt(corpus, identity, list(fields), prebuilt) if prebuilt else None
     if found is not None:
-        log.debug("using prebuilt %s: vectors of %d documents, encoder checked", found.path.name,
-                 found.manifest["num_docs"])  # fmt: skip
+        log.debug(
+            "using prebuilt %s: vectors of %d documents, encoder checked", found.path.name, found.manifest["num_docs"]
+        )
         indexed, dimension = found.write_faiss(out_dir)
     else:
         indexed, dimension = encode_corpus(corpus, out_dir, encoder, batch_size, fields, check, device=device)
@@ -68,9 +69,17 @@ def write_dense_index(
     )
 
 
-def encode_corpus(corpus: Path, out_dir: Path, encoder: EncoderSpec, batch_size: int, fields: tuple[str, ...],
-                  check: CorpusCheck, device: str = "cpu", shard: tuple[int, int] = (0, 1),
-                  progress: Callable[[int], None] | None = None) -> tuple[int, int]:  # fmt: skip
+def encode_corpus(
+    corpus: Path,
+    out_dir: Path,
+    encoder: EncoderSpec,
+    batch_size: int,
+    fields: tuple[str, ...],
+    check: CorpusCheck,
+    device: str = "cpu",
+    shard: tuple[int, int] = (0, 1),
+    progress: Callable[[int], None] | None = None,
+) -> tuple[int, int]:
     """Encode the corpus (or shard ``(id, count)`` of it, as ``pyserini.encode --shard-id --shard-num`` splits
     it) into ``index`` + ``docid``; (documents indexed, dimension). ``progress`` is told each batch's size.
 
@@ -135,8 +144,7 @@ def copy_dense_index(source: str | Path, out_dir: Path, faiss_spec: FaissIndexSp
     for name in ("index", "docid", DOCSTORE_FILE):
         if (source / name).exists():
             shutil.copyfile(source / name, out_dir / name)
-    meta = IndexMeta.read(source) or IndexMeta(kind="dense", collection="", num_docs=index.ntotal,
-                                               dimension=index.d)  # fmt: skip
+    meta = IndexMeta.read(source) or IndexMeta(kind="dense", collection="", num_docs=index.ntotal, dimension=index.d)
     meta.faiss_index = rebuild_faiss_index(out_dir, faiss_spec)
     meta.extra = {**meta.extra, "from_index": str(source)}
     return meta

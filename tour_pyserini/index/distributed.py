@@ -99,9 +99,20 @@ def encode_shard(build: ShardedBuild, shard_id: int, directory: str, board) -> I
     board.started.remote(shard_id, os.getpid())
     request = shard_request(build.collection, build.encoder, shard, build.faiss_spec, build.batch_size)
     try:
-        return build_index(directory, lambda tmp: write_dense_shard(
-            build.collection, tmp, build.encoder, shard, build.batch_size, faiss_spec=build.faiss_spec,
-            device=build.device, progress=lambda n: board.add.remote(shard_id, n)), request=request)  # fmt: skip
+        return build_index(
+            directory,
+            lambda tmp: write_dense_shard(
+                build.collection,
+                tmp,
+                build.encoder,
+                shard,
+                build.batch_size,
+                faiss_spec=build.faiss_spec,
+                device=build.device,
+                progress=lambda n: board.add.remote(shard_id, n),
+            ),
+            request=request,
+        )
     except USER_ERRORS as e:
         return e
 
@@ -120,21 +131,31 @@ def kept_shards(build: ShardedBuild, root: Path, overwrite: bool) -> dict[int, i
             else:
                 path.unlink()
             continue
-        request = shard_request(build.collection, build.encoder, build.shard(shard_id), build.faiss_spec,
-                                build.batch_size)  # fmt: skip
+        request = shard_request(
+            build.collection, build.encoder, build.shard(shard_id), build.faiss_spec, build.batch_size
+        )
         if differences := request.differences(meta):
             if not overwrite:
-                raise UserError(f"{path}, kept from an earlier run, was built with {'; '.join(differences)}; "
-                                "pass --overwrite to encode it again")  # fmt: skip
+                raise UserError(
+                    f"{path}, kept from an earlier run, was built with {'; '.join(differences)}; "
+                    "pass --overwrite to encode it again"
+                )
             shutil.rmtree(path)
             continue
         kept[shard_id] = meta.num_docs
     return kept
 
 
-def encode_shards_on_ray(build: ShardedBuild, output: str | Path, *, total: int, workers: int,
-                         address: str | None = None, overwrite: bool = False,
-                         on_progress: Callable[[ShardProgress], None] | None = None) -> list[Path]:  # fmt: skip
+def encode_shards_on_ray(
+    build: ShardedBuild,
+    output: str | Path,
+    *,
+    total: int,
+    workers: int,
+    address: str | None = None,
+    overwrite: bool = False,
+    on_progress: Callable[[ShardProgress], None] | None = None,
+) -> list[Path]:
     """Encode every shard of ``build`` not finished already into ``<output>.shards/`` on ``workers`` Ray workers;
     the shard directories, in shard order, for :func:`tour_pyserini.index.shards.check_shards`.
 
@@ -169,13 +190,21 @@ def encode_shards_on_ray(build: ShardedBuild, output: str | Path, *, total: int,
     return [shard_directory(root, build.shard(i)) for i in range(build.shards)]
 
 
-def run_tasks(ray, build: ShardedBuild, root: Path, pending: list[int], workers: int, progress: ShardProgress,
-              on_progress: Callable[[ShardProgress], None] | None) -> None:  # fmt: skip
+def run_tasks(
+    ray,
+    build: ShardedBuild,
+    root: Path,
+    pending: list[int],
+    workers: int,
+    progress: ShardProgress,
+    on_progress: Callable[[ShardProgress], None] | None,
+) -> None:
     """Run the ``pending`` shards' tasks, at most ``workers`` at a time, until all are finished."""
     gpus = 1 if build.device.startswith("cuda") else 0  # Ray gives each task its own GPU as "cuda"
     # the workers' own progress bars would interleave with the driver's one
-    task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=RETRIES,
-                      runtime_env={"env_vars": {"TQDM_DISABLE": "1"}})(encode_shard)  # fmt: skip
+    task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=RETRIES, runtime_env={"env_vars": {"TQDM_DISABLE": "1"}})(
+        encode_shard
+    )
     board = ray.remote(num_cpus=0)(ProgressBoard).remote()
     queue, running = list(pending), {}
     while queue or running:
@@ -190,8 +219,10 @@ def run_tasks(ray, build: ShardedBuild, root: Path, pending: list[int], workers:
                 result = ray.get(ref)
             except ray.exceptions.RayError as e:
                 reason = str(e).strip().splitlines()[0][:200]
-                raise UserError(f"shard {shard_id} of {build.shards} failed {RETRIES + 1} times ({reason}); the "
-                                f"finished shards are kept in {root}: run again to resume") from None  # fmt: skip
+                raise UserError(
+                    f"shard {shard_id} of {build.shards} failed {RETRIES + 1} times ({reason}); the "
+                    f"finished shards are kept in {root}: run again to resume"
+                ) from None
             if isinstance(result, USER_ERRORS):
                 raise result
             progress.done[shard_id] = result.num_docs

@@ -73,8 +73,9 @@ class DocStore:
         self._db.close()
 
 
-def open_passages(stack: ExitStack, *, index: str | Path | None = None,
-                  collection: str | Path | None = None) -> DocStore:  # fmt: skip
+def open_passages(
+    stack: ExitStack, *, index: str | Path | None = None, collection: str | Path | None = None
+) -> DocStore:
     """The passages of an index (its docstore) or of a collection (a store built for the caller's ``stack``, in a
     temporary directory), closed with the stack."""
     if index is not None:

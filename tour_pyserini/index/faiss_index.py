@@ -85,8 +85,11 @@ class FaissIndexSpec:
         return ", ".join([self.type] + [f"{k} {v}" for k, v in self.to_json().items() if k != "type" and v is not None])
 
     def to_json(self) -> dict:
-        keys = {"flat": ("type",), "hnsw": ("type", "M", "ef_construction", "ef_search"),
-                "ivfpq": ("type", "nlist", "nprobe", "pq_m", "pq_nbits")}  # fmt: skip
+        keys = {
+            "flat": ("type",),
+            "hnsw": ("type", "M", "ef_construction", "ef_search"),
+            "ivfpq": ("type", "nlist", "nprobe", "pq_m", "pq_nbits"),
+        }
         return {k: v for k, v in asdict(self).items() if k in keys[self.type]}
 
 
@@ -322,8 +325,10 @@ def set_search_params(index, *, ef_search: int | None = None, nprobe: int | None
     have is the user's error."""
     import faiss
 
-    for flag, name, value, kind in (("--ef-search", "efSearch", ef_search, "HNSW"), ("--nprobe", "nprobe", nprobe,
-                                                                                       "IVF")):  # fmt: skip
+    for flag, name, value, kind in (
+        ("--ef-search", "efSearch", ef_search, "HNSW"),
+        ("--nprobe", "nprobe", nprobe, "IVF"),
+    ):
         if value is None:
             continue
         if value < 1:
@@ -331,5 +336,6 @@ def set_search_params(index, *, ef_search: int | None = None, nprobe: int | None
         try:
             faiss.ParameterSpace().set_index_parameter(index, name, value)
         except RuntimeError:
-            raise UserError(f"{flag} applies to {kind} indexes; {where or 'this index'} is "
-                            f"{index_type(index)}") from None  # fmt: skip
+            raise UserError(
+                f"{flag} applies to {kind} indexes; {where or 'this index'} is {index_type(index)}"
+            ) from None

@@ -47,8 +47,10 @@ class IndexMeta:
             return cls(**json.loads(path.read_bytes()))
         except (ValueError, TypeError) as e:  # not JSON (or not UTF-8), not an object, or other fields
             reason = str(e).splitlines()[0][:120]
-            raise UserError(f"{path} is damaged, not the metadata tour_pyserini writes ({reason}); rebuild the "
-                            f"index (index --output {index_dir} --overwrite)") from None  # fmt: skip
+            raise UserError(
+                f"{path} is damaged, not the metadata tour_pyserini writes ({reason}); rebuild the "
+                f"index (index --output {index_dir} --overwrite)"
+            ) from None
 
 
 def check_faiss_file(path: Path, docid_count: int | None = None):
@@ -67,8 +69,10 @@ def check_faiss_file(path: Path, docid_count: int | None = None):
     if docid_count is None and docids.is_file():
         docid_count = count_lines(docids)
     if docid_count is not None and docid_count != index.ntotal:  # Pyserini asserts they agree
-        raise UserError(f"{docids} lists {docid_count} docids for the {index.ntotal} vectors of {path}: the index "
-                        "is damaged or its files are mixed up; rebuild it (index --overwrite)")  # fmt: skip
+        raise UserError(
+            f"{docids} lists {docid_count} docids for the {index.ntotal} vectors of {path}: the index "
+            "is damaged or its files are mixed up; rebuild it (index --overwrite)"
+        )
     return index
 
 
@@ -148,8 +152,10 @@ def unreadable_reason(index_dir: str | Path) -> str | None:
 def check_readable(index_dir: str | Path) -> None:
     """One line, before the JVM starts, for a Lucene index the installed Pyserini cannot read."""
     if reason := unreadable_reason(index_dir):
-        raise UserError(f"{index_dir}: {reason}; rebuild it here (tour-pyserini index --bm25 --collection ... "
-                        f"--output {index_dir} --overwrite) or search it where it was built")  # fmt: skip
+        raise UserError(
+            f"{index_dir}: {reason}; rebuild it here (tour-pyserini index --bm25 --collection ... "
+            f"--output {index_dir} --overwrite) or search it where it was built"
+        )
 
 
 def index_fingerprint(index_dir: str | Path) -> str:
@@ -157,10 +163,16 @@ def index_fingerprint(index_dir: str | Path) -> str:
     its Lucene segment files or of its Faiss index and docids, with the corpus SHA-256 and the encoder its
     metadata records. Not its path: a moved index keeps it; a rebuilt one of another corpus does not."""
     index_dir = Path(index_dir)
-    files = sorted(p for p in index_dir.iterdir() if p.is_file() and (p.name.startswith(("_", "segments_"))
-                                                                       or p.name in ("index", "docid")))  # fmt: skip
+    files = sorted(
+        p
+        for p in index_dir.iterdir()
+        if p.is_file() and (p.name.startswith(("_", "segments_")) or p.name in ("index", "docid"))
+    )
     meta = IndexMeta.read(index_dir)
     encoder = {k: v for k, v in (meta.encoder or {}).items() if k != "name"} if meta else None
-    identity = {"files": [[p.name, p.stat().st_size] for p in files],
-                "corpus": (meta.corpus or {}).get("sha256") if meta else None, "encoder": encoder}  # fmt: skip
+    identity = {
+        "files": [[p.name, p.stat().st_size] for p in files],
+        "corpus": (meta.corpus or {}).get("sha256") if meta else None,
+        "encoder": encoder,
+    }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

@@ -58,8 +58,10 @@ class Prebuilt:
 
         vectors, docids = self.vectors(), self.docids()
         if len(docids) != len(vectors) or vectors.shape[1] != self.manifest["dimension"]:
-            raise UserError(f"{self.path}: {len(docids)} docids for {vectors.shape} vectors; the prebuilt index is "
-                            "damaged (restore it with git, or build with --no-prebuilt)")  # fmt: skip
+            raise UserError(
+                f"{self.path}: {len(docids)} docids for {vectors.shape} vectors; the prebuilt index is "
+                "damaged (restore it with git, or build with --no-prebuilt)"
+            )
         index = faiss.IndexFlatIP(vectors.shape[1])
         index.add(np.ascontiguousarray(vectors))
         faiss.write_index(index, str(out_dir / "index"))
@@ -83,8 +85,12 @@ def find_prebuilt(corpus: Path, identity: dict, fields: list[str], root: Path = 
             continue
         if same_encoder(manifest["encoder"], identity):
             return prebuilt
-        log.info("not using prebuilt %s: its vectors come from %s, not %s; encoding the corpus", path.name,
-                 describe(manifest["encoder"]), describe(identity))  # fmt: skip
+        log.info(
+            "not using prebuilt %s: its vectors come from %s, not %s; encoding the corpus",
+            path.name,
+            describe(manifest["encoder"]),
+            describe(identity),
+        )
     return None
 
 
@@ -99,8 +105,9 @@ def export_prebuilt(index_dir: str | Path, corpus: str | Path, output: str | Pat
     if meta is None or meta.kind != "dense":
         raise UserError(f"{index_dir} is not a dense index built by tour_pyserini")
     built_with = meta.encoder
-    spec = EncoderSpec.resolve(built_with["name"], built_with["pooling"], built_with["l2_norm"],
-                               built_with["max_length"])  # fmt: skip
+    spec = EncoderSpec.resolve(
+        built_with["name"], built_with["pooling"], built_with["l2_norm"], built_with["max_length"]
+    )
     vectors, _ = read_vectors(index_dir)
     output.mkdir(parents=True, exist_ok=True)
     np.save(output / "vectors.npy", vectors.astype(np.float16))

@@ -28,5 +28,7 @@ def resolve_index(index: str) -> str:
     try:
         return str(import_pyserini("pyserini.util").download_prebuilt_index(index))
     except (ValueError, OSError) as e:
-        raise UserError(f"prebuilt index {index!r} could not be downloaded ({e}); without network, copy the "
-                        "index directory here and pass its path") from None  # fmt: skip
+        raise UserError(
+            f"prebuilt index {index!r} could not be downloaded ({e}); without network, copy the "
+            "index directory here and pass its path"
+        ) from None

@@ -26,8 +26,9 @@ def _compatible(query_class: str, document_class: str) -> bool:
     return q == d or any(q in group and d in group for group in _COMPATIBLE)
 
 
-def query_encoder_spec(index_dir: str | Path, encoder: str | EncoderSpec | None = None,
-                       settings: EncoderSettings = NO_SETTINGS) -> EncoderSpec:  # fmt: skip
+def query_encoder_spec(
+    index_dir: str | Path, encoder: str | EncoderSpec | None = None, settings: EncoderSettings = NO_SETTINGS
+) -> EncoderSpec:
     """``encoder`` with ``settings`` (the index's recorded settings fill those not given when it names the
     index's own encoder), else the encoder the index was built with, else the bundled MiniLM; refused in
     one line when the index is not a dense one, when the query class cannot search the index's vectors, or
@@ -39,8 +40,12 @@ def query_encoder_spec(index_dir: str | Path, encoder: str | EncoderSpec | None 
     return index_query_encoder(index_dir, IndexMeta.read(index_dir), encoder, settings)
 
 
-def index_query_encoder(index_dir: Path, meta: IndexMeta | None, encoder: str | EncoderSpec | None = None,
-                        settings: EncoderSettings = NO_SETTINGS) -> EncoderSpec:  # fmt: skip
+def index_query_encoder(
+    index_dir: Path,
+    meta: IndexMeta | None,
+    encoder: str | EncoderSpec | None = None,
+    settings: EncoderSettings = NO_SETTINGS,
+) -> EncoderSpec:
     """:func:`query_encoder_spec` of an index already opened and checked, from its metadata ``meta``."""
     if not isinstance(encoder, EncoderSpec):
         encoder = _resolve(index_dir, (meta.encoder or {}) if meta else {}, encoder, settings)
@@ -52,14 +57,19 @@ def _resolve(index_dir: Path, built: dict, encoder: str | None, settings: Encode
     recorded = built.get("encoder_class")
     paired = recorded is not None and CLASSES[recorded].paired_models
     if encoder is None and paired:
-        raise UserError(f"index {index_dir} was built by {built['name']}, a {recorded} context encoder; its queries "
-                        f"need the question encoder that goes with it: name it with --encoder")  # fmt: skip
+        raise UserError(
+            f"index {index_dir} was built by {built['name']}, a {recorded} context encoder; its queries "
+            f"need the question encoder that goes with it: name it with --encoder"
+        )
     same = encoder is None or encoder == built.get("name")
     inherit = same or paired  # the class (and prefixes) come from the index
     if settings.query_prefix is not None and built and settings.query_prefix != built.get("query_prefix"):
         was = repr(built["query_prefix"]) if built.get("query_prefix") is not None else "no query prefix"
-        warn_once(__name__, f"index {index_dir} was built for queries with {was}; searching with --query-prefix "
-                            f"{settings.query_prefix!r}")  # fmt: skip
+        warn_once(
+            __name__,
+            f"index {index_dir} was built for queries with {was}; searching with --query-prefix "
+            f"{settings.query_prefix!r}",
+        )
     name = encoder or built.get("name", DEFAULT_ENCODER)
     klass = settings.encoder_class or (recorded if inherit and recorded else infer_class(name))
     flags = settings.pooling is not None or settings.l2_norm is not None
@@ -72,18 +82,29 @@ def _resolve(index_dir: Path, built: dict, encoder: str | None, settings: Encode
         pooling=settings.pooling or (built.get("pooling") if inherit_pooling else None),
         l2_norm=built.get("l2_norm") if settings.l2_norm is None and inherit_norm else settings.l2_norm,
         max_length=settings.max_length,
-        query_prefix=settings.query_prefix if settings.query_prefix is not None else
-        (built.get("query_prefix") if inherit else None),
+        query_prefix=settings.query_prefix
+        if settings.query_prefix is not None
+        else (built.get("query_prefix") if inherit else None),
         doc_prefix=built.get("doc_prefix") if same else None,
         tokenizer=settings.tokenizer,
-    )  # fmt: skip
+    )
     spec = EncoderSpec.resolve(name, settings=resolved)
     if recorded is not None and not _compatible(spec.encoder_class, recorded):
-        raise UserError(f"a {spec.encoder_class} query encoder cannot search index {index_dir}: its vectors come "
-                        f"from Pyserini's {recorded} document encoder (give --encoder-class {recorded}, or "
-                        "rebuild the index)")  # fmt: skip
-    if same and (differ := [f"{key} {built[key]}, asked {getattr(spec, key)}" for key in ("pooling", "l2_norm")
-                            if key in built and built[key] != getattr(spec, key)]):  # fmt: skip
-        warn_once(__name__, f"index {index_dir} was built by {name} with other settings than its queries "
-                            f"get ({'; '.join(differ)}): query vectors unlike its documents' rank worse")  # fmt: skip
+        raise UserError(
+            f"a {spec.encoder_class} query encoder cannot search index {index_dir}: its vectors come "
+            f"from Pyserini's {recorded} document encoder (give --encoder-class {recorded}, or "
+            "rebuild the index)"
+        )
+    if same and (
+        differ := [
+            f"{key} {built[key]}, asked {getattr(spec, key)}"
+            for key in ("pooling", "l2_norm")
+            if key in built and built[key] != getattr(spec, key)
+        ]
+    ):
+        warn_once(
+            __name__,
+            f"index {index_dir} was built by {name} with other settings than its queries "
+            f"get ({'; '.join(differ)}): query vectors unlike its documents' rank worse",
+        )
     return spec

@@ -64,17 +64,27 @@ class Shard:
         return {"id": self.id, "of": self.of, "batch_size": batch_size, "faiss_index": spec.to_json()}
 
 
-def shard_request(collection: str | Path, encoder: EncoderSpec, shard: Shard, spec: FaissIndexSpec,
-                  batch_size: int) -> IndexRequest:  # fmt: skip
+def shard_request(
+    collection: str | Path, encoder: EncoderSpec, shard: Shard, spec: FaissIndexSpec, batch_size: int
+) -> IndexRequest:
     """What a finished shard must record to be reused for this shard of this build."""
-    return IndexRequest("dense", collection=str(collection), encoder=encoder_identity(encoder),
-                        shard=shard.record(spec, batch_size))  # fmt: skip
+    return IndexRequest(
+        "dense", collection=str(collection), encoder=encoder_identity(encoder), shard=shard.record(spec, batch_size)
+    )
 
 
-def write_dense_shard(collection: str | Path, out_dir: Path, encoder: EncoderSpec, shard: Shard,
-                      batch_size: int = 64, fields: tuple[str, ...] = ("title", "text"), *,
-                      faiss_spec: FaissIndexSpec = FLAT, device: str = "cpu",
-                      progress: Callable[[int], None] | None = None) -> IndexMeta:  # fmt: skip
+def write_dense_shard(
+    collection: str | Path,
+    out_dir: Path,
+    encoder: EncoderSpec,
+    shard: Shard,
+    batch_size: int = 64,
+    fields: tuple[str, ...] = ("title", "text"),
+    *,
+    faiss_spec: FaissIndexSpec = FLAT,
+    device: str = "cpu",
+    progress: Callable[[int], None] | None = None,
+) -> IndexMeta:
     """Encode shard ``shard`` of ``collection`` into a flat FaissSearcher directory ``out_dir`` (no document
     store: the merge writes the whole collection's). ``faiss_spec`` is recorded for the merge."""
     corpus = corpus_file(collection)
@@ -82,11 +92,25 @@ def write_dense_shard(collection: str | Path, out_dir: Path, encoder: EncoderSpe
     faiss_spec.check_size(check.num_docs)
     start, end = shard.check_size(check.num_docs).rows(check.num_docs)
     if start % batch_size:  # padding differs with a batch's other documents: vectors equal to rounding
-        log.info("shard %d of %d starts at document %d, not a multiple of --batch-size %d: its batches are not "
-                 "one process's, and its vectors may differ from one process's in the last bits", shard.id,
-                 shard.of, start, batch_size)  # fmt: skip
-    indexed, dimension = encode_corpus(corpus, out_dir, encoder, batch_size, fields, check, device=device,
-                                       shard=(shard.id, shard.of), progress=progress)  # fmt: skip
+        log.info(
+            "shard %d of %d starts at document %d, not a multiple of --batch-size %d: its batches are not "
+            "one process's, and its vectors may differ from one process's in the last bits",
+            shard.id,
+            shard.of,
+            start,
+            batch_size,
+        )
+    indexed, dimension = encode_corpus(
+        corpus,
+        out_dir,
+        encoder,
+        batch_size,
+        fields,
+        check,
+        device=device,
+        shard=(shard.id, shard.of),
+        progress=progress,
+    )
     check_count(corpus, indexer="Faiss", indexed=indexed, expected=end - start)
     return IndexMeta(
         kind="dense",
@@ -101,7 +125,7 @@ def write_dense_shard(collection: str | Path, out_dir: Path, encoder: EncoderSpe
             "shard": shard.record(faiss_spec, batch_size),
             "rows": [start, end],
             "corpus_docs": check.num_docs,
-        },  # fmt: skip
+        },
     )
 
 
@@ -123,8 +147,13 @@ class ShardSet:
 
     def request(self) -> IndexRequest:
         """What the merged index records, as the index command would ask for it from the collection."""
-        return IndexRequest("dense", collection=str(self.corpus), encoder=self.first.encoder,
-                            faiss_index=self.faiss_spec, prebuilt=False)  # fmt: skip
+        return IndexRequest(
+            "dense",
+            collection=str(self.corpus),
+            encoder=self.first.encoder,
+            faiss_index=self.faiss_spec,
+            prebuilt=False,
+        )
 
 
 def _shard_meta(directory: Path) -> IndexMeta:
@@ -132,8 +161,9 @@ def _shard_meta(directory: Path) -> IndexMeta:
         raise UserError(f"--merge {directory}: no such directory")
     meta = IndexMeta.read(directory)
     if meta is None or "shard" not in meta.extra:
-        raise UserError(f"--merge {directory}: not a shard (build one with index --collection ... --shard I "
-                        "--shards N)")  # fmt: skip
+        raise UserError(
+            f"--merge {directory}: not a shard (build one with index --collection ... --shard I --shards N)"
+        )
     if index_kind(directory) != "dense":
         raise UserError(f"--merge {directory}: its index files are missing")
     check_faiss_file(directory / "index")  # readable, and as many docids as vectors
@@ -143,10 +173,14 @@ def _shard_meta(directory: Path) -> IndexMeta:
 def _built_with(meta: IndexMeta) -> dict:
     """What shards of one build share, each as the index command names it."""
     shard = meta.extra["shard"]
-    return {"corpus": f"corpus SHA-256 {meta.corpus['sha256'][:12]}", "shards": f"--shards {shard['of']}",
-            "batch": f"--batch-size {meta.extra['batch_size']}", "fields": f"fields {meta.extra['fields']}",
-            "dimension": f"dimension {meta.dimension}",
-            "faiss": f"--faiss-index {FaissIndexSpec(**shard['faiss_index']).describe()}"}  # fmt: skip
+    return {
+        "corpus": f"corpus SHA-256 {meta.corpus['sha256'][:12]}",
+        "shards": f"--shards {shard['of']}",
+        "batch": f"--batch-size {meta.extra['batch_size']}",
+        "fields": f"fields {meta.extra['fields']}",
+        "dimension": f"dimension {meta.dimension}",
+        "faiss": f"--faiss-index {FaissIndexSpec(**shard['faiss_index']).describe()}",
+    }
 
 
 def check_shards(directories: Sequence[str | Path]) -> ShardSet:
@@ -155,11 +189,15 @@ def check_shards(directories: Sequence[str | Path]) -> ShardSet:
     metas = [(Path(d), _shard_meta(Path(d))) for d in directories]
     (first_dir, first), *others = metas
     for directory, meta in others:
-        differences = [f"{mine} ({directory}) and {theirs} ({first_dir})" for (mine, theirs)
-                       in zip(_built_with(meta).values(), _built_with(first).values()) if mine != theirs]  # fmt: skip
+        differences = [
+            f"{mine} ({directory}) and {theirs} ({first_dir})"
+            for (mine, theirs) in zip(_built_with(meta).values(), _built_with(first).values())
+            if mine != theirs
+        ]
         if not same_encoder(meta.encoder, first.encoder):
-            differences.append(f"encoder {describe(meta.encoder)} ({directory}) and {describe(first.encoder)} "
-                               f"({first_dir})")  # fmt: skip
+            differences.append(
+                f"encoder {describe(meta.encoder)} ({directory}) and {describe(first.encoder)} ({first_dir})"
+            )
         if differences:
             raise UserError(f"--merge: shards of different builds: {'; '.join(differences)}")
     count = first.extra["shard"]["of"]
@@ -170,13 +208,18 @@ def check_shards(directories: Sequence[str | Path]) -> ShardSet:
             raise UserError(f"--merge: shard {shard_id} of {count} is given twice ({by_id[shard_id][0]}, {directory})")
         by_id[shard_id] = directory, meta
     if missing := sorted(set(range(count)) - set(by_id)):
-        raise UserError(f"--merge: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
-                        f"{count} missing (build with index --collection ... --shard I --shards {count})")  # fmt: skip
+        raise UserError(
+            f"--merge: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
+            f"{count} missing (build with index --collection ... --shard I --shards {count})"
+        )
     if stale := IndexRequest("dense", collection=first.corpus["path"], shard=first.extra["shard"]).differences(first):
         raise UserError(f"--merge: the shards were encoded from {'; '.join(stale)}")
     ordered = [by_id[i] for i in range(count)]
-    return ShardSet(tuple(d for d, _ in ordered), tuple(m for _, m in ordered),
-                    FaissIndexSpec(**first.extra["shard"]["faiss_index"]))  # fmt: skip
+    return ShardSet(
+        tuple(d for d, _ in ordered),
+        tuple(m for _, m in ordered),
+        FaissIndexSpec(**first.extra["shard"]["faiss_index"]),
+    )
 
 
 def merge_shards(shards: ShardSet, out_dir: Path) -> IndexMeta:

@@ -50,8 +50,17 @@ from tour_pyserini.runtime import RUNTIME_CHOICES, RUNTIME_PRECISIONS
 from tour_pyserini.search.configure import SearchConfig, build_rewriter, open_search, plan_search
 from tour_pyserini.teachers import ScoreCache, TeacherSpec, check_teacher_options, options_read_by, teacher_options
 
-__all__ = ["Retriever", "Rewrite", "TeacherReranker", "average_prf", "rerank", "rocchio", "topics_frame", "tour",
-           "ttt_embed"]  # fmt: skip
+__all__ = [
+    "Retriever",
+    "Rewrite",
+    "TeacherReranker",
+    "average_prf",
+    "rerank",
+    "rocchio",
+    "topics_frame",
+    "tour",
+    "ttt_embed",
+]
 
 
 def topics_frame(path: str | Path) -> pd.DataFrame:
@@ -164,15 +173,31 @@ class Parametrised(pt.Transformer):
 
 
 # the search command's flags of a retriever, by parameter name, each checked as the flag is
-RETRIEVER_PARAMS = {p.name: p for p in (
-    Param("index"), Param("num_results", positive_int, flag="--hits"), Param("doc_vec", bool), Param("encoder"),
-    Param("encoded_queries"), Param("encoder_precision", choices=RUNTIME_PRECISIONS),
-    Param("encoder_runtime", choices=RUNTIME_CHOICES), Param("threads", positive_int), Param("device"),
-    Param("ef_search", positive_int), Param("nprobe", positive_int), Param("bm25_k1", non_negative_float),
-    Param("bm25_b", probability))}  # fmt: skip
+RETRIEVER_PARAMS = {
+    p.name: p
+    for p in (
+        Param("index"),
+        Param("num_results", positive_int, flag="--hits"),
+        Param("doc_vec", bool),
+        Param("encoder"),
+        Param("encoded_queries"),
+        Param("encoder_precision", choices=RUNTIME_PRECISIONS),
+        Param("encoder_runtime", choices=RUNTIME_CHOICES),
+        Param("threads", positive_int),
+        Param("device"),
+        Param("ef_search", positive_int),
+        Param("nprobe", positive_int),
+        Param("bm25_k1", non_negative_float),
+        Param("bm25_b", probability),
+    )
+}
 SEARCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SearchConfig) if f.default is not dataclasses.MISSING}
-RETRIEVER_DEFAULTS = {**{name: SEARCH_DEFAULTS.get(name) for name in RETRIEVER_PARAMS}, "num_results": 1000,
-                      "doc_vec": False, "encoder_settings": EncoderSettings()}  # fmt: skip
+RETRIEVER_DEFAULTS = {
+    **{name: SEARCH_DEFAULTS.get(name) for name in RETRIEVER_PARAMS},
+    "num_results": 1000,
+    "doc_vec": False,
+    "encoder_settings": EncoderSettings(),
+}
 
 
 class Retriever(Parametrised):
@@ -193,8 +218,10 @@ class Retriever(Parametrised):
 
     def __init__(self, index: str | Path, *, num_results: int = 1000, doc_vec: bool = False, **config: Any):
         if pt.java.started():  # pyjnius starts one JVM per process, and Terrier's lacks Anserini's classes
-            raise UserError("PyTerrier's JVM (Terrier) already runs in this process, and Pyserini's cannot start "
-                            "beside it: run Terrier's Java transformers in another process")  # fmt: skip
+            raise UserError(
+                "PyTerrier's JVM (Terrier) already runs in this process, and Pyserini's cannot start "
+                "beside it: run Terrier's Java transformers in another process"
+            )
         self.config: SearchConfig | None = None
         self.encoders = QueryEncoders()  # what a stage over this retriever shares: the query encoder, loaded once
         self.configure({"index": index, "num_results": num_results, "doc_vec": doc_vec, **config})
@@ -211,15 +238,20 @@ class Retriever(Parametrised):
 
     def configure(self, values: Mapping[str, Any]) -> None:
         if unknown := sorted(set(values) - set(RETRIEVER_DEFAULTS)):
-            raise UserError(f"Retriever has no parameter {', '.join(unknown)}; its parameters: "
-                            f"{', '.join(RETRIEVER_DEFAULTS)} (a rewriter's and a teacher's are a stage's: "
-                            "retriever >> tour(...))")  # fmt: skip
-        given = {name: checked(RETRIEVER_PARAMS[name], v) if name in RETRIEVER_PARAMS else v
-                 for name, v in values.items()}  # fmt: skip
+            raise UserError(
+                f"Retriever has no parameter {', '.join(unknown)}; its parameters: "
+                f"{', '.join(RETRIEVER_DEFAULTS)} (a rewriter's and a teacher's are a stage's: "
+                "retriever >> tour(...))"
+            )
+        given = {
+            name: checked(RETRIEVER_PARAMS[name], v) if name in RETRIEVER_PARAMS else v for name, v in values.items()
+        }
         if (settings := given.get("encoder_settings")) is not None and not isinstance(settings, EncoderSettings):
             raise UserError(f"encoder_settings takes an EncoderSettings, got {type(settings).__name__}")
-        merged = {**(self.parameters() if self.config else {}),
-                  **{name: RETRIEVER_DEFAULTS[name] if v is None else v for name, v in given.items()}}  # fmt: skip
+        merged = {
+            **(self.parameters() if self.config else {}),
+            **{name: RETRIEVER_DEFAULTS[name] if v is None else v for name, v in given.items()},
+        }
         if merged["index"] is None:
             raise UserError("a Retriever searches an index: give it one (a directory built by tour-pyserini index)")
         num_results, doc_vec = merged.pop("num_results"), merged.pop("doc_vec")
@@ -255,8 +287,9 @@ class Retriever(Parametrised):
             _, found = self.searcher.batch_search(vectors, qids, self.num_results, return_vector=True)
             rankings = [[(h.docid, h.score, h.vectors) for h in found[q]] for q in qids]
         else:
-            rankings = rankings_of(self.searcher.retrieve_vectors(texts, qids, vectors, self.num_results,
-                                                                  encoded_by=encoded_by))  # fmt: skip
+            rankings = rankings_of(
+                self.searcher.retrieve_vectors(texts, qids, vectors, self.num_results, encoded_by=encoded_by)
+            )
         return from_retriever(results_frame(queries, rankings, self.doc_vec), self)
 
     def __repr__(self) -> str:
@@ -283,8 +316,12 @@ class OverIndex(Parametrised):
     settings: dict[str, Any]  # index and own values (None: unset), rewriter_options and teacher_options (set ones)
 
     def __init__(self, **values: Any):
-        self.settings = {"index": None, **{p.name: None for p in self.own}, "rewriter_options": {},
-                         "teacher_options": {}}  # fmt: skip
+        self.settings = {
+            "index": None,
+            **{p.name: None for p in self.own},
+            "rewriter_options": {},
+            "teacher_options": {},
+        }
         self.opened_over: dict[str, tuple] = {}  # by retriever: (config, its teacher part, OpenSearch, rewriter)
         self.configure(values)
 
@@ -302,8 +339,11 @@ class OverIndex(Parametrised):
 
     def parameters(self) -> dict[str, Any]:
         s = self.settings
-        values = {"index": s["index"], **{p.name: s[p.name] for p in self.own},
-                  "teacher_options": dict(s["teacher_options"])}  # fmt: skip
+        values = {
+            "index": s["index"],
+            **{p.name: s[p.name] for p in self.own},
+            "teacher_options": dict(s["teacher_options"]),
+        }
         values.update(self.option_values())
         if s["teacher"]:
             values.update({p.name: s["teacher_options"].get(p.name, p.default) for p in options_read_by(s["teacher"])})
@@ -313,8 +353,11 @@ class OverIndex(Parametrised):
         return {}
 
     def configure(self, values: Mapping[str, Any]) -> None:
-        s = {**self.settings, "rewriter_options": dict(self.settings["rewriter_options"]),
-             "teacher_options": dict(self.settings["teacher_options"])}  # fmt: skip
+        s = {
+            **self.settings,
+            "rewriter_options": dict(self.settings["rewriter_options"]),
+            "teacher_options": dict(self.settings["teacher_options"]),
+        }
         own = {p.name: p for p in self.own}
         for name in ("index", "teacher_options", *own):
             if name in values:
@@ -337,14 +380,18 @@ class OverIndex(Parametrised):
                 s[target][name] = value
         if unknown:
             names = ", ".join(["index", *own, "teacher_options", *declared])
-            raise UserError(f"option(s) {', '.join(unknown)} do not apply to {self.describe(s)}; its parameters: "
-                            f"{names} and the teacher's options")  # fmt: skip
+            raise UserError(
+                f"option(s) {', '.join(unknown)} do not apply to {self.describe(s)}; its parameters: "
+                f"{names} and the teacher's options"
+            )
         if stray := sorted(set(s["teacher_options"]) - set(teachers)):
-            raise UserError(f"teacher_options: {', '.join(stray)} is no teacher's option (they are "
-                            f"{', '.join(teachers)})")  # fmt: skip
+            raise UserError(
+                f"teacher_options: {', '.join(stray)} is no teacher's option (they are {', '.join(teachers)})"
+            )
         for options, params in (("rewriter_options", declared), ("teacher_options", teachers)):
-            s[options] = {n: checked(params[n], v) if n in params else v for n, v in s[options].items()
-                          if v is not None}  # fmt: skip
+            s[options] = {
+                n: checked(params[n], v) if n in params else v for n, v in s[options].items() if v is not None
+            }
         if s["teacher"] is not None:
             TeacherSpec.parse(s["teacher"]).teacher_class()  # a kind no teacher has: one line, the teachers listed
         check_teacher_options(s["teacher"], s["teacher_options"])
@@ -362,8 +409,10 @@ class OverIndex(Parametrised):
             return self.settings["index"]
         found = RETRIEVERS.get(inp.attrs.get(FROM, ""))
         if found is None:
-            raise UserError(f"{self!r} works over an index: put it after a Retriever in the pipeline (retriever >> "
-                            "... >> stage), or give it index=retriever")  # fmt: skip
+            raise UserError(
+                f"{self!r} works over an index: put it after a Retriever in the pipeline (retriever >> "
+                "... >> stage), or give it index=retriever"
+            )
         return found
 
     def open_over(self, retriever: Retriever, settings: Mapping[str, Any]):
@@ -406,13 +455,30 @@ class Rewrite(OverIndex):
 
     own = (REWRITER, TEACHER, NUM_RESULTS, TEACHER_MAX_LENGTH, TEACHER_PRECISION, SCORE_STORE)
 
-    def __init__(self, rewriter: str, *, teacher: str | None = None, index: Retriever | None = None,
-                 num_results: int | None = None, teacher_options: Mapping[str, Any] | None = None,
-                 teacher_max_length: int | None = None, teacher_precision: str | None = None,
-                 score_store: str | None = None, **options: Any):  # fmt: skip
-        super().__init__(rewriter=rewriter, teacher=teacher, index=index, num_results=num_results,
-                         teacher_options=teacher_options, teacher_max_length=teacher_max_length,
-                         teacher_precision=teacher_precision, score_store=score_store, **options)  # fmt: skip
+    def __init__(
+        self,
+        rewriter: str,
+        *,
+        teacher: str | None = None,
+        index: Retriever | None = None,
+        num_results: int | None = None,
+        teacher_options: Mapping[str, Any] | None = None,
+        teacher_max_length: int | None = None,
+        teacher_precision: str | None = None,
+        score_store: str | None = None,
+        **options: Any,
+    ):
+        super().__init__(
+            rewriter=rewriter,
+            teacher=teacher,
+            index=index,
+            num_results=num_results,
+            teacher_options=teacher_options,
+            teacher_max_length=teacher_max_length,
+            teacher_precision=teacher_precision,
+            score_store=score_store,
+            **options,
+        )
 
     @property
     def rewriter(self) -> str:
@@ -426,17 +492,23 @@ class Rewrite(OverIndex):
         return {p.name: p for p in get_rewriter_class(settings["rewriter"]).options}
 
     def check(self, settings: dict[str, Any]) -> Any:
-        return check_rewriter(settings["rewriter"], settings["rewriter_options"],
-                              teacher=settings["teacher"] is not None)[1]  # fmt: skip
+        return check_rewriter(
+            settings["rewriter"], settings["rewriter_options"], teacher=settings["teacher"] is not None
+        )[1]
 
     def option_values(self) -> dict[str, Any]:  # the config's values: None where the default is another's (a preset)
         return {p.name: getattr(self.rewriter_config, p.name) for p in get_rewriter_class(self.rewriter).options}
 
     def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
-        return {"rewriter": settings["rewriter"], "rewriter_options": dict(settings["rewriter_options"]),
-                "teacher": settings["teacher"], "teacher_options": dict(settings["teacher_options"]),
-                "teacher_max_length": settings["teacher_max_length"],
-                "teacher_precision": settings["teacher_precision"], "score_store": settings["score_store"]}  # fmt: skip
+        return {
+            "rewriter": settings["rewriter"],
+            "rewriter_options": dict(settings["rewriter_options"]),
+            "teacher": settings["teacher"],
+            "teacher_options": dict(settings["teacher_options"]),
+            "teacher_max_length": settings["teacher_max_length"],
+            "teacher_precision": settings["teacher_precision"],
+            "score_store": settings["score_store"],
+        }
 
     def describe(self, settings: Mapping[str, Any]) -> str:
         return f"--rewriter {settings['rewriter']}"
@@ -459,8 +531,11 @@ class Rewrite(OverIndex):
 
     def __repr__(self) -> str:
         s = self.settings
-        given = {**({"num_results": s["num_results"]} if s["num_results"] else {}), **s["rewriter_options"],
-                 **s["teacher_options"]}  # fmt: skip
+        given = {
+            **({"num_results": s["num_results"]} if s["num_results"] else {}),
+            **s["rewriter_options"],
+            **s["teacher_options"],
+        }
         options = "".join(f", {k}={v!r}" for k, v in given.items())
         teacher = f", teacher={s['teacher']!r}" if s["teacher"] else ""
         return f"Rewrite({self.rewriter!r}{teacher}{options})"
@@ -476,12 +551,24 @@ class TeacherReranker(OverIndex):
 
     own = (TEACHER, TEACHER_MAX_LENGTH, TEACHER_PRECISION)
 
-    def __init__(self, teacher: str, *, index: Retriever | None = None,
-                 teacher_options: Mapping[str, Any] | None = None, teacher_max_length: int | None = None,
-                 teacher_precision: str | None = None, **options: Any):  # fmt: skip
-        super().__init__(teacher=teacher, index=index, teacher_options=teacher_options,
-                         teacher_max_length=teacher_max_length, teacher_precision=teacher_precision,
-                         **options)  # fmt: skip
+    def __init__(
+        self,
+        teacher: str,
+        *,
+        index: Retriever | None = None,
+        teacher_options: Mapping[str, Any] | None = None,
+        teacher_max_length: int | None = None,
+        teacher_precision: str | None = None,
+        **options: Any,
+    ):
+        super().__init__(
+            teacher=teacher,
+            index=index,
+            teacher_options=teacher_options,
+            teacher_max_length=teacher_max_length,
+            teacher_precision=teacher_precision,
+            **options,
+        )
 
     @property
     def teacher(self) -> str:
@@ -494,17 +581,24 @@ class TeacherReranker(OverIndex):
 
     def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         # no rewriter: the planner opens the teacher for its caller to ask
-        return {"rewriter": None, "rewriter_options": {}, "teacher": settings["teacher"],
-                "teacher_options": dict(settings["teacher_options"]),
-                "teacher_max_length": settings["teacher_max_length"],
-                "teacher_precision": settings["teacher_precision"], "score_store": None}  # fmt: skip
+        return {
+            "rewriter": None,
+            "rewriter_options": {},
+            "teacher": settings["teacher"],
+            "teacher_options": dict(settings["teacher_options"]),
+            "teacher_max_length": settings["teacher_max_length"],
+            "teacher_precision": settings["teacher_precision"],
+            "score_store": None,
+        }
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         retriever, opened, _ = self.searching(inp)
         missing = [c for c in ("qid", "query", "docno") if c not in inp.columns]
         if missing:
-            raise UserError(f"teacher {self.teacher} re-ranks a result frame (qid, query, docno); this one lacks "
-                            f"{', '.join(missing)}")  # fmt: skip
+            raise UserError(
+                f"teacher {self.teacher} re-ranks a result frame (qid, query, docno); this one lacks "
+                f"{', '.join(missing)}"
+            )
         groups = [group for _, group in inp.groupby("qid", sort=False)]
         if not groups:
             out = inp.assign(score=pd.Series(dtype=np.float64), rank=pd.Series(dtype=np.int64))
@@ -513,9 +607,12 @@ class TeacherReranker(OverIndex):
         cache = ScoreCache(opened.teacher, opened.searcher.docstore)
         texts = [g["query"].iloc[0] for g in groups]
         scores = cache.score(qids, texts, [g["docno"].astype(str).tolist() for g in groups], [Trace() for _ in groups])
-        ranked = [g.assign(score=np.asarray(s, dtype=np.float64))
-                  .sort_values("score", ascending=False, kind="stable", na_position="last")
-                  for g, s in zip(groups, scores)]  # fmt: skip
+        ranked = [
+            g.assign(score=np.asarray(s, dtype=np.float64)).sort_values(
+                "score", ascending=False, kind="stable", na_position="last"
+            )
+            for g, s in zip(groups, scores)
+        ]
         ranked = [g.assign(score=ranked_scores(g["score"])) for g in ranked]
         out = pd.concat(ranked, ignore_index=True)
         out["rank"] = np.concatenate([np.arange(len(g)) for g in ranked])

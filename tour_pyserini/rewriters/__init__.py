@@ -24,8 +24,20 @@ from tour_pyserini.rewriters.identity import Identity
 if TYPE_CHECKING:
     from tour_pyserini.teachers import Teacher
 
-__all__ = ["REWRITERS", "Abandoned", "Candidates", "Identity", "QueryBatch", "Rewriter", "StoppableIndex",
-           "VectorIndex", "available_rewriters", "check_rewriter", "get_rewriter", "get_rewriter_class"]  # fmt: skip
+__all__ = [
+    "REWRITERS",
+    "Abandoned",
+    "Candidates",
+    "Identity",
+    "QueryBatch",
+    "Rewriter",
+    "StoppableIndex",
+    "VectorIndex",
+    "available_rewriters",
+    "check_rewriter",
+    "get_rewriter",
+    "get_rewriter_class",
+]
 
 
 def available_rewriters() -> dict[str, type[Rewriter]]:
@@ -45,8 +57,9 @@ def check_rewriter(name: str, options: dict, *, teacher: bool) -> tuple[type[Rew
         raise UserError(f"rewriter {name!r} needs a teacher (--teacher TEACHER)")
     if teacher and not cls.needs_teacher:
         askers = [n for n, c in available_rewriters().items() if c.needs_teacher]
-        raise UserError(f"--teacher is for the rewriters that ask one ({', '.join(askers)}); --rewriter {name} "
-                        "asks none")  # fmt: skip
+        raise UserError(
+            f"--teacher is for the rewriters that ask one ({', '.join(askers)}); --rewriter {name} asks none"
+        )
     return cls, cls.configure(**options)
 
 

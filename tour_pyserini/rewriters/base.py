@@ -122,8 +122,13 @@ class NoOptions:
 
 # parameters of every rewriter that ranks with a teacher, declared once (each rewriter's config sets the default)
 # ``depth``, not ``k``: k is the number of hits, as in Pyserini's search(query, k); --k is its old flag
-DEPTH = Param("depth", positive_int, help="candidates the teacher scores per query (and per TOUR iteration)",
-              metavar="DEPTH", aliases=("--k",))  # fmt: skip
+DEPTH = Param(
+    "depth",
+    positive_int,
+    help="candidates the teacher scores per query (and per TOUR iteration)",
+    metavar="DEPTH",
+    aliases=("--k",),
+)
 LAMBDA = Param("lam", probability, help="final weight of the teacher (1 - lambda: the retriever)", flag="--lambda")
 SMOOTHING = Param("smoothing", positive_float, help="retriever logits are sim / smoothing in the final ranking")
 
@@ -242,12 +247,14 @@ def rank_by_teacher(
             heads[i] += [Hit(d, float(vectors[i] @ v), v) for d, v in extra.items() if d not in seen]
             seen.update(extra)
             tails[i] = [h for h in tails[i] if h.docid not in seen]
-    teacher_scores = cache.score(batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces,
-                                 batch.vectors, batch.encoded_by)  # fmt: skip
+    teacher_scores = cache.score(
+        batch.qids, batch.texts, [[h.docid for h in head] for head in heads], traces, batch.vectors, batch.encoded_by
+    )
     results = []
     smoothings = np.broadcast_to(np.asarray(smoothing, dtype=np.float64), (len(batch.qids),))
-    for qid, ranking, head, tail, scores, trace, smooth in zip(batch.qids, rankings, heads, tails, teacher_scores,
-                                                                traces, smoothings):  # fmt: skip
+    for qid, ranking, head, tail, scores, trace, smooth in zip(
+        batch.qids, rankings, heads, tails, teacher_scores, traces, smoothings
+    ):
         if scores.size and np.isnan(scores).all():  # nothing to re-rank by: the search's own ranking and scores
             trace.stop_reason = NOT_RERANKED
             results.append(SearchResult(qid, list(ranking[:hits]), trace))

@@ -27,26 +27,45 @@ TOO_FEW = "fewer candidates than pseudo positives and negatives"  # a trace's st
 class DartConfig:
     depth: int = param(100, like=DEPTH)
     iterations: int = param(3, positive_int, "SGD steps on W per query", flag="--dart-steps")
-    lr: float = param(0.1, non_negative_float, "learning rate of W's steps (for unit-length vectors)",
-                      flag="--dart-lr")  # fmt: skip
-    positives: int = param(5, positive_int, "pseudo positives: the retriever's first documents",
-                           flag="--dart-positives")  # fmt: skip
-    negatives: int = param(20, positive_int, "pseudo negatives: the last documents of the top-k",
-                           flag="--dart-negatives")  # fmt: skip
-    margin: float = param(0.1, non_negative_float, "the loss's margin, in similarity units, for a query whose first "
-                          "document is at cosine 1", flag="--dart-margin")  # fmt: skip
-    margin_slope: float = param(1.0, non_negative_float, "how much the margin widens as the query's cosine with its "
-                                "first document falls: margin + slope (1 - cosine)",
-                                flag="--dart-margin-slope")  # fmt: skip
-    temperature: float = param(0.05, positive_float, "temperature of the confidence weights (softmax of the "
-                               "retriever's scores)", flag="--dart-temperature")  # fmt: skip
-    momentum: float = param(0.9, below_one, "share of a query's adapted W - I that warm-starts the next query of a "
-                            "run (0: every query starts from the identity)", flag="--dart-momentum")  # fmt: skip
+    lr: float = param(0.1, non_negative_float, "learning rate of W's steps (for unit-length vectors)", flag="--dart-lr")
+    positives: int = param(
+        5, positive_int, "pseudo positives: the retriever's first documents", flag="--dart-positives"
+    )
+    negatives: int = param(
+        20, positive_int, "pseudo negatives: the last documents of the top-k", flag="--dart-negatives"
+    )
+    margin: float = param(
+        0.1,
+        non_negative_float,
+        "the loss's margin, in similarity units, for a query whose first document is at cosine 1",
+        flag="--dart-margin",
+    )
+    margin_slope: float = param(
+        1.0,
+        non_negative_float,
+        "how much the margin widens as the query's cosine with its first document falls: margin + slope (1 - cosine)",
+        flag="--dart-margin-slope",
+    )
+    temperature: float = param(
+        0.05,
+        positive_float,
+        "temperature of the confidence weights (softmax of the retriever's scores)",
+        flag="--dart-temperature",
+    )
+    momentum: float = param(
+        0.9,
+        below_one,
+        "share of a query's adapted W - I that warm-starts the next query of a "
+        "run (0: every query starts from the identity)",
+        flag="--dart-momentum",
+    )
 
     def check(self) -> None:
         if self.positives + self.negatives > self.depth:
-            raise UserError(f"--dart-positives {self.positives} and --dart-negatives {self.negatives} overlap: "
-                            f"together they must be at most {DEPTH.option} {self.depth}")  # fmt: skip
+            raise UserError(
+                f"--dart-positives {self.positives} and --dart-negatives {self.negatives} overlap: "
+                f"together they must be at most {DEPTH.option} {self.depth}"
+            )
 
 
 @REWRITERS.register

@@ -35,8 +35,9 @@ TOUR = {p.name: p for p in params_of(TourConfig)}  # the flags ReFIT shares with
 @dataclass(frozen=True)
 class RefitConfig:
     depth: int = param(100, like=DEPTH)  # the paper's K
-    iterations: int = param(1, positive_int, "gradient steps on the query vector over the first top-k",
-                            flag="--refit-updates")  # fmt: skip
+    iterations: int = param(
+        1, positive_int, "gradient steps on the query vector over the first top-k", flag="--refit-updates"
+    )
     lr: float = param(0.2, non_negative_float, "learning rate of each step", flag="--refit-lr")
     tau: float = param(1.0, like=TOUR["tau"])
     retriever_temperature: float = param(1.0, like=TOUR["retriever_temperature"])
@@ -60,18 +61,34 @@ class Refit(TeacherRewriter):
         cache = ScoreCache(self.teacher, index.docstore, store=self.store)
         with timed(traces, "search"):
             candidates = index.search_candidates(batch.vectors, cfg.depth)
-        scores = cache.score(batch.qids, batch.texts, [found.docids for found in candidates], traces,
-                             list(batch.vectors), batch.encoded_by)  # fmt: skip
+        scores = cache.score(
+            batch.qids,
+            batch.texts,
+            [found.docids for found in candidates],
+            traces,
+            list(batch.vectors),
+            batch.encoded_by,
+        )
         with timed(traces, "update"):
             for i, (found, s) in enumerate(zip(candidates, scores)):
                 if s.size and np.isnan(s).all():  # no target distribution: the query stays where it is
                     traces[i].stop_reason = UNSCORED
                     continue
                 probs = softmax(fill_unscored(s), cfg.tau)
-                q[i], losses = refit_update(q[i], found.vectors.astype(np.float64), probs, cfg.lr, cfg.iterations,
-                                            cfg.retriever_temperature)  # fmt: skip
+                q[i], losses = refit_update(
+                    q[i], found.vectors.astype(np.float64), probs, cfg.lr, cfg.iterations, cfg.retriever_temperature
+                )
                 traces[i].losses += losses
                 traces[i].iterations = cfg.iterations
         scored = [dict(zip(found.docids, found.vectors)) for found in candidates] if cfg.final == "union" else None
-        return rank_by_teacher(batch, index, vectors=q, cache=cache, depth=cfg.depth, hits=hits, lam=cfg.lam,
-                               smoothing=cfg.smoothing, scored=scored)  # fmt: skip
+        return rank_by_teacher(
+            batch,
+            index,
+            vectors=q,
+            cache=cache,
+            depth=cfg.depth,
+            hits=hits,
+            lam=cfg.lam,
+            smoothing=cfg.smoothing,
+            scored=scored,
+        )

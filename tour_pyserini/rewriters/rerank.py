@@ -42,5 +42,13 @@ class Rerank(TeacherRewriter):
         cfg = self.config
         check_depth(cfg.depth, index)
         cache = ScoreCache(self.teacher, index.docstore, store=self.store)
-        return rank_by_teacher(batch, index, vectors=batch.vectors, cache=cache, depth=cfg.depth, hits=hits,
-                               lam=cfg.lam, smoothing=cfg.smoothing)  # fmt: skip
+        return rank_by_teacher(
+            batch,
+            index,
+            vectors=batch.vectors,
+            cache=cache,
+            depth=cfg.depth,
+            hits=hits,
+            lam=cfg.lam,
+            smoothing=cfg.smoothing,
+        )

@@ -57,8 +57,9 @@ PRESETS = {
 
 UNSCORED = "the teacher scored none of the candidates"  # a trace's stop reason
 
-PRESET_HELP = "; ".join(f"{name}: " + ", ".join(f"{k} {v}" for k, v in values.items())
-                        for name, values in PRESETS.items())  # fmt: skip
+PRESET_HELP = "; ".join(
+    f"{name}: " + ", ".join(f"{k} {v}" for k, v in values.items()) for name, values in PRESETS.items()
+)
 FROM_PRESET = "the preset's"
 
 
@@ -70,16 +71,21 @@ class TourConfig:
     preset: str = param("passage", str, f"the paper's settings ({PRESET_HELP})", choices=tuple(PRESETS))
     depth: int | None = param(None, like=DEPTH, default_text=FROM_PRESET)
     iterations: int | None = param(None, positive_int, "maximum iterations T", default_text=FROM_PRESET)
-    lr: float | None = param(None, non_negative_float, "learning rate, decaying linearly to 0 over T",
-                             default_text=FROM_PRESET)  # fmt: skip
+    lr: float | None = param(
+        None, non_negative_float, "learning rate, decaying linearly to 0 over T", default_text=FROM_PRESET
+    )
     lam: float | None = param(None, like=LAMBDA, default_text=FROM_PRESET)
     momentum: float = param(0.99, below_one, "SGD momentum")
     weight_decay: float = param(0.01, non_negative_float, "SGD weight decay (the paper's; its official code: 0.1)")
     clip: float = param(1.0, positive_float, "gradient-norm clipping (the official code's)")
     tau: float = param(0.5, positive_float, "teacher temperature")
-    retriever_temperature: float = param(1.0, positive_float, "temperature of the retriever's distribution P_k in "
-                                         "the loss (the paper's 1; 0.05 suits unit-length encoders trained at scale "
-                                         "20)")  # fmt: skip
+    retriever_temperature: float = param(
+        1.0,
+        positive_float,
+        "temperature of the retriever's distribution P_k in "
+        "the loss (the paper's 1; 0.05 suits unit-length encoders trained at scale "
+        "20)",
+    )
     p: float = param(0.5, mass, "nucleus mass of the hard pseudo positives")
     smoothing: float = param(100.0, like=SMOOTHING)
     fixed_positives: int | None = param(
@@ -88,19 +94,28 @@ class TourConfig:
         "ablation: the retriever's top-k' are the pseudo positives (TOUR-hard then equals Rocchio; no early stop)",
         metavar="K'",
     )
-    teacher_positives: int | None = param(None, positive_int, "ablation: the teacher's top-k' are the pseudo "
-                                          "positives (TOUR-hard)", metavar="K'")  # fmt: skip
-    soft_stop: str = param("argmax", str, "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
-                           "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)",
-                           choices=("argmax", "nucleus"))  # fmt: skip
+    teacher_positives: int | None = param(
+        None, positive_int, "ablation: the teacher's top-k' are the pseudo positives (TOUR-hard)", metavar="K'"
+    )
+    soft_stop: str = param(
+        "argmax",
+        str,
+        "TOUR-soft early stop: the retriever's top-1 is the teacher's top-1 "
+        "(argmax, paper) or in the teacher's p-nucleus (nucleus, official code)",
+        choices=("argmax", "nucleus"),
+    )
     early_stop: bool = param(True, bool, "ablation: always run T iterations", flag="--no-early-stop", const=False)
-    use_cache: bool = param(True, bool, "ablation: rescore candidates every iteration", flag="--no-cache",
-                            const=False)  # fmt: skip
+    use_cache: bool = param(True, bool, "ablation: rescore candidates every iteration", flag="--no-cache", const=False)
     # "fixed": used as given (the paper's presets were chosen so for DPR); "norms": lr, clip, weight decay and
     # the temperatures are for unit vectors, converted per query by its norms (SimilarityScale)
-    similarity_scale: str = param("fixed", str, "fixed: lr, clip, weight decay and temperatures as given; norms: "
-                                  "they are for unit vectors, converted by each query's norm and its candidates' "
-                                  "(unit-length encoders unchanged)", choices=("fixed", "norms"))  # fmt: skip
+    similarity_scale: str = param(
+        "fixed",
+        str,
+        "fixed: lr, clip, weight decay and temperatures as given; norms: "
+        "they are for unit vectors, converted by each query's norm and its candidates' "
+        "(unit-length encoders unchanged)",
+        choices=("fixed", "norms"),
+    )
     final: str = param(
         "search",
         str,
@@ -130,11 +145,15 @@ class TourConfig:
             raise UserError("the union final ranking reuses cached teacher scores: it needs the cache")
         if self.fixed_positives is not None and self.teacher_positives is not None:
             raise UserError("give --fixed-positives or --teacher-positives, not both")
-        for name, value in (("--fixed-positives", self.fixed_positives), ("--teacher-positives",
-                                                                          self.teacher_positives)):  # fmt: skip
+        for name, value in (
+            ("--fixed-positives", self.fixed_positives),
+            ("--teacher-positives", self.teacher_positives),
+        ):
             if value is not None and value > self.depth:
-                raise UserError(f"{name} ({value}) must be at most --depth ({self.depth}): positives are chosen "
-                                "among the candidates judged")  # fmt: skip
+                raise UserError(
+                    f"{name} ({value}) must be at most --depth ({self.depth}): positives are chosen "
+                    "among the candidates judged"
+                )
         check_task(self.state, self.task)
 
 
@@ -149,8 +168,15 @@ class _Tour(TeacherRewriter):
     stop_reason: str  # the trace's stop reason when the early-stop rule fires
     Config = TourConfig
 
-    def __init__(self, teacher: Teacher, config: TourConfig | None = None, *, store: ScoreStore | None = None,
-                 start: StateShift | None = None, **values):  # fmt: skip
+    def __init__(
+        self,
+        teacher: Teacher,
+        config: TourConfig | None = None,
+        *,
+        store: ScoreStore | None = None,
+        start: StateShift | None = None,
+        **values,
+    ):
         """``store`` keeps teacher scores on disk across searches (see :class:`ScoreCache`); ``config.state``, a
         TTT-Embed state file, moves each query it covers to unit(x + alpha v) before the first step (``start``:
         that state already read, as a search's plan reads it once)."""
@@ -204,16 +230,30 @@ class _Tour(TeacherRewriter):
                         traces[i].stop_reason = self.stop_reason
                         continue
                     grad = clip_by_norm(step.grad, scale.clip(cfg.clip))
-                    q[i], momentum_buffers[i] = sgd_step(q[i], grad, momentum_buffers[i], scale.lr(lr), cfg.momentum,
-                                                         scale.weight_decay(cfg.weight_decay))  # fmt: skip
+                    q[i], momentum_buffers[i] = sgd_step(
+                        q[i],
+                        grad,
+                        momentum_buffers[i],
+                        scale.lr(lr),
+                        cfg.momentum,
+                        scale.weight_decay(cfg.weight_decay),
+                    )
                     traces[i].iterations += 1
                     still_active.append(i)
             active = still_active
         for i in active:
             traces[i].stop_reason = "max iterations"
-        return rank_by_teacher(batch, index, vectors=q, cache=cache, depth=cfg.depth, hits=hits, lam=cfg.lam,
-                               smoothing=[scale.temperature(cfg.smoothing) for scale in scales],
-                               scored=scored if cfg.final == "union" else None)  # fmt: skip
+        return rank_by_teacher(
+            batch,
+            index,
+            vectors=q,
+            cache=cache,
+            depth=cfg.depth,
+            hits=hits,
+            lam=cfg.lam,
+            smoothing=[scale.temperature(cfg.smoothing) for scale in scales],
+            scored=scored if cfg.final == "union" else None,
+        )
 
 
 @REWRITERS.register

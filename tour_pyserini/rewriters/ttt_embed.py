@@ -35,8 +35,13 @@ def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:
     return out
 
 
-STATE = Param("state", str, help="TTT-Embed state file (python -m tour_pyserini.ttt fit): ttt-embed searches with it, "
-              "tour-* start from its moved query", metavar="FILE")  # fmt: skip
+STATE = Param(
+    "state",
+    str,
+    help="TTT-Embed state file (python -m tour_pyserini.ttt fit): ttt-embed searches with it, "
+    "tour-* start from its moved query",
+    metavar="FILE",
+)
 TASK = Param("task", str, help="the task whose state applies (task and query states with several tasks)")
 
 
@@ -61,8 +66,10 @@ class StateShift:
         if index is self.checked:
             return
         if index.dimension != self.state.dimension:
-            raise UserError(f"state {self.path} holds {self.state.dimension}-d residuals but the index holds "
-                            f"{index.dimension}-d vectors")  # fmt: skip
+            raise UserError(
+                f"state {self.path} holds {self.state.dimension}-d residuals but the index holds "
+                f"{index.dimension}-d vectors"
+            )
         if isinstance(index.encoder, EncoderSpec):
             self.state.check_encoder(encoder_identity(index.encoder), f"state {self.path}")
         self.checked = index
@@ -92,8 +99,14 @@ class TttEmbed(Rewriter):
     name = "ttt-embed"
     Config = TttEmbedConfig
 
-    def __init__(self, state: str | Path | None = None, task: str | None = None, *,
-                 config: TttEmbedConfig | None = None, shift: StateShift | None = None):  # fmt: skip
+    def __init__(
+        self,
+        state: str | Path | None = None,
+        task: str | None = None,
+        *,
+        config: TttEmbedConfig | None = None,
+        shift: StateShift | None = None,
+    ):
         given = {} if config is not None else {"state": None if state is None else str(state), "task": task}
         super().__init__(config, **given)
         self.shift = shift or StateShift.load(self.config.state, self.config.task)

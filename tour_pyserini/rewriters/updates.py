@@ -44,8 +44,12 @@ def nucleus(teacher_probs: np.ndarray, p: float) -> np.ndarray:
     return order[: min(size, len(order))]
 
 
-def hard_loss_and_grad(q: np.ndarray, C: np.ndarray, positives: np.ndarray, temperature: float = 1.0,
-                       ) -> tuple[float, np.ndarray]:  # fmt: skip
+def hard_loss_and_grad(
+    q: np.ndarray,
+    C: np.ndarray,
+    positives: np.ndarray,
+    temperature: float = 1.0,
+) -> tuple[float, np.ndarray]:
     """L_hard = -log sum_{c in positives} P_k(c|q) with P_k = softmax(C q / temperature), and dL/dq.
 
     dL/dq = (sum_i P_k(c_i) c_i - sum_{i in positives} P_k(c_i | positives) c_i) / temperature: towards
@@ -64,8 +68,12 @@ def hard_loss_and_grad(q: np.ndarray, C: np.ndarray, positives: np.ndarray, temp
     return loss, (p_k - within) @ C / temperature
 
 
-def soft_loss_and_grad(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray, temperature: float = 1.0,
-                       ) -> tuple[float, np.ndarray]:  # fmt: skip
+def soft_loss_and_grad(
+    q: np.ndarray,
+    C: np.ndarray,
+    teacher_probs: np.ndarray,
+    temperature: float = 1.0,
+) -> tuple[float, np.ndarray]:
     """L_soft = KL(P_teacher || P_k), P_k = softmax(C q / temperature), and
     dL/dq = (sum_i P_k(c_i) c_i - sum_i P_teacher(c_i) c_i) / temperature.
 
@@ -160,8 +168,9 @@ def aggregate(teacher_scores: np.ndarray, retriever_scores: np.ndarray, lam: flo
     return lam * softmax(teacher_scores) + (1.0 - lam) * softmax(retriever_scores, smoothing)
 
 
-def refit_update(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray, lr: float, steps: int,
-                 temperature: float = 1.0) -> tuple[np.ndarray, list[float]]:  # fmt: skip
+def refit_update(
+    q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray, lr: float, steps: int, temperature: float = 1.0
+) -> tuple[np.ndarray, list[float]]:
     """ReFIT's distillation: ``steps`` plain gradient steps q <- q - lr dL_soft/dq over the fixed candidates ``C``
     (the first search's top-k, never searched again in between); returns the new q and the loss before each step."""
     losses = []
@@ -172,8 +181,9 @@ def refit_update(q: np.ndarray, C: np.ndarray, teacher_probs: np.ndarray, lr: fl
     return q, losses
 
 
-def confidence_weights(scores: np.ndarray, positives: int, negatives: int,
-                       temperature: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def confidence_weights(
+    scores: np.ndarray, positives: int, negatives: int, temperature: float
+) -> tuple[np.ndarray, np.ndarray]:
     """DART's confidence in its pseudo labels, from the retriever's own scores (best first): softmax(s / temperature)
     over the top ``positives``, and softmax(-s / temperature) over the bottom ``negatives`` (the lower, the surer)."""
     s = np.asarray(scores, dtype=np.float64)
@@ -189,8 +199,9 @@ def adaptive_margin(q: np.ndarray, first: np.ndarray, margin: float, slope: floa
     return margin + slope * (1.0 - cosine)
 
 
-def margin_loss_and_grad(scores: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray,
-                         margin: float) -> tuple[float, np.ndarray]:  # fmt: skip
+def margin_loss_and_grad(
+    scores: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray, margin: float
+) -> tuple[float, np.ndarray]:
     """L = sum_{p, n} w_p w_n max(0, margin - (s_p - s_n)), the positives being the first ``len(w_pos)`` scores and
     the negatives the last ``len(w_neg)``, and dL/ds. A pair exactly at the margin adds no gradient (as torch's
     relu)."""
@@ -210,8 +221,16 @@ def bilinear_grad(q: np.ndarray, C: np.ndarray, score_grad: np.ndarray) -> np.nd
     return np.outer(q, C.T @ score_grad)
 
 
-def dart_adapt(q: np.ndarray, C: np.ndarray, buffer: np.ndarray | None, w_pos: np.ndarray, w_neg: np.ndarray,
-               margin: float, lr: float, steps: int) -> tuple[np.ndarray, np.ndarray, list[float]]:  # fmt: skip
+def dart_adapt(
+    q: np.ndarray,
+    C: np.ndarray,
+    buffer: np.ndarray | None,
+    w_pos: np.ndarray,
+    w_neg: np.ndarray,
+    margin: float,
+    lr: float,
+    steps: int,
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """DART's steps on W for one query, from W_0 = I + ``buffer`` (None: zero): ``steps`` SGD steps
     W <- W - lr dL/dW on the margin loss over the scores s = C W^T q.
 

@@ -18,6 +18,19 @@ from tour_pyserini.runtime.exported import exported_model
 from tour_pyserini.runtime.onnx import RECIPE, OnnxModel
 from tour_pyserini.runtime.openvino import OpenVinoModel
 
-__all__ = ["AUTO", "INT8", "ONNX_AUTO", "RECIPE", "RUNTIMES", "RUNTIME_CHOICES", "RUNTIME_PRECISIONS",
-           "OnnxModel", "OpenVinoModel", "check_model_directory", "exported_model", "missing_auto_modules",
-           "resolve_runtime", "resolve_runtime_precision"]  # fmt: skip
+__all__ = [
+    "AUTO",
+    "INT8",
+    "ONNX_AUTO",
+    "RECIPE",
+    "RUNTIMES",
+    "RUNTIME_CHOICES",
+    "RUNTIME_PRECISIONS",
+    "OnnxModel",
+    "OpenVinoModel",
+    "check_model_directory",
+    "exported_model",
+    "missing_auto_modules",
+    "resolve_runtime",
+    "resolve_runtime_precision",
+]

@@ -40,16 +40,19 @@ def require_runtime(runtime: str, runtime_flag: str) -> None:
         for module in MODULES[runtime]:
             importlib.import_module(module)
     except ImportError as e:
-        raise UserError(f"{runtime_flag} {runtime} needs the runtime extra ({e.name} is not installed): "
-                        f"{INSTALL}") from None  # fmt: skip
+        raise UserError(
+            f"{runtime_flag} {runtime} needs the runtime extra ({e.name} is not installed): {INSTALL}"
+        ) from None
 
 
 def check_model_directory(path: str | Path, runtime: str, runtime_flag: str, what: str) -> None:
     """A model ``runtime`` runs (other than torch) must be a local directory: its exported graph is cached by its
     weights' hash beside them. One line naming ``what`` otherwise."""
     if runtime != "torch" and not Path(path).expanduser().is_dir():
-        raise UserError(f"{what}: {runtime_flag} {runtime} caches the exported model beside its weights; give a "
-                        "local model directory")  # fmt: skip
+        raise UserError(
+            f"{what}: {runtime_flag} {runtime} caches the exported model beside its weights; give a "
+            "local model directory"
+        )
 
 
 def missing_auto_modules() -> list[str]:
@@ -58,8 +61,9 @@ def missing_auto_modules() -> list[str]:
     return [m for m in MODULES[AUTO_RUNTIME] if importlib.util.find_spec(m) is None]
 
 
-def resolve_runtime(runtime: str, device: str, model: str | Path, runtime_flag: str, what: str,
-                    exportable: bool = True) -> str:  # fmt: skip
+def resolve_runtime(
+    runtime: str, device: str, model: str | Path, runtime_flag: str, what: str, exportable: bool = True
+) -> str:
     """The runtime ``runtime`` means for ``what`` (the model at ``model``) on ``device``: itself, or for auto
     :data:`AUTO_RUNTIME` where it can run the model (the CPU, an ``exportable`` model in a local directory, the
     runtime extra installed), else torch. A missing extra is said once, since installing it is the user's choice;
@@ -70,15 +74,19 @@ def resolve_runtime(runtime: str, device: str, model: str | Path, runtime_flag: 
         return "torch"
     missing = missing_auto_modules()
     if missing:
-        warn_once(__name__, f"{runtime_flag} auto: torch runs {what}, since the runtime extra is not "
-                            f"installed ({missing[0]}); {INSTALL} runs it through OpenVINO, faster within the "
-                            "same bounds")  # fmt: skip
+        warn_once(
+            __name__,
+            f"{runtime_flag} auto: torch runs {what}, since the runtime extra is not "
+            f"installed ({missing[0]}); {INSTALL} runs it through OpenVINO, faster within the "
+            "same bounds",
+        )
         return "torch"
     return AUTO_RUNTIME
 
 
-def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: str, runtime_flag: str,
-                              auto: Mapping[str, str] | None = None) -> str:  # fmt: skip
+def resolve_runtime_precision(
+    precision: str, runtime: str, device: str, flag: str, runtime_flag: str, auto: Mapping[str, str] | None = None
+) -> str:
     """The arithmetic ``precision`` means through ``runtime`` on ``device`` (``flag`` and ``runtime_flag`` name
     them in errors): torch's and OpenVINO's as :func:`~tour_pyserini.devices.resolve_precision` says (OpenVINO on
     the CPU only); ONNX Runtime runs fp32 or int8 on the CPU, auto being :data:`ONNX_AUTO` where the CPU has VNNI
@@ -96,19 +104,24 @@ def resolve_runtime_precision(precision: str, runtime: str, device: str, flag: s
     if runtime in ("torch", AUTO):  # auto is torch or OpenVINO, whose precisions resolve alike
         return resolve_precision(precision, device, flag)
     if device != "cpu":
-        raise UserError(f"{runtime_flag} {runtime} runs on the CPU here (its wheel's GPU support is not used), "
-                        f"not on {device}")  # fmt: skip
+        raise UserError(
+            f"{runtime_flag} {runtime} runs on the CPU here (its wheel's GPU support is not used), not on {device}"
+        )
     if runtime == "openvino":
         require_runtime(runtime, runtime_flag)
         return resolve_precision(precision, device, flag)
     if precision == "bf16":
-        raise UserError(f"{flag} bf16: ONNX Runtime's CPU kernels have no bfloat16 matrix products; "
-                        "use fp32, int8 or auto")  # fmt: skip
+        raise UserError(
+            f"{flag} bf16: ONNX Runtime's CPU kernels have no bfloat16 matrix products; use fp32, int8 or auto"
+        )
     require_runtime(runtime, runtime_flag)
     if precision == "auto":
         return ONNX_AUTO if exact_int8() else "fp32"
     if precision == INT8 and not exact_int8():
-        warn_once(__name__, f"{flag} int8 on a CPU without VNNI: ONNX Runtime's int8 sums saturate here, so "
-                            "its scores differ from a VNNI CPU's and fell outside the ranking bound (auto is fp32 "
-                            "here)")  # fmt: skip
+        warn_once(
+            __name__,
+            f"{flag} int8 on a CPU without VNNI: ONNX Runtime's int8 sums saturate here, so "
+            "its scores differ from a VNNI CPU's and fell outside the ranking bound (auto is fp32 "
+            "here)",
+        )
     return precision

@@ -13,8 +13,14 @@ from tour_pyserini.runtime.openvino import OpenVinoModel
 Writer = Callable[..., None]  # export_graph or trace_graph: (model, inputs, output, path)
 
 
-def exported_model(model_dir: str | Path, weights_sha256: str | None, precision: str, runtime: str,
-                   export: Callable[[Writer, Path], None], what: str):  # fmt: skip
+def exported_model(
+    model_dir: str | Path,
+    weights_sha256: str | None,
+    precision: str,
+    runtime: str,
+    export: Callable[[Writer, Path], None],
+    what: str,
+):
     """The model in ``model_dir`` (weights hashed ``weights_sha256``; None: no weight files, one line naming
     ``what``) through ``runtime`` (onnx or openvino) at ``precision``: a callable from input arrays by name to the
     graph's output. ONNX Runtime reads its fused graph (int8 quantised from it), OpenVINO the graph as traced (it

@@ -123,9 +123,16 @@ def trace_graph(model, inputs: Mapping, output: str, path: Path) -> None:
     # the tracer's notes on Python branches, which the examples' padding settles, are not shown
     with eager_attention(model), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(traceable(model, names, output), tuple(inputs[n] for n in names), str(path),
-                          input_names=names, output_names=[output], dynamic_axes=axes, opset_version=OPSET,
-                          dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            traceable(model, names, output),
+            tuple(inputs[n] for n in names),
+            str(path),
+            input_names=names,
+            output_names=[output],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
 
 
 def fuse_graph(path: Path, heads: int, hidden: int, inputs: Mapping) -> bool:
@@ -136,8 +143,7 @@ def fuse_graph(path: Path, heads: int, hidden: int, inputs: Mapping) -> bool:
 
     fused = path.with_name("fused.onnx")
     with quiet_root_logger():  # the optimiser reports each fusion it tries
-        optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden).save_model_to_file(
-            str(fused))  # fmt: skip
+        optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden).save_model_to_file(str(fused))
     plain, candidate = OnnxModel(path)(inputs), OnnxModel(fused)(inputs)
     if np.abs(plain - candidate).max() > FUSED_TOLERANCE:
         log.warning("ONNX Runtime's fusions change this model's output; keeping its unfused graph")
@@ -168,12 +174,18 @@ def quantize_graph(fp32: Path, path: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with quiet_root_logger():  # the fused kernels' outputs have no types shape inference knows: they are floats
-        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True,
-                         extra_options={"DefaultTensorType": TensorProto.FLOAT})  # fmt: skip
+        quantize_dynamic(
+            str(fp32),
+            str(path),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
+        )
 
 
-def cached_graph(model_dir: str | Path, weights_sha256: str, precision: str, export: Callable[[Path], None],
-                 recipe: str = RECIPE) -> Path:  # fmt: skip
+def cached_graph(
+    model_dir: str | Path, weights_sha256: str, precision: str, export: Callable[[Path], None], recipe: str = RECIPE
+) -> Path:
     """The graph at ``precision`` (fp32 or int8) of the model in ``model_dir``: read from the cache where its bytes
     are those recorded (:func:`graph_fault`), else made there once: ``export(path)`` writes the fp32 graph, int8
     quantises it. ``recipe`` names how ``export`` makes it (:data:`RECIPE`, or :data:`PLAIN` for the graph as
@@ -256,8 +268,15 @@ def graph_record(graph: Path, weights_sha256: str, precision: str, recipe: str) 
     import onnx
     import torch
 
-    record = {"graph_sha256": file_sha256(graph), "weights_sha256": weights_sha256, "precision": precision,
-              "recipe": recipe, "opset": OPSET, "torch": torch.__version__, "onnx": onnx.__version__}  # fmt: skip
+    record = {
+        "graph_sha256": file_sha256(graph),
+        "weights_sha256": weights_sha256,
+        "precision": precision,
+        "recipe": recipe,
+        "opset": OPSET,
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+    }
     if recipe != PLAIN:
         import onnxruntime
 

@@ -25,8 +25,11 @@ class OpenVinoModel:
         import openvino
         import torch
 
-        config = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": HINTS[precision],
-                  "PERFORMANCE_HINT": "LATENCY"}  # fmt: skip
+        config = {
+            "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+            "INFERENCE_PRECISION_HINT": HINTS[precision],
+            "PERFORMANCE_HINT": "LATENCY",
+        }
         self.path = path
         self.compiled = openvino.Core().compile_model(str(path), "CPU", config)
         self.inputs = [port.get_any_name() for port in self.compiled.inputs]

@@ -30,8 +30,12 @@ def hits_is_k(method):
         if "hits" in kwargs:
             if "k" in kwargs:
                 raise TypeError(f"{method.__name__}() takes k, not both k and hits")
-            warnings.warn(f"{type(self).__name__}.{method.__name__}(hits=...) is now k=..., as Pyserini's searchers "
-                          "spell it; hits= goes in the next release", FutureWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{type(self).__name__}.{method.__name__}(hits=...) is now k=..., as Pyserini's searchers "
+                "spell it; hits= goes in the next release",
+                FutureWarning,
+                stacklevel=2,
+            )
             kwargs["k"] = kwargs.pop("hits")
         return method(self, *args, **kwargs)
 
@@ -49,8 +53,9 @@ class PyseriniSearch:
         return self.retrieve([query], [qid], k)[0].hits
 
     @hits_is_k
-    def batch_search(self, queries: Sequence[str], qids: Sequence[str], k: int = 10,
-                     threads: int | None = None) -> dict[str, list[Hit]]:  # fmt: skip
+    def batch_search(
+        self, queries: Sequence[str], qids: Sequence[str], k: int = 10, threads: int | None = None
+    ) -> dict[str, list[Hit]]:
         """The top ``k`` of many queries, keyed by qid, as Pyserini's ``batch_search`` returns them; ``threads``
         applies to this call only."""
         saved = self.threads

@@ -105,8 +105,13 @@ def plan_teachers(specs: Sequence[str | TeacherSpec], config: SearchConfig) -> t
     check_shared_teacher_options([str(spec) for spec in parsed], config.teacher_options)
     runtime = config.teacher_options.get(RUNTIME.name)
     if config.teacher_precision or runtime:
-        resolve_runtime_precision(config.teacher_precision or "auto", runtime or RUNTIME.default, config.device,
-                                  "--teacher-precision", RUNTIME.option)  # fmt: skip
+        resolve_runtime_precision(
+            config.teacher_precision or "auto",
+            runtime or RUNTIME.default,
+            config.device,
+            "--teacher-precision",
+            RUNTIME.option,
+        )
     return parsed
 
 
@@ -129,39 +134,56 @@ def plan_search(config: SearchConfig, opened: OpenIndexes | None = None) -> Sear
         return SearchPlan(config, "bm25")
     rewriter, rewriter_config = None, None
     if config.rewriter is not None:
-        rewriter, rewriter_config = check_rewriter(config.rewriter, dict(config.rewriter_options),
-                                                   teacher=bool(config.teacher))  # fmt: skip
+        rewriter, rewriter_config = check_rewriter(
+            config.rewriter, dict(config.rewriter_options), teacher=bool(config.teacher)
+        )
     opened = OpenIndexes() if opened is None else opened
     index = opened.get(config.index)
     set_search_params(index.index, ef_search=config.ef_search, nprobe=config.nprobe, where=config.index)
     for option in rewriter.options if rewriter else ():  # what a rewriter searches deeper than the index holds
-        if option.name in ("depth", "prf_depth") and index.meta is not None and \
-                getattr(rewriter_config, option.name) > index.meta.num_docs:  # fmt: skip
-            raise ParamError(option.name, option.option, f"{getattr(rewriter_config, option.name)} is larger than "
-                             f"the index ({index.meta.num_docs} documents)")  # fmt: skip
+        if (
+            option.name in ("depth", "prf_depth")
+            and index.meta is not None
+            and getattr(rewriter_config, option.name) > index.meta.num_docs
+        ):
+            raise ParamError(
+                option.name,
+                option.option,
+                f"{getattr(rewriter_config, option.name)} is larger than the index ({index.meta.num_docs} documents)",
+            )
     state = getattr(rewriter_config, "state", None)
     start = StateShift.load(state, rewriter_config.task) if state else None
     spec, runtime = None, "torch"
     if config.encoded_queries:
-        if (config.encoder or config.encoder_settings != EncoderSettings() or config.encoder_precision
-                or config.encoder_runtime != AUTO):  # fmt: skip
+        if (
+            config.encoder
+            or config.encoder_settings != EncoderSettings()
+            or config.encoder_precision
+            or config.encoder_runtime != AUTO
+        ):
             raise UserError("--encoded-queries replaces the query encoder: give no --encoder or encoder flags")
         check_encoded_queries(config.encoded_queries, dimension=index.index.d)
         if start:
-            raise UserError("--state: a TTT-Embed state needs the encoder its queries were encoded with, and "
-                            "--encoded-queries names none")  # fmt: skip
+            raise UserError(
+                "--state: a TTT-Embed state needs the encoder its queries were encoded with, and "
+                "--encoded-queries names none"
+            )
     else:  # the encoder's flags, its class and its pairing with the index: before the encoder loads
         spec = index_query_encoder(index.directory, index.meta, config.encoder, config.encoder_settings)
         if start:  # a TTT-Embed state of another encoder
             start.state.check_encoder(encoder_identity(spec), f"--state {state}")
-        runtime = resolve_runtime(config.encoder_runtime, config.device, spec.path, "--encoder-runtime",
-                                  f"the query encoder {spec.name}",
-                                  exportable=spec.encoder_class in EXPORTABLE)  # fmt: skip
+        runtime = resolve_runtime(
+            config.encoder_runtime,
+            config.device,
+            spec.path,
+            "--encoder-runtime",
+            f"the query encoder {spec.name}",
+            exportable=spec.encoder_class in EXPORTABLE,
+        )
         check_exportable(spec, runtime)
     check_device(config.device)
     precision = resolve_query_precision(config.encoder_precision, config.device, runtime)
-    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, runtime, start,
-                      teacher)  # fmt: skip
+    return SearchPlan(config, "dense", rewriter, rewriter_config, opened, spec, precision, runtime, start, teacher)
 
 
 @dataclass
@@ -211,8 +233,9 @@ def open_search(plan: SearchPlan | SearchConfig, encoders: QueryEncoders | None 
         encoder = encoders.get(plan.encoder, config.device, plan.encoder_precision, plan.encoder_runtime)
     searcher = TourSearcher.from_open_index(plan.index, encoder, rewriter=rewriter, threads=threads)
     if teacher is not None and teacher.oracle:
-        log.warning("ORACLE teacher — what it ranks or judges reads the relevance judgements (an upper bound, not "
-                    "a system)")  # fmt: skip
+        log.warning(
+            "ORACLE teacher — what it ranks or judges reads the relevance judgements (an upper bound, not a system)"
+        )
     return OpenSearch(searcher, teacher)
 
 
@@ -232,16 +255,22 @@ def build_rewriter(plan: SearchPlan, teacher) -> Rewriter | None:
     return plan.rewriter(teacher, config=plan.rewriter_config, **extra)
 
 
-def open_teacher(spec: TeacherSpec, config: SearchConfig, encoders: QueryEncoders | None = None,
-                 opened: OpenIndexes | None = None) -> Teacher:  # fmt: skip
+def open_teacher(
+    spec: TeacherSpec, config: SearchConfig, encoders: QueryEncoders | None = None, opened: OpenIndexes | None = None
+) -> Teacher:
     """The teacher ``spec`` (planned: :func:`plan_teachers`) over ``config``'s index, with the teacher flags of
     ``config`` it reads; ``encoders`` and ``opened``: what the search has loaded, for the teacher to share."""
     from tour_pyserini.teachers import TeacherContext, get_teacher
 
-    context = TeacherContext(index_dir=config.index, max_length=config.teacher_max_length, device=config.device,
-                             precision=config.teacher_precision,
-                             options=options_for(str(spec), config.teacher_options),
-                             encoders=encoders or QueryEncoders(), indexes=opened or OpenIndexes())  # fmt: skip
+    context = TeacherContext(
+        index_dir=config.index,
+        max_length=config.teacher_max_length,
+        device=config.device,
+        precision=config.teacher_precision,
+        options=options_for(str(spec), config.teacher_options),
+        encoders=encoders or QueryEncoders(),
+        indexes=opened or OpenIndexes(),
+    )
     return get_teacher(spec, context)
 
 

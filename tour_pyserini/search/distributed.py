@@ -58,8 +58,9 @@ def worker_configs(config: SearchConfig, workers: int) -> list[SearchConfig]:
             continue
         given = config.teacher_options.get(option.name)
         if given is not None and given < workers:
-            raise UserError(f"{option.option} {given} is below --workers {workers}: the workers share it, and each "
-                            "needs at least 1")  # fmt: skip
+            raise UserError(
+                f"{option.option} {given} is below --workers {workers}: the workers share it, and each needs at least 1"
+            )
         total = max(option.default, workers) if given is None else given
         shares = [total // workers + (i < total % workers) for i in range(workers)]
         configs = [replace(c, teacher_options={**c.teacher_options, option.name: n}) for c, n in zip(configs, shares)]
@@ -83,11 +84,13 @@ class SearchWorker:
         config, here = self.config, missing_auto_modules()
         teacher_auto = config.teacher is not None and config.teacher_options.get(RUNTIME.name) in (None, AUTO)
         if (config.encoder_runtime == AUTO or teacher_auto) and here != self.missing:
-            raise UserError(f"ray worker on {platform.node()}: the runtime extra is "
-                            f"{'not ' if here else ''}installed here, but "
-                            f"{'not ' if self.missing else ''}on the driver, so the runtimes' auto would differ: "
-                            "install the same extras on every node, or name --encoder-runtime and "
-                            "--teacher-runtime")  # fmt: skip
+            raise UserError(
+                f"ray worker on {platform.node()}: the runtime extra is "
+                f"{'not ' if here else ''}installed here, but "
+                f"{'not ' if self.missing else ''}on the driver, so the runtimes' auto would differ: "
+                "install the same extras on every node, or name --encoder-runtime and "
+                "--teacher-runtime"
+            )
         if self.searcher is None:
             self.searcher, self.teacher = open_searcher(self.config)
         return os.getpid(), self.teacher

@@ -19,8 +19,9 @@ def normalised(scores: Mapping[str, float], docids) -> dict[str, float]:
     return {d: 0.0 if span == 0 else (scores.get(d, low) - (low + high) / 2) / span for d in docids}
 
 
-def hybrid_fusion(dense: Mapping[str, float], sparse: Mapping[str, float], k: int = 10,
-                  alpha: float = 1.0) -> list[tuple[str, float]]:  # fmt: skip
+def hybrid_fusion(
+    dense: Mapping[str, float], sparse: Mapping[str, float], k: int = 10, alpha: float = 1.0
+) -> list[tuple[str, float]]:
     """The top ``k`` (docid, score) of the two runs fused, best first.
 
     >>> hybrid_fusion({"a": 3.0, "b": 1.0}, {"b": 10.0, "c": 6.0}, k=3)

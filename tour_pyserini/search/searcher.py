@@ -104,9 +104,17 @@ class TourSearcher(PyseriniSearch):
     >>> hits[0].docid, hits[0].score
     """
 
-    def __init__(self, faiss_searcher, *, rewriter: Rewriter | None = None, docstore: DocStore | None = None,
-                 encoder: EncoderSpec | None = None, query_encoder: QueryEncoder | None = None,
-                 threads: int = 1, encode_threads: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        faiss_searcher,
+        *,
+        rewriter: Rewriter | None = None,
+        docstore: DocStore | None = None,
+        encoder: EncoderSpec | None = None,
+        query_encoder: QueryEncoder | None = None,
+        threads: int = 1,
+        encode_threads: int | None = None,
+    ):
 
         self.faiss = faiss_searcher
         self.rewriter = rewriter or Identity()
@@ -149,17 +157,23 @@ class TourSearcher(PyseriniSearch):
         return cls.from_open_index(opened, query_encoder, rewriter=rewriter, threads=threads)
 
     @classmethod
-    def from_open_index(cls, opened: OpenIndex, query_encoder: QueryEncoder, *, rewriter: Rewriter | None = None,
-                        threads: int = 1) -> TourSearcher:  # fmt: skip
+    def from_open_index(
+        cls, opened: OpenIndex, query_encoder: QueryEncoder, *, rewriter: Rewriter | None = None, threads: int = 1
+    ) -> TourSearcher:
         """The searcher of an index already opened and checked, with a query encoder already built (a search's
         plan makes both once)."""
         if not faiss_index.exact_vectors(opened.index):
-            log.warning("%s keeps no exact vectors (%s): rewriters update queries with vectors decoded from its "
-                        "codes", opened.directory, faiss_index.index_type(opened.index))  # fmt: skip
+            log.warning(
+                "%s keeps no exact vectors (%s): rewriters update queries with vectors decoded from its codes",
+                opened.directory,
+                faiss_index.index_type(opened.index),
+            )
         if query_encoder.dimension != opened.index.d:
             made_by = f"encoder {query_encoder.spec.name!r}" if query_encoder.spec else "the pre-encoded queries"
-            raise DimensionMismatchError(f"{made_by} makes {query_encoder.dimension}-d vectors but index "
-                                         f"{opened.directory} holds {opened.index.d}-d vectors")  # fmt: skip
+            raise DimensionMismatchError(
+                f"{made_by} makes {query_encoder.dimension}-d vectors but index "
+                f"{opened.directory} holds {opened.index.d}-d vectors"
+            )
         store = opened.directory / DOCSTORE_FILE
         return cls(
             opened_faiss_searcher()(opened, query_encoder.pyserini),
@@ -250,8 +264,9 @@ class TourSearcher(PyseriniSearch):
             faiss.omp_set_num_threads(omp_threads)
 
     @hits_is_k
-    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10, *,
-                 rewriter: Rewriter | None = None) -> list[SearchResult]:  # fmt: skip
+    def retrieve(
+        self, queries: Sequence[str], qids: Sequence[str], k: int = 10, *, rewriter: Rewriter | None = None
+    ) -> list[SearchResult]:
         """Encode, rewrite and search a batch of queries: the top ``k`` of each, with its trace, in order.
 
         ``rewriter`` overrides the searcher's own for this call.
@@ -260,14 +275,23 @@ class TourSearcher(PyseriniSearch):
         traces = [Trace() for _ in qids]
         with timed(traces, "encode"):
             vectors = self.encode(queries)
-        return self.retrieve_vectors(queries, qids, vectors, k, rewriter=rewriter, traces=traces,
-                                     encoded_by=self.query_encoder)  # fmt: skip
+        return self.retrieve_vectors(
+            queries, qids, vectors, k, rewriter=rewriter, traces=traces, encoded_by=self.query_encoder
+        )
 
     @hits_is_k
-    def retrieve_vectors(self, texts: Sequence[str], qids: Sequence[str], vectors: np.ndarray, k: int = 10, *,
-                         rewriter: Rewriter | None = None, traces: Sequence[Trace] | None = None,
-                         encoded_by: QueryEncoder | None = None,
-                         stop: Callable[[], bool] | None = None) -> list[SearchResult]:  # fmt: skip
+    def retrieve_vectors(
+        self,
+        texts: Sequence[str],
+        qids: Sequence[str],
+        vectors: np.ndarray,
+        k: int = 10,
+        *,
+        rewriter: Rewriter | None = None,
+        traces: Sequence[Trace] | None = None,
+        encoded_by: QueryEncoder | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> list[SearchResult]:
         """Rewrite and search queries already encoded (n, d): e.g. encoded once and searched many ways.
 
         ``texts`` are what teachers read; ``traces`` (one per query, fresh by default) collect what
@@ -278,21 +302,29 @@ class TourSearcher(PyseriniSearch):
         has gone).
         """
         check_queries(texts, qids)
-        return self._rewrite(texts, qids, vectors, k, rewriter, traces, encoded_by,
-                             self if stop is None else StoppableIndex(self, stop))  # fmt: skip
+        return self._rewrite(
+            texts, qids, vectors, k, rewriter, traces, encoded_by, self if stop is None else StoppableIndex(self, stop)
+        )
 
     def _rewrite(self, texts, qids, vectors, k, rewriter, traces, encoded_by, index) -> list[SearchResult]:
         k = check_k(k)
         vectors = self._check_vectors(vectors)
-        batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None,
-                           encoded_by)  # fmt: skip
+        batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None, encoded_by)
         return (rewriter or self.rewriter).rewrite(batch, index, k)
 
     # Pyserini's FaissSearcher API: its parameters by its names and positions, its return values; ``threads``
     # alone differs in its default (None: the searcher's own, which ``from_index`` sets; Pyserini's is 1)
     @hits_is_k
-    def search(self, query: str | np.ndarray, k: int = 10, threads: int | None = None, remove_dups: bool = False,
-               return_vector: bool = False, *, qid: str = "q"):  # fmt: skip
+    def search(
+        self,
+        query: str | np.ndarray,
+        k: int = 10,
+        threads: int | None = None,
+        remove_dups: bool = False,
+        return_vector: bool = False,
+        *,
+        qid: str = "q",
+    ):
         """The top ``k`` of one query (a text, or a vector (1, d) or (d,) searched as it is), ranked by the
         searcher's rewriter, as ``FaissSearcher.search``: a list of hits (``docid``, ``score``); with
         ``return_vector``, ``(query vector (1, d), [PrfDenseSearchResult(docid, score, vectors)])``: the vector the
@@ -318,8 +350,14 @@ class TourSearcher(PyseriniSearch):
         return hits
 
     @hits_is_k
-    def batch_search(self, queries: Sequence[str] | np.ndarray, q_ids: Sequence[str], k: int = 10,
-                     threads: int | None = None, return_vector: bool = False):  # fmt: skip
+    def batch_search(
+        self,
+        queries: Sequence[str] | np.ndarray,
+        q_ids: Sequence[str],
+        k: int = 10,
+        threads: int | None = None,
+        return_vector: bool = False,
+    ):
         """The top ``k`` of many queries (texts, or vectors (n, d)), keyed by qid, as ``FaissSearcher.batch_search``:
         ``{qid: hits}``; with ``return_vector``, ``(query vectors (n, d), {qid: [PrfDenseSearchResult]})``.
         ``threads`` applies to this call only."""
@@ -332,16 +370,18 @@ class TourSearcher(PyseriniSearch):
         """(the query vectors, {qid: hits}) for ``search`` and ``batch_search``."""
         if isinstance(queries, np.ndarray):
             if (rewriter := self.rewriter).needs_teacher:
-                raise UserError(f"rewriter {rewriter.name!r} asks a teacher about the query texts: search with texts, "
-                                "not vectors")  # fmt: skip
+                raise UserError(
+                    f"rewriter {rewriter.name!r} asks a teacher about the query texts: search with texts, not vectors"
+                )
             vectors, texts, encoded_by = self._check_vectors(queries), qids, None  # no teacher reads the texts
             if len(vectors) != len(qids):
                 raise ValueError(f"{len(vectors)} query vectors but {len(qids)} qids")
         else:
             texts = list(queries)
             if not all(isinstance(t, str) for t in texts):
-                raise UserError("queries are texts or an array of query vectors (Pyserini's dict queries are not "
-                                "supported)")  # fmt: skip
+                raise UserError(
+                    "queries are texts or an array of query vectors (Pyserini's dict queries are not supported)"
+                )
             check_queries(texts, qids)
             vectors, encoded_by = self.encode(texts), self.query_encoder
         saved = self.threads
@@ -354,8 +394,10 @@ class TourSearcher(PyseriniSearch):
         if not return_vector:
             return vectors, {r.qid: r.hits for r in results}
         result_class = import_pyserini("pyserini.search.faiss").PrfDenseSearchResult
-        return vectors, {r.qid: [result_class(h.docid, h.score, v) for h, v in zip(r.hits, self._hit_vectors(r.hits))]
-                         for r in results}  # fmt: skip
+        return vectors, {
+            r.qid: [result_class(h.docid, h.score, v) for h, v in zip(r.hits, self._hit_vectors(r.hits))]
+            for r in results
+        }
 
     def _hit_vectors(self, hits: list[Hit]) -> list[np.ndarray]:
         """Each hit's exact index vector: the one it came with, else read from the index by its docid."""

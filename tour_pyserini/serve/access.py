@@ -64,13 +64,16 @@ def read_api_keys(path: str | Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{where}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if data.startswith(b"\xef\xbb\xbf"):
-        raise UserError(f"{where}: the file starts with a UTF-8 byte-order mark, which would be read as part of "
-                        "the first key; save it without one")  # fmt: skip
+        raise UserError(
+            f"{where}: the file starts with a UTF-8 byte-order mark, which would be read as part of "
+            "the first key; save it without one"
+        )
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
     keys = [(n, key) for n, key in lines if key and not key.startswith("#")]
     if not keys:
-        raise UserError(f"{where}: the file holds no key (only blank lines and # comments): the server would "
-                        "be open to everyone")  # fmt: skip
+        raise UserError(
+            f"{where}: the file holds no key (only blank lines and # comments): the server would be open to everyone"
+        )
     return check_keys([(f"{where}:{n}", key) for n, key in keys])
 
 
@@ -107,8 +110,10 @@ def read_server_config(path: str | Path) -> tuple[dict[str, str], list[str]]:
 def check_index_name(name: str, where: str) -> str:
     """An index's name in routes (``/v1/{name}/search``): letters, digits, ``.``, ``_`` and ``-``, no ``..``."""
     if not NAME.fullmatch(name) or ".." in name:
-        raise UserError(f"{where} {name[:40]!r} cannot name a route: use letters, digits, '.', '_' and '-' (at "
-                        "most 100, no '..', not starting with '.' or '-')")  # fmt: skip
+        raise UserError(
+            f"{where} {name[:40]!r} cannot name a route: use letters, digits, '.', '_' and '-' (at "
+            "most 100, no '..', not starting with '.' or '-')"
+        )
     return name
 
 
@@ -321,11 +326,18 @@ class AccessConfig:
     keys: tuple[str, ...] = ()
     hosts: HostRule = HostRule("127.0.0.1")
     cors: tuple[str, ...] = ()
-    requests_per_minute: int | None = param(None, positive_int, "requests one client (a key; without keys, an "
-                                            "address) may send in any 60 seconds; more get 429",
-                                            default_text="no limit")  # fmt: skip
-    request_log: str | None = param(None, str, "append a JSON line per request: time, key fingerprint, route, "
-                                    "index, parameters, status, milliseconds", metavar="FILE")  # fmt: skip
+    requests_per_minute: int | None = param(
+        None,
+        positive_int,
+        "requests one client (a key; without keys, an address) may send in any 60 seconds; more get 429",
+        default_text="no limit",
+    )
+    request_log: str | None = param(
+        None,
+        str,
+        "append a JSON line per request: time, key fingerprint, route, index, parameters, status, milliseconds",
+        metavar="FILE",
+    )
 
 
 def header(scope, name: bytes) -> str | None:
@@ -385,10 +397,17 @@ class Access:
                 written = True
                 path = scope.get("path", "")
                 index = path.split("/")[2] if path.startswith("/v1/") and path.count("/") >= 3 else None
-                self.log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "key": checked.name,
-                                "route": self.keys.logged(path), "index": index and self.keys.logged(index),
-                                "parameters": self.logged(checked.logged), "status": status,
-                                "ms": round(1000 * (time.perf_counter() - start), 1)})  # fmt: skip
+                self.log.write(
+                    {
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "key": checked.name,
+                        "route": self.keys.logged(path),
+                        "index": index and self.keys.logged(index),
+                        "parameters": self.logged(checked.logged),
+                        "status": status,
+                        "ms": round(1000 * (time.perf_counter() - start), 1),
+                    }
+                )
 
         sending = self.sender(send, write)
         try:
@@ -451,15 +470,19 @@ class Access:
         if self.keys and not (scope["method"] == "OPTIONS" or is_public(path)):
             client = self.keys.match(key) if key else None
             if client is None:
-                message = "an API key is required (X-API-Key: KEY or Authorization: Bearer KEY)" if not key else (
-                    "the API key is not valid")  # fmt: skip
+                message = (
+                    "an API key is required (X-API-Key: KEY or Authorization: Bearer KEY)"
+                    if not key
+                    else ("the API key is not valid")
+                )
                 return refused(error(401, message, {"WWW-Authenticate": "Bearer"}), logged)
         texts = [path, query.decode("latin-1"), *(t for pair in logged for t in pair)]
         if path.startswith("/mcp"):
             body, receive = await buffered(receive)
             if body is None:
-                return Checked(name, client, error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"),
-                               logged, receive)  # fmt: skip
+                return Checked(
+                    name, client, error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"), logged, receive
+                )
             try:
                 message = json.loads(body)
             except (ValueError, UnicodeDecodeError):
@@ -469,8 +492,9 @@ class Access:
             logged = mcp_call(message)
             texts += [body.decode("utf-8", "replace"), *strings_of(message)]
         if self.keys and any(self.keys.found_in(t) for t in texts):
-            misplaced = error(400, "the request holds an API key outside its X-API-Key or Authorization header; "
-                              "send keys only there")  # fmt: skip
+            misplaced = error(
+                400, "the request holds an API key outside its X-API-Key or Authorization header; send keys only there"
+            )
             return Checked(name, client, misplaced, logged, receive)
         if not is_public(path):
             if (busy := self.limited(client if client != ANONYMOUS else address)) is not None:
@@ -487,9 +511,12 @@ class Access:
     def logged(self, params: list[tuple[str, object]]) -> dict:
         """Parameters as the request log keeps them: numbers as they are, other values as text; keys and runs of
         their characters masked before each name and value is cut (:meth:`Keys.logged`)."""
-        return {self.keys.logged(str(k)): v if isinstance(v, int | float | bool) or v is None else
-                self.keys.logged(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
-                for k, v in params}  # fmt: skip
+        return {
+            self.keys.logged(str(k)): v
+            if isinstance(v, int | float | bool) or v is None
+            else self.keys.logged(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+            for k, v in params
+        }
 
 
 async def buffered(receive):

@@ -89,12 +89,16 @@ def docs_page(spec: dict) -> str:
     for path, methods in spec.get("paths", {}).items():
         for method, op in methods.items():
             params = ", ".join(f"<code>{html.escape(p['name'])}</code>" for p in op.get("parameters", []))
-            rows.append(f"<tr><td><code>{method.upper()} {html.escape(path)}</code></td>"
-                        f"<td>{html.escape(op.get('summary', ''))}</td><td>{params}</td></tr>")  # fmt: skip
-    return (f"<!doctype html><meta charset=utf-8><title>{html.escape(spec['info']['title'])}</title>"
-            "<style>body{font:14px sans-serif;margin:2em}td{padding:4px 8px;border-bottom:1px solid #ddd}</style>"
-            f"<h1>{html.escape(spec['info']['title'])}</h1><p>Machine-readable: <a href=/openapi.json>/openapi.json"
-            f"</a>. Explorer: <a href=/explore>/explore</a>.</p><table>{''.join(rows)}</table>")  # fmt: skip
+            rows.append(
+                f"<tr><td><code>{method.upper()} {html.escape(path)}</code></td>"
+                f"<td>{html.escape(op.get('summary', ''))}</td><td>{params}</td></tr>"
+            )
+    return (
+        f"<!doctype html><meta charset=utf-8><title>{html.escape(spec['info']['title'])}</title>"
+        "<style>body{font:14px sans-serif;margin:2em}td{padding:4px 8px;border-bottom:1px solid #ddd}</style>"
+        f"<h1>{html.escape(spec['info']['title'])}</h1><p>Machine-readable: <a href=/openapi.json>/openapi.json"
+        f"</a>. Explorer: <a href=/explore>/explore</a>.</p><table>{''.join(rows)}</table>"
+    )
 
 
 def caller(request: Request) -> dict:
@@ -120,8 +124,14 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
             yield
         service.close()  # uvicorn has stopped taking requests and finished those in flight
 
-    app = FastAPI(title="tour-pyserini", version="v1", docs_url=None, redoc_url=None, lifespan=lifespan,
-                  description="Pyserini's REST routes with test-time query optimisation (TOUR, TTT-Embed)")  # fmt: skip
+    app = FastAPI(
+        title="tour-pyserini",
+        version="v1",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        description="Pyserini's REST routes with test-time query optimisation (TOUR, TTT-Embed)",
+    )
     access = access or AccessConfig()
     add_error_handlers(app, Keys(access.keys))
     app.add_middleware(Utf8Only)
@@ -129,9 +139,12 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
     if access.cors:
         from starlette.middleware.cors import CORSMiddleware
 
-        app.add_middleware(CORSMiddleware, allow_origins=list(access.cors), allow_methods=["GET", "POST", "DELETE"],
-                           allow_headers=["X-API-Key", "Authorization", "Content-Type", "Mcp-Session-Id",
-                                          "Mcp-Protocol-Version"])  # fmt: skip
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(access.cors),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["X-API-Key", "Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
+        )
 
     @app.get("/", include_in_schema=False)
     async def root():
@@ -166,11 +179,19 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
         return {"api": "v1", "topics": [{"qid": t.qid, "text": t.text} for t in service.topics]}
 
     @app.get("/v1/{index}/search", summary="Search an index (Pyserini's route), optionally with a query rewriter")
-    async def search(request: Request, index: str, query: str | None = None, hits: str | None = None,
-                     parse: str | None = None, rewriter: str | None = None, teacher: str | None = None,
-                     depth: str | None = None, qid: str | None = None, trace: str | None = None):  # fmt: skip
-        return await service.search(index, dict(request.query_params), **caller(request),
-                                    gone=request.is_disconnected)  # fmt: skip
+    async def search(
+        request: Request,
+        index: str,
+        query: str | None = None,
+        hits: str | None = None,
+        parse: str | None = None,
+        rewriter: str | None = None,
+        teacher: str | None = None,
+        depth: str | None = None,
+        qid: str | None = None,
+        trace: str | None = None,
+    ):
+        return await service.search(index, dict(request.query_params), **caller(request), gone=request.is_disconnected)
 
     # {docid:path}: a docid may hold "/", sent as %2F (which the server decodes, as Pyserini's does)
     @app.get("/v1/{index}/doc/{docid:path}", summary="A document by its docid (Pyserini's route)")
@@ -179,8 +200,7 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
 
     @app.get("/v1/{index}/explain", summary="TOUR's iterations on one query, for the explorer page")
     async def explain(request: Request, index: str, query: str | None = None):
-        return await service.explain(index, dict(request.query_params), **caller(request),
-                                     gone=request.is_disconnected)  # fmt: skip
+        return await service.explain(index, dict(request.query_params), **caller(request), gone=request.is_disconnected)
 
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)

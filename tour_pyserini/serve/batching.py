@@ -43,8 +43,9 @@ class Batcher:
     belongs to the thread, which closes it when it stops. :meth:`start` waits for it and re-raises its error.
     """
 
-    def __init__(self, setup: Callable[[], Worker], *, window: float = 0.005,
-                 max_batch: int = 64, max_queue: int = 256):  # fmt: skip
+    def __init__(
+        self, setup: Callable[[], Worker], *, window: float = 0.005, max_batch: int = 64, max_queue: int = 256
+    ):
         if window < 0 or max_batch < 1 or max_queue < 1:
             raise ValueError("window must be >= 0, max_batch and max_queue >= 1")
         self.setup = setup

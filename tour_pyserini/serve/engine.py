@@ -72,8 +72,10 @@ class ServeConfig:
         dense = [plan for plan in self.plans if plan.kind == "dense"]
         if not dense:
             return {}
-        return {"runtime": ", ".join(sorted({plan.encoder_runtime for plan in dense})),
-                "precision": ", ".join(sorted({plan.encoder_precision for plan in dense}))}  # fmt: skip
+        return {
+            "runtime": ", ".join(sorted({plan.encoder_runtime for plan in dense})),
+            "precision": ", ".join(sorted({plan.encoder_precision for plan in dense})),
+        }
 
 
 @dataclass
@@ -118,13 +120,16 @@ def index_names(paths: Sequence[str], given: Mapping[str, str]) -> list[str]:
     route or two would share one."""
     names = [given.get(p) or check_index_name(Path(p).name, f"--index {p}: its directory's name") for p in paths]
     if len(set(names)) != len(names):
-        raise UserError(f"--index: two indexes are named {next(n for n in names if names.count(n) > 1)!r}; "
-                        "routes name an index by its directory's base name (or its name in --config)")  # fmt: skip
+        raise UserError(
+            f"--index: two indexes are named {next(n for n in names if names.count(n) > 1)!r}; "
+            "routes name an index by its directory's base name (or its name in --config)"
+        )
     return names
 
 
-def open_index(plan: SearchPlan, name: str, config: ServeConfig, encoders: QueryEncoders,
-               data: DataQuota) -> ServedIndex:  # fmt: skip
+def open_index(
+    plan: SearchPlan, name: str, config: ServeConfig, encoders: QueryEncoders, data: DataQuota
+) -> ServedIndex:
     """One index, served as ``name``, opened from its plan as the search command opens it, with its teachers and
     score stores where it is dense; ``encoders``: the process's query encoders, which the searchers and teachers
     share (as they share the plans' open indexes); ``data``: what the stores may write."""
@@ -142,8 +147,9 @@ def open_index(plan: SearchPlan, name: str, config: ServeConfig, encoders: Query
         teacher = teachers[spec] = open_teacher(spec, search, encoders, plan.opened)
         stores[spec] = None
         if teacher.pairwise:  # judgments kept across requests and restarts: no pair is paid for twice
-            stores[spec] = open_score_store(str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}"
-                                                ".sqlite"), teacher, data.writing)  # fmt: skip
+            stores[spec] = open_score_store(
+                str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}.sqlite"), teacher, data.writing
+            )
         else:
             log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", teacher.label)
     return ServedIndex(name, Path(path), True, searcher, searcher.num_docs, docstore, teachers, stores)
@@ -180,8 +186,9 @@ class Engine:
         self.judged = judged or JudgedQueries(DataQuota(config.data_dir, config.max_data_mb), None)
         names = index_names(config.indexes, config.names)
         encoders = QueryEncoders()
-        self.indexes = {name: open_index(plan, name, config, encoders, self.judged.data)
-                        for plan, name in zip(config.plans, names)}  # fmt: skip
+        self.indexes = {
+            name: open_index(plan, name, config, encoders, self.judged.data) for plan, name in zip(config.plans, names)
+        }
         self.rewriters: dict[tuple, Rewriter] = {}
         self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
         self.learner = self.open_learner() if config.learn else None
@@ -212,12 +219,19 @@ class Engine:
             raise UserError("--learn: the dense indexes are encoded with different encoders; one state serves one")
         vectors = {h.name: DocVectors(h.path) for h in dense}
         identity = next(iter(identities.values()))
-        learner = OnlineLearner(Path(self.config.data_dir) / "learn", self.config.learn, identity,
-                                encode=lambda task, texts: self.indexes[task].searcher.encode(texts),
-                                doc_vectors=lambda task, docids: vectors[task].get(docids), tasks=list(vectors),
-                                refit_steps=self.config.refit_steps, max_key_share=self.config.max_key_share,
-                                trusted=self.teaches, teacher=self.judge_digest,
-                                room=self.judged.data.writing)  # fmt: skip
+        learner = OnlineLearner(
+            Path(self.config.data_dir) / "learn",
+            self.config.learn,
+            identity,
+            encode=lambda task, texts: self.indexes[task].searcher.encode(texts),
+            doc_vectors=lambda task, docids: vectors[task].get(docids),
+            tasks=list(vectors),
+            refit_steps=self.config.refit_steps,
+            max_key_share=self.config.max_key_share,
+            trusted=self.teaches,
+            teacher=self.judge_digest,
+            room=self.judged.data.writing,
+        )
         learner.start()
         return learner
 
@@ -229,8 +243,9 @@ class Engine:
             if plan.teacher is None:
                 self.rewriters[key] = cls(config=plan.config)
             else:
-                self.rewriters[key] = cls(handle.teachers[plan.teacher], config=plan.config,
-                                          store=handle.stores[plan.teacher])  # fmt: skip
+                self.rewriters[key] = cls(
+                    handle.teachers[plan.teacher], config=plan.config, store=handle.stores[plan.teacher]
+                )
         return self.rewriters[key]
 
     def run(self, requests: Sequence[SearchRequest]) -> list[Served]:
@@ -288,8 +303,15 @@ class Engine:
                 out[i] = s
         return out  # type: ignore[return-value]
 
-    def run_online(self, handle: ServedIndex, plan: Plan, requests: Sequence[SearchRequest], vectors: np.ndarray,
-                   traces: list[Trace], stop: Callable[[], bool]) -> list[Served]:  # fmt: skip
+    def run_online(
+        self,
+        handle: ServedIndex,
+        plan: Plan,
+        requests: Sequence[SearchRequest],
+        vectors: np.ndarray,
+        traces: list[Trace],
+        stop: Callable[[], bool],
+    ) -> list[Served]:
         """The server's policy: the current state moves the queries; the budget's share is judged and re-ranked
         (its judgments kept as rewards when learning, from trusted clients). A teacher that fails or scores
         nothing leaves those queries in the state's order, unjudged."""
@@ -304,9 +326,15 @@ class Engine:
             at = [i for i, g in enumerate(grants) if g == depth]
 
             def search(rewriter, at=at):
-                return handle.searcher.retrieve_vectors([texts[i] for i in at], [qids[i] for i in at], vectors[at],
-                                                        plan.hits, rewriter=rewriter, traces=[traces[i] for i in at],
-                                                        stop=stop)  # fmt: skip
+                return handle.searcher.retrieve_vectors(
+                    [texts[i] for i in at],
+                    [qids[i] for i in at],
+                    vectors[at],
+                    plan.hits,
+                    rewriter=rewriter,
+                    traces=[traces[i] for i in at],
+                    stop=stop,
+                )
 
             results, failed = None, False
             if depth:
@@ -316,8 +344,13 @@ class Engine:
                 except Abandoned:
                     raise
                 except Exception as e:  # noqa: BLE001 - the policy serves the state's order instead
-                    log.warning("the policy's teacher %s failed (%s: %s); %d queries served unjudged",
-                                handle.public(self.judge), type(e).__name__, str(e)[:200], len(at))  # fmt: skip
+                    log.warning(
+                        "the policy's teacher %s failed (%s: %s); %d queries served unjudged",
+                        handle.public(self.judge),
+                        type(e).__name__,
+                        str(e)[:200],
+                        len(at),
+                    )
                     for i in at:  # what the failed attempt recorded is no judgment: only its time stays
                         traces[i] = Trace(seconds=traces[i].seconds, stop_reason="the teacher failed: unjudged")
                     failed = True
@@ -360,8 +393,16 @@ class Engine:
             return self.rewriter(handle, make_plan(plan.index, plan.hits, "rerank", options, plan.teacher))
 
         show = min(max(plan.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
-        return explain(StoppableIndex(handle.searcher, stop), handle.searcher.encode([query]), query, qid,
-                       tour=self.rewriter(handle, plan), rerank_at=rerank_at, hits=show, show=show)  # fmt: skip
+        return explain(
+            StoppableIndex(handle.searcher, stop),
+            handle.searcher.encode([query]),
+            query,
+            qid,
+            tour=self.rewriter(handle, plan),
+            rerank_at=rerank_at,
+            hits=show,
+            show=show,
+        )
 
     def close(self) -> None:
         if self.learner is not None:

@@ -60,15 +60,25 @@ def trajectories(stages: list[Stage], show: int) -> dict[str, list[int | None]]:
     return {d: path for d, path in paths.items() if len(set(path)) > 1}
 
 
-def explain(index: VectorIndex, vector: np.ndarray, query: str, qid: str, *, tour: Rewriter,
-            rerank_at: Callable[[int], Rewriter] | None, hits: int, show: int) -> dict:  # fmt: skip
+def explain(
+    index: VectorIndex,
+    vector: np.ndarray,
+    query: str,
+    qid: str,
+    *,
+    tour: Rewriter,
+    rerank_at: Callable[[int], Rewriter] | None,
+    hits: int,
+    show: int,
+) -> dict:
     """TOUR's stages for one query (vector (1, d)), and, with ``rerank_at`` (a function from a teacher-call
     count to a re-ranking rewriter), re-ranking the base top with as many teacher calls as TOUR made."""
     recorder = RecordingIndex(index)
     result = tour.rewrite(QueryBatch([qid], [query], vector), recorder, hits)[0]
     searches = recorder.searches
-    stages = [Stage("first search" if i == 0 else f"after step {i}", ranking)
-              for i, ranking in enumerate(searches[:-1])]  # fmt: skip
+    stages = [
+        Stage("first search" if i == 0 else f"after step {i}", ranking) for i, ranking in enumerate(searches[:-1])
+    ]
     stages.append(Stage("final search", searches[-1]))
     stages.append(Stage("TOUR's ranking (teacher + retriever)", [(h.docid, h.score) for h in result.hits]))
     out = {
@@ -80,7 +90,9 @@ def explain(index: VectorIndex, vector: np.ndarray, query: str, qid: str, *, tou
     if rerank_at is not None:
         calls = max(1, result.trace.teacher_calls)
         reranked = rerank_at(calls).rewrite(QueryBatch([qid], [query], vector), index, max(hits, calls))[0]
-        out["rerank"] = {"depth": calls, "ranking": [{"docid": h.docid, "score": round(h.score, 6)}
-                                                     for h in reranked.hits[:show]],
-                         "judgments": {d: round(s, 6) for d, s in reranked.trace.judgments.items()}}  # fmt: skip
+        out["rerank"] = {
+            "depth": calls,
+            "ranking": [{"docid": h.docid, "score": round(h.score, 6)} for h in reranked.hits[:show]],
+            "judgments": {d: round(s, 6) for d, s in reranked.trace.judgments.items()},
+        }
     return out

@@ -142,8 +142,20 @@ class RewardsLog:
     def append(self, rewards: Sequence[Reward], room: Room | None = None) -> bool:
         """Append ``rewards`` if ``room`` (a :meth:`~tour_pyserini.serve.quotas.DataQuota.writing`) lets their
         bytes be written; whether they were."""
-        lines = "".join(json.dumps({"task": r.task, "qid": r.qid, "client": r.client, "teacher": r.teacher,
-                                    "query": r.text, "judgments": r.judgments}) + "\n" for r in rewards)  # fmt: skip
+        lines = "".join(
+            json.dumps(
+                {
+                    "task": r.task,
+                    "qid": r.qid,
+                    "client": r.client,
+                    "teacher": r.teacher,
+                    "query": r.text,
+                    "judgments": r.judgments,
+                }
+            )
+            + "\n"
+            for r in rewards
+        )
         with room(len(lines.encode("utf-8"))) if room else nullcontext(True) as fits:
             if fits:
                 with open(self.path, "a", encoding="utf-8") as f:
@@ -203,10 +215,22 @@ class OnlineLearner:
     refits take ``refit_steps``. ``max_key_share``: the most of a fit's queries one client may give.
     """
 
-    def __init__(self, directory: str | Path, scope: str, encoder: dict, *, encode: Callable, doc_vectors: Callable,
-                 tasks: Sequence[str], fit: FitConfig | None = None, refit_steps: int = 100,
-                 max_key_share: float = 1.0, trusted: Callable[[str], bool] = lambda client: True,
-                 teacher: str = "", room: Room | None = None):  # fmt: skip
+    def __init__(
+        self,
+        directory: str | Path,
+        scope: str,
+        encoder: dict,
+        *,
+        encode: Callable,
+        doc_vectors: Callable,
+        tasks: Sequence[str],
+        fit: FitConfig | None = None,
+        refit_steps: int = 100,
+        max_key_share: float = 1.0,
+        trusted: Callable[[str], bool] = lambda client: True,
+        teacher: str = "",
+        room: Room | None = None,
+    ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.scope, self.encoder = scope, encoder
@@ -229,9 +253,12 @@ class OnlineLearner:
         logged = self.log.read()
         learnable = [r for r in logged if self.may_learn(r)]
         if len(learnable) < len(logged):
-            log.warning("online TTT-Embed: %d of %d rewards in the log are of another teacher or of clients this "
-                        "server does not learn from; they stay in the log, unused", len(logged) - len(learnable),
-                        len(logged))  # fmt: skip
+            log.warning(
+                "online TTT-Embed: %d of %d rewards in the log are of another teacher or of clients this "
+                "server does not learn from; they stay in the log, unused",
+                len(logged) - len(learnable),
+                len(logged),
+            )
         self.keep(learnable)
         version, state = self.current
         # what the served state has seen, if it is the newest and the log holds nothing it must not: else fit anew
@@ -267,8 +294,10 @@ class OnlineLearner:
         for version, state in self.versions.loadable():
             where = str(self.versions.path(version))
             if state.scope != self.scope:
-                raise UserError(f"{where} holds a {state.scope} state; this server learns the {self.scope} scope "
-                                "(start it with that scope, or give another directory)")  # fmt: skip
+                raise UserError(
+                    f"{where} holds a {state.scope} state; this server learns the {self.scope} scope "
+                    "(start it with that scope, or give another directory)"
+                )
             state.check_encoder(self.encoder, where)
             if (why := self.why_not_served(state)) is not None:
                 log.warning("online TTT-Embed: not serving state version %d: %s", version, why)
@@ -280,8 +309,9 @@ class OnlineLearner:
     def start(self) -> None:
         self.thread.start()
 
-    def shift(self, task: str, qids: Sequence[str], clients: Sequence[str],
-              vectors: np.ndarray) -> tuple[np.ndarray, int]:  # fmt: skip
+    def shift(
+        self, task: str, qids: Sequence[str], clients: Sequence[str], vectors: np.ndarray
+    ) -> tuple[np.ndarray, int]:
         """The served vectors of one batch (each query ``qids[i]`` of ``clients[i]``) and the version that moved
         them (0: none yet)."""
         version, state = self.current  # one read: the whole batch is served by one version
@@ -298,8 +328,11 @@ class OnlineLearner:
     def keep(self, rewards: Sequence[Reward], vectors: np.ndarray | None = None) -> None:
         served = [i for i, r in enumerate(rewards) if r.task in self.tasks]
         if len(served) < len(rewards):
-            log.warning("online TTT-Embed: %d rewarded queries are of indexes this server does not serve; they stay "
-                        "in the log, unused", len(rewards) - len(served))  # fmt: skip
+            log.warning(
+                "online TTT-Embed: %d rewarded queries are of indexes this server does not serve; they stay "
+                "in the log, unused",
+                len(rewards) - len(served),
+            )
         by_task: dict[str, list[int]] = {}
         for i in served:
             by_task.setdefault(rewards[i].task, []).append(i)
@@ -339,9 +372,16 @@ class OnlineLearner:
                 self.fitted = received
 
     def rewarded(self, keys: Sequence[tuple[str, str]], judged: Mapping) -> list[RewardedQuery]:
-        return [RewardedQuery(task, qid, self.vectors[(task, qid)], self.doc_vectors(task, list(judged[(task, qid)])),
-                              np.array(list(judged[(task, qid)].values())))
-                for task, qid in keys]  # fmt: skip
+        return [
+            RewardedQuery(
+                task,
+                qid,
+                self.vectors[(task, qid)],
+                self.doc_vectors(task, list(judged[(task, qid)])),
+                np.array(list(judged[(task, qid)].values())),
+            )
+            for task, qid in keys
+        ]
 
     def fit_set(self, judged: Mapping, clients: Mapping) -> tuple[list, list]:
         """The keys to fit on (each client's most recent, within its share) and the held-back keys."""
@@ -374,9 +414,12 @@ class OnlineLearner:
             clients = dict(self.clients)
         keys, checks = self.fit_set(judged, clients)
         if not keys or not checks:
-            self.last = {"fitted": False, "why": "no rewarded queries a fit may use yet (clients' shares are capped "
-                         f"at {self.max_key_share:g})" if not keys else "no held-back judged query to check a new "
-                         "state on yet"}  # fmt: skip
+            self.last = {
+                "fitted": False,
+                "why": f"no rewarded queries a fit may use yet (clients' shares are capped at {self.max_key_share:g})"
+                if not keys
+                else "no held-back judged query to check a new state on yet",
+            }
             return
         queries, held = self.rewarded(keys, judged), self.rewarded(checks, judged)
         version, state = self.current
@@ -385,8 +428,9 @@ class OnlineLearner:
         keys_, V, counts = fit_scope(queries, self.scope, config, init=state.by_key() if state is not None else None)
         seconds = time.perf_counter() - start
         # every client whose rewards shaped it: fitted on, checked on, or behind the state it starts from
-        learned_from = {clients[k] for k in [*keys, *checks]} | set(state.provenance["online"]["clients"] if state
-                                                                     else ())  # fmt: skip
+        learned_from = {clients[k] for k in [*keys, *checks]} | set(
+            state.provenance["online"]["clients"] if state else ()
+        )
         provenance = {
             "online": {
                 "version": self.newest + 1,
@@ -401,8 +445,17 @@ class OnlineLearner:
             }
         }
         anchors = np.stack([self.vectors[key] for key in keys]) if self.scope == "neighbours" else None
-        new = State(self.scope, keys_, V, counts, list(dict.fromkeys(q.task for q in queries)), config.to_json(),
-                    self.encoder, provenance, anchors=anchors)  # fmt: skip
+        new = State(
+            self.scope,
+            keys_,
+            V,
+            counts,
+            list(dict.fromkeys(q.task for q in queries)),
+            config.to_json(),
+            self.encoder,
+            provenance,
+            anchors=anchors,
+        )
         new, last = self.judge(new, state, queries, held)
         if new is not None and not self.versions.save(self.newest + 1, new, self.room):
             new, last = None, last | {"served": False, "why": "the data directory is full: the state was not written"}
@@ -418,8 +471,9 @@ class OnlineLearner:
         self.last = last
         self.fits += 1
 
-    def judge(self, new: State, serving: State | None, queries: Sequence[RewardedQuery],
-              held: Sequence[RewardedQuery]) -> tuple[State | None, dict]:  # fmt: skip
+    def judge(
+        self, new: State, serving: State | None, queries: Sequence[RewardedQuery], held: Sequence[RewardedQuery]
+    ) -> tuple[State | None, dict]:
         """``new`` with its α chosen by cross-validation over ``queries`` (a state that moves other queries), or
         None when it must not be served; and what was found, for the status."""
         if self.scope == "query":  # a query state moves only its own query: neither check can judge it
@@ -429,19 +483,36 @@ class OnlineLearner:
         new.provenance["magnitude"] = choice.to_json()
         if choice.alpha == 0:
             log.info("online TTT-Embed: a new state is not served: %s", choice.describe())
-            return None, {"fitted": True, "served": False, "why": "cross-validation over the rewarded queries: "
-                          f"{choice.describe()}; no alpha helped held-out queries, so it is not served"}  # fmt: skip
+            return None, {
+                "fitted": True,
+                "served": False,
+                "why": "cross-validation over the rewarded queries: "
+                f"{choice.describe()}; no alpha helped held-out queries, so it is not served",
+            }
         new = replace(new, chosen_alphas=[choice.alpha] * len(new.keys))
         before, after = self.agreement(serving, held), self.agreement(new, held)
-        last = {"fitted": True, "held_back": len(held), "served": True, "alpha": choice.alpha,
-                "agreement": None if np.isnan(after) else round(after, 4),
-                "serving_agreement": None if np.isnan(before) else round(before, 4)}  # fmt: skip
+        last = {
+            "fitted": True,
+            "held_back": len(held),
+            "served": True,
+            "alpha": choice.alpha,
+            "agreement": None if np.isnan(after) else round(after, 4),
+            "serving_agreement": None if np.isnan(before) else round(before, 4),
+        }
         if np.isnan(after) or np.isnan(before):
-            return None, last | {"served": False, "why": "the teacher ordered no pair of the held-back queries' "
-                                 "candidates: nothing to check a new state on"}  # fmt: skip
+            return None, last | {
+                "served": False,
+                "why": "the teacher ordered no pair of the held-back queries' "
+                "candidates: nothing to check a new state on",
+            }
         if after < before:
-            log.warning("online TTT-Embed: a new state agrees less with the teacher on %d held-back queries "
-                        "(%.4f < %.4f); it is not served", len(held), after, before)  # fmt: skip
+            log.warning(
+                "online TTT-Embed: a new state agrees less with the teacher on %d held-back queries "
+                "(%.4f < %.4f); it is not served",
+                len(held),
+                after,
+                before,
+            )
             return None, last | {"served": False}
         return new, last
 
@@ -456,9 +527,18 @@ class OnlineLearner:
     def status(self) -> dict:
         version, state = self.current
         with self.lock:
-            return {"scope": self.scope, "version": version, "rewarded_queries": len(self.judged),
-                    "judgments": sum(len(s) for s in self.judged.values()), "rewards_fitted": self.fitted,
-                    "rewards_received": self.received, "clients": len(set(self.clients.values())),
-                    "max_key_share": self.max_key_share, "fits": self.fits, "states_refused": self.refused,
-                    "fit_seconds": round(self.fit_seconds, 4),
-                    "last_fit": self.last, "error": self.error}  # fmt: skip
+            return {
+                "scope": self.scope,
+                "version": version,
+                "rewarded_queries": len(self.judged),
+                "judgments": sum(len(s) for s in self.judged.values()),
+                "rewards_fitted": self.fitted,
+                "rewards_received": self.received,
+                "clients": len(set(self.clients.values())),
+                "max_key_share": self.max_key_share,
+                "fits": self.fits,
+                "states_refused": self.refused,
+                "fit_seconds": round(self.fit_seconds, 4),
+                "last_fit": self.last,
+                "error": self.error,
+            }

@@ -71,10 +71,20 @@ def mcp_server(service: SearchService):
             raise ToolError(str(e)) from None
 
     @mcp.tool()
-    async def search(query: str, index: str, hits: int = 10, parse: bool = True, rewriter: str = "",
-                     teacher: str = "", depth: int = 0, k1: float | None = None, b: float | None = None,
-                     max_doc_length: int | None = None, k: int = 0,
-                     options: dict[str, str | int | float | bool] | None = None) -> dict:  # fmt: skip
+    async def search(
+        query: str,
+        index: str,
+        hits: int = 10,
+        parse: bool = True,
+        rewriter: str = "",
+        teacher: str = "",
+        depth: int = 0,
+        k1: float | None = None,
+        b: float | None = None,
+        max_doc_length: int | None = None,
+        k: int = 0,
+        options: dict[str, str | int | float | bool] | None = None,
+    ) -> dict:
         """Search one of the server's indexes (list_indexes names them); returns the top ``hits`` candidates
         with docid, score, rank and document, as Pyserini's REST route does.
 
@@ -93,9 +103,15 @@ def mcp_server(service: SearchService):
             k: the old name of depth (it will be removed in the next release)
             options: the rewriter's other options by their REST names, e.g. {"iterations": 2, "lr": 0.5}
         """
-        optional = {"rewriter": rewriter, "teacher": teacher, "depth": depth or None, "k": k or None, "k1": k1,
-                    "b": b,
-                    "max_doc_length": max_doc_length}  # fmt: skip
+        optional = {
+            "rewriter": rewriter,
+            "teacher": teacher,
+            "depth": depth or None,
+            "k": k or None,
+            "k1": k1,
+            "b": b,
+            "max_doc_length": max_doc_length,
+        }
         params = {"query": query, "hits": str(hits), "parse": str(parse).lower()}
         params |= {name: str(value) for name, value in optional.items() if value not in ("", None)}
         for name, value in (options or {}).items():

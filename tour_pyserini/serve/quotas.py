@@ -40,8 +40,11 @@ class DataQuota:
         return used >= self.max_bytes or (self.full_at is not None and used >= self.full_at)
 
     def status(self) -> dict:
-        return {"used_mb": round(self.used() / 2**20, 3), "max_mb": self.max_bytes and self.max_bytes / 2**20,
-                "writes_refused": self.refused}  # fmt: skip
+        return {
+            "used_mb": round(self.used() / 2**20, 3),
+            "max_mb": self.max_bytes and self.max_bytes / 2**20,
+            "writes_refused": self.refused,
+        }
 
     @contextmanager
     def writing(self, nbytes: int) -> Iterator[bool]:

@@ -62,8 +62,12 @@ class RequestLimits:
     with the BM25 teacher well within the default timeout on two cores."""
 
     max_hits: int = param(1000, positive_int, "most hits one request may ask")
-    max_candidates: int = param(100, positive_int, "most candidates a request's rewriter may judge or feed back per "
-                                "step (depth, prf-depth, ...)", aliases=("--max-k",))  # fmt: skip
+    max_candidates: int = param(
+        100,
+        positive_int,
+        "most candidates a request's rewriter may judge or feed back per step (depth, prf-depth, ...)",
+        aliases=("--max-k",),
+    )
     max_iterations: int = param(10, positive_int, "most iterations (TOUR steps, PRF rounds) one request may ask")
 
 
@@ -81,8 +85,9 @@ class Plan:
     config: Any = field(default=None, compare=False)  # equal options give equal configs
 
 
-def make_plan(index: str, hits: int, rewriter: str, options: Mapping[str, object],
-              teacher: TeacherSpec | None = None) -> Plan:  # fmt: skip
+def make_plan(
+    index: str, hits: int, rewriter: str, options: Mapping[str, object], teacher: TeacherSpec | None = None
+) -> Plan:
     """The plan of ``rewriter`` with ``options`` (by parameter), its config checked (one line for a value out of
     range, naming the request's parameter)."""
     try:
@@ -184,11 +189,15 @@ def rewriter_options(rewriter: str, params: Mapping[str, str]) -> tuple[dict, li
         if option is None:
             continue
         if option.name in options:  # given by both names
-            raise BadRequest(f"parameter {option.aliases[0].lstrip('-')!r} is the old name of "
-                             f"{option.option.lstrip('-')!r}: give one of them")  # fmt: skip
+            raise BadRequest(
+                f"parameter {option.aliases[0].lstrip('-')!r} is the old name of "
+                f"{option.option.lstrip('-')!r}: give one of them"
+            )
         if name in old:
-            warnings.append(f"parameter {name!r} is the old name of {option.option.lstrip('-')!r} (same meaning); "
-                            "it will be removed in the next release")  # fmt: skip
+            warnings.append(
+                f"parameter {name!r} is the old name of {option.option.lstrip('-')!r} (same meaning); "
+                "it will be removed in the next release"
+            )
         if option.const is not None:
             if parse_boolean(name, raw):
                 options[option.name] = option.const
@@ -246,16 +255,23 @@ def check_work(rewriter: str, config, limits: RequestLimits) -> None:
         if name in CANDIDATE_COUNTS and value is not None and value > limits.max_candidates:
             raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_candidates}")
         if name == "iterations" and value is not None and value > limits.max_iterations:
-            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of "
-                             f"{limits.max_iterations}")  # fmt: skip
+            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_iterations}")
         if isinstance(value, float) and abs(value) > MAX_FLOAT_OPTION:
             raise BadRequest(f"parameter {shown!r} ({value:g}) is beyond {MAX_FLOAT_OPTION:g}")
 
 
-def parse_search(index: str, params: Mapping[str, str], *, num_docs: int, dense: bool,
-                 teachers: Mapping[str, TeacherSpec],
-                 state: str | None, online: bool, limits: RequestLimits = RequestLimits(),
-                 client: str = ANONYMOUS) -> SearchRequest:  # fmt: skip
+def parse_search(
+    index: str,
+    params: Mapping[str, str],
+    *,
+    num_docs: int,
+    dense: bool,
+    teachers: Mapping[str, TeacherSpec],
+    state: str | None,
+    online: bool,
+    limits: RequestLimits = RequestLimits(),
+    client: str = ANONYMOUS,
+) -> SearchRequest:
     """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (each name a request
     may give it -> its spec) and ``state`` (the file ``ttt-embed`` searches with); ``online``: a
     request naming no rewriter follows the server's policy; ``client``: who sent it."""

@@ -54,15 +54,27 @@ class ClientGone(Exception):
 class ServiceLimits:
     """How requests are queued, batched and timed, and how many judged queries a client may have a day."""
 
-    window: float = param(0.005, non_negative_float, "how long the first waiting request waits for others to "
-                          "batch with", flag="--batch-window", metavar="SECONDS")  # fmt: skip
+    window: float = param(
+        0.005,
+        non_negative_float,
+        "how long the first waiting request waits for others to batch with",
+        flag="--batch-window",
+        metavar="SECONDS",
+    )
     max_batch: int = param(64, positive_int, "requests searched together at most")
     max_queue: int = param(256, positive_int, "requests waiting at most; more get 503")
-    timeout: float = param(60.0, positive_float, "a request not answered by then gets 504, and its search stops at "
-                           "its next step", metavar="SECONDS")  # fmt: skip
-    judged_per_day: int | None = param(None, positive_int, "queries one client (a key, or every client without "
-                                       "one) may have a teacher judge in 24 hours; more get 429",
-                                       default_text="no limit")  # fmt: skip
+    timeout: float = param(
+        60.0,
+        positive_float,
+        "a request not answered by then gets 504, and its search stops at its next step",
+        metavar="SECONDS",
+    )
+    judged_per_day: int | None = param(
+        None,
+        positive_int,
+        "queries one client (a key, or every client without one) may have a teacher judge in 24 hours; more get 429",
+        default_text="no limit",
+    )
 
 
 class QuotaExceeded(Exception):
@@ -144,15 +156,25 @@ class EngineWorker:
 class SearchService:
     """Checks requests, queues them for the searching thread, and shapes the answers."""
 
-    def __init__(self, config: ServeConfig, limits: ServiceLimits = ServiceLimits(), *,
-                 requests: RequestLimits | None = None, relevance: Mapping[str, Mapping[str, int]] | None = None,
-                 topics: Sequence | None = None):  # fmt: skip
+    def __init__(
+        self,
+        config: ServeConfig,
+        limits: ServiceLimits = ServiceLimits(),
+        *,
+        requests: RequestLimits | None = None,
+        relevance: Mapping[str, Mapping[str, int]] | None = None,
+        topics: Sequence | None = None,
+    ):
         self.config, self.limits, self.requests = config, limits, requests or RequestLimits()
         self.relevance = relevance or {}
         self.topics = list(topics or [])
         self.judged = JudgedQueries(DataQuota(config.data_dir, config.max_data_mb), limits.judged_per_day)
-        self.batcher = Batcher(lambda: EngineWorker(config, self.judged), window=limits.window,
-                               max_batch=limits.max_batch, max_queue=limits.max_queue)  # fmt: skip
+        self.batcher = Batcher(
+            lambda: EngineWorker(config, self.judged),
+            window=limits.window,
+            max_batch=limits.max_batch,
+            max_queue=limits.max_queue,
+        )
         self.engine: Engine | None = None
 
     def start(self) -> None:
@@ -166,27 +188,44 @@ class SearchService:
 
     def handle(self, index: str):
         if index not in self.engine.indexes:
-            raise BadRequest(f"unknown index {index[:100]!r}; this server's indexes: {', '.join(self.engine.indexes)}",
-                             404)  # fmt: skip
+            raise BadRequest(
+                f"unknown index {index[:100]!r}; this server's indexes: {', '.join(self.engine.indexes)}", 404
+            )
         return self.engine.indexes[index]
 
     def check_search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS) -> SearchRequest:
         handle = self.handle(index)
         online = handle.dense and self.config.budget is not None
-        request = parse_search(index, params, num_docs=handle.num_docs, dense=handle.dense,
-                               teachers=handle.names, state=self.config.state, online=online,
-                               limits=self.requests, client=client)  # fmt: skip
+        request = parse_search(
+            index,
+            params,
+            num_docs=handle.num_docs,
+            dense=handle.dense,
+            teachers=handle.names,
+            state=self.config.state,
+            online=online,
+            limits=self.requests,
+            client=client,
+        )
         if request.plan.teacher is not None:
             if self.judged.data.full():
-                raise BadRequest(f"the server's data directory is full ({self.config.max_data_mb:g} MB): no query "
-                                 "is judged until it has room", 507)  # fmt: skip
+                raise BadRequest(
+                    f"the server's data directory is full ({self.config.max_data_mb:g} MB): no query "
+                    "is judged until it has room",
+                    507,
+                )
             if (wait := self.judged.day.retry_after(client)) is not None:
-                raise QuotaExceeded(f"more than {self.limits.judged_per_day} judged queries in 24 hours; retry in "
-                                    f"{wait} s", wait)  # fmt: skip
+                raise QuotaExceeded(
+                    f"more than {self.limits.judged_per_day} judged queries in 24 hours; retry in {wait} s", wait
+                )
         return request
 
-    async def run(self, payload: object, abandoned: threading.Event | None = None,
-                  gone: Callable[[], Awaitable[bool]] | None = None):  # fmt: skip
+    async def run(
+        self,
+        payload: object,
+        abandoned: threading.Event | None = None,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ):
         """The searching thread's answer to ``payload``, or Overloaded, TimeoutError or ClientGone; on the last
         two ``abandoned`` is set, so that the search stops at its next step."""
         try:
@@ -203,8 +242,7 @@ class SearchService:
                 abandoned.set()
             raise
 
-    async def run_judged(self, request: SearchRequest, payload: object,
-                         gone: Callable[[], Awaitable[bool]] | None):  # fmt: skip
+    async def run_judged(self, request: SearchRequest, payload: object, gone: Callable[[], Awaitable[bool]] | None):
         """:meth:`run`, with a request that names a teacher given back to its client's day when the search
         fails on its way (the queue full, the teacher failing): judged by nobody, it costs nothing. One whose client
         left or timed out may have been judged, and stays counted."""
@@ -217,8 +255,13 @@ class SearchService:
                 self.judged.give_back(request.client)
             raise
 
-    async def search(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
-                     gone: Callable[[], Awaitable[bool]] | None = None) -> dict:  # fmt: skip
+    async def search(
+        self,
+        index: str,
+        params: Mapping[str, str],
+        client: str = ANONYMOUS,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> dict:
         """Pyserini's ``/v1/{index}/search`` answer, with what served it: rewriter, teacher, state version.
         ``client``: who asks; ``gone()``: whether the client has disconnected."""
         request = self.check_search(index, params, client)
@@ -233,17 +276,30 @@ class SearchService:
             raise BadRequest(f"teacher {handle.public(plan.teacher)!r} scored none of the candidates", 502)
         scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
         answer = {
-            "api": "v1", "index": index, "query": {"text": request.query},
-            "candidates": [{"docid": h.docid, "score": score, "rank": rank,
-                            "doc": document_payload(doc, request.shown) if doc else None}
-                           for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)],
-            "qid": request.qid, "rewriter": plan.rewriter,
-            "teacher": handle.public((self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED
-                                      else None) if plan.rewriter == ONLINE else plan.teacher),
+            "api": "v1",
+            "index": index,
+            "query": {"text": request.query},
+            "candidates": [
+                {
+                    "docid": h.docid,
+                    "score": score,
+                    "rank": rank,
+                    "doc": document_payload(doc, request.shown) if doc else None,
+                }
+                for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)
+            ],
+            "qid": request.qid,
+            "rewriter": plan.rewriter,
+            "teacher": handle.public(
+                (self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED else None)
+                if plan.rewriter == ONLINE
+                else plan.teacher
+            ),
             "teacher_calls": trace.teacher_calls,
-            "state": None if served.state_version is None else {"version": served.state_version,
-                                                                 "scope": self.config.learn},
-        }  # fmt: skip
+            "state": None
+            if served.state_version is None
+            else {"version": served.state_version, "scope": self.config.learn},
+        }
         if request.trace:
             answer["trace"] = trace.to_json()
         if request.warnings:
@@ -260,8 +316,13 @@ class SearchService:
         doc = handle.docstore[docid]
         return {"api": "v1", "index": index, "docid": docid, "doc": document_payload(doc, shown)}
 
-    async def explain(self, index: str, params: Mapping[str, str], client: str = ANONYMOUS,
-                      gone: Callable[[], Awaitable[bool]] | None = None) -> dict:  # fmt: skip
+    async def explain(
+        self,
+        index: str,
+        params: Mapping[str, str],
+        client: str = ANONYMOUS,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> dict:
         """The explorer's view of TOUR on one query (rewriter tour-hard or tour-soft, and a teacher)."""
         params = dict(params)
         params.setdefault("rewriter", "tour-soft")
@@ -280,10 +341,18 @@ class SearchService:
         shown |= {d["docid"] for d in out.get("rerank", {}).get("ranking", [])}
         docs = await asyncio.to_thread(handle.docstore.get, sorted(shown)) if handle.docstore else []
         judged = self.relevance.get(qid)
-        return {"api": "v1", "index": index, "query": {"text": request.query}, "qid": qid,
-                "rewriter": request.plan.rewriter, "teacher": handle.public(request.plan.teacher),
-                "depth": request.plan.config.depth, **out, "titles": {d.docid: (d.title or d.text)[:120] for d in docs},
-                "relevance": None if judged is None else {d: judged.get(d, 0) for d in shown}}  # fmt: skip
+        return {
+            "api": "v1",
+            "index": index,
+            "query": {"text": request.query},
+            "qid": qid,
+            "rewriter": request.plan.rewriter,
+            "teacher": handle.public(request.plan.teacher),
+            "depth": request.plan.config.depth,
+            **out,
+            "titles": {d.docid: (d.title or d.text)[:120] for d in docs},
+            "relevance": None if judged is None else {d: judged.get(d, 0) for d in shown},
+        }
 
     def topic_qid(self, text: str) -> str | None:
         return next((t.qid for t in self.topics if t.text == text), None)
@@ -331,18 +400,36 @@ class SearchService:
 
     def indexes(self) -> dict:
         rewriters = sorted(available_rewriters())
-        return {"api": "v1", "indexes": [
-            {"name": h.name, "kind": "dense" if h.dense else "bm25", "documents": h.num_docs,
-             "teachers": h.labels, "rewriters": rewriters if h.dense else ["none"],
-             "policy": ONLINE if h.dense and self.config.budget is not None else "none"}
-            for h in self.engine.indexes.values()]}  # fmt: skip
+        return {
+            "api": "v1",
+            "indexes": [
+                {
+                    "name": h.name,
+                    "kind": "dense" if h.dense else "bm25",
+                    "documents": h.num_docs,
+                    "teachers": h.labels,
+                    "rewriters": rewriters if h.dense else ["none"],
+                    "policy": ONLINE if h.dense and self.config.budget is not None else "none",
+                }
+                for h in self.engine.indexes.values()
+            ],
+        }
 
     def status(self) -> dict:
         engine = self.engine
-        return {"api": "v1", "queued": self.batcher.jobs.qsize(), "batches": self.batcher.batches,
-                "batched_requests": self.batcher.batched,
-                "budget": None if engine.allocator is None else {"judgments_per_query": engine.allocator.budget,
-                                                                 "served": engine.allocator.served,
-                                                                 "judgments": engine.allocator.spent},
-                "query_encoder": engine.config.query_encoding or None, "data": self.judged.data.status(),
-                "learning": engine.learner.status() if engine.learner else None}  # fmt: skip
+        return {
+            "api": "v1",
+            "queued": self.batcher.jobs.qsize(),
+            "batches": self.batcher.batches,
+            "batched_requests": self.batcher.batched,
+            "budget": None
+            if engine.allocator is None
+            else {
+                "judgments_per_query": engine.allocator.budget,
+                "served": engine.allocator.served,
+                "judgments": engine.allocator.spent,
+            },
+            "query_encoder": engine.config.query_encoding or None,
+            "data": self.judged.data.status(),
+            "learning": engine.learner.status() if engine.learner else None,
+        }

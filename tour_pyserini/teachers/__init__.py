@@ -24,9 +24,24 @@ from tour_pyserini.teachers.base import (
 from tour_pyserini.teachers.cache import ScoreCache
 from tour_pyserini.teachers.store import ScoreStore, StoredTeacher
 
-__all__ = ["TEACHERS", "ScoreCache", "ScoreRequest", "ScoreStore", "Teacher", "TeacherContext", "TeacherSpec",
-           "StoredTeacher", "available_teachers", "check_shared_teacher_options", "check_teacher_options",
-           "get_teacher", "options_for", "options_read_by", "teacher_options", "teacher_usages"]  # fmt: skip
+__all__ = [
+    "TEACHERS",
+    "ScoreCache",
+    "ScoreRequest",
+    "ScoreStore",
+    "Teacher",
+    "TeacherContext",
+    "TeacherSpec",
+    "StoredTeacher",
+    "available_teachers",
+    "check_shared_teacher_options",
+    "check_teacher_options",
+    "get_teacher",
+    "options_for",
+    "options_read_by",
+    "teacher_options",
+    "teacher_usages",
+]
 
 
 def available_teachers() -> dict[str, type[Teacher]]:
@@ -49,8 +64,11 @@ def check_shared_teacher_options(specs: Sequence[str], options: Mapping[str, obj
     take the ones they read."""
     if len(specs) < 2:
         return check_teacher_options(specs[0] if specs else None, options)
-    if stray := [o.option for o in teacher_options() if o.name in options
-                 and not any(o.name in options_for(spec, options) for spec in specs)]:  # fmt: skip
+    if stray := [
+        o.option
+        for o in teacher_options()
+        if o.name in options and not any(o.name in options_for(spec, options) for spec in specs)
+    ]:
         raise UserError(f"{', '.join(stray)}: not an option of any of the teachers ({', '.join(specs)})")
 
 

@@ -166,8 +166,9 @@ class TeacherSpec:
         """The registered teacher of this kind; an unknown kind is one line listing the known ones."""
         teachers = TEACHERS.all()
         if self.kind not in teachers:
-            raise UserError(f"unknown teacher {str(self)!r}; choose one of: {', '.join(teachers)} "
-                            "(e.g. cross-encoder:PATH)")  # fmt: skip
+            raise UserError(
+                f"unknown teacher {str(self)!r}; choose one of: {', '.join(teachers)} (e.g. cross-encoder:PATH)"
+            )
         return teachers[self.kind]
 
 

@@ -156,8 +156,10 @@ class Bm25Teacher(_LuceneIndexTeacher):
         docids = [d for request in requests for d in request.docids]
         rows = np.array([self.rows.get(d, -1) for d in docids], dtype=np.int64)
         if (rows < 0).any():
-            raise UserError(f"document {docids[int(np.argmin(rows))]!r} is not in the BM25 index {self.index_dir}: "
-                            "the teacher's index must hold the collection being searched")  # fmt: skip
+            raise UserError(
+                f"document {docids[int(np.argmin(rows))]!r} is not in the BM25 index {self.index_dir}: "
+                "the teacher's index must hold the collection being searched"
+            )
         return rows
 
 

@@ -30,8 +30,14 @@ class ScoreCache:
     the query's ``Trace.unscored``.
     """
 
-    def __init__(self, teacher: Teacher, docstore: DocStore | None = None, *, enabled: bool = True,
-                 store: ScoreStore | None = None):  # fmt: skip
+    def __init__(
+        self,
+        teacher: Teacher,
+        docstore: DocStore | None = None,
+        *,
+        enabled: bool = True,
+        store: ScoreStore | None = None,
+    ):
         if teacher.needs_text and docstore is None:
             raise UserError(f"teacher {teacher.label!r} reads document texts but the index has no docstore")
         if store is not None and not teacher.pairwise:
@@ -44,9 +50,15 @@ class ScoreCache:
         self.scores: dict[str, dict[str, float]] = {}
         self.memos: dict[str, dict] = {}
 
-    def score(self, qids: Sequence[str], queries: Sequence[str], docids: Sequence[Sequence[str]],
-              traces: Sequence[Trace], vectors: Sequence[np.ndarray] | None = None,
-              encoded_by=None) -> list[np.ndarray]:  # fmt: skip
+    def score(
+        self,
+        qids: Sequence[str],
+        queries: Sequence[str],
+        docids: Sequence[Sequence[str]],
+        traces: Sequence[Trace],
+        vectors: Sequence[np.ndarray] | None = None,
+        encoded_by=None,
+    ) -> list[np.ndarray]:
         """Scores of each query's candidates, aligned with ``docids``; counts calls and hits in ``traces``.
         ``vectors``: the queries' vectors as ``encoded_by`` (the searcher's ``QueryEncoder``) made them, for
         teachers that would encode the queries with it (:class:`ScoreRequest`)."""
@@ -58,8 +70,14 @@ class ScoreCache:
             trace.cache_hits += len(candidates) - len(new) if self.enabled else 0
             trace.teacher_calls += len(new)
             if new:
-                request = ScoreRequest(qid, query, new, memo=self.memos.setdefault(qid, {}), vector=vector,
-                                       encoded_by=encoded_by if vector is not None else None)  # fmt: skip
+                request = ScoreRequest(
+                    qid,
+                    query,
+                    new,
+                    memo=self.memos.setdefault(qid, {}),
+                    vector=vector,
+                    encoded_by=encoded_by if vector is not None else None,
+                )
                 requests.append((trace, request))
         if requests:
             with timed([trace for trace, _ in requests], "teacher"):
@@ -80,6 +98,7 @@ class ScoreCache:
         out = [np.asarray(s, dtype=np.float64) for s in self.scorer.score(requests)]  # a store reads missing texts
         for request, scores in zip(requests, out):
             if scores.shape != (len(request.docids),) or np.isinf(scores).any():
-                raise ValueError(f"teacher {self.teacher.label!r} returned infinite or misshaped scores "
-                                 f"for query {request.qid!r}")  # fmt: skip
+                raise ValueError(
+                    f"teacher {self.teacher.label!r} returned infinite or misshaped scores for query {request.qid!r}"
+                )
         return out

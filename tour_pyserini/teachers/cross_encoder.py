@@ -33,13 +33,19 @@ from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, Teacher
 from tour_pyserini.teachers.dense import DenseTeacher
 
 RESIDUAL_FILE = "tour_pyserini_residual.json"
-RUNTIME = Param("runtime", str, AUTO, flag="--teacher-runtime", choices=RUNTIME_CHOICES,
-                help="what runs a cross-encoder teacher: auto (default: openvino on the CPU for a local model "
-                     "directory where the runtime extra is installed, the fastest within the ranking bounds "
-                     "measured; else torch), torch, onnx (ONNX Runtime on the CPU: the model exported once, fused, "
-                     "cached beside its weights; --teacher-precision fp32, int8 or auto) or openvino (OpenVINO on "
-                     "the CPU, the same export unfused; fp32, bf16 or auto); onnx and openvino need the runtime "
-                     "extra")  # fmt: skip
+RUNTIME = Param(
+    "runtime",
+    str,
+    AUTO,
+    flag="--teacher-runtime",
+    choices=RUNTIME_CHOICES,
+    help="what runs a cross-encoder teacher: auto (default: openvino on the CPU for a local model "
+    "directory where the runtime extra is installed, the fastest within the ranking bounds "
+    "measured; else torch), torch, onnx (ONNX Runtime on the CPU: the model exported once, fused, "
+    "cached beside its weights; --teacher-precision fp32, int8 or auto) or openvino (OpenVINO on "
+    "the CPU, the same export unfused; fp32, bf16 or auto); onnx and openvino need the runtime "
+    "extra",
+)
 # how a fingerprint names a runtime's scores: the way the graph was made is part of them
 RUNTIME_NAMES = {"onnx": f"onnx {RECIPE}", "openvino": "openvino"}
 
@@ -56,8 +62,9 @@ def pair_inputs(tokenizer, queries: Sequence[str], texts: Sequence[str], max_len
     cut until it is as short as the query, then both; so a short query is never cut, and a query longer
     than the model's length (long information needs) still leaves room for the document.
     """
-    return tokenizer(list(queries), list(texts), truncation="longest_first", max_length=max_length,
-                     padding=True, return_tensors="pt")  # fmt: skip
+    return tokenizer(
+        list(queries), list(texts), truncation="longest_first", max_length=max_length, padding=True, return_tensors="pt"
+    )
 
 
 def logits_to_scores(logits):
@@ -107,8 +114,10 @@ def residual_dense(model_dir: str, residual: dict, context: TeacherContext) -> D
 
     index_dir = context.index_dir
     if index_dir is None:
-        raise UserError(f"cross-encoder {model_dir} is residual (it adds the retriever's similarity): "
-                        "it needs a dense index to score with")  # fmt: skip
+        raise UserError(
+            f"cross-encoder {model_dir} is residual (it adds the retriever's similarity): "
+            "it needs a dense index to score with"
+        )
     meta = IndexMeta.read(index_dir)
     built_by = index_document_sha(meta.encoder if meta else None)
     wanted = residual.get("encoder_weights_sha256")
@@ -168,9 +177,17 @@ class CrossEncoderTeacher(Teacher):
     usage = "cross-encoder:PATH"
     options = (RUNTIME,)
 
-    def __init__(self, path: str | Path, max_length: int = 512, batch_size: int = 32, device: str = "cpu",
-                 precision: str = DEFAULT_PRECISION, dense: DenseTeacher | None = None,
-                 dense_scale: float = 0.0, runtime: str = RUNTIME.default):  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        max_length: int = 512,
+        batch_size: int = 32,
+        device: str = "cpu",
+        precision: str = DEFAULT_PRECISION,
+        dense: DenseTeacher | None = None,
+        dense_scale: float = 0.0,
+        runtime: str = RUNTIME.default,
+    ):
         import torch
         from transformers import AutoConfig, AutoTokenizer
 
@@ -225,13 +242,17 @@ class CrossEncoderTeacher(Teacher):
 
         order = sorted(range(len(texts)), key=lambda i: len(queries[i]) + len(texts[i]))
         scores = np.empty(len(texts))
-        bf16 = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16,
-                              enabled=self.model is not None and self.precision == "bf16")  # fmt: skip
+        bf16 = torch.autocast(
+            torch.device(self.device).type,
+            dtype=torch.bfloat16,
+            enabled=self.model is not None and self.precision == "bf16",
+        )
         with torch.inference_mode(), bf16:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                inputs = pair_inputs(self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx],
-                                     self.max_length).to(self.device)  # fmt: skip
+                inputs = pair_inputs(
+                    self.tokenizer, [queries[i] for i in idx], [texts[i] for i in idx], self.max_length
+                ).to(self.device)
                 scores[idx] = logits_to_scores(self.logits(inputs))
         return scores
 

@@ -36,8 +36,10 @@ class DenseTeacher(Teacher):
         self.index_dir = index.directory
         self.query_encoder = query_encoder
         if query_encoder.dimension != index.index.d:
-            raise UserError(f"the dense teacher's encoder makes {query_encoder.dimension}-d vectors but index "
-                            f"{self.index_dir} holds {index.index.d}-d vectors")  # fmt: skip
+            raise UserError(
+                f"the dense teacher's encoder makes {query_encoder.dimension}-d vectors but index "
+                f"{self.index_dir} holds {index.index.d}-d vectors"
+            )
 
     @classmethod
     def from_spec(cls, argument: str | None, context: TeacherContext) -> DenseTeacher:
@@ -85,5 +87,7 @@ class DenseTeacher(Teacher):
         """The index's content (its vectors) and the query encoder's identity, weights hashed."""
         identity = encoder_identity(self.query_encoder.spec)
         weights = (identity["weights_sha256"] or identity["name"])[:16]
-        return (f"dense index {index_fingerprint(self.index_dir)} query encoder {identity['pooling']} pooling, "
-                f"l2_norm {identity['l2_norm']}, max_length {identity['max_length']}, weights {weights}")  # fmt: skip
+        return (
+            f"dense index {index_fingerprint(self.index_dir)} query encoder {identity['pooling']} pooling, "
+            f"l2_norm {identity['l2_norm']}, max_length {identity['max_length']}, weights {weights}"
+        )

@@ -46,8 +46,9 @@ def read_ensemble(path: str | Path) -> dict:
     """The ensemble file, checked: a list of parts, each a teacher spec with a finite weight, not all 0."""
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"ensemble file {path} is a directory; name the JSON file in it (e.g. "
-                        f"{path / 'ensemble.json'})")  # fmt: skip
+        raise UserError(
+            f"ensemble file {path} is a directory; name the JSON file in it (e.g. {path / 'ensemble.json'})"
+        )
     try:
         record = json.loads(read_text(path))
     except FileNotFoundError:

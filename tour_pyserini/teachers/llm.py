@@ -47,12 +47,17 @@ def answer_ids(tokenizer, template: Template) -> tuple[list[int], list[int]]:
     """The token ids read as yes and as no (see :class:`Template`); a word without a single token is refused."""
     out = []
     for word in template.answers:
-        forms = [word] if template.exact else sorted({f for w in (word, word.capitalize(), word.upper())
-                                                      for f in (w, " " + w)})  # fmt: skip
+        forms = (
+            [word]
+            if template.exact
+            else sorted({f for w in (word, word.capitalize(), word.upper()) for f in (w, " " + w)})
+        )
         ids = [ids[0] for ids in (tokenizer.encode(f, add_special_tokens=False) for f in forms) if len(ids) == 1]
         if not ids:
-            raise UserError(f"llm teacher: {word!r} is not one token of this model's vocabulary; the template "
-                            f"{template.name!r} cannot be read as yes/no")  # fmt: skip
+            raise UserError(
+                f"llm teacher: {word!r} is not one token of this model's vocabulary; the template "
+                f"{template.name!r} cannot be read as yes/no"
+            )
         out.append(sorted(set(ids)))
     return out[0], out[1]
 
@@ -84,8 +89,9 @@ def check_llm_path(path: str) -> tuple[str, str | None]:
         if not local.is_file():
             raise UserError(f"llm teacher {path!r}: no such GGUF file")
         if importlib.util.find_spec("gguf") is None:
-            raise UserError(f"llm teacher {path!r} is a GGUF file, which transformers reads with the gguf package: "
-                            f"{GGUF_EXTRA}")  # fmt: skip
+            raise UserError(
+                f"llm teacher {path!r} is a GGUF file, which transformers reads with the gguf package: {GGUF_EXTRA}"
+            )
         check_gguf(local)
         return str(local.parent), local.name
     check_model("llm teacher", path)
@@ -108,9 +114,17 @@ class LlmTeacher(Teacher):
     usage = "llm:PATH"
     options = (INSTRUCTION_OPTION, TEMPLATE_OPTION)
 
-    def __init__(self, path: str, *, instruction: str | None = None, template: Template | None = None,
-                 max_length: int = DEFAULT_MAX_LENGTH, batch_size: int = 8, device: str = "cpu",
-                 precision: str = DEFAULT_PRECISION):  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        *,
+        instruction: str | None = None,
+        template: Template | None = None,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        batch_size: int = 8,
+        device: str = "cpu",
+        precision: str = DEFAULT_PRECISION,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -153,9 +167,12 @@ class LlmTeacher(Teacher):
             options["precision"] = check_precision(context.precision, "--teacher-precision")
         instruction_option(context.options.get("instruction"))  # an empty one: before the model loads
         template = context.options.get("template")
-        return cls(argument, instruction=context.options.get("instruction"),
-                   template=read_template(template) if template else None,
-                   **options)  # fmt: skip
+        return cls(
+            argument,
+            instruction=context.options.get("instruction"),
+            template=read_template(template) if template else None,
+            **options,
+        )
 
     def prompt_ids(self, query: str, document: str) -> list[int]:
         """The prompt's token ids, its document cut to fit ``max_length`` (:func:`prompt_ids`); the tokenizer's
@@ -166,8 +183,9 @@ class LlmTeacher(Teacher):
             before = bos + before
         return prompt_ids(self.tokenizer, before, document.strip(), after, self.max_length)
 
-    def score_pairs(self, queries: Sequence[str], texts: Sequence[str],
-                    done: Callable[[list[int], np.ndarray], None] | None = None) -> np.ndarray:  # fmt: skip
+    def score_pairs(
+        self, queries: Sequence[str], texts: Sequence[str], done: Callable[[list[int], np.ndarray], None] | None = None
+    ) -> np.ndarray:
         """Scores of the pairs; ``done(indices, scores)`` is called after each batch."""
         import torch
 
@@ -186,8 +204,12 @@ class LlmTeacher(Teacher):
                     ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i])
                     mask[row, width - len(prompts[i]) :] = 1
                 positions = (mask.cumsum(1) - 1).clamp(min=0)  # each prompt counts from 0, as unpadded
-                out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                 position_ids=positions.to(self.device), logits_to_keep=1)  # fmt: skip
+                out = self.model(
+                    input_ids=ids.to(self.device),
+                    attention_mask=mask.to(self.device),
+                    position_ids=positions.to(self.device),
+                    logits_to_keep=1,
+                )
                 logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
                 odds = torch.logsumexp(logp[:, self.yes_ids], -1) - torch.logsumexp(logp[:, self.no_ids], -1)
                 scores[idx] = odds.cpu().numpy()
@@ -230,5 +252,7 @@ class LlmTeacher(Teacher):
         else:
             sha = weights_sha256(self.path)
         prompt = hashlib.sha256(f"{self.template.text}\0{self.instruction}".encode()).hexdigest()[:16]
-        return (f"{self.label} prompt {prompt} max_length {self.max_length} precision {self.precision} "
-                f"weights {sha[:16] if sha else self.path}")  # fmt: skip
+        return (
+            f"{self.label} prompt {prompt} max_length {self.max_length} precision {self.precision} "
+            f"weights {sha[:16] if sha else self.path}"
+        )

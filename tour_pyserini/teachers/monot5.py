@@ -36,8 +36,15 @@ class MonoT5Teacher(Teacher):
     name = "monot5"
     usage = "monot5:PATH"
 
-    def __init__(self, path: str, *, max_length: int = 512, batch_size: int = 16, device: str = "cpu",
-                 precision: str = DEFAULT_PRECISION):  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        *,
+        max_length: int = 512,
+        batch_size: int = 16,
+        device: str = "cpu",
+        precision: str = DEFAULT_PRECISION,
+    ):
         import torch
         from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -66,8 +73,10 @@ class MonoT5Teacher(Teacher):
     def answer_id(self, word: str) -> int:
         ids = self.tokenizer.encode(word, add_special_tokens=False)
         if len(ids) != 1:
-            raise UserError(f"monot5 teacher {self.path!r}: {word!r} is not one token of its vocabulary "
-                            f"({len(ids)} tokens); not a monoT5 model")  # fmt: skip
+            raise UserError(
+                f"monot5 teacher {self.path!r}: {word!r} is not one token of its vocabulary "
+                f"({len(ids)} tokens); not a monoT5 model"
+            )
         return ids[0]
 
     @classmethod
@@ -106,8 +115,15 @@ class MonoT5Teacher(Teacher):
                     ids[row, : len(inputs[i])] = torch.tensor(inputs[i])
                     mask[row, : len(inputs[i])] = 1
                 decoder = torch.full((len(idx), 1), start_id, dtype=torch.long)
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                    decoder_input_ids=decoder.to(self.device)).logits[:, 0].float()  # fmt: skip
+                logits = (
+                    self.model(
+                        input_ids=ids.to(self.device),
+                        attention_mask=mask.to(self.device),
+                        decoder_input_ids=decoder.to(self.device),
+                    )
+                    .logits[:, 0]
+                    .float()
+                )
                 scores[idx] = (logits[:, self.true_id] - logits[:, self.false_id]).cpu().numpy()
         return scores
 
@@ -124,5 +140,7 @@ class MonoT5Teacher(Teacher):
     @property
     def fingerprint(self) -> str:
         sha = weights_sha256(self.path)
-        return (f"{self.label} max_length {self.max_length} precision {self.precision} "
-                f"weights {sha[:16] if sha else self.path}")  # fmt: skip
+        return (
+            f"{self.label} max_length {self.max_length} precision {self.precision} "
+            f"weights {sha[:16] if sha else self.path}"
+        )

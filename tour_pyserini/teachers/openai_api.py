@@ -61,19 +61,47 @@ LOGGED_WAIT = 1.0  # seconds: a shorter wait between tries goes unsaid
 QUOTED = 80  # characters of a body the server sent, quoted in a message
 RESUME = "scores already received are in the score store (--score-store): run again to resume"
 
-MODEL_OPTION = Param("model", str, help="the model an openai: teacher asks (its name on the server)",
-                     flag="--teacher-model", metavar="NAME")  # fmt: skip
-CONCURRENCY_OPTION = Param("concurrency", positive_int, 4, "requests an openai: teacher keeps in flight, all Ray "
-                           "workers together", flag="--teacher-concurrency", metavar="N", shared=True)  # fmt: skip
-DEADLINE_OPTION = Param("deadline", positive_float, 300.0, "seconds an openai: teacher waits for one pair's score, "
-                        "retries included, before the search stops in one line", flag="--teacher-timeout",
-                        metavar="SECONDS")  # fmt: skip
-RETRY_AFTER_OPTION = Param("max_retry_after", non_negative_float, 60.0, "the longest Retry-After an openai: "
-                           "teacher obeys; a busy server asking for more stops the search in one line",
-                           flag="--teacher-max-retry-after", metavar="SECONDS")  # fmt: skip
-JUDGE_OPTION = Param("judge", str, "auto", "how an openai: teacher judges: logprobs (yes/no log-odds), score "
-                     "(verbalised 0-5) or auto (logprobs where the server returns them)", flag="--teacher-judge",
-                     metavar="|".join(JUDGES))  # fmt: skip
+MODEL_OPTION = Param(
+    "model",
+    str,
+    help="the model an openai: teacher asks (its name on the server)",
+    flag="--teacher-model",
+    metavar="NAME",
+)
+CONCURRENCY_OPTION = Param(
+    "concurrency",
+    positive_int,
+    4,
+    "requests an openai: teacher keeps in flight, all Ray workers together",
+    flag="--teacher-concurrency",
+    metavar="N",
+    shared=True,
+)
+DEADLINE_OPTION = Param(
+    "deadline",
+    positive_float,
+    300.0,
+    "seconds an openai: teacher waits for one pair's score, retries included, before the search stops in one line",
+    flag="--teacher-timeout",
+    metavar="SECONDS",
+)
+RETRY_AFTER_OPTION = Param(
+    "max_retry_after",
+    non_negative_float,
+    60.0,
+    "the longest Retry-After an openai: teacher obeys; a busy server asking for more stops the search in one line",
+    flag="--teacher-max-retry-after",
+    metavar="SECONDS",
+)
+JUDGE_OPTION = Param(
+    "judge",
+    str,
+    "auto",
+    "how an openai: teacher judges: logprobs (yes/no log-odds), score "
+    "(verbalised 0-5) or auto (logprobs where the server returns them)",
+    flag="--teacher-judge",
+    metavar="|".join(JUDGES),
+)
 
 
 class Unscored(Exception):
@@ -98,14 +126,32 @@ class OpenAITeacher(Teacher):
 
     name = "openai"
     usage = "openai:BASE_URL"
-    options = (MODEL_OPTION, CONCURRENCY_OPTION, JUDGE_OPTION, DEADLINE_OPTION, RETRY_AFTER_OPTION, INSTRUCTION_OPTION,
-               TEMPLATE_OPTION)  # fmt: skip
+    options = (
+        MODEL_OPTION,
+        CONCURRENCY_OPTION,
+        JUDGE_OPTION,
+        DEADLINE_OPTION,
+        RETRY_AFTER_OPTION,
+        INSTRUCTION_OPTION,
+        TEMPLATE_OPTION,
+    )
 
-    def __init__(self, base_url: str, model: str, *, judge: str = "auto", concurrency: int = CONCURRENCY_OPTION.default,
-                 instruction: str | None = None, template: Template | None = None, max_chars: int | None = None,
-                 timeout: float = 60.0, retries: int = 5, backoff: float = 0.5,
-                 deadline: float = DEADLINE_OPTION.default,
-                 max_retry_after: float = RETRY_AFTER_OPTION.default):  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        judge: str = "auto",
+        concurrency: int = CONCURRENCY_OPTION.default,
+        instruction: str | None = None,
+        template: Template | None = None,
+        max_chars: int | None = None,
+        timeout: float = 60.0,
+        retries: int = 5,
+        backoff: float = 0.5,
+        deadline: float = DEADLINE_OPTION.default,
+        max_retry_after: float = RETRY_AFTER_OPTION.default,
+    ):
         parsed = urlparse(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise UserError(
@@ -129,9 +175,11 @@ class OpenAITeacher(Teacher):
         self.reached = False  # whether the server has answered once (a refused connection then is worth retrying)
         self.judge = self.probe() if judge == "auto" else judge
         if template is not None and self.judge == "score":
-            raise UserError("--teacher-template: this openai teacher judges by 0-5 scores (--teacher-judge score, or "
-                            "auto on a server without log-probabilities), with a prompt of its own: the template "
-                            "would not be read")  # fmt: skip
+            raise UserError(
+                "--teacher-template: this openai teacher judges by 0-5 scores (--teacher-judge score, or "
+                "auto on a server without log-probabilities), with a prompt of its own: the template "
+                "would not be read"
+            )
         if self.judge == "logprobs":
             check_instruction_read(self.template, instruction)
 
@@ -142,12 +190,17 @@ class OpenAITeacher(Teacher):
                 "the openai teacher needs the server's URL: openai:BASE_URL (e.g. http://127.0.0.1:8000/v1)"
             )
         template = context.option(TEMPLATE_OPTION)
-        return cls(argument, context.option(MODEL_OPTION), judge=context.option(JUDGE_OPTION),
-                   concurrency=context.option(CONCURRENCY_OPTION), deadline=context.option(DEADLINE_OPTION),
-                   max_retry_after=context.option(RETRY_AFTER_OPTION),
-                   instruction=context.options.get("instruction"),
-                   template=read_template(template) if template else None,
-                   max_chars=4 * context.max_length if context.max_length else None)  # fmt: skip
+        return cls(
+            argument,
+            context.option(MODEL_OPTION),
+            judge=context.option(JUDGE_OPTION),
+            concurrency=context.option(CONCURRENCY_OPTION),
+            deadline=context.option(DEADLINE_OPTION),
+            max_retry_after=context.option(RETRY_AFTER_OPTION),
+            instruction=context.options.get("instruction"),
+            template=read_template(template) if template else None,
+            max_chars=4 * context.max_length if context.max_length else None,
+        )
 
     # -- HTTP
 
@@ -173,21 +226,26 @@ class OpenAITeacher(Teacher):
                 return answer
             except urllib.error.HTTPError as e:
                 if e.code in (401, 403):
-                    raise UserError(f"openai teacher: {self.base_url} refused the key ({e.code}); "
-                                    "set OPENAI_API_KEY") from None  # fmt: skip
+                    raise UserError(
+                        f"openai teacher: {self.base_url} refused the key ({e.code}); set OPENAI_API_KEY"
+                    ) from None
                 if e.code == 404:
-                    raise UserError(f"openai teacher: {url} answered 404: no such endpoint, or no model "
-                                    f"{self.model!r} there") from None  # fmt: skip
+                    raise UserError(
+                        f"openai teacher: {url} answered 404: no such endpoint, or no model {self.model!r} there"
+                    ) from None
                 if e.code in (400, 422):
                     return None
                 if e.code not in RETRY_STATUS or attempt == self.retries:
-                    raise UserError(f"openai teacher: {url} answered {e.code} {e.reason} "
-                                    f"({attempt + 1} tries)") from None  # fmt: skip
+                    raise UserError(
+                        f"openai teacher: {url} answered {e.code} {e.reason} ({attempt + 1} tries)"
+                    ) from None
                 asked = retry_after(e.headers.get("Retry-After") if e.headers else None)
                 if asked is not None and asked > self.max_retry_after:
-                    raise UserError(f"openai teacher: {url} answered {e.code} {e.reason} and asks to wait {asked:g} s "
-                                    f"(Retry-After), more than --teacher-max-retry-after {self.max_retry_after:g} s; "
-                                    f"{RESUME}") from None  # fmt: skip
+                    raise UserError(
+                        f"openai teacher: {url} answered {e.code} {e.reason} and asks to wait {asked:g} s "
+                        f"(Retry-After), more than --teacher-max-retry-after {self.max_retry_after:g} s; "
+                        f"{RESUME}"
+                    ) from None
                 wait, reason = max(self.backoff * 2**attempt, asked or 0.0), f"answered {e.code} {e.reason}"
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
                 cause = getattr(e, "reason", e)
@@ -195,16 +253,25 @@ class OpenAITeacher(Teacher):
                 if refused and not self.reached:  # nothing listens there: no server to wait for
                     raise UserError(f"openai teacher: cannot reach {self.base_url} (connection refused)") from None
                 if attempt == self.retries:
-                    raise UserError(f"openai teacher: cannot reach {self.base_url} ({cause}; {attempt + 1} tries); "
-                                    f"{RESUME}") from None  # fmt: skip
+                    raise UserError(
+                        f"openai teacher: cannot reach {self.base_url} ({cause}; {attempt + 1} tries); {RESUME}"
+                    ) from None
                 silent = isinstance(cause, TimeoutError)
                 wait, reason = self.backoff * 2**attempt, f"gave no answer in {timeout:.3g} s" if silent else str(cause)
             if time.monotonic() + wait > deadline:
-                raise UserError(f"openai teacher: no score for one pair within --teacher-timeout {self.deadline:g} s "
-                                f"({url} {reason}; {attempt + 1} tries); {RESUME}")  # fmt: skip
+                raise UserError(
+                    f"openai teacher: no score for one pair within --teacher-timeout {self.deadline:g} s "
+                    f"({url} {reason}; {attempt + 1} tries); {RESUME}"
+                )
             if wait >= LOGGED_WAIT or reason.startswith("gave no answer"):
-                log.warning("openai teacher: %s %s; trying again in %.1f s (try %d of %d)", url, reason, wait,
-                            attempt + 2, self.retries + 1)  # fmt: skip
+                log.warning(
+                    "openai teacher: %s %s; trying again in %.1f s (try %d of %d)",
+                    url,
+                    reason,
+                    wait,
+                    attempt + 2,
+                    self.retries + 1,
+                )
             time.sleep(wait)
             attempt += 1
 
@@ -213,11 +280,13 @@ class OpenAITeacher(Teacher):
         usage = answer.get("usage")
         if usage is None:
             return
-        counts = [usage.get(key) or 0 for key in ("prompt_tokens", "completion_tokens")] if isinstance(usage, dict) \
-            else None  # fmt: skip
+        counts = (
+            [usage.get(key) or 0 for key in ("prompt_tokens", "completion_tokens")] if isinstance(usage, dict) else None
+        )
         if counts is None or not all(type(n) is int and n >= 0 for n in counts):
-            raise UserError(f"openai teacher: {url} answered with a \"usage\" that is not token counts: "
-                            f"{quote(json.dumps(usage))}")  # fmt: skip
+            raise UserError(
+                f'openai teacher: {url} answered with a "usage" that is not token counts: {quote(json.dumps(usage))}'
+            )
         with self.lock:
             self.paid.prompt_tokens += counts[0]
             self.paid.completion_tokens += counts[1]
@@ -229,18 +298,28 @@ class OpenAITeacher(Teacher):
         return before + document.strip()[: self.max_chars] + after
 
     def judge_logprobs(self, query: str, document: str, deadline: float) -> float:
-        answer = self.post("completions", {"prompt": self.completion_prompt(query, document), "max_tokens": 1,
-                                           "temperature": 0, "logprobs": TOP_LOGPROBS}, deadline)  # fmt: skip
+        answer = self.post(
+            "completions",
+            {
+                "prompt": self.completion_prompt(query, document),
+                "max_tokens": 1,
+                "temperature": 0,
+                "logprobs": TOP_LOGPROBS,
+            },
+            deadline,
+        )
         top = top_logprobs(answer, f"{self.base_url}/completions")
         if top is None:
             raise Unscored("no log-probabilities")
         return yes_no_log_odds(top, self.template.answers)
 
     def judge_score(self, query: str, document: str, deadline: float) -> float:
-        user = SCORE_USER.format(instruction=self.instruction, query=query,
-                                 document=document.strip()[: self.max_chars])  # fmt: skip
-        body = {"messages": [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": user}],
-                "max_tokens": 4, "temperature": 0}  # fmt: skip
+        user = SCORE_USER.format(instruction=self.instruction, query=query, document=document.strip()[: self.max_chars])
+        body = {
+            "messages": [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": user}],
+            "max_tokens": 4,
+            "temperature": 0,
+        }
         for _ in range(2):  # a reply that is not a score is asked once more
             answer = self.post("chat/completions", body, deadline)
             try:
@@ -259,14 +338,23 @@ class OpenAITeacher(Teacher):
         """``logprobs`` when the server returns yes/no log-probabilities for completions, else ``score``."""
         deadline = time.monotonic() + self.deadline
         try:
-            answer = self.post("completions", {"prompt": self.completion_prompt("probe", "probe"), "max_tokens": 1,
-                                               "temperature": 0, "logprobs": TOP_LOGPROBS}, deadline)  # fmt: skip
+            answer = self.post(
+                "completions",
+                {
+                    "prompt": self.completion_prompt("probe", "probe"),
+                    "max_tokens": 1,
+                    "temperature": 0,
+                    "logprobs": TOP_LOGPROBS,
+                },
+                deadline,
+            )
         except UserError as e:
             if "404" not in str(e):
                 raise
             # no completions endpoint; the chat endpoint must be there (and know the model)
-            self.post("chat/completions", {"messages": [{"role": "user", "content": "Reply 0."}], "max_tokens": 1},
-                      deadline)  # fmt: skip
+            self.post(
+                "chat/completions", {"messages": [{"role": "user", "content": "Reply 0."}], "max_tokens": 1}, deadline
+            )
             return "score"
         top = top_logprobs(answer, f"{self.base_url}/completions")
         try:
@@ -327,8 +415,15 @@ class OpenAITeacher(Teacher):
     def report(self) -> None:
         u = self.paid
         missing = f" ({u.missing} got no score: not stored, asked again next run)" if u.missing else ""
-        log.info("%s: %d pairs scored%s in %d requests, tokens sent %d, received %d", self.label, u.pairs, missing,
-                 u.requests, u.prompt_tokens, u.completion_tokens)  # fmt: skip
+        log.info(
+            "%s: %d pairs scored%s in %d requests, tokens sent %d, received %d",
+            self.label,
+            u.pairs,
+            missing,
+            u.requests,
+            u.prompt_tokens,
+            u.completion_tokens,
+        )
 
     @property
     def label(self) -> str:

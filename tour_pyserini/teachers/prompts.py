@@ -17,8 +17,10 @@ from tour_pyserini.files.lines import read_text
 from tour_pyserini.numbers import Param
 
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
-SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
-          'Note that the answer can only be "yes" or "no".')  # fmt: skip
+SYSTEM = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
+    'Note that the answer can only be "yes" or "no".'
+)
 USER = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
 PLACEHOLDERS = ("{query}", "{document}", "{instruction}")
 MARKER = "TOURPYSERINIDOCUMENTMARKER"  # a made-up word no template or tokenizer changes
@@ -65,9 +67,15 @@ INSTRUCTION_OPTION = Param(
     metavar="TEXT",
     default_text=repr(INSTRUCTION),
 )
-TEMPLATE_OPTION = Param("template", str, help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
-                        "with {query}, {document} and {instruction}", flag="--teacher-template",
-                        metavar="PRESET|FILE", default_text="the model's chat template, else plain")  # fmt: skip
+TEMPLATE_OPTION = Param(
+    "template",
+    str,
+    help=f"an LLM teacher's prompt: a preset ({', '.join(PRESETS)}) or a file "
+    "with {query}, {document} and {instruction}",
+    flag="--teacher-template",
+    metavar="PRESET|FILE",
+    default_text="the model's chat template, else plain",
+)
 
 
 def read_template(value: str) -> Template:
@@ -106,8 +114,7 @@ def prompt_ids(tokenizer, before: str, document: str, after: str, max_length: in
     """Token ids of ``before + document + after`` (special tokens only as the text spells them), tokenized
     whole; while longer than ``max_length``, the document's last tokens are dropped, so the text around it
     (instruction, query, the answer cue) stays whole, even when it alone is longer than the limit."""
-    encoded = tokenizer(before + document + after, add_special_tokens=False, return_offsets_mapping=True,
-                        verbose=False)  # fmt: skip
+    encoded = tokenizer(before + document + after, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     excess = len(ids) - max_length
     if excess <= 0:
@@ -121,8 +128,10 @@ def prompt_ids(tokenizer, before: str, document: str, after: str, max_length: in
 def check_instruction_read(template: Template, instruction: str | None) -> None:
     """An ``instruction`` given (not None) for a template without ``{instruction}`` would be read by no one."""
     if instruction is not None and "{instruction}" not in template.text:
-        raise UserError(f"--teacher-instruction: the template {template.name!r} has no {{instruction}}, so the "
-                        "instruction would not be read")  # fmt: skip
+        raise UserError(
+            f"--teacher-instruction: the template {template.name!r} has no {{instruction}}, so the "
+            "instruction would not be read"
+        )
 
 
 def instruction_option(value: str | None) -> str:
@@ -132,8 +141,10 @@ def instruction_option(value: str | None) -> str:
 
 
 # the verbalised judge: the TTT-Embed paper's 0-5 relevance score, asked for one pair
-SCORE_SYSTEM = ("You rate how relevant a document is to a search query, on a scale from 0 (irrelevant) to 5 "
-                "(perfectly relevant). Reply with the score alone: one digit from 0 to 5.")  # fmt: skip
+SCORE_SYSTEM = (
+    "You rate how relevant a document is to a search query, on a scale from 0 (irrelevant) to 5 "
+    "(perfectly relevant). Reply with the score alone: one digit from 0 to 5."
+)
 SCORE_USER = "Instruction: {instruction}\nQuery: {query}\nDocument: {document}\nScore (0-5):"
 SCORE_REPLY = re.compile(r"\s*([0-5])(?:\.0+)?\s*")
 

@@ -72,8 +72,9 @@ def check_store_path(path: str | Path) -> Path:
             if f.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
                 raise UserError(f"score store {path} exists and is not an SQLite file; name a new file")
         if not _is_store(path):
-            raise UserError(f"score store {path} is an SQLite file of something else, not a score store; "
-                            "name a new file")  # fmt: skip
+            raise UserError(
+                f"score store {path} is an SQLite file of something else, not a score store; name a new file"
+            )
     parent = path.absolute().parent
     nearest = next(p for p in (parent, *parent.parents) if p.exists())  # the rest is created on opening
     try:
@@ -114,13 +115,16 @@ class ScoreStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path)
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        self.db.execute("CREATE TABLE IF NOT EXISTS scores (query TEXT, docid TEXT, score REAL, "
-                        "PRIMARY KEY (query, docid))")  # fmt: skip
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS scores (query TEXT, docid TEXT, score REAL, PRIMARY KEY (query, docid))"
+        )
         stored = self.db.execute("SELECT value FROM meta WHERE key = 'teacher'").fetchone()
         if stored is not None and stored[0] != teacher_label:
             self.db.close()
-            raise UserError(f"score store {self.path} holds scores of teacher {stored[0]!r}, not {teacher_label!r}; "
-                            f"name another file{runtime_hint(stored[0], teacher_label)}")  # fmt: skip
+            raise UserError(
+                f"score store {self.path} holds scores of teacher {stored[0]!r}, not {teacher_label!r}; "
+                f"name another file{runtime_hint(stored[0], teacher_label)}"
+            )
         if stored is None:
             self.db.execute("INSERT INTO meta VALUES ('teacher', ?)", (teacher_label,))
             self.db.execute("INSERT INTO meta VALUES ('query', 'sha256')")
@@ -136,8 +140,9 @@ class ScoreStore:
         for start in range(0, len(docids), 500):  # SQLite's limit on bound parameters
             chunk = list(docids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            rows = self.db.execute(f"SELECT docid, score FROM scores WHERE query = ? AND docid IN ({marks})",
-                                   [self.key(query), *chunk])  # fmt: skip
+            rows = self.db.execute(
+                f"SELECT docid, score FROM scores WHERE query = ? AND docid IN ({marks})", [self.key(query), *chunk]
+            )
             # a NULL or non-finite score (kept by versions that stored a server's NaN) counts as never scored
             found.update((d, s) for d, s in rows if isinstance(s, (int, float)) and math.isfinite(s))
         return found
@@ -180,9 +185,17 @@ class StoredTeacher(Teacher):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         stored = [self.store.get(r.query, r.docids) for r in requests]
-        todo = [(i, with_docids(r, [d for d in r.docids if d not in stored[i]],
-                                [doc for d, doc in zip(r.docids, r.docs) if d not in stored[i]] if r.docs else r.docs))
-                for i, r in enumerate(requests)]  # fmt: skip
+        todo = [
+            (
+                i,
+                with_docids(
+                    r,
+                    [d for d in r.docids if d not in stored[i]],
+                    [doc for d, doc in zip(r.docids, r.docs) if d not in stored[i]] if r.docs else r.docs,
+                ),
+            )
+            for i, r in enumerate(requests)
+        ]
         reads = self.teacher.needs_text and self.docstore is not None
         todo = [(i, with_texts(r, self.docstore) if reads and r.docs is None else r) for i, r in todo if r.docids]
         if todo:

@@ -43,7 +43,11 @@ def check_trainable(rows: Sequence[Sequence[int]], train: Sequence[int], index_d
     if any(rows[i] for i in train):
         return
     if held := sum(bool(r) for r in rows):
-        raise UserError(f"the {held} question(s) whose answers occur in a block of {index_dir} all went to the dev "
-                        "split: lower --dev-fraction or give more questions")  # fmt: skip
-    raise UserError(f"no question's answers occur in any block of {index_dir} (DPR's match): every question would be "
-                    "skipped, nothing trained")  # fmt: skip
+        raise UserError(
+            f"the {held} question(s) whose answers occur in a block of {index_dir} all went to the dev "
+            "split: lower --dev-fraction or give more questions"
+        )
+    raise UserError(
+        f"no question's answers occur in any block of {index_dir} (DPR's match): every question would be "
+        "skipped, nothing trained"
+    )

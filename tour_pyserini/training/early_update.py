@@ -58,8 +58,17 @@ class EarlyUpdateTask:
 
     name, metric = "early update", "dev_acc@1"
 
-    def __init__(self, init: str, config: QaConfig, blocks, topics, rows: list[list[int]], dev: list[int], *,
-                 pair: tuple[str, str | None]):  # fmt: skip
+    def __init__(
+        self,
+        init: str,
+        config: QaConfig,
+        blocks,
+        topics,
+        rows: list[list[int]],
+        dev: list[int],
+        *,
+        pair: tuple[str, str | None],
+    ):
         import torch
 
         from tour_pyserini.training.encoder_io import load_encoder
@@ -81,8 +90,14 @@ class EarlyUpdateTask:
 
         c, spec = self.config, self.spec
         with run.autocast():
-            q = encode(self.model, self.tokenizer, [self.topics[i].text for i in batch], max_length=c.query_max_length,
-                       pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
+            q = encode(
+                self.model,
+                self.tokenizer,
+                [self.topics[i].text for i in batch],
+                max_length=c.query_max_length,
+                pooling=spec.pooling,
+                l2_norm=spec.l2_norm,
+            )
         scores = q.float() @ self.blocks.T
         top = scores.detach().topk(self.top_c, dim=1).indices  # the current encoder's top-c: the early update
         positives = torch.zeros_like(scores, dtype=torch.bool)
@@ -116,8 +131,9 @@ def answer_split(rows: list[list[int]], dev_fraction: float, seed: int) -> tuple
     (``rows``) with a training question."""
     from tour_pyserini.training.splits import grouped_split
 
-    return grouped_split(list(range(len(rows))), {i: set(r) for i, r in enumerate(rows)}, dev_fraction=dev_fraction,
-                         seed=seed)  # fmt: skip
+    return grouped_split(
+        list(range(len(rows))), {i: set(r) for i, r in enumerate(rows)}, dev_fraction=dev_fraction, seed=seed
+    )
 
 
 def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig) -> dict:
@@ -142,8 +158,10 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig) ->
     start = time.perf_counter()
     rows = answer_bearing(topics, docids, AnswerMatcher(DocStore(index_dir / DOCSTORE_FILE)))
     never = sum(not r for r in rows)
-    log.info(f"{len(topics)} questions; {never} have no answer-bearing block in the whole index "
-             f"({time.perf_counter() - start:.0f} s to match answers)")  # fmt: skip
+    log.info(
+        f"{len(topics)} questions; {never} have no answer-bearing block in the whole index "
+        f"({time.perf_counter() - start:.0f} s to match answers)"
+    )
     train_set, dev = answer_split(rows, config.dev_fraction, config.seed)
     if not train_set:
         raise UserError("too few training questions for a dev split")
@@ -152,9 +170,18 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig) ->
         init, config, blocks, topics, rows, dev, pair=(meta.encoder["name"], index_document_sha(meta.encoder))
     )
     if task.model.config.hidden_size != blocks.shape[1]:
-        raise UserError(f"encoder {init} makes {task.model.config.hidden_size}-d vectors but index {index_dir} "
-                        f"holds {blocks.shape[1]}-d vectors")  # fmt: skip
-    about = {"config": asdict(config), "init": init, "index": str(index_dir), "top_c": task.top_c,
-             "train_questions": len(train_set), "dev_questions": len(dev),
-             "dev_qids": sorted(topics[i].qid for i in dev), "questions_without_answer_block": never}  # fmt: skip
+        raise UserError(
+            f"encoder {init} makes {task.model.config.hidden_size}-d vectors but index {index_dir} "
+            f"holds {blocks.shape[1]}-d vectors"
+        )
+    about = {
+        "config": asdict(config),
+        "init": init,
+        "index": str(index_dir),
+        "top_c": task.top_c,
+        "train_questions": len(train_set),
+        "dev_questions": len(dev),
+        "dev_qids": sorted(topics[i].qid for i in dev),
+        "questions_without_answer_block": never,
+    }
     return Trainer(task, LoopSettings.of(config)).fit(train_set, output, about)

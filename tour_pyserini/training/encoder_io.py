@@ -30,8 +30,14 @@ def encode(model, tokenizer, texts: list[str], *, max_length: int, pooling: str,
     """(n, d) vectors with gradients: masked mean (or [CLS]) pooling and L2 norm, as Pyserini's encoders do."""
     import torch
 
-    inputs = tokenizer(texts, max_length=max_length, truncation=True, padding="longest", return_tensors="pt",
-                       return_token_type_ids=False)  # fmt: skip
+    inputs = tokenizer(
+        texts,
+        max_length=max_length,
+        truncation=True,
+        padding="longest",
+        return_tensors="pt",
+        return_token_type_ids=False,
+    )
     tokens = model(**inputs)[0]
     if pooling == "mean":
         mask = inputs["attention_mask"].unsqueeze(-1).to(tokens.dtype)
@@ -46,8 +52,14 @@ def encode_batches(model, tokenizer, texts: list[str], spec: EncoderSpec, max_le
     """:func:`encode` with ``spec``'s pooling and normalisation, ``size`` texts at a time, concatenated."""
     import torch
 
-    return torch.cat([encode(model, tokenizer, texts[i : i + size], max_length=max_length, pooling=spec.pooling,
-                             l2_norm=spec.l2_norm) for i in range(0, len(texts), size)])  # fmt: skip
+    return torch.cat(
+        [
+            encode(
+                model, tokenizer, texts[i : i + size], max_length=max_length, pooling=spec.pooling, l2_norm=spec.l2_norm
+            )
+            for i in range(0, len(texts), size)
+        ]
+    )
 
 
 def save_encoder(model, tokenizer, out_dir: str | Path, spec: EncoderSpec) -> Path:
@@ -65,8 +77,12 @@ def save_encoder(model, tokenizer, out_dir: str | Path, spec: EncoderSpec) -> Pa
         (out / "2_Normalize").mkdir(exist_ok=True)
     (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
     (out / "1_Pooling").mkdir(exist_ok=True)
-    pooling = {"word_embedding_dimension": model.config.hidden_size, "pooling_mode_cls_token": spec.pooling == "cls",
-               "pooling_mode_mean_tokens": spec.pooling == "mean", "pooling_mode_max_tokens": False}  # fmt: skip
+    pooling = {
+        "word_embedding_dimension": model.config.hidden_size,
+        "pooling_mode_cls_token": spec.pooling == "cls",
+        "pooling_mode_mean_tokens": spec.pooling == "mean",
+        "pooling_mode_max_tokens": False,
+    }
     (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
     (out / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": spec.max_length, "do_lower_case": False}) + "\n"

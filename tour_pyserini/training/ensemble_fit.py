@@ -109,8 +109,10 @@ def fit_ensemble(
     candidates = [[h.docid for h in rankings[t.qid]] for t in topics]
     relevant = [np.array([qrels[t.qid].get(d, 0) > 0 for d in docids]) for t, docids in zip(topics, candidates)]
     if not any(r.any() for r in relevant):  # known from the dense search alone: no teacher has loaded yet
-        raise UserError(f"no query of {topics_name or 'the topics'} has a relevant document ({judged_by}) in its "
-                        f"dense top {depth}: nothing to fit on")  # fmt: skip
+        raise UserError(
+            f"no query of {topics_name or 'the topics'} has a relevant document ({judged_by}) in its "
+            f"dense top {depth}: nothing to fit on"
+        )
     teachers = [open_teacher(spec, config, encoders, plan.opened) for spec in specs]
     features = []
     for t, docids in tqdm(list(zip(topics, candidates)), desc="score", unit="q"):
@@ -118,8 +120,10 @@ def fit_ensemble(
         features.append(np.stack([teacher.score([request])[0] for teacher in teachers], axis=1))
         if np.isnan(features[-1]).any():
             spec = teacher_specs[int(np.isnan(features[-1]).any(axis=0).argmax())]
-            raise UserError(f"teacher {spec} gave no score for a candidate of query {t.qid}: the weights are fitted "
-                            "on every candidate's score")  # fmt: skip
+            raise UserError(
+                f"teacher {spec} gave no score for a candidate of query {t.qid}: the weights are fitted "
+                "on every candidate's score"
+            )
     weights = fit_weights(features, relevant, l2=l2, init=[1.0] + [0.0] * (len(teachers) - 1))
 
     def quality(w) -> float:
@@ -127,8 +131,15 @@ def fit_ensemble(
         return evaluate(qrels, run, [metric]).means[metric]
 
     alone = {spec: quality(np.eye(len(teachers))[i]) for i, spec in enumerate(teacher_specs)}
-    fitted_on = {"topics": topics_name, "queries": len(topics), "depth": depth, "l2": l2,
-                 "metric": metric, "alone": alone, "ensemble": quality(weights)}  # fmt: skip
+    fitted_on = {
+        "topics": topics_name,
+        "queries": len(topics),
+        "depth": depth,
+        "l2": l2,
+        "metric": metric,
+        "alone": alone,
+        "ensemble": quality(weights),
+    }
     parts = [(relative_spec(spec, output.parent), float(w)) for spec, w in zip(specs, weights)]
     write_ensemble(output, parts, fitted_on)
     return {**fitted_on, "parts": parts}

@@ -40,16 +40,19 @@ class IctConfig(TrainerSettings):
     """The pre-training's parameters, each declared once: train-ict's flags, their help and ranges derive from it."""
 
     steps: int = param(300, positive_int, "optimiser steps")
-    batch_size: int = param(32, at_least(2), "examples per step; the other blocks of the batch are each query's "
-                            "negatives")  # fmt: skip
+    batch_size: int = param(
+        32, at_least(2), "examples per step; the other blocks of the batch are each query's negatives"
+    )
     lr: float = param(2e-5, like=LEARNING_RATE)
-    mask_rate: float = param(0.9, probability, "fraction of the examples whose query sentence is removed from its "
-                             "block")  # fmt: skip
+    mask_rate: float = param(
+        0.9, probability, "fraction of the examples whose query sentence is removed from its block"
+    )
     max_wordpieces: int = param(288, positive_int, "block size limit, title and special tokens included")
     query_max_length: int = param(64, positive_int, "tokens of a pseudo-query")
     temperature: float = param(0.05, positive_float, "scores are cosines divided by it before the softmax")
-    held_out: int = param(256, positive_int, "held-out examples scored against each other's blocks to choose the "
-                          "checkpoint")  # fmt: skip
+    held_out: int = param(
+        256, positive_int, "held-out examples scored against each other's blocks to choose the checkpoint"
+    )
     eval_every: int = param(50, positive_int, "steps between held-out evaluations")
 
     def check(self) -> None:
@@ -85,10 +88,22 @@ class IctTask:
         c, spec = self.config, self.spec
         examples = [draw_example(self.blocks, i, run.rng, c.mask_rate) for i in batch]
         with run.autocast():
-            queries = encode(self.query_model, self.tokenizer, [e.query for e in examples],
-                             max_length=c.query_max_length, pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
-            evidence = encode(self.block_model, self.tokenizer, [e.evidence for e in examples],
-                              max_length=c.max_wordpieces, pooling=spec.pooling, l2_norm=spec.l2_norm)  # fmt: skip
+            queries = encode(
+                self.query_model,
+                self.tokenizer,
+                [e.query for e in examples],
+                max_length=c.query_max_length,
+                pooling=spec.pooling,
+                l2_norm=spec.l2_norm,
+            )
+            evidence = encode(
+                self.block_model,
+                self.tokenizer,
+                [e.evidence for e in examples],
+                max_length=c.max_wordpieces,
+                pooling=spec.pooling,
+                l2_norm=spec.l2_norm,
+            )
         return in_batch_nll(queries.float(), evidence.float(), c.temperature), {}
 
     def evaluate(self, run) -> dict[str, float]:
@@ -96,10 +111,12 @@ class IctTask:
         from tour_pyserini.training.encoder_io import encode_batches
 
         c = self.config
-        queries = encode_batches(self.query_model, self.tokenizer, [e.query for e in self.held], self.spec,
-                                 c.query_max_length)  # fmt: skip
-        blocks = encode_batches(self.block_model, self.tokenizer, [e.evidence for e in self.held], self.spec,
-                                c.max_wordpieces)  # fmt: skip
+        queries = encode_batches(
+            self.query_model, self.tokenizer, [e.query for e in self.held], self.spec, c.query_max_length
+        )
+        blocks = encode_batches(
+            self.block_model, self.tokenizer, [e.evidence for e in self.held], self.spec, c.max_wordpieces
+        )
         scores = queries @ blocks.T
         ranks = (scores > scores.diagonal()[:, None]).sum(dim=1) + 1
         return {
@@ -138,14 +155,23 @@ def train(collection: str, output: Path, init: str, config: IctConfig, *, tied: 
     rng.shuffle(pool)
     n_held = min(config.held_out, len(pool) // 10)
     if n_held < 2 or len(pool) - n_held < config.batch_size:
-        raise UserError(f"{collection}: {len(pool)} blocks of two or more sentences are too few for batches "
-                        f"of {config.batch_size} and a held-out slice")  # fmt: skip
+        raise UserError(
+            f"{collection}: {len(pool)} blocks of two or more sentences are too few for batches "
+            f"of {config.batch_size} and a held-out slice"
+        )
     held_rng = random.Random(config.seed + 1)  # the same held-out examples for every checkpoint
     task.held = [draw_example(task.blocks, i, held_rng, config.mask_rate) for i in pool[:n_held]]
     train_pool = pool[n_held:]
     log.info(f"{len(task.blocks)} blocks ({len(train_pool)} for training, {n_held} held out)")
-    about = {"config": asdict(config), "init": init, "collection": str(collection), "tied": tied,
-             "blocks": len(task.blocks), "train_blocks": len(train_pool), "held_out_examples": n_held,
-             "examples_seen": config.steps * config.batch_size}  # fmt: skip
+    about = {
+        "config": asdict(config),
+        "init": init,
+        "collection": str(collection),
+        "tied": tied,
+        "blocks": len(task.blocks),
+        "train_blocks": len(train_pool),
+        "held_out_examples": n_held,
+        "examples_seen": config.steps * config.batch_size,
+    }
     # step 0 (the initial encoder) stays the choice unless training beats it on held-out examples
     return Trainer(task, LoopSettings.of(config), rng=rng).fit(train_pool, output, about)

@@ -153,8 +153,9 @@ class Trainer:
         self.task, self.settings = task, settings
         self.precision = resolve_precision(settings.precision, "cpu", "precision")
         self.run = Run(rng or random.Random(settings.seed), self.precision == "bf16")
-        self.optimizer, self.scheduler = optimizer(task.parameters(), lr=settings.lr, steps=settings.steps,
-                                                   warmup_fraction=settings.warmup)  # fmt: skip
+        self.optimizer, self.scheduler = optimizer(
+            task.parameters(), lr=settings.lr, steps=settings.steps, warmup_fraction=settings.warmup
+        )
 
     def step(self, batch: list) -> tuple[float, dict]:
         """One optimiser step on ``batch``: (its loss, the figures the task reports of it)."""
@@ -207,17 +208,23 @@ class Trainer:
                     bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
                     if step % s.eval_every and step != s.last:
                         continue
-                    history.append(self.record(step, start, {"train_loss": sum(losses) / len(losses),
-                                                             **mean_figures(figures)}))  # fmt: skip
+                    history.append(
+                        self.record(step, start, {"train_loss": sum(losses) / len(losses), **mean_figures(figures)})
+                    )
                     losses, figures = [], []
                     if better(history[-1][self.task.metric], best):
                         best = Checkpoint(step, history[-1][self.task.metric], state_of(self.task.modules))
             for module, state in zip(self.task.modules, best.state):
                 module.load_state_dict(state)
             self.task.save(tmp)
-            report = {**about, "precision": self.precision, "history": history, "best_step": best.step,
-                      f"best_{self.task.metric}": best.value,
-                      "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+            report = {
+                **about,
+                "precision": self.precision,
+                "history": history,
+                "best_step": best.step,
+                f"best_{self.task.metric}": best.value,
+                "seconds": round(time.perf_counter() - start, 1),
+            }
             (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
         return report
 

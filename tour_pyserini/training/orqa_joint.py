@@ -99,8 +99,18 @@ class OrqaTask:
 
     name, metric = "orqa joint", "dev_em"
 
-    def __init__(self, init: str, reader_init: str, config: OrqaConfig, index: tuple, topics, rows, dev: list[int], *,
-                 pair: tuple[str, str | None]):  # fmt: skip
+    def __init__(
+        self,
+        init: str,
+        reader_init: str,
+        config: OrqaConfig,
+        index: tuple,
+        topics,
+        rows,
+        dev: list[int],
+        *,
+        pair: tuple[str, str | None],
+    ):
         import torch
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -123,8 +133,14 @@ class OrqaTask:
         from tour_pyserini.training.encoder_io import encode
 
         with run.autocast():
-            q = encode(self.encoder, self.q_tokenizer, questions, max_length=self.config.query_max_length,
-                       pooling=self.spec.pooling, l2_norm=self.spec.l2_norm)  # fmt: skip
+            q = encode(
+                self.encoder,
+                self.q_tokenizer,
+                questions,
+                max_length=self.config.query_max_length,
+                pooling=self.spec.pooling,
+                l2_norm=self.spec.l2_norm,
+            )
         return q.float() @ self.blocks.T
 
     def loss(self, batch: list[int], run):
@@ -138,8 +154,9 @@ class OrqaTask:
         positives = torch.zeros_like(cosines, dtype=torch.bool)
         for r, i in enumerate(batch):
             positives[r, self.rows[i]] = True
-        early, skipped_early = early_update_loss(cosines.gather(1, top), positives.gather(1, top),
-                                                 self.config.temperature)  # fmt: skip
+        early, skipped_early = early_update_loss(
+            cosines.gather(1, top), positives.gather(1, top), self.config.temperature
+        )
         full = self.full_update(batch, cosines / self.config.temperature, top[:, : self.k], run)
         loss = early + (torch.stack(full).mean() if full else 0.0)
         return loss, {"skipped_early": skipped_early / len(batch), "skipped_full": 1 - len(full) / len(batch)}
@@ -156,8 +173,13 @@ class OrqaTask:
         windows, owners = [], []
         for r, i in enumerate(batch):
             beam = beams[r].tolist()
-            ws = make_windows(tokenizer, [self.topics[i].text] * len(beam), [self.texts[b] for b in beam],
-                              max_length=c.max_length, stride=c.stride)  # fmt: skip
+            ws = make_windows(
+                tokenizer,
+                [self.topics[i].text] * len(beam),
+                [self.texts[b] for b in beam],
+                max_length=c.max_length,
+                stride=c.stride,
+            )
             windows += ws
             owners += [(r, beam[w.pair]) for w in ws]
         inputs = {key: torch.from_numpy(v) for key, v in collate(windows, tokenizer.pad_token_id or 0).items()}
@@ -168,15 +190,17 @@ class OrqaTask:
         losses = []
         for r, i in enumerate(batch):
             mine = [w for w, (owner, _) in enumerate(owners) if owner == r]
-            answer_ids = [a for a in (tokenizer(x, add_special_tokens=False)["input_ids"]
-                          for x in self.topics[i].answers) if a]  # fmt: skip
+            answer_ids = [
+                a for a in (tokenizer(x, add_special_tokens=False)["input_ids"] for x in self.topics[i].answers) if a
+            ]
             targets = torch.zeros((len(mine), start.shape[1], start.shape[1]), dtype=torch.bool)
             for row, w in enumerate(mine):
                 for s, e in occurrences(windows[w].input_ids, windows[w].context, answer_ids):
                     targets[row, s, e] = True
             retrieval = torch.stack([scores[r, owners[w][1]] for w in mine])
-            loss, matched = full_update_loss(retrieval, start[mine], end[mine], context[mine], targets,
-                                             c.max_answer_length)  # fmt: skip
+            loss, matched = full_update_loss(
+                retrieval, start[mine], end[mine], context[mine], targets, c.max_answer_length
+            )
             if matched:
                 losses.append(loss)
         return losses
@@ -189,15 +213,28 @@ class OrqaTask:
         from tour_pyserini.eval.exact_match import evaluate_predictions
 
         c, dev = self.config, self.dev
-        scores = torch.cat([self.retrieve([self.topics[i].text for i in dev[j : j + 64]], run)
-                            for j in range(0, len(dev), 64)])  # fmt: skip
+        scores = torch.cat(
+            [self.retrieve([self.topics[i].text for i in dev[j : j + 64]], run) for j in range(0, len(dev), 64)]
+        )
         top = scores.topk(self.k, dim=1)
-        questions = [Question(self.topics[i].qid, self.topics[i].text,
-                              tuple(Passage(self.docids[b], self.texts[b], float(s))
-                                    for b, s in zip(top.indices[r].tolist(), top.values[r].tolist())))
-                     for r, i in enumerate(dev)]  # fmt: skip
-        options = ReaderOptions(k=self.k, max_length=c.max_length, stride=c.stride,
-                                max_answer_length=c.max_answer_length, retrieval_weight=1 / c.temperature)  # fmt: skip
+        questions = [
+            Question(
+                self.topics[i].qid,
+                self.topics[i].text,
+                tuple(
+                    Passage(self.docids[b], self.texts[b], float(s))
+                    for b, s in zip(top.indices[r].tolist(), top.values[r].tolist())
+                ),
+            )
+            for r, i in enumerate(dev)
+        ]
+        options = ReaderOptions(
+            k=self.k,
+            max_length=c.max_length,
+            stride=c.stride,
+            max_answer_length=c.max_answer_length,
+            retrieval_weight=1 / c.temperature,
+        )
         read = Reader("", options, model=self.reader, tokenizer=self.r_tokenizer)
         predictions = {p.qid: p for j in range(0, len(questions), 16) for p in read.read(questions[j : j + 16])}
         return {"dev_em": evaluate_predictions(predictions, [self.topics[i] for i in dev]).means["EM"]}
@@ -238,12 +275,27 @@ def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, co
         raise UserError("too few training questions for a dev split")
     check_trainable(rows, train_idx, index_dir)
     log.info(f"{len(train_idx)} training and {len(dev_idx)} dev questions")
-    task = OrqaTask(init, reader_init, config, (torch.from_numpy(vectors), docids, texts), topics, rows, dev_idx,
-                    pair=(meta.encoder["name"], index_document_sha(meta.encoder)))  # fmt: skip
-    about = {"config": asdict(config), "init": init, "reader_init": reader_init, "index": str(index_dir),
-             "top_c": task.top_c, "train_questions": len(train_idx), "dev_questions": len(dev_idx),
-             "dev_qids": sorted(topics[i].qid for i in dev_idx),
-             "retrieval_weight": 1 / config.temperature}  # fmt: skip
+    task = OrqaTask(
+        init,
+        reader_init,
+        config,
+        (torch.from_numpy(vectors), docids, texts),
+        topics,
+        rows,
+        dev_idx,
+        pair=(meta.encoder["name"], index_document_sha(meta.encoder)),
+    )
+    about = {
+        "config": asdict(config),
+        "init": init,
+        "reader_init": reader_init,
+        "index": str(index_dir),
+        "top_c": task.top_c,
+        "train_questions": len(train_idx),
+        "dev_questions": len(dev_idx),
+        "dev_qids": sorted(topics[i].qid for i in dev_idx),
+        "retrieval_weight": 1 / config.temperature,
+    }
     return Trainer(task, LoopSettings.of(config)).fit(train_idx, output, about)
 
 

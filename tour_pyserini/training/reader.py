@@ -117,8 +117,9 @@ class Example:
     negatives: list  # Window
 
 
-def build_examples(tokenizer, questions, answers: dict[str, tuple[str, ...]], bearing: dict[str, set[str]],
-                   config: ReaderTrainConfig) -> list[Example]:  # fmt: skip
+def build_examples(
+    tokenizer, questions, answers: dict[str, tuple[str, ...]], bearing: dict[str, set[str]], config: ReaderTrainConfig
+) -> list[Example]:
     """``questions`` (``reader.Question``s with their top-k passages) as :class:`Example`s; ``bearing`` holds
     each question's answer-bearing docids. A question without a positive window is left out."""
     from tour_pyserini.answer.windows import make_windows
@@ -126,8 +127,13 @@ def build_examples(tokenizer, questions, answers: dict[str, tuple[str, ...]], be
     examples = []
     for q in questions:
         passages = q.passages[: config.k]
-        windows = make_windows(tokenizer, [q.text] * len(passages), [p.text for p in passages],
-                               max_length=config.max_length, stride=config.stride)  # fmt: skip
+        windows = make_windows(
+            tokenizer,
+            [q.text] * len(passages),
+            [p.text for p in passages],
+            max_length=config.max_length,
+            stride=config.stride,
+        )
         answer_ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers[q.qid]]
         answer_ids = [a for a in answer_ids if a]
         positive = [p.docid in bearing[q.qid] for p in passages]
@@ -165,8 +171,9 @@ def step_loss(model, examples: Sequence[Example], config: ReaderTrainConfig, rng
         n = len(window.input_ids)
         context = torch.from_numpy(window.context)
         starts, ends = torch.tensor([s for s, _ in spans]), torch.tensor([e for _, e in spans])
-        span = span_marginal_nll(out.start_logits[first, :n].float(), out.end_logits[first, :n].float(), context,
-                                 starts, ends)  # fmt: skip
+        span = span_marginal_nll(
+            out.start_logits[first, :n].float(), out.end_logits[first, :n].float(), context, starts, ends
+        )
         losses.append(span + selection_nll(out.start_logits[first : first + count, 0].float()))
     return torch.stack(losses).mean()
 
@@ -175,28 +182,43 @@ def dev_exact_match(model, tokenizer, questions, topics, config: ReaderTrainConf
     from tour_pyserini.answer import Reader, ReaderOptions
     from tour_pyserini.eval.exact_match import evaluate_predictions
 
-    options = ReaderOptions(k=config.dev_k, max_length=config.max_length, stride=config.stride,
-                            max_answer_length=config.max_answer_length, rule=config.rule,
-                            retrieval_weight=config.retrieval_weight)  # fmt: skip
+    options = ReaderOptions(
+        k=config.dev_k,
+        max_length=config.max_length,
+        stride=config.stride,
+        max_answer_length=config.max_answer_length,
+        rule=config.rule,
+        retrieval_weight=config.retrieval_weight,
+    )
     reader = Reader("", options, model=model, tokenizer=tokenizer)
     predictions = {p.qid: p for i in range(0, len(questions), 16) for p in reader.read(questions[i : i + 16])}
     return evaluate_predictions(predictions, topics).means["EM"]
 
 
-def nothing_to_train_on(bearing: dict[str, set[str]], train_ids: Sequence[str], answers: dict[str, tuple[str, ...]],
-                        config: ReaderTrainConfig) -> str:  # fmt: skip
+def nothing_to_train_on(
+    bearing: dict[str, set[str]],
+    train_ids: Sequence[str],
+    answers: dict[str, tuple[str, ...]],
+    config: ReaderTrainConfig,
+) -> str:
     """Why no training question gave a positive window, by its cause."""
     if not any(bearing.values()):
-        return (f"no question has a passage containing one of its answers (DPR's match) in its top {config.k}: "
-                "a run of another collection, or answers the passages never hold")  # fmt: skip
+        return (
+            f"no question has a passage containing one of its answers (DPR's match) in its top {config.k}: "
+            "a run of another collection, or answers the passages never hold"
+        )
     if not (bearing_train := [q for q in train_ids if bearing[q]]):
         held = sum(bool(b) for b in bearing.values())
-        return (f"the {held} question(s) with an answer-bearing passage in their top {config.k} all went to the dev "
-                "split: lower --dev-fraction or give more questions")  # fmt: skip
+        return (
+            f"the {held} question(s) with an answer-bearing passage in their top {config.k} all went to the dev "
+            "split: lower --dev-fraction or give more questions"
+        )
     first = bearing_train[0]
-    return (f"the {len(bearing_train)} training question(s) with an answer-bearing passage never hold a whole answer "
-            f"in one window's tokens (e.g. question {first}: {answers[first][0]!r}); answers longer than a window's "
-            f"passage part (--max-length {config.max_length}), or matched only after DPR's normalisation")  # fmt: skip
+    return (
+        f"the {len(bearing_train)} training question(s) with an answer-bearing passage never hold a whole answer "
+        f"in one window's tokens (e.g. question {first}: {answers[first][0]!r}); answers longer than a window's "
+        f"passage part (--max-length {config.max_length}), or matched only after DPR's normalisation"
+    )
 
 
 class ReaderTask:
@@ -240,8 +262,10 @@ def train(questions, topics, matcher, output: Path, init: str, config: ReaderTra
     config.check()
     answers = {t.qid: t.answers for t in topics}
     tokenizer = AutoTokenizer.from_pretrained(init)
-    bearing = {q.qid: {p.docid for p in q.passages[: config.k] if matcher.has_answer(p.docid, p.text, answers[q.qid])}
-               for q in questions}  # fmt: skip
+    bearing = {
+        q.qid: {p.docid for p in q.passages[: config.k] if matcher.has_answer(p.docid, p.text, answers[q.qid])}
+        for q in questions
+    }
     qids = [q.qid for q in questions]
     train_ids, dev_ids = grouped_split(qids, bearing, dev_fraction=config.dev_fraction, seed=config.seed)
     by_qid = {q.qid: q for q in questions}
@@ -249,12 +273,20 @@ def train(questions, topics, matcher, output: Path, init: str, config: ReaderTra
     skipped = 1 - len(examples) / max(1, len(train_ids))
     if not examples:
         raise UserError(nothing_to_train_on(bearing, train_ids, answers, config))
-    log.info(f"{len(train_ids)} training questions ({len(examples)} with an answer-bearing window, {skipped:.1%} "
-             f"skipped), {len(dev_ids)} dev questions")  # fmt: skip
+    log.info(
+        f"{len(train_ids)} training questions ({len(examples)} with an answer-bearing window, {skipped:.1%} "
+        f"skipped), {len(dev_ids)} dev questions"
+    )
     dev_topics = [t for t in topics if t.qid in set(dev_ids)]
     task = ReaderTask(init, config, tokenizer, [by_qid[q] for q in dev_ids], dev_topics)
-    about = {"config": asdict(config), "init": init, "train_questions": len(train_ids),
-             "trained_questions": len(examples), "skipped_fraction": skipped, "dev_questions": len(dev_ids),
-             "dev_qids": sorted(dev_ids)}  # fmt: skip
+    about = {
+        "config": asdict(config),
+        "init": init,
+        "train_questions": len(train_ids),
+        "trained_questions": len(examples),
+        "skipped_fraction": skipped,
+        "dev_questions": len(dev_ids),
+        "dev_qids": sorted(dev_ids),
+    }
     # the untrained reader (a new span head) is not evaluated
     return Trainer(task, LoopSettings.of(config, initial="skipped")).fit(examples, output, about, "the reader")

@@ -52,22 +52,32 @@ class TrainConfig(TrainerSettings):
     queries_per_step: int = param(8, positive_int, "training queries per optimiser step")
     negatives: int = param(7, positive_int, "hard negatives per positive")
     lr: float = param(4e-5, like=LEARNING_RATE, help="AdamW learning rate of the encoder")
-    head_lr: float = param(1e-3, positive_float, "learning rate of the new head (pooler and classifier), which "
-                           "starts at zero")  # fmt: skip
+    head_lr: float = param(
+        1e-3, positive_float, "learning rate of the new head (pooler and classifier), which starts at zero"
+    )
     max_length: int = param(256, positive_int, "tokens of a query and document pair")
     hard_depth: int = param(30, positive_int, "negatives come from the dense and BM25 top hard-depth")
     # MiniLM's training scale (cos / 0.05)
-    residual_scale: float = param(20.0, non_negative_float, "times the retriever's similarity, added to the model's "
-                                  "logit (0: a plain cross-encoder)")  # fmt: skip
+    residual_scale: float = param(
+        20.0,
+        non_negative_float,
+        "times the retriever's similarity, added to the model's logit (0: a plain cross-encoder)",
+    )
     dev_fraction: float = param(0.2, fraction, "fraction of the training queries held out as the dev split")
     dev_depth: int = param(20, positive_int, "dev queries re-rank the dense top dev-depth")
     evals_per_epoch: int = param(2, positive_int, "dev evaluations per epoch")
-    pseudo: str = param("none", str, "corpus-only pseudo-queries (sentences of documents) mixed into every step: ict "
-                        "(the sentence's own document, read without it) or ensemble (the document BM25 and the "
-                        "retriever rank first, the sentence's own left out)", choices=PSEUDO)  # fmt: skip
+    pseudo: str = param(
+        "none",
+        str,
+        "corpus-only pseudo-queries (sentences of documents) mixed into every step: ict "
+        "(the sentence's own document, read without it) or ensemble (the document BM25 and the "
+        "retriever rank first, the sentence's own left out)",
+        choices=PSEUDO,
+    )
     extra_per_step: int = param(4, non_negative_int, "lists per step from --pseudo or --extra-topics")
-    max_steps: int = param(0, non_negative_int, "stop after this many steps, on the schedule of the full run (0: no "
-                           "limit, every epoch)")  # fmt: skip
+    max_steps: int = param(
+        0, non_negative_int, "stop after this many steps, on the schedule of the full run (0: no limit, every epoch)"
+    )
     precision: str = "auto"  # of the forward and backward passes (TrainerSettings' default is fp32)
 
     def check(self) -> None:
@@ -77,10 +87,19 @@ class TrainConfig(TrainerSettings):
         """The loop's settings for ``examples`` training examples: epochs of shuffled batches, evaluated
         ``evals_per_epoch`` times each; step 0 (the retriever's ranking, when residual) is reported only."""
         per_epoch = math.ceil(examples / self.queries_per_step)
-        return LoopSettings(steps=per_epoch * self.epochs, batch_size=self.queries_per_step, lr=self.lr,
-                            warmup=self.warmup, eval_every=max(1, per_epoch // self.evals_per_epoch), seed=self.seed,
-                            precision=self.precision, max_grad_norm=None, epochs=self.epochs,
-                            stop_after=self.max_steps, initial="reported")  # fmt: skip
+        return LoopSettings(
+            steps=per_epoch * self.epochs,
+            batch_size=self.queries_per_step,
+            lr=self.lr,
+            warmup=self.warmup,
+            eval_every=max(1, per_epoch // self.evals_per_epoch),
+            seed=self.seed,
+            precision=self.precision,
+            max_grad_norm=None,
+            epochs=self.epochs,
+            stop_after=self.max_steps,
+            initial="reported",
+        )
 
 
 def positives_of(rankings: dict[str, list], topics, qrels, docstore=None) -> dict[str, list[str]]:
@@ -127,8 +146,18 @@ class ListwiseTask:
 
     name = "train"
 
-    def __init__(self, base_model: str, docstore, dense, config: TrainConfig, *, encoder: dict | None,
-                 dev: list | None = None, dev_qrels: dict | None = None, dev_measure: str = "nDCG@10"):  # fmt: skip
+    def __init__(
+        self,
+        base_model: str,
+        docstore,
+        dense,
+        config: TrainConfig,
+        *,
+        encoder: dict | None,
+        dev: list | None = None,
+        dev_qrels: dict | None = None,
+        dev_measure: str = "nDCG@10",
+    ):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -155,11 +184,17 @@ class ListwiseTask:
     def parameters(self) -> list[dict]:
         # Adam moves every weight by about lr per step: a head started at zero needs larger steps than the
         # pretrained body to contribute within a few hundred steps
-        head = {id(p) for m in (self.model.classifier, self.model.base_model.pooler) if m is not None
-                for p in m.parameters()}  # fmt: skip
+        head = {
+            id(p)
+            for m in (self.model.classifier, self.model.base_model.pooler)
+            if m is not None
+            for p in m.parameters()
+        }
         params = list(self.model.parameters())
-        return [{"params": [p for p in params if id(p) not in head]},
-                {"params": [p for p in params if id(p) in head], "lr": self.config.head_lr}]  # fmt: skip
+        return [
+            {"params": [p for p in params if id(p) not in head]},
+            {"params": [p for p in params if id(p) in head], "lr": self.config.head_lr},
+        ]
 
     def scores(self, lists: list[TrainingList], bf16: bool = False):
         """(lists, candidates) score matrix: the model's logits plus residual_scale x similarity.
@@ -206,8 +241,14 @@ class ListwiseTask:
             self.document_encoder[2].eval()
         spec, tokenizer, model = self.document_encoder
         with torch.inference_mode():
-            vectors = encode(model, tokenizer, list(texts.values()), max_length=spec.max_length, pooling=spec.pooling,
-                             l2_norm=spec.l2_norm).numpy()  # fmt: skip
+            vectors = encode(
+                model,
+                tokenizer,
+                list(texts.values()),
+                max_length=spec.max_length,
+                pooling=spec.pooling,
+                l2_norm=spec.l2_norm,
+            ).numpy()
         return dict(zip(texts, (vectors @ self.dense.query_encoder.encode([query])[0]).tolist()))
 
     def loss(self, batch: list[Example], run):
@@ -249,8 +290,12 @@ class ListwiseTask:
 
         save_compact(self.model, self.tokenizer, output, self.config.max_length)
         if self.config.residual_scale > 0:
-            write_residual(output, scale=self.config.residual_scale, encoder=self.encoder.get("name", "?"),
-                           encoder_sha256=index_document_sha(self.encoder))  # fmt: skip
+            write_residual(
+                output,
+                scale=self.config.residual_scale,
+                encoder=self.encoder.get("name", "?"),
+                encoder_sha256=index_document_sha(self.encoder),
+            )
 
 
 def save_compact(model, tokenizer, output: Path, max_length: int) -> None:
@@ -287,8 +332,17 @@ def pseudo_examples(kind: str, count: int, searcher, bm25, *, depth: int, rng: r
     return [ex for ex in examples if ex.positives and ex.negatives]
 
 
-def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng: random.Random,
-                      encoder: dict | None = None, encoders: QueryEncoders | None = None) -> list[Example]:  # fmt: skip
+def question_examples(
+    index: str,
+    topics,
+    qrels,
+    count: int,
+    *,
+    depth: int,
+    rng: random.Random,
+    encoder: dict | None = None,
+    encoders: QueryEncoders | None = None,
+) -> list[Example]:
     """``count`` examples (:func:`mine_examples`) from another collection's training questions, each with its
     candidates' texts, which this index does not hold; cycled when there are fewer than ``count``.
 
@@ -304,8 +358,9 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
 
     # through torch, as the dense teacher encodes: one encoding serves both, and the shipped teachers' examples
-    opened = open_search(SearchConfig(index=str(index), rewriter=None, teacher="dense", encoder_runtime="torch"),
-                         encoders)  # fmt: skip
+    opened = open_search(
+        SearchConfig(index=str(index), rewriter=None, teacher="dense", encoder_runtime="torch"), encoders
+    )
     searcher = opened.searcher
     chosen = rng.sample(list(topics), min(len(topics), count))
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
@@ -322,8 +377,16 @@ def question_examples(index: str, topics, qrels, count: int, *, depth: int, rng:
     return (examples * math.ceil(count / len(examples)))[:count]
 
 
-def train(index: str, topics, qrels, output: str | Path, base_model: str, config: TrainConfig, *,
-          questions: tuple | None = None) -> dict:  # fmt: skip
+def train(
+    index: str,
+    topics,
+    qrels,
+    output: str | Path,
+    base_model: str,
+    config: TrainConfig,
+    *,
+    questions: tuple | None = None,
+) -> dict:
     """Train and save the best checkpoint at ``output``; returns the training report (also in training.json).
 
     ``questions``, (index, topics, qrels or None) of another collection, adds its training questions to
@@ -339,14 +402,22 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     check_model("base model", base_model)  # before the index is read and candidates are mined
     # the search command's assembly: the residual's dense scores come from the searcher's own index and encoder
     encoders = QueryEncoders()
-    opened = open_search(SearchConfig(index=str(index), rewriter=None, encoder_runtime="torch",  # as mining's
-                                      teacher="dense" if config.residual_scale > 0 else None), encoders)  # fmt: skip
+    opened = open_search(
+        SearchConfig(
+            index=str(index),
+            rewriter=None,
+            encoder_runtime="torch",  # as mining's
+            teacher="dense" if config.residual_scale > 0 else None,
+        ),
+        encoders,
+    )
     searcher, dense = opened.searcher, opened.teacher
     if searcher.docstore is None:
         raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
-    examples, dense_top, positives = mine_examples(searcher, bm25, topics, qrels, depth=config.hard_depth,
-                                                   hits=max(config.dev_depth, 100))  # fmt: skip
+    examples, dense_top, positives = mine_examples(
+        searcher, bm25, topics, qrels, depth=config.hard_depth, hits=max(config.dev_depth, 100)
+    )
     measure = "nDCG@10" if qrels is not None else "Success@1"  # Success@1 on answer qrels is Acc@1
     judged = {q: {d: 1 for d in docs} for q, docs in positives.items()} if qrels is None else qrels
     if len(examples) < 2:
@@ -356,24 +427,46 @@ def train(index: str, topics, qrels, output: str | Path, base_model: str, config
     settings = config.loop(len(train_set))
     meta = IndexMeta.read(index)
     encoder = meta.encoder if meta else None
-    task = ListwiseTask(base_model, searcher.docstore, dense, config, encoder=encoder, dev=dev,
-                        dev_qrels={q: judged.get(q, {}) for q in dev_qids}, dev_measure=measure)  # fmt: skip
+    task = ListwiseTask(
+        base_model,
+        searcher.docstore,
+        dense,
+        config,
+        encoder=encoder,
+        dev=dev,
+        dev_qrels={q: judged.get(q, {}) for q in dev_qids},
+        dev_measure=measure,
+    )
     count = settings.last * config.extra_per_step
     if config.pseudo != "none":
         task.extra = pseudo_examples(config.pseudo, count, searcher, bm25, depth=config.hard_depth, rng=task.extra_rng)
     elif questions is not None:
-        task.extra = question_examples(*questions, count, depth=config.hard_depth, rng=task.extra_rng,
-                                       encoder=encoder if dense is not None else None, encoders=encoders)  # fmt: skip
+        task.extra = question_examples(
+            *questions,
+            count,
+            depth=config.hard_depth,
+            rng=task.extra_rng,
+            encoder=encoder if dense is not None else None,
+            encoders=encoders,
+        )
     about = {
-        "config": asdict(config), "base_model": base_model, "index": str(index), "train_queries": len(train_set),
+        "config": asdict(config),
+        "base_model": base_model,
+        "index": str(index),
+        "train_queries": len(train_set),
         "extra_examples": len(task.extra),
-        "extra_questions": None if questions is None else {
-            "index": str(questions[0]), "topics": len(questions[1]),
-            "similarities": "stored vectors" if task.extra and task.extra[0].similarities else "encoded each step"},
+        "extra_questions": None
+        if questions is None
+        else {
+            "index": str(questions[0]),
+            "topics": len(questions[1]),
+            "similarities": "stored vectors" if task.extra and task.extra[0].similarities else "encoded each step",
+        },
         # the dev queries are never trained on: safe for tuning what uses this teacher
-        "dev_queries": len(dev), "dev_qids": sorted(dev_qids),
+        "dev_queries": len(dev),
+        "dev_qids": sorted(dev_qids),
         "dev_metric": measure,
-    }  # fmt: skip
+    }
     return Trainer(task, settings).fit(train_set, output, about)
 
 
@@ -382,6 +475,10 @@ def split_examples(examples: list[Example], config: TrainConfig) -> tuple[list[E
     from tour_pyserini.training.splits import grouped_split
 
     by_qid = {ex.qid: ex for ex in examples}
-    train_qids, dev_qids = grouped_split(list(by_qid), {q: set(ex.positives) for q, ex in by_qid.items()},
-                                         dev_fraction=config.dev_fraction, seed=config.seed)  # fmt: skip
+    train_qids, dev_qids = grouped_split(
+        list(by_qid),
+        {q: set(ex.positives) for q, ex in by_qid.items()},
+        dev_fraction=config.dev_fraction,
+        seed=config.seed,
+    )
     return [by_qid[q] for q in train_qids], {q: by_qid[q].query for q in dev_qids}

@@ -26,8 +26,9 @@ from tour_pyserini.numbers import Param, positive_int
 
 # declared once for ttt rewards, the server's allocation and their flags
 JUDGE_DEPTH = Param("depth", positive_int, 10, "judgments per judged query, breadth first (the paper's 10)")
-MAX_DEPTH = Param("max_depth", positive_int, 100, "most judgments one query can get: the base candidates it is "
-                  "judged on")  # fmt: skip
+MAX_DEPTH = Param(
+    "max_depth", positive_int, 100, "most judgments one query can get: the base candidates it is judged on"
+)
 
 
 class Pair(NamedTuple):
@@ -45,8 +46,13 @@ def query_order(task_qids: Sequence[Sequence[str]]) -> list[tuple[int, str]]:
     return order
 
 
-def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = JUDGE_DEPTH.default,
-             max_depth: int = MAX_DEPTH.default) -> list[Pair]:  # fmt: skip
+def allocate(
+    task_qids: Sequence[Sequence[str]],
+    budget: float,
+    *,
+    depth: int = JUDGE_DEPTH.default,
+    max_depth: int = MAX_DEPTH.default,
+) -> list[Pair]:
     """The round(b × N) pairs of budget ``budget`` (judgments per query), in allocation order."""
     if not (math.isfinite(budget) and budget >= 0):
         raise UserError(f"budget must be a finite number of judgments per query, at least 0; got {budget}")
@@ -55,8 +61,10 @@ def allocate(task_qids: Sequence[Sequence[str]], budget: float, *, depth: int = 
     order = query_order(task_qids)
     total = math.floor(budget * len(order) + 0.5)
     if not 0 <= total <= len(order) * max_depth:
-        raise UserError(f"budget {budget} asks for {total} judgments; {len(order)} queries x {max_depth} "
-                         "candidates is the most there is")  # fmt: skip
+        raise UserError(
+            f"budget {budget} asks for {total} judgments; {len(order)} queries x {max_depth} "
+            "candidates is the most there is"
+        )
     pairs: list[Pair] = []
     for low, high in ((0, depth), (depth, max_depth)):
         for task, qid in order:

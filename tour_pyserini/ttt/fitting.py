@@ -63,8 +63,13 @@ def pad(queries: Sequence[RewardedQuery]) -> tuple[np.ndarray, np.ndarray, np.nd
     return X, Z, R, mask
 
 
-def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None, *,
-              init: Mapping[tuple, np.ndarray] | None = None) -> tuple[list[tuple], np.ndarray, list[int]]:  # fmt: skip
+def fit_scope(
+    queries: Sequence[RewardedQuery],
+    scope: str,
+    config: FitConfig | None = None,
+    *,
+    init: Mapping[tuple, np.ndarray] | None = None,
+) -> tuple[list[tuple], np.ndarray, list[int]]:
     """Keys, fitted residuals (G, d) and n_g of ``scope`` over ``queries`` (each (task, qid) once).
 
     ``init`` warm-starts the keys it holds from their residual (a state's ``dict(zip(keys, vectors))``);
@@ -80,6 +85,15 @@ def fit_scope(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | 
     if init is not None:
         zero = np.zeros(X.shape[1])
         start = np.stack([np.asarray(init.get(key, zero), dtype=np.float64) for key in keys])
-    V = fit(X=X, Z=Z, R=R, mask=mask, group=group, weights=weights, n_groups=len(keys), config=config or FitConfig(),
-            init=start)  # fmt: skip
+    V = fit(
+        X=X,
+        Z=Z,
+        R=R,
+        mask=mask,
+        group=group,
+        weights=weights,
+        n_groups=len(keys),
+        config=config or FitConfig(),
+        init=start,
+    )
     return keys, V, counts

@@ -35,12 +35,18 @@ GRID = (0.1, 0.25, 0.5, 0.75, 1.0)  # besides α = 0, which every candidate is c
 class MagnitudeConfig:
     """How the deployment magnitude α of a global or task state is chosen, each parameter declared once."""
 
-    alpha_rule: str = param("count", str, "count: alpha = n/(n+1) of the rewarded queries behind a residual; cv: "
-                            "chosen by cross-validation over the rewarded queries (0 when no alpha helps held-out "
-                            "ones)", choices=ALPHA_RULES)  # fmt: skip
+    alpha_rule: str = param(
+        "count",
+        str,
+        "count: alpha = n/(n+1) of the rewarded queries behind a residual; cv: "
+        "chosen by cross-validation over the rewarded queries (0 when no alpha helps held-out "
+        "ones)",
+        choices=ALPHA_RULES,
+    )
     cv_folds: int = param(5, at_least(2), "folds of the rewarded queries for --alpha-rule cv")
-    significance: float = param(0.05, fraction, "--alpha-rule cv keeps an alpha only if its held-out gain is "
-                                "positive at this one-sided p-value")  # fmt: skip
+    significance: float = param(
+        0.05, fraction, "--alpha-rule cv keeps an alpha only if its held-out gain is positive at this one-sided p-value"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -58,8 +64,11 @@ class MagnitudeChoice:
 
     def to_json(self) -> dict:
         """What a state's provenance records of the choice, with :meth:`describe`'s line as ``summary``."""
-        return {**asdict(self), "gains": {str(a): round(g, 6) for a, g in self.gains.items()},
-                "summary": self.describe()}  # fmt: skip
+        return {
+            **asdict(self),
+            "gains": {str(a): round(g, 6) for a, g in self.gains.items()},
+            "summary": self.describe(),
+        }
 
     def describe(self) -> str:
         best = max(self.gains, key=self.gains.get) if self.gains else 0.0
@@ -75,8 +84,14 @@ def fold_of(n: int, folds: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-def held_out_residuals(keys: Sequence[tuple], V: np.ndarray, scope: str, train: Sequence[RewardedQuery],
-                       held: Sequence[RewardedQuery], mixing: NeighbourConfig) -> list[np.ndarray | None]:  # fmt: skip
+def held_out_residuals(
+    keys: Sequence[tuple],
+    V: np.ndarray,
+    scope: str,
+    train: Sequence[RewardedQuery],
+    held: Sequence[RewardedQuery],
+    mixing: NeighbourConfig,
+) -> list[np.ndarray | None]:
     """The unscaled residual that would move each ``held`` query: its task's or the global v, or (neighbours) the
     mixture of the query states of its task's ``train`` queries, one mixture per task; None when the fit has none."""
     if scope != "neighbours":
@@ -95,9 +110,16 @@ def held_out_residuals(keys: Sequence[tuple], V: np.ndarray, scope: str, train: 
     return out
 
 
-def held_out_agreements(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None, *,
-                        folds: int = 5, alphas: Sequence[float] = GRID, seed: int = 0,
-                        mixing: NeighbourConfig | None = None) -> np.ndarray:  # fmt: skip
+def held_out_agreements(
+    queries: Sequence[RewardedQuery],
+    scope: str,
+    config: FitConfig | None = None,
+    *,
+    folds: int = 5,
+    alphas: Sequence[float] = GRID,
+    seed: int = 0,
+    mixing: NeighbourConfig | None = None,
+) -> np.ndarray:
     """Agreement (m, 1 + len(alphas)) of each held-out query that a fit could judge, at α = 0 and each α of
     ``alphas``, over ``folds`` folds of ``queries``; queries whose teacher orders no pair are left out."""
     if scope not in ("global", "task", "neighbours"):
@@ -138,11 +160,18 @@ def choose_alpha(agreements: np.ndarray, alphas: Sequence[float] = GRID, signifi
     return MagnitudeChoice(chosen, means, p, len(agreements))
 
 
-def cross_validated_alpha(queries: Sequence[RewardedQuery], scope: str, config: FitConfig | None = None,
-                          magnitude: MagnitudeConfig | None = None, *, seed: int = 0,
-                          mixing: NeighbourConfig | None = None) -> MagnitudeChoice:  # fmt: skip
+def cross_validated_alpha(
+    queries: Sequence[RewardedQuery],
+    scope: str,
+    config: FitConfig | None = None,
+    magnitude: MagnitudeConfig | None = None,
+    *,
+    seed: int = 0,
+    mixing: NeighbourConfig | None = None,
+) -> MagnitudeChoice:
     """α for the ``scope`` state fitted on ``queries``, chosen by cross-validation over those queries."""
     magnitude = magnitude or MagnitudeConfig(alpha_rule="cv")
-    agreements = held_out_agreements(queries, scope, config, folds=min(magnitude.cv_folds, len(queries)), seed=seed,
-                                     mixing=mixing)  # fmt: skip
+    agreements = held_out_agreements(
+        queries, scope, config, folds=min(magnitude.cv_folds, len(queries)), seed=seed, mixing=mixing
+    )
     return choose_alpha(agreements, GRID, magnitude.significance)

@@ -21,8 +21,9 @@ class NeighbourConfig:
     """How a neighbours state mixes its query states, each parameter declared once."""
 
     neighbours: int = param(10, positive_int, "rewarded queries whose states an unseen query mixes (neighbours scope)")
-    neighbour_temperature: float = param(0.05, positive_float, "softmax temperature on the cosines to those "
-                                         "rewarded queries (neighbours scope)")  # fmt: skip
+    neighbour_temperature: float = param(
+        0.05, positive_float, "softmax temperature on the cosines to those rewarded queries (neighbours scope)"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -27,8 +27,9 @@ class FitConfig:
     """The objective and its hyper-parameters (the defaults are those of TTT-Embed), each declared once: ``ttt
     fit``'s flags, their help and ranges derive from it."""
 
-    objective: str = param("kd", str, "kd: KL(teacher || student); rkl: the reverse KL; grpo: Softmax-GRPO",
-                           choices=OBJECTIVES)  # fmt: skip
+    objective: str = param(
+        "kd", str, "kd: KL(teacher || student); rkl: the reverse KL; grpo: Softmax-GRPO", choices=OBJECTIVES
+    )
     tau_teacher: float = param(0.02, positive_float, "tau_T: teacher temperature on rewards in [0, 1]")
     tau_student: float = param(0.05, positive_float, "tau_S: student (and GRPO policy) temperature on cosine scores")
     ridge: float = param(0.3, non_negative_float, "lambda of lambda ||v||^2")
@@ -64,8 +65,15 @@ def masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, z, 0.0)
 
 
-def logit_gradients(log_p: np.ndarray, mask: np.ndarray, config: FitConfig, *, log_t: np.ndarray | None = None,
-                    log_ref: np.ndarray | None = None, advantages: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def logit_gradients(
+    log_p: np.ndarray,
+    mask: np.ndarray,
+    config: FitConfig,
+    *,
+    log_t: np.ndarray | None = None,
+    log_ref: np.ndarray | None = None,
+    advantages: np.ndarray | None = None,
+) -> np.ndarray:
     """∂ℓ_q/∂a_qd (n, k) of each query's loss in its student logits a = x̃·z / τ_S (p = softmax(a)).
 
     With the teacher t = softmax(r̂ / τ_T):
@@ -164,12 +172,24 @@ def fit_targets(problem: Problem, config: FitConfig) -> dict[str, np.ndarray]:
     if config.objective != "grpo":
         return {"log_t": masked_log_softmax(problem.R / config.tau_teacher, problem.mask)}
     ref = problem.Zx / np.sqrt(problem.xx)[:, None] / config.tau_student
-    return {"log_ref": masked_log_softmax(ref, problem.mask),
-            "advantages": grpo_advantages(problem.R, problem.mask, config.std_floor)}  # fmt: skip
+    return {
+        "log_ref": masked_log_softmax(ref, problem.mask),
+        "advantages": grpo_advantages(problem.R, problem.mask, config.std_floor),
+    }
 
 
-def fit(*, X: np.ndarray, Z: np.ndarray, R: np.ndarray, mask: np.ndarray, group: np.ndarray, weights: np.ndarray,
-        n_groups: int, config: FitConfig | None = None, init: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def fit(
+    *,
+    X: np.ndarray,
+    Z: np.ndarray,
+    R: np.ndarray,
+    mask: np.ndarray,
+    group: np.ndarray,
+    weights: np.ndarray,
+    n_groups: int,
+    config: FitConfig | None = None,
+    init: np.ndarray | None = None,
+) -> np.ndarray:
     """The states V (n_groups, d): ``config.steps`` full-batch Adam steps from V = ``init`` (default 0) on every
     group's loss. A warm start (``init``, e.g. the state fitted before the latest rewards arrived) changes
     where Adam starts, not the loss: GRPO's reference policy stays the unchanged query's.

@@ -26,8 +26,9 @@ from tour_pyserini.ttt.state import State
 from tour_pyserini.ttt.vectors import DocVectors
 
 
-def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: TaskSource, *,
-                  max_depth: int) -> Rewards:  # fmt: skip
+def judge_rewards(
+    searcher, teacher, topics: Sequence, pairs: Sequence, source: TaskSource, *, max_depth: int
+) -> Rewards:
     """The teacher's score of each allocated (query, rank) pair of ``searcher``'s top ``max_depth``; a pair the
     teacher could not score is no reward, and a teacher that scored most pairs none is one line."""
     from tour_pyserini.results import Trace
@@ -45,8 +46,10 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
     unscored = sum(int(np.isnan(values).sum()) for values in scores)
     asked = sum(len(ids) for ids in docids)
     if mostly_unscored(unscored, asked):
-        raise UserError(f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked: "
-                        "too few rewards to fit on")  # fmt: skip
+        raise UserError(
+            f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked: "
+            "too few rewards to fit on"
+        )
     rewards = Rewards(tasks={source.name: source})
     for topic, ids, values in zip(chosen, docids, scores):
         for docid, value in zip(ids, values):
@@ -55,10 +58,17 @@ def judge_rewards(searcher, teacher, topics: Sequence, pairs: Sequence, source: 
     return rewards
 
 
-def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: str, config: FitConfig, *,
-              init: State | None = None, init_path: str | None = None,
-              magnitude: MagnitudeConfig | None = None, mixing: NeighbourConfig | None = None,
-              ) -> tuple[State, float]:  # fmt: skip
+def fit_state(
+    rewards: Rewards,
+    texts: Mapping[str, Mapping[str, str]],
+    scope: str,
+    config: FitConfig,
+    *,
+    init: State | None = None,
+    init_path: str | None = None,
+    magnitude: MagnitudeConfig | None = None,
+    mixing: NeighbourConfig | None = None,
+) -> tuple[State, float]:
     """The ``scope`` state fitted on ``rewards`` (query texts per task in ``texts``), warm-started from
     ``init``, its α chosen by ``magnitude``'s rule, mixed as ``mixing`` says (neighbours scope); and the seconds
     the fit took. Every task must be encoded by one encoder."""
@@ -68,8 +78,10 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
         spec = query_encoder_spec(source.index)
         identity = encoder_identity(spec)
         if encoder is not None and not same_encoder(encoder, identity):
-            raise UserError(f"task {task!r} is encoded with {describe(identity)}, the tasks before it with "
-                            f"{describe(encoder)}: one state serves one encoder")  # fmt: skip
+            raise UserError(
+                f"task {task!r} is encoded with {describe(identity)}, the tasks before it with "
+                f"{describe(encoder)}: one state serves one encoder"
+            )
         encoder = identity
         docs = DocVectors(source.index)
         qids = list(judged)
@@ -84,8 +96,7 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
     cv = magnitude is not None and magnitude.alpha_rule == "cv"
     choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing) if cv else None
     seconds = time.perf_counter() - start
-    provenance = {path: {**info, "sha256": file_sha256(path)}
-                  for path, info in rewards.provenance.items()}  # fmt: skip
+    provenance = {path: {**info, "sha256": file_sha256(path)} for path, info in rewards.provenance.items()}
     if init is not None:
         provenance["warm start"] = {
             "state": init_path,
@@ -96,6 +107,17 @@ def fit_state(rewards: Rewards, texts: Mapping[str, Mapping[str, str]], scope: s
     chosen = None if choice is None else [choice.alpha] * len(keys)
     neighbours = scope == "neighbours"
     anchors = np.stack([q.x for q in queries]) if neighbours else None  # keys are in query order
-    state = State(scope, keys, V, counts, list(rewards.judgments), config.to_json(), encoder, provenance, chosen,
-                  anchors, mixing if neighbours else None)  # fmt: skip
+    state = State(
+        scope,
+        keys,
+        V,
+        counts,
+        list(rewards.judgments),
+        config.to_json(),
+        encoder,
+        provenance,
+        chosen,
+        anchors,
+        mixing if neighbours else None,
+    )
     return state, seconds

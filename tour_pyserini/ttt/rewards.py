@@ -76,13 +76,13 @@ def read_rewards(paths: list[str | Path]) -> Rewards:
                 continue
             fields = line.split("\t")
             if len(fields) != 4:
-                raise UserError(f"{where}: expected 'qid<TAB>docid<TAB>reward<TAB>task', "
-                                f"found {len(fields)} fields")  # fmt: skip
+                raise UserError(f"{where}: expected 'qid<TAB>docid<TAB>reward<TAB>task', found {len(fields)} fields")
             qid, docid, value, task = fields
             reward = parse_finite(value, where, "reward")
             if task not in rewards.tasks:
-                raise UserError(f"{where}: task {task!r} is not declared by a '# task: {task}<TAB>INDEX"
-                                "<TAB>TOPICS' line above it")  # fmt: skip
+                raise UserError(
+                    f"{where}: task {task!r} is not declared by a '# task: {task}<TAB>INDEX<TAB>TOPICS' line above it"
+                )
             if (task, qid, docid) in seen:
                 raise UserError(f"{where}: a second reward for query {qid!r}, document {docid!r}")
             seen.add((task, qid, docid))
@@ -138,6 +138,8 @@ def rewards_from_traces(paths: list[str | Path], source: TaskSource) -> tuple[Re
             if scores:
                 teachers.add(str(record.get("teacher")))
     if not rewards.num_pairs:
-        raise UserError(f"no teacher judgments in {', '.join(map(str, paths))}: only searches whose rewriter asks a "
-                        "teacher (rerank, tour-*) record them")  # fmt: skip
+        raise UserError(
+            f"no teacher judgments in {', '.join(map(str, paths))}: only searches whose rewriter asks a "
+            "teacher (rerank, tour-*) record them"
+        )
     return rewards, teachers

@@ -84,11 +84,18 @@ class State:
 
     def metadata(self) -> dict:
         return {
-            "format": FORMAT, "scope": self.scope, "keys": [list(k) for k in self.keys], "counts": self.counts,
-            "alphas": self.alphas, "alpha_rule": self.alpha_rule, "tasks": self.tasks, "fit": self.fit,
-            "encoder": self.encoder, "provenance": self.provenance,
+            "format": FORMAT,
+            "scope": self.scope,
+            "keys": [list(k) for k in self.keys],
+            "counts": self.counts,
+            "alphas": self.alphas,
+            "alpha_rule": self.alpha_rule,
+            "tasks": self.tasks,
+            "fit": self.fit,
+            "encoder": self.encoder,
+            "provenance": self.provenance,
             **({"mixing": self.mixing.to_json()} if self.mixing is not None else {}),
-        }  # fmt: skip
+        }
 
     def save(self, path: str | Path) -> None:
         """Write the state atomically: a crash leaves the previous file or none, never half of one."""
@@ -128,17 +135,29 @@ class State:
         if meta.get("format") != FORMAT:
             raise UserError(f"{path}: not a TTT-Embed state file (python -m tour_pyserini.ttt fit writes them)")
         chosen = meta["alphas"] if meta.get("alpha_rule", "count") == "cv" else None
-        return cls(meta["scope"], meta["keys"], vectors, meta["counts"], meta["tasks"], meta["fit"],
-                   meta["encoder"], meta["provenance"], chosen, anchors,
-                   NeighbourConfig(**meta["mixing"]) if "mixing" in meta else None)  # fmt: skip
+        return cls(
+            meta["scope"],
+            meta["keys"],
+            vectors,
+            meta["counts"],
+            meta["tasks"],
+            meta["fit"],
+            meta["encoder"],
+            meta["provenance"],
+            chosen,
+            anchors,
+            NeighbourConfig(**meta["mixing"]) if "mixing" in meta else None,
+        )
 
     def select_task(self, task: str | None) -> str | None:
         """The task whose residuals apply: ``task``, or the state's only task; None for a global state, which
         moves every query alike (a task given with it would be ignored, so it is refused)."""
         if self.scope == "global":
             if task is not None:
-                raise UserError(f"--task {task}: this state is global (one residual for every query); "
-                                "--task picks the task of a task or query state")  # fmt: skip
+                raise UserError(
+                    f"--task {task}: this state is global (one residual for every query); "
+                    "--task picks the task of a task or query state"
+                )
             return None
         if task is None:
             if len(self.tasks) > 1:
@@ -181,5 +200,7 @@ class State:
     def check_encoder(self, identity: dict, where: str) -> None:
         """Refuse queries from another encoder: its residuals would point nowhere meaningful."""
         if not same_encoder(self.encoder, identity):
-            raise UserError(f"{where} was fitted for encoder {describe(self.encoder)}, but the queries are "
-                            f"encoded with {describe(identity)}")  # fmt: skip
+            raise UserError(
+                f"{where} was fitted for encoder {describe(self.encoder)}, but the queries are "
+                f"encoded with {describe(identity)}"
+            )
