@@ -88,6 +88,61 @@ def test_rooms_import_each_other_without_a_cycle(graph):
             visit(node, [node])
 
 
+BASE = {"errors", "numbers", "registry", "results", "devices", "_java"}  # the plain modules every room may use
+# the layers, bottom up: a room imports only rooms of its own layer or below (docs/architecture.md draws them)
+LAYERS = [
+    ("base", BASE),
+    ("files", {"files"}),
+    ("backends", {"runtime", "encoders", "index"}),
+    ("scoring", {"teachers", "eval", "answer"}),
+    ("methods", {"ttt", "rewriters"}),
+    ("search", {"search"}),
+    ("composition", {"pipeline"}),
+    ("faces", {"serve", "pyterrier", "training"}),
+    ("commands", {"commands", "tour_pyserini"}),
+]
+LAYER = {room: i for i, (_, rooms) in enumerate(LAYERS) for room in rooms}
+
+
+def test_every_room_imports_only_its_layer_and_the_layers_below(graph):
+    rooms = {room(m) for m in graph}
+    assert rooms <= set(LAYER), f"rooms no layer holds: {sorted(rooms - set(LAYER))}"
+    upward = sorted(
+        f"{m} ({LAYERS[LAYER[room(m)]][0]}) imports {t} ({LAYERS[LAYER[room(t)]][0]})"
+        for m, targets in graph.items()
+        for t, _ in targets
+        if t in graph and LAYER[room(t)] > LAYER[room(m)]
+    )
+    assert not upward
+
+
+# what makes a search system's parts; outside their own rooms only the composition root may call them
+ASSEMBLERS = {"get_teacher", "TeacherContext", "get_rewriter", "ScoreStore", "StoredTeacher"}
+
+
+def test_only_the_composition_root_assembles_teachers_rewriters_and_stores():
+    makers = {"teachers", "rewriters", "pipeline"}
+    calls = sorted(
+        f"{path.relative_to(PACKAGE)}:{node.lineno} calls {name}"
+        for path in PACKAGE.rglob("*.py")
+        if room(module_name(path)) not in makers
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and (name := getattr(node.func, "id", getattr(node.func, "attr", None))) in ASSEMBLERS
+    )
+    assert not calls
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = sorted(
+        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    )
+    assert not long
+
+
 def test_the_top_level_holds_at_most_six_plain_modules_and_no_command():
     plain = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(plain) <= 6, plain

@@ -164,8 +164,8 @@ def test_bad_precision_is_a_user_error_before_any_model_loads():
 
 
 def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
-    from tour_pyserini.commands.search import main, parser, search_config
-    from tour_pyserini.search.configure import open_teacher, plan_teachers
+    from tour_pyserini.commands.search import main, parser, search_spec
+    from tour_pyserini.pipeline import build_teacher, plan
 
     common = [
         "--index",
@@ -179,8 +179,8 @@ def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
     ]
     cases = [([], resolve_precision("auto", "cpu")), (["--teacher-precision", "fp32"], "fp32")]
     for flags, expected in cases + [(["--teacher-precision", "bf16"], "bf16")] * native_bf16("cpu"):
-        config = search_config(parser().parse_args([*common, *flags]))
-        assert open_teacher(plan_teachers([config.teacher], config)[0], config).precision == expected
+        spec = search_spec(parser().parse_args([*common, *flags]))
+        assert build_teacher(plan(spec, asks_teacher=True)).precision == expected
     with pytest.raises(SystemExit) as exit_:
         main([*common, "--teacher-precision", "fp16"])
     assert exit_.value.code == 2 and "--teacher-precision: invalid choice" in capsys.readouterr().err

@@ -19,8 +19,8 @@ import pytest
 from openai_server import start_server, url
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.search.configure import SearchConfig
-from tour_pyserini.search.distributed import worker_configs
+from tour_pyserini.pipeline import SearchSpec
+from tour_pyserini.pipeline.distributed import worker_specs
 
 # not importorskip: importing Ray here would fix how a local instance listens before the pool sets it
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")]
@@ -75,19 +75,19 @@ def test_ray_runs_are_identical_to_one_process(dense_index, bm25_index, mini_sci
 
 def killed_worker_case(argv: list[str]) -> None:
     """In a fresh process: one-process results, then Ray's with one worker's process killed mid-run."""
-    from tour_pyserini.commands.search import parser, search_config
+    from tour_pyserini.commands.search import parser, search_spec
     from tour_pyserini.files import read_topics
-    from tour_pyserini.search.configure import open_searcher
-    from tour_pyserini.search.distributed import RayPool
+    from tour_pyserini.pipeline import build, plan
+    from tour_pyserini.pipeline.distributed import RayPool
 
     args = parser().parse_args(argv)
-    config = search_config(args)
+    config = search_spec(args)
     topics = read_topics(args.topics)
     batches = [
         ([t.text for t in topics[i : i + 2]], [t.qid for t in topics[i : i + 2]], 50) for i in range(0, len(topics), 2)
     ]
-    searcher, _ = open_searcher(config)
-    expected = [[(h.docid, h.score) for h in r.hits] for b in batches for r in searcher.retrieve(*b)]
+    pipeline = build(plan(config))
+    expected = [[(h.docid, h.score) for h in r.hits] for b in batches for r in pipeline.run(*b)]
     got = []
     with RayPool(config, workers=2) as pool:
         import ray  # after the pool: it sets how a local instance listens before Ray is first imported
@@ -155,14 +155,14 @@ def test_a_user_error_inside_a_worker_is_one_line(dense_index, mini_scifact, tmp
 
 
 def test_an_api_teachers_concurrency_is_split_between_the_workers():
-    config = SearchConfig(index="i", teacher="openai:http://127.0.0.1:1/v1", teacher_options={"concurrency": 5})
-    assert [c.teacher_options["concurrency"] for c in worker_configs(config, 2)] == [3, 2]
-    default = SearchConfig(index="i", teacher="ensemble:e.json")  # its parts may be openai teachers
-    assert [c.teacher_options["concurrency"] for c in worker_configs(default, 3)] == [2, 1, 1]  # of 4
-    assert [c.teacher_options["concurrency"] for c in worker_configs(default, 6)] == [1] * 6  # the default, < W
-    assert worker_configs(SearchConfig(index="i", teacher="bm25"), 2)[1].teacher_options == {}
+    config = SearchSpec(index="i", teacher="openai:http://127.0.0.1:1/v1", teacher_options={"concurrency": 5})
+    assert [c.teacher_options["concurrency"] for c in worker_specs(config, 2)] == [3, 2]
+    default = SearchSpec(index="i", teacher="ensemble:e.json")  # its parts may be openai teachers
+    assert [c.teacher_options["concurrency"] for c in worker_specs(default, 3)] == [2, 1, 1]  # of 4
+    assert [c.teacher_options["concurrency"] for c in worker_specs(default, 6)] == [1] * 6  # the default, < W
+    assert worker_specs(SearchSpec(index="i", teacher="bm25"), 2)[1].teacher_options == {}
     with pytest.raises(UserError, match="--teacher-concurrency 2 is below --workers 3"):
-        worker_configs(SearchConfig(index="i", teacher="openai:u", teacher_options={"concurrency": 2}), 3)
+        worker_specs(SearchSpec(index="i", teacher="openai:u", teacher_options={"concurrency": 2}), 3)
 
 
 def test_ray_workers_keep_an_api_teacher_within_its_concurrency(dense_index, mini_scifact, tmp_path):
@@ -199,9 +199,9 @@ def test_a_worker_whose_runtime_extra_differs_from_the_drivers_is_refused(dense_
     """Auto resolves from whether the runtime extra is installed: a worker lacking what the driver lacks (here
     the driver said it lacks OpenVINO, this process has it) would run the other way, so it refuses in one line;
     with the runtimes named, auto is not read and it opens."""
-    from tour_pyserini.search.distributed import SearchWorker, raise_user_error
+    from tour_pyserini.pipeline.distributed import SearchWorker, raise_user_error
 
     with pytest.raises(UserError, match="the runtime extra is installed here, but not on the driver"):
-        raise_user_error(SearchWorker(SearchConfig(index=str(dense_index)), ["openvino"]).open())
-    named = SearchConfig(index=str(dense_index), encoder_runtime="torch")
+        raise_user_error(SearchWorker(SearchSpec(index=str(dense_index)), ["openvino"]).open())
+    named = SearchSpec(index=str(dense_index), encoder_runtime="torch")
     assert raise_user_error(SearchWorker(named, ["openvino"]).open())[0] == os.getpid()

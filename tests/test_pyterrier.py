@@ -354,7 +354,9 @@ def bad_values(p: Param) -> list[tuple[object, str]]:
         return [(v, f"{p.name} {p.type.refusal(v)}") for v in (0, -1, float("nan"), 2) if p.type.refusal(v)]
     if p.choices:
         return [("no-such", f"{p.name} must be one of {', '.join(map(str, p.choices))}, got 'no-such'")]
-    return [("yes", f"{p.name} must be True or False")] if p.type is bool else [(5, f"{p.name} must be a string")]
+    if p.type is bool:
+        return [("yes", f"{p.name} must be true or false, got 'yes'")]
+    return [(5, f"{p.name} must be a string")]
 
 
 def check_parameter(stage, p: Param) -> None:
@@ -421,7 +423,7 @@ def test_the_stage_and_retriever_settings_are_parameters(dense_index, topics):
         ("threads", 0, "threads must be positive, got 0"),
         ("bm25_b", 2, "bm25_b must be in [0, 1], got 2"),
         ("ef_search", 16, "--ef-search applies to HNSW indexes"),
-        ("doc_vec", "yes", "doc_vec must be True or False"),
+        ("doc_vec", "yes", "doc_vec must be true or false, got 'yes'"),
         ("encoder_runtime", "tensorflow", "encoder_runtime must be one of"),
     ):
         before = retriever.get_parameter(name)

@@ -68,21 +68,19 @@ def test_bf16_vectors_stay_near_float32_and_rank_the_same_top(searcher, texts):
 
 
 def test_the_search_flag_reaches_the_encoder_and_refuses_pre_encoded_queries(dense_index, mini_scifact, tmp_path):
-    from tour_pyserini.commands.search import parser, search_config
-    from tour_pyserini.search.configure import plan_search
+    from tour_pyserini.commands.search import parser, search_spec
+    from tour_pyserini.pipeline import plan
 
     common = ["--index", str(dense_index), "--topics", str(mini_scifact["topics"]), "--output", "x.trec"]
-    config = search_config(parser().parse_args([*common, "--encoder-precision", "fp32"]))
-    assert config.encoder_precision == "fp32"
-    plan_search(config)
+    spec = search_spec(parser().parse_args([*common, "--encoder-precision", "fp32"]))
+    assert spec.encoder_precision == "fp32"
+    plan(spec)
     encoded = tmp_path / "encoded"
     encoded.mkdir()
     (encoded / "embedding.pkl").write_bytes(b"")
-    config = search_config(
-        parser().parse_args([*common, "--encoded-queries", str(encoded), "--encoder-precision", "bf16"])
-    )
+    spec = search_spec(parser().parse_args([*common, "--encoded-queries", str(encoded), "--encoder-precision", "bf16"]))
     with pytest.raises(UserError, match="--encoded-queries replaces the query encoder"):
-        plan_search(config)
+        plan(spec)
 
 
 SHARE = (

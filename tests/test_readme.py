@@ -36,7 +36,7 @@ def blocks(text: str) -> tuple[str, str, str]:
     at = next(i for i, (lang, body) in enumerate(fenced) if lang == "bash" and "tour-pyserini eval" in body)
     table = fenced[at + 1]
     assert table[0] == "", "the five commands' block is not followed by the table they print"
-    python = next(body for lang, body in fenced if lang == "python" and "open_search" in body)
+    python = next(body for lang, body in fenced if lang == "python" and "build(plan(" in body)
     return fenced[at][1], table[1], python
 
 

@@ -194,9 +194,9 @@ def test_batch_search_threads_apply_to_that_call_only(searcher):
     assert searcher.threads == 1
 
 
-def test_both_searchers_speak_pyserinis_k_and_hits_still_works_for_now(searcher, bm25_index):
+def test_both_searchers_speak_pyserinis_k(searcher, bm25_index):
     """``search(query, k)`` and ``batch_search(queries, qids, k, threads)`` on both searchers, as Pyserini's
-    ``FaissSearcher`` and ``LuceneSearcher`` spell them; ``hits=``, the old name, works with a FutureWarning."""
+    ``FaissSearcher`` and ``LuceneSearcher`` spell them."""
     from tour_pyserini.search import Bm25Searcher
 
     bm25 = Bm25Searcher.from_index(bm25_index)
@@ -205,10 +205,6 @@ def test_both_searchers_speak_pyserinis_k_and_hits_still_works_for_now(searcher,
         docids = [h.docid for h in hits]
         assert len(hits) == 7
         assert [h.docid for h in engine.batch_search(["protein folding"], ["q1"], 7, 1)["q1"]] == docids
-        with pytest.warns(FutureWarning, match=r"hits=\.\.\.\) is now k="):
-            assert [h.docid for h in engine.search("protein folding", hits=7)] == docids
-        with pytest.raises(TypeError, match="not both"):
-            engine.search("protein folding", k=7, hits=7)
 
 
 @pytest.mark.parametrize("k", [0, -3, "3", 2.5, True])
@@ -221,3 +217,48 @@ def test_a_k_that_is_not_a_positive_integer_is_one_line_on_both_searchers(search
             engine.search("protein folding", k)
         with pytest.raises(UserError, match="k must be a positive integer"):
             engine.batch_search(["protein folding"], ["q1"], k=k)
+
+
+@pytest.mark.slow
+def test_a_search_command_checks_each_input_once(dense_index, mini_scifact, tmp_path, monkeypatch):
+    """The outputs once, each batch's queries once, each batch's vectors once where they come in (plus the index's
+    own check of what each search is asked), the search planned once."""
+    import tour_pyserini.commands.search as command
+    import tour_pyserini.files.resumable as resumable
+    import tour_pyserini.search.searcher as searcher
+
+    calls: dict[str, int] = {}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(resumable, "check_outputs")
+    counted(searcher, "check_queries")
+    counted(command, "plan")
+    counted(searcher.TourSearcher, "_check_vectors")
+    topics = mini_scifact["topics"]
+    command.main(
+        [
+            "--index",
+            str(dense_index),
+            "--topics",
+            str(topics),
+            "--batch-size",
+            "16",
+            "--hits",
+            "10",
+            "--output",
+            str(tmp_path / "run.trec"),
+            "--trace",
+            str(tmp_path / "trace.jsonl"),
+        ]
+    )
+    batches = -(-len(topics.read_text().splitlines()) // 16)
+    # each batch: its encoded vectors, then the one search of the retriever's ranking
+    assert calls == {"check_outputs": 1, "plan": 1, "check_queries": batches, "_check_vectors": 2 * batches}

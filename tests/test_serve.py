@@ -107,9 +107,9 @@ def test_k_is_the_old_name_of_depth(server, dense_index):
 BAD = [
     ({"query": "a", "hits": "0"}, 400, "'hits' must be in [1,"),
     ({"query": "a", "hits": str(10**9)}, 400, "'hits' must be in [1,"),
-    ({"query": "a", "hits": "ten"}, 400, "'ten' is not an integer"),
-    ({"query": "a", "hits": "\u0661\u0662"}, 400, "is not an integer"),  # Arabic-Indic digits, which int() reads
-    ({"query": "a", "trace": "yes"}, 400, "'trace' is 'true' or 'false'"),
+    ({"query": "a", "hits": "ten"}, 400, "'hits' must be an integer, got 'ten'"),
+    ({"query": "a", "hits": "\u0661\u0662"}, 400, "must be an integer"),  # Arabic-Indic digits, which int() reads
+    ({"query": "a", "trace": "yes"}, 400, "'trace' must be true or false, got 'yes'"),
     ({"query": ""}, 400, "'query' is required"),
     ({"query": "   "}, 400, "'query' is required"),
     ({}, 400, "'query' is required"),
@@ -124,7 +124,7 @@ BAD = [
         "parameter 'depth' must be positive",
     ),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "depth": "100000"}, 400, "larger than the index"),
-    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "'nan' is not a finite number"),
+    ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "nan"}, 400, "'lr' must be a finite number"),
     ({"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "lr": "1e9"}, 400, "is beyond 1000"),
     (
         {"query": "a", "rewriter": "tour-soft", "teacher": "bm25", "iterations": "20000", "no-early-stop": "true"},
@@ -351,7 +351,7 @@ def test_pyserinis_parse_k1_b_and_max_doc_length(server, dense_index, bm25_index
     assert parsed["text"] == stored["text"] and parsed["title"] == stored["title"]
     for params, message in [
         ({"k1": "1.2"}, "set BM25: index"),
-        ({"parse": "yes"}, "'parse' is 'true' or 'false'"),
+        ({"parse": "yes"}, "'parse' must be true or false, got 'yes'"),
         ({"max_doc_length": "0"}, "must be positive"),
     ]:
         status, body, _ = server.get(f"/v1/{dense_index.name}/search", query=query, **params)

@@ -159,23 +159,17 @@ def trainer(command: str, config: str):
 
 
 @pytest.mark.parametrize("command, config, needed", TRAINERS)
-def test_every_trainer_spells_precision_one_way_and_still_reads_bf16(command, config, needed, capsys):
-    from tour_pyserini.commands.flags import apply_renamed, config_from_flags
+def test_every_trainer_spells_precision_one_way(command, config, needed, capsys):
+    from tour_pyserini.commands.flags import config_from_flags
 
     module, cls = trainer(command, config)
     ap = module.parser()
 
     def parsed(*flags: str):
-        args = apply_renamed(ap, ap.parse_args([*needed, "--output", "o", *flags]))
+        args = ap.parse_args([*needed, "--output", "o", *flags])
         return config_from_flags(cls, args, precision=args.precision)
 
     assert parsed().precision == cls.precision and parsed("--precision", "bf16").precision == "bf16"
-    capsys.readouterr()
-    assert parsed("--bf16").precision == "bf16"
-    assert "warning: --bf16 is deprecated, use --precision bf16" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parsed("--bf16", "--precision", "fp32")
-    assert "--bf16 is the old name of --precision: give one of them" in capsys.readouterr().err
     assert "--bf16" not in ap.format_help() and "--precision" in ap.format_help()
 
 

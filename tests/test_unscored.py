@@ -14,7 +14,7 @@ from openai_server import start_server, url
 from tour_pyserini.commands.search import main as search_main
 from tour_pyserini.errors import UserError
 from tour_pyserini.files import read_qrels, read_topics
-from tour_pyserini.results import NOT_RERANKED
+from tour_pyserini.results import StopReason
 from tour_pyserini.rewriters import Identity
 from tour_pyserini.rewriters.rerank import Rerank
 from tour_pyserini.rewriters.tour import TourSoft
@@ -64,9 +64,13 @@ def test_unscored_pairs_rank_below_and_a_query_without_scores_keeps_the_retrieve
     got = searcher.retrieve(texts, qids, 20, rewriter=rewriter(teacher))
     silent = got[0]
     assert [(h.docid, h.score) for h in silent.hits] == [(h.docid, h.score) for h in base[0].hits]
-    assert silent.trace.stop_reason == NOT_RERANKED and silent.trace.unscored >= 10 and not silent.trace.judgments
+    assert (
+        silent.trace.stop_reason == StopReason.NOT_RERANKED
+        and silent.trace.unscored >= 10
+        and not silent.trace.judgments
+    )
     for result in got[1:]:
-        assert result.trace.stop_reason != NOT_RERANKED and result.trace.unscored > 0
+        assert result.trace.stop_reason != StopReason.NOT_RERANKED and result.trace.unscored > 0
         head = [h.docid for h in result.hits[:10]]
         judged = [d in result.trace.judgments for d in head]
         assert judged == sorted(judged, reverse=True)  # every scored candidate above every unscored one
@@ -150,7 +154,7 @@ def test_a_search_whose_teacher_scores_nothing_stops_resumable_unless_allowed(
         _search(dense_index, topics, allowed, server, "--allow-unscored", "--trace", str(trace))
         assert allowed.read_text() == plain.read_text()  # the retriever's ranking and scores, under the same tag
         records = [json.loads(line) for line in trace.read_text().splitlines()]
-        assert all(r["stop_reason"] == NOT_RERANKED and r["unscored"] == 5 for r in records)
+        assert all(r["stop_reason"] == StopReason.NOT_RERANKED and r["unscored"] == 5 for r in records)
         assert "pairs without a score 20, not re-ranked 4/4" in capsys.readouterr().out
     finally:
         server.shutdown()

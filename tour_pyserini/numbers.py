@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
+import re
 from collections.abc import Callable, Iterable
+from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from tour_pyserini.errors import ParamError, UserError
+
+# a number in ASCII digits: Python's int() and float() read other scripts' digits too
+ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class Number:
@@ -54,6 +63,17 @@ below_one = Number(float, "in [0, 1)", lambda v: 0 <= v < 1)
 mass = Number(float, "in (0, 1]", lambda v: 0 < v <= 1)
 
 
+class Role(Enum):
+    """What a parameter's value is, for the limits that apply to every parameter of that kind whatever its name: a
+    new rewriter's option with a role is bounded like the others without a line elsewhere."""
+
+    HITS = "hits"  # results a query gets: a server's --max-hits
+    CANDIDATES = "candidates"  # documents searched, judged or fed back per step: the index's size, --max-candidates
+    ITERATIONS = "iterations"  # steps per query: a server's --max-iterations
+    FILE = "file"  # a path on the machine that searches: never from a request; its content is part of a run's identity
+    URL = "url"  # an address the search connects to: never from a request
+
+
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One parameter: ``name`` (the constructor's or the config field's), parsed by ``type`` (a :class:`Number`
@@ -74,6 +94,7 @@ class Param:
     required: bool = False
     default_text: str | None = None  # what an unset (None) default means, for the help: "the preset's"
     aliases: tuple[str, ...] = ()  # old flags (and request parameters) still accepted for one release, with a warning
+    role: Role | None = None  # what the value is, for the limits that read it (a server's maxima, the index's size)
 
     @property
     def option(self) -> str:
@@ -96,6 +117,48 @@ class Param:
         """The help text with the default it has when not given."""
         shown = self.default_shown
         return self.help if shown is None else f"{self.help} (default: {shown})"
+
+    def parse(self, raw: Any) -> Any:
+        """``raw`` as this parameter's value, checked: text as a query string or a YAML file gives it (numbers in
+        ASCII digits; ``true`` or ``false``, any case), or a typed value as Python or JSON gives it (a number of the
+        parameter's kind, never a bool; True or False; a string or a path). None stays None (the default applies).
+        Anything else is a :class:`~tour_pyserini.errors.ParamError` naming the parameter: one line. The one way a
+        parameter's value is read, whoever gives it (a command line's flags through :meth:`parse_flag`)."""
+        if raw is None:
+            return None
+        if isinstance(self.type, Number):
+            integral = self.type.kind is int
+            what = "an integer" if integral else "a finite number"
+            if isinstance(raw, str):
+                text = raw.strip()
+                if not ASCII_NUMBER.fullmatch(text) or (integral and not text.lstrip("+-").isdigit()):
+                    raise ParamError(self.name, self.option, f"must be {what}, got {raw[:40]!r}")
+            elif isinstance(raw, bool | np.bool_) or not isinstance(
+                raw, numbers.Integral if integral else numbers.Real
+            ):
+                raise ParamError(self.name, self.option, f"must be {what}, got {raw!r}")
+            return self.check(self.type.kind(raw))
+        if self.type is bool:
+            return self.check(self.boolean(raw))
+        if isinstance(raw, os.PathLike):
+            raw = os.fspath(raw)
+        if not isinstance(raw, str):
+            raise ParamError(self.name, self.option, f"must be a string, got {raw!r}")
+        return self.check(raw if self.type is str else self.type(raw))
+
+    def parse_flag(self, raw: Any) -> Any:
+        """``raw`` as the flag gives it (a request's parameter named as the flag): a switch (``--no-early-stop``)
+        given true sets its value, given false leaves the default; any other flag as :meth:`parse`."""
+        if self.const is not None:
+            return self.const if self.boolean(raw) else None
+        return self.parse(raw)
+
+    def boolean(self, raw: Any) -> bool:
+        if isinstance(raw, bool | np.bool_):
+            return bool(raw)
+        if isinstance(raw, str) and raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        raise ParamError(self.name, self.option, f"must be true or false, got {str(raw)[:40]!r}")
 
     def check(self, value: Any) -> Any:
         """``value``, or a :class:`~tour_pyserini.errors.ParamError` naming the parameter: out of range, or not
@@ -122,6 +185,7 @@ def param(default: Any = None, type: Any = str, help: str = "", *, like: Param |
             "const": like.const,
             "metavar": like.metavar,
             "aliases": like.aliases,
+            "role": like.role,
             **declared,
         }
     return dataclasses.field(default=default, metadata={"param": (type, help, declared)})

@@ -22,7 +22,7 @@ from tour_pyserini.commands.flags import ArgumentParser, add_teacher_flags, teac
 from tour_pyserini.commands.outputs import check_output, staged_output
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import at_least, non_negative_float
-from tour_pyserini.search.configure import SearchConfig
+from tour_pyserini.pipeline import SearchSpec
 from tour_pyserini.training.ensemble_fit import fit_ensemble
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
             f"document in {args.qrels}: nothing to fit on"
         )
     # the candidates through torch, as the dense member encodes them (one encoding serves both)
-    search = SearchConfig(
+    search = SearchSpec(
         index=args.index,
         device=args.device,
         teacher_max_length=args.teacher_max_length,

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from tour_pyserini._java import show_java_warnings
-from tour_pyserini.devices import PRECISIONS, resolve_precision
+from tour_pyserini.devices import DEFAULT_PRECISION, PRECISIONS, resolve_precision
 from tour_pyserini.encoders.spec import DOCUMENT_LENGTH
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Number, Param, configure, params_of, positive_int
-from tour_pyserini.runtime import AUTO, RUNTIME_CHOICES, RUNTIME_PRECISIONS
+from tour_pyserini.runtime import AUTO, ONNX_AUTO, RUNTIME_CHOICES, RUNTIME_PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -98,29 +97,33 @@ def config_from_flags(config_class, args: argparse.Namespace, **values):
     return configure(config_class, {**{p.name: getattr(args, p.dest) for p in params_of(config_class)}, **values})
 
 
+# the flags of a teacher model (--teacher names the teacher; each command says what for)
+TEACHER = Param("teacher", metavar="TEACHER", aliases=("--reranker",))
+TEACHER_MAX_LENGTH = Param(
+    "teacher_max_length",
+    positive_int,
+    "tokens a cross-encoder teacher reads (default: the model's own limit, which the trainer sets to its "
+    "training length; at most 512)",
+    aliases=("--reranker-max-length",),
+)
+TEACHER_PRECISION = Param(
+    "teacher_precision",
+    choices=RUNTIME_PRECISIONS,
+    help="a cross-encoder teacher's arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with "
+    "AVX512-BF16 or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
+    "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 natively, else fp32; "
+    f"onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default {DEFAULT_PRECISION})",
+    aliases=("--reranker-precision",),
+)
+
+
 def add_teacher_flags(ap) -> None:
     """The flags of a teacher model, ``--teacher-max-length`` and ``--teacher-precision``, and those the teachers
     declare (``--teacher-model``, ``--teacher-runtime``, ...), on ``ap`` or a group."""
-    from tour_pyserini.devices import DEFAULT_PRECISION
-    from tour_pyserini.runtime import ONNX_AUTO
     from tour_pyserini.teachers import teacher_options
 
-    ap.add_argument(
-        "--teacher-max-length",
-        type=positive_int,
-        help="tokens a cross-encoder teacher reads (default: "
-        "the model's own limit, which the trainer sets to its training length; at most 512)",
-    )
-    ap.add_argument(
-        "--teacher-precision",
-        choices=RUNTIME_PRECISIONS,
-        help="a cross-encoder teacher's "
-        "arithmetic: bf16 (bfloat16 encoder, float32 head; about 2x faster on CPUs with AVX512-BF16 "
-        "or AMX; refused where torch has no native bfloat16 kernels), fp32, int8 (--teacher-runtime onnx: "
-        "8-bit weights), or auto (torch and openvino: bf16 where the CPU multiplies in bfloat16 "
-        f"natively, else fp32; onnx: {ONNX_AUTO} where the CPU has VNNI, else fp32; default "
-        f"{DEFAULT_PRECISION})",
-    )
+    add_param(ap, TEACHER_MAX_LENGTH)
+    add_param(ap, TEACHER_PRECISION)
     for option in teacher_options():
         add_param(ap, option)
 
@@ -132,40 +135,9 @@ def teacher_flags(args: argparse.Namespace) -> dict:
     return {o.name: getattr(args, o.dest) for o in teacher_options() if getattr(args, o.dest, None) is not None}
 
 
-# old flag -> the flag that replaced it (same meaning)
-RENAMED = {
-    "--reranker": "--teacher",
-    "--reranker-max-length": "--teacher-max-length",
-    "--reranker-precision": "--teacher-precision",
-    "--bf16": "--precision",  # the trainers' switch: --precision bf16
-}
-
-
-def add_renamed(ap, old: str, **kind) -> None:
-    """Accept ``old`` (hidden from --help) as the flag that replaced it; ``kind``: its type or choices."""
-    ap.add_argument(old, dest=_dest(old), help=argparse.SUPPRESS, **kind)
-
-
-def apply_renamed(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Move the values given under old names to their new flags, with one warning each; both names is an error.
-    The old names leave ``args``, so a run resumes whichever name it was started with."""
-    for old, new in RENAMED.items():
-        if not hasattr(args, _dest(old)):
-            continue
-        value = getattr(args, _dest(old))
-        delattr(args, _dest(old))
-        if value is None:
-            continue
-        if getattr(args, _dest(new)) is not None:
-            ap.error(f"{old} is the old name of {new}: give one of them")
-        print(f"warning: {old} is deprecated, use {new} {value} (same meaning)", file=sys.stderr)
-        setattr(args, _dest(new), value)
-    return args
-
-
 def add_trainer_flags(ap: argparse.ArgumentParser, config_class) -> None:
-    """A trainer's ``--precision`` (with ``--bf16``, its old spelling) and a flag for each parameter its config
-    dataclass declares; :func:`trainer_config` reads them back."""
+    """A trainer's ``--precision`` and a flag for each parameter its config dataclass declares;
+    :func:`trainer_config` reads them back."""
     ap.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -174,21 +146,16 @@ def add_trainer_flags(ap: argparse.ArgumentParser, config_class) -> None:
         "has no native bfloat16 kernels), fp32, or auto (bf16 where torch has them) "
         f"(default: {config_class.precision})",
     )
-    add_renamed(ap, "--bf16", action="store_const", const="bf16")
     add_param_flags(ap, config_class)
 
 
 def trainer_config(ap: argparse.ArgumentParser, argv: list[str] | None, config_class):
     """The parsed flags of a trainer and its config, checked once; a precision torch cannot run here is refused
     now, before any model loads."""
-    args = apply_renamed(ap, ap.parse_args(argv))
+    args = ap.parse_args(argv)
     config = config_from_flags(config_class, args, precision=args.precision)
     resolve_precision(config.precision, "cpu", "--precision")
     return args, config
-
-
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
 
 
 def add_encoder_flags(ap: argparse.ArgumentParser, side: str) -> None:

@@ -196,23 +196,9 @@ def main(argv: list[str] | None = None) -> None:
         request = IndexRequest("bm25", collection=args.collection)
         write = partial(write_bm25_index, args.collection, threads=args.threads)
     else:
-        from tour_pyserini.index.dense import write_dense_index
-
         encoder = EncoderSpec.resolve(args.encoder, settings=encoder_settings(args), side="document")
         if shard is not None:
-            from tour_pyserini.index.shards import shard_request, write_dense_shard
-
-            request = shard_request(args.collection, encoder, shard, spec, args.batch_size)
-            write = partial(
-                write_dense_shard,
-                args.collection,
-                encoder=encoder,
-                shard=shard,
-                batch_size=args.batch_size,
-                faiss_spec=spec,
-                device=check_device(args.device),
-            )
-            meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite, request=request)
+            meta = build_dense_shard(args, encoder, shard, spec)
             print(("reusing " if reused else "") + f"shard {shard.id} of {shard.of}: " + describe(args.output, meta))
             return
         if args.ray is not None and not reused:
@@ -220,26 +206,51 @@ def main(argv: list[str] | None = None) -> None:
             meta = build_on_ray(args, encoder, spec, checked.num_docs)
             print(f"ray: encoded and merged in {time.perf_counter() - start:.1f} s; " + describe(args.output, meta))
             return
-        request = IndexRequest(
-            "dense",
-            collection=args.collection,
-            encoder=encoder_identity(encoder),
-            faiss_index=spec,
-            prebuilt=not args.no_prebuilt,
-        )
-        write = partial(
-            write_dense_index,
-            args.collection,
-            encoder=encoder,
-            batch_size=args.batch_size,
-            faiss_spec=spec,
-            device=check_device(args.device),
-            **({"prebuilt": None} if args.no_prebuilt else {}),
-        )
+        request, write = dense_build(args, encoder, spec)
     meta = build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite, request=request)
     if not reused and meta.extra.get("prebuilt"):
         print(f"using prebuilt {meta.extra['prebuilt']}: vectors of {meta.num_docs} documents, encoder checked")
     print(("reusing " if reused else "") + describe(args.output, meta))
+
+
+def build_dense_shard(args: argparse.Namespace, encoder: EncoderSpec, shard: Shard, spec: FaissIndexSpec) -> IndexMeta:
+    """One shard of a dense index, encoded here (``index --shard I/N``)."""
+    from tour_pyserini.index.shards import shard_request, write_dense_shard
+
+    request = shard_request(args.collection, encoder, shard, spec, args.batch_size)
+    write = partial(
+        write_dense_shard,
+        args.collection,
+        encoder=encoder,
+        shard=shard,
+        batch_size=args.batch_size,
+        faiss_spec=spec,
+        device=check_device(args.device),
+    )
+    return build_index(args.output, lambda tmp: write(out_dir=tmp), overwrite=args.overwrite, request=request)
+
+
+def dense_build(args: argparse.Namespace, encoder: EncoderSpec, spec: FaissIndexSpec):
+    """What a whole dense index is built from (its request, for reuse) and the function that writes it."""
+    from tour_pyserini.index.dense import write_dense_index
+
+    request = IndexRequest(
+        "dense",
+        collection=args.collection,
+        encoder=encoder_identity(encoder),
+        faiss_index=spec,
+        prebuilt=not args.no_prebuilt,
+    )
+    write = partial(
+        write_dense_index,
+        args.collection,
+        encoder=encoder,
+        batch_size=args.batch_size,
+        faiss_spec=spec,
+        device=check_device(args.device),
+        **({"prebuilt": None} if args.no_prebuilt else {}),
+    )
+    return request, write
 
 
 def ray_shards(args: argparse.Namespace) -> int:

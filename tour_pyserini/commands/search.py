@@ -15,28 +15,26 @@ from contextlib import ExitStack
 from dataclasses import replace
 
 from tour_pyserini.commands.flags import (
+    TEACHER,
     ArgumentParser,
     add_encoder_flags,
     add_param,
-    add_renamed,
     add_teacher_flags,
-    apply_renamed,
     encoder_settings,
     teacher_flags,
 )
-from tour_pyserini.commands.outputs import check_outputs
 from tour_pyserini.encoders.query import check_encoded_texts
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import RunWriter
 from tour_pyserini.files.topics import read_topics
+from tour_pyserini.index.bm25 import K1, B
 from tour_pyserini.index.pyserini_catalogue import resolve_index
 from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
-from tour_pyserini.results import NOT_RERANKED, SearchResult
+from tour_pyserini.pipeline import Plan, SearchSpec, TeacherInfo, build, plan
+from tour_pyserini.results import SearchResult, StopReason
 from tour_pyserini.rewriters import available_rewriters, get_rewriter_class
-from tour_pyserini.runtime import RUNTIME_PRECISIONS, missing_auto_modules
-from tour_pyserini.search.configure import SearchConfig, SearchPlan, TeacherInfo, open_searcher, plan_search
+from tour_pyserini.runtime import missing_auto_modules
 from tour_pyserini.teachers import teacher_usages
-from tour_pyserini.teachers.bm25_math import K1, B
 from tour_pyserini.teachers.cache import mostly_unscored
 
 # flags that do not change the run, so an interrupted run may resume under different values
@@ -86,18 +84,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--remove-query", action="store_true", help="drop hits whose docid equals the qid (BEIR)")
     ap.add_argument("--no-resume", action="store_true", help="start over even if an interrupted run can resume")
     ap.add_argument("--trace", help="write per-query traces (JSON lines) to this file")
-    ap.add_argument("--bm25-k1", type=non_negative_float, default=K1, help=f"BM25 indexes: k1 (default {K1})")
-    ap.add_argument("--bm25-b", type=probability, default=B, help=f"BM25 indexes: b (default {B})")
-    ap.add_argument(
-        "--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: cpu, cuda or cuda:N"
-    )
-    ap.add_argument(
-        "--ef-search", type=positive_int, help="HNSW indexes: candidate list size (default: stored in the index)"
-    )
-    ap.add_argument(
-        "--nprobe", type=positive_int, help="IVF-PQ indexes: lists visited per query (default: stored in the index)"
-    )
-
+    add_index_flags(ap)
     add_encoder_flags(ap, "query")
     dist = ap.add_argument_group("distributed search on Ray")
     dist.add_argument(
@@ -114,20 +101,41 @@ def parser() -> argparse.ArgumentParser:
         help=f"Ray workers, each with its own searcher (one CPU each; default {DEFAULT_WORKERS}); needs --ray",
     )
 
-    rw = ap.add_argument_group("query rewriting (dense indexes)")
+    add_rewriting_flags(ap.add_argument_group("query rewriting (dense indexes)"))
+    for name, options in rewriter_options().items():
+        group = ap.add_argument_group(f"{name} options")
+        for option in options:
+            add_param(group, option)
+    return ap
+
+
+def add_index_flags(ap) -> None:
+    """The knobs of the index searched: BM25's parameters, HNSW's and IVF's, and the device."""
+    ap.add_argument("--bm25-k1", type=non_negative_float, default=K1, help=f"BM25 indexes: k1 (default {K1})")
+    ap.add_argument("--bm25-b", type=probability, default=B, help=f"BM25 indexes: b (default {B})")
+    ap.add_argument(
+        "--device", default="cpu", help="where the query encoder and a cross-encoder teacher run: cpu, cuda or cuda:N"
+    )
+    ap.add_argument(
+        "--ef-search", type=positive_int, help="HNSW indexes: candidate list size (default: stored in the index)"
+    )
+    ap.add_argument(
+        "--nprobe", type=positive_int, help="IVF-PQ indexes: lists visited per query (default: stored in the index)"
+    )
+
+
+def add_rewriting_flags(rw) -> None:
+    """The rewriter, the teacher it asks with the teacher's flags, and what becomes of the teacher's scores."""
     rw.add_argument("--rewriter", default="none", help=f"one of: {', '.join(available_rewriters())}")
-    rw.add_argument(
-        "--teacher",
-        metavar="TEACHER",
-        help=f"the scorer rewriters ask: {teacher_usages()} (the shipped "
-        "models/nq-oracle-ce alone re-ranks nq-oracle worse than the retriever, Acc@1 0.811 against "
-        "0.930: use ensemble:models/nq-oracle-ce/ensemble.json, 0.936, or a tuned --lambda; "
-        "models/README.md)",
+    add_param(
+        rw,
+        replace(
+            TEACHER,
+            help=f"the scorer rewriters ask: {teacher_usages()} (models/README.md says "
+            "which shipped teacher suits which collection)",
+        ),
     )
     add_teacher_flags(rw)
-    add_renamed(rw, "--reranker")
-    add_renamed(rw, "--reranker-max-length", type=positive_int)
-    add_renamed(rw, "--reranker-precision", choices=RUNTIME_PRECISIONS)
     rw.add_argument(
         "--allow-unscored",
         action="store_true",
@@ -142,11 +150,6 @@ def parser() -> argparse.ArgumentParser:
         help="keep the teacher's scores in this SQLite file, so runs "
         "sharing it score each (query, document) pair once (rerank, tour-*)",
     )
-    for name, options in rewriter_options().items():
-        group = ap.add_argument_group(f"{name} options")
-        for option in options:
-            add_param(group, option)
-    return ap
 
 
 def summarize(results: list[SearchResult]) -> str:
@@ -155,8 +158,8 @@ def summarize(results: list[SearchResult]) -> str:
         return "no queries"
     traces = [r.trace for r in results]
     n = len(traces)
-    stopped = sum(t.stop_reason not in (None, "max iterations", NOT_RERANKED) for t in traces)
-    kept = sum(t.stop_reason == NOT_RERANKED for t in traces)
+    stopped = sum(t.stop_reason is not None and StopReason(t.stop_reason).early for t in traces)
+    kept = sum(t.unjudged for t in traces)
     seconds = ", ".join(f"{phase} {sum(t.seconds[phase] for t in traces) / n:.4f}" for phase in traces[0].seconds)
     unscored = sum(t.unscored for t in traces)
     return (
@@ -175,7 +178,7 @@ def check_scored(results: list[SearchResult], teacher: TeacherInfo | None, kept:
     unscored = sum(r.trace.unscored for r in results)
     if teacher is None or not mostly_unscored(unscored, asked):
         return
-    plain = sum(r.trace.stop_reason == NOT_RERANKED for r in results)
+    plain = sum(r.trace.unjudged for r in results)
     raise UserError(
         f"teacher {teacher.label} gave no score for {unscored} of the {asked} pairs it was asked in a "
         f"batch ({plain} of its {len(results)} queries would keep the retriever's order); the search "
@@ -219,8 +222,8 @@ def rewriter_flags(args: argparse.Namespace) -> dict:
     return {o.name: getattr(args, o.dest) for o in given}
 
 
-def search_config(args: argparse.Namespace) -> SearchConfig:
-    return SearchConfig(
+def search_spec(args: argparse.Namespace) -> SearchSpec:
+    return SearchSpec(
         index=args.index,
         encoder=args.encoder,
         encoder_settings=encoder_settings(args),
@@ -249,34 +252,53 @@ def nothing_carried() -> None:
 
 
 def batch_searcher(
-    args: argparse.Namespace,
-    plan: SearchPlan,
-    stack: ExitStack,
-    carried: bytes | None = None,
+    args: argparse.Namespace, planned: Plan, stack: ExitStack, carried: bytes | None = None
 ) -> tuple[Callable[[list], Iterator], TeacherInfo | None, Callable[[], bytes | None]]:
-    """A function from (texts, qids, hits) batches to their results in order, run here (built from ``plan``) or
+    """A function from (texts, qids, k) batches to their results in order, run here (built from ``planned``) or
     on Ray workers (each planning its own); what the teacher is; and the state the rewriter carries after the
     batches so far (DART's buffer: it starts from ``carried``, a resumed run's)."""
     if args.ray is None:
-        searcher, teacher = open_searcher(plan)
+        pipeline = build(planned)
         run_state = nothing_carried
-        if plan.rewriter is not None and plan.rewriter.carries:
-            searcher.rewriter.start_run(carried)
-            run_state = searcher.rewriter.run_state
-        return lambda batches: (searcher.retrieve(*batch) for batch in batches), teacher, run_state
-    from tour_pyserini.search.distributed import RayPool
+        if pipeline.rewriter is not None and pipeline.rewriter.carries:
+            pipeline.rewriter.start_run(carried)
+            run_state = pipeline.rewriter.run_state
+        return lambda batches: (pipeline.run(*batch) for batch in batches), pipeline.info, run_state
+    from tour_pyserini.pipeline.distributed import RayPool
 
     workers = args.workers or DEFAULT_WORKERS
-    pool = stack.enter_context(RayPool(plan.config, workers=workers, address=None if args.ray == "local" else args.ray))
+    address = None if args.ray == "local" else args.ray
+    pool = stack.enter_context(RayPool(planned.spec, workers=workers, address=address))
     print(f"ray: {workers} workers ready in {pool.startup_seconds:.1f} s")
     return pool.map, pool.teacher, nothing_carried
+
+
+def write_batch(
+    args: argparse.Namespace, writer: RunWriter, results: list[SearchResult], teacher: TeacherInfo | None, carried
+) -> None:
+    """One batch's results into the run (and their traces), after checking that the teacher scored them."""
+    if not args.allow_unscored:
+        kept = f"{writer.partial} keeps {len(writer.done)} finished queries" if writer.done else "nothing was written"
+        check_scored(results, teacher, kept)
+    label = teacher.label if teacher else None
+    writer.write_batch(
+        [
+            (
+                r.qid,
+                [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
+                {"rewriter": args.rewriter, "teacher": label, **r.trace.to_json()},
+            )
+            for r in results
+        ],
+        carried,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
     ap = parser()
-    args = apply_renamed(ap, ap.parse_args(argv))
+    args = ap.parse_args(argv)
     if args.workers is not None and args.ray is None:
         raise UserError("--workers needs --ray (without it the search runs in this process)")
     signature = {k: v for k, v in vars(args).items() if k not in _NOT_IN_SIGNATURE}
@@ -284,22 +306,28 @@ def main(argv: list[str] | None = None) -> None:
     # OpenVINO's queries with torch's
     signature["runtime_extra_missing"] = missing_auto_modules()
     # the outputs are checked (writable, distinct, not locked by another search) before any model or JVM loads
-    check_outputs({"--output": args.output, "--trace": args.trace, "--score-store": args.score_store})
-    writer = RunWriter(args.output, args.run_tag, signature, resume=not args.no_resume, trace=args.trace)
+    writer = RunWriter(
+        args.output,
+        args.run_tag,
+        signature,
+        resume=not args.no_resume,
+        trace=args.trace,
+        others={"--score-store": args.score_store},
+    )
     done: list[SearchResult] = []
     try:
         with writer, ExitStack() as stack:
             topics = read_topics(args.topics)  # bad topics fail before any model or JVM loads
             args.index = resolve_index(args.index)
-            plan = plan_search(search_config(args))  # in the driver, before any model, the JVM or Ray starts
-            if plan.config.encoded_queries:
-                check_encoded_texts(plan.config.encoded_queries, {t.qid: t.text for t in topics})
-            if plan.rewriter is not None and plan.rewriter.carries and args.ray is not None:
+            planned = plan(search_spec(args))  # in the driver, before any model, the JVM or Ray starts
+            if planned.spec.encoded_queries:
+                check_encoded_texts(planned.spec.encoded_queries, {t.qid: t.text for t in topics})
+            if planned.rewriter is not None and planned.rewriter.carries and args.ray is not None:
                 raise UserError(
                     f"--rewriter {args.rewriter} carries its state from query to query in run order: it "
                     "runs in one process, without --ray"
                 )
-            search, teacher, run_state = batch_searcher(args, plan, stack, writer.carried)
+            search, teacher, run_state = batch_searcher(args, planned, stack, writer.carried)
             teacher_label = teacher.label if teacher else None
             start = time.perf_counter()
             if teacher and teacher.oracle and "oracle" not in writer.tag:
@@ -310,25 +338,7 @@ def main(argv: list[str] | None = None) -> None:
             batches = [todo[i : i + args.batch_size] for i in range(0, len(todo), args.batch_size)]
             with tqdm(total=len(todo), unit="q", desc="search") as bar:
                 for results in search(([t.text for t in b], [t.qid for t in b], args.hits) for b in batches):
-                    if not args.allow_unscored:
-                        check_scored(
-                            results,
-                            teacher,
-                            f"{writer.partial} keeps {len(writer.done)} finished queries"
-                            if writer.done
-                            else "nothing was written",
-                        )
-                    writer.write_batch(
-                        [
-                            (
-                                r.qid,
-                                [h for h in r.hits if h.docid != r.qid] if args.remove_query else r.hits,
-                                {"rewriter": args.rewriter, "teacher": teacher_label, **r.trace.to_json()},
-                            )
-                            for r in results
-                        ],
-                        run_state(),
-                    )
+                    write_batch(args, writer, results, teacher, run_state())
                     done.extend(results)
                     bar.update(len(results))
     except KeyboardInterrupt:

@@ -72,7 +72,33 @@ def parser() -> argparse.ArgumentParser:
         help="address to listen on (default 127.0.0.1: this machine only; another needs keys, or --public)",
     )
     ap.add_argument("--port", type=port_number, default=8000, help="port (0: a free one; the address is printed)")
-    access = ap.add_argument_group("who may use the server")
+    add_access_flags(ap.add_argument_group("who may use the server"))
+    ap.add_argument(
+        "--data-dir",
+        default="serve-data",
+        metavar="DIR",
+        help="where the teachers' score stores "
+        "(scores/) and online learning's states and rewards (learn/) are kept across restarts",
+    )
+    ap.add_argument("--state", metavar="FILE", help="a TTT-Embed state (ttt fit) that rewriter=ttt-embed searches with")
+    add_policy_flags(ap.add_argument_group("the server's policy and online TTT-Embed"))
+    ap.add_argument("--qrels", help="relevance judgments: the explorer marks relevant documents of --topics queries")
+    ap.add_argument("--topics", help="example queries the explorer offers (their qids find --qrels)")
+    ap.add_argument(
+        "--threads",
+        type=positive_int,
+        help="torch threads (encoder, cross-encoder teacher); default: torch's own, as the search command",
+    )
+    ap.add_argument("--device", default="cpu", help="where the encoder and a cross-encoder teacher run")
+    add_param_flags(ap.add_argument_group("queueing and batching"), ServiceLimits)
+    ap.add_argument("--no-mcp", action="store_true", help="serve no MCP tools")
+    add_encoder_runtime_flags(ap.add_argument_group("query encoder (of every dense index)"))
+    add_teacher_flags(ap)
+    return ap
+
+
+def add_access_flags(access) -> None:
+    """Keys, hosts, origins, rates, the request log and the most work one request may ask."""
     access.add_argument(
         "--api-keys",
         metavar="FILE",
@@ -102,14 +128,10 @@ def parser() -> argparse.ArgumentParser:
     )
     add_param_flags(access, AccessConfig)
     add_param_flags(access, RequestLimits)
-    ap.add_argument(
-        "--data-dir",
-        default="serve-data",
-        metavar="DIR",
-        help="where the teachers' score stores "
-        "(scores/) and online learning's states and rewards (learn/) are kept across restarts",
-    )
-    ap.add_argument("--state", metavar="FILE", help="a TTT-Embed state (ttt fit) that rewriter=ttt-embed searches with")
+
+
+def add_policy_flags(ap) -> None:
+    """The budget the server's policy spends, online TTT-Embed's learning and the data directory's bound."""
     ap.add_argument(
         "--budget",
         type=positive_float,
@@ -155,27 +177,13 @@ def parser() -> argparse.ArgumentParser:
         default=ServeConfig.refit_steps,
         help=f"Adam steps of a warm-started refit ({ServeConfig.refit_steps}; the first fit takes 300, as ttt fit)",
     )
-    ap.add_argument("--qrels", help="relevance judgments: the explorer marks relevant documents of --topics queries")
-    ap.add_argument("--topics", help="example queries the explorer offers (their qids find --qrels)")
-    ap.add_argument(
-        "--threads",
-        type=positive_int,
-        help="torch threads (encoder, cross-encoder teacher); default: torch's own, as the search command",
-    )
-    ap.add_argument("--device", default="cpu", help="where the encoder and a cross-encoder teacher run")
-    add_param_flags(ap.add_argument_group("queueing and batching"), ServiceLimits)
-    ap.add_argument("--no-mcp", action="store_true", help="serve no MCP tools")
-    add_encoder_runtime_flags(ap.add_argument_group("query encoder (of every dense index)"))
-    add_teacher_flags(ap)
-    return ap
 
 
 def serve_config(args: argparse.Namespace, access: AccessConfig):
     """The server's :class:`ServeConfig`, checked: everything that can be refused before any model loads. Each
     index is planned as the search command plans its index (the same encoder and teacher flags); learning
     trusts the clients of ``access``'s keys."""
-    from tour_pyserini.index.faiss_index import OpenIndexes
-    from tour_pyserini.search.configure import SearchConfig, plan_search, plan_teachers
+    from tour_pyserini.pipeline import Resources, SearchSpec, plan_index, plan_teachers
     from tour_pyserini.serve.access import fingerprint, read_server_config
 
     configured = read_server_config(args.config)[0] if args.config else {}
@@ -185,7 +193,7 @@ def serve_config(args: argparse.Namespace, access: AccessConfig):
     for path in paths:
         if not Path(path).is_dir():
             raise UserError(f"--index {path}: no such directory")
-    base = SearchConfig(
+    base = SearchSpec(
         index="",
         encoder_precision=args.encoder_precision,
         encoder_runtime=args.encoder_runtime,
@@ -210,9 +218,8 @@ def serve_config(args: argparse.Namespace, access: AccessConfig):
         State.load(args.state)
     if args.qrels and not args.topics:
         raise UserError("--qrels marks the relevant documents of --topics queries: give --topics")
-    opened = OpenIndexes()  # an index one plan opens is the one every plan and teacher reads
-    # each index's plan has no teacher of its own: the server's teachers read the flags they share (ServeConfig)
-    plans = tuple(plan_search(replace(base, index=path, teacher_options={}), opened) for path in paths)
+    resources = Resources()  # what one index's pipelines open is what every index's pipelines and teachers read
+    plans = tuple(plan_index(replace(base, index=path), resources) for path in paths)
     return ServeConfig(
         plans=plans,
         names={path: name for name, path in configured.items()},
@@ -228,7 +235,6 @@ def serve_config(args: argparse.Namespace, access: AccessConfig):
         max_key_share=args.max_key_share,
         keyed_clients=frozenset(map(fingerprint, access.keys)),
         max_data_mb=args.max_data_mb,
-        teacher_options=base.teacher_options,
     )
 
 

@@ -95,24 +95,22 @@ def make_rewards(args: argparse.Namespace) -> None:
 
 
 def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
-    from tour_pyserini.search.configure import SearchConfig, open_search
+    from tour_pyserini.pipeline import SearchSpec, build, plan
     from tour_pyserini.ttt.pipeline import judge_rewards
     from tour_pyserini.ttt.rewards import TaskSource, write_rewards
 
-    # the search command's assembly, without a rewriter: the teacher shares the searcher's encoder and index
-    opened = open_search(
-        SearchConfig(
-            index=args.index,
-            rewriter=None,
-            teacher=args.teacher,
-            teacher_max_length=args.teacher_max_length,
-            teacher_precision=args.teacher_precision,
-            teacher_options=teacher_flags(args),
-        )
+    # the search command's assembly, asking the teacher here: it shares the searcher's encoder and index
+    spec = SearchSpec(
+        index=args.index,
+        teacher=args.teacher,
+        teacher_max_length=args.teacher_max_length,
+        teacher_precision=args.teacher_precision,
+        teacher_options=teacher_flags(args),
     )
-    teacher = opened.teacher
+    pipeline = build(plan(spec, asks_teacher=True))
+    teacher = pipeline.teacher
     source = TaskSource(task_name(args), args.index, args.topics)
-    rewards = judge_rewards(opened.searcher, teacher, topics, pairs, source, max_depth=args.max_depth)
+    rewards = judge_rewards(pipeline.searcher, teacher, topics, pairs, source, max_depth=args.max_depth)
     provenance = {
         "teacher": args.teacher + (" (oracle: an upper bound, not a system)" if teacher.oracle else ""),
         "budget": str(args.budget),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tour_pyserini.files.staging import check_outputs, open_locked, open_writable
@@ -48,6 +48,7 @@ class ResumableWriter:
         holder: str = "another command is writing this file",
         flag: str = "--output",
         companion_flag: str = "--trace",
+        others: Mapping[str, str | Path | None] | None = None,
     ):
         self.path = Path(path)
         self.partial = partial_name(self.path, ".partial")
@@ -56,7 +57,8 @@ class ResumableWriter:
         self.companion_partial = partial_name(self.companion, ".partial") if self.companion else None
         self.done: set[str] = set()
         self.carried: bytes | None = None  # the state recorded with the last whole batch (resumed from)
-        check_outputs({flag: self.path, companion_flag: self.companion})
+        # the command's other outputs (a score store) checked with these: writable, and no two the same file
+        check_outputs({flag: self.path, companion_flag: self.companion, **(others or {})})
         self._file = open_locked(self.partial, flag, holder)
         self._companion_file = None
         self._signature = json.dumps(signature or {}, sort_keys=True)

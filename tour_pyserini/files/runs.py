@@ -7,7 +7,7 @@ that precision, so every evaluation tool sees the ranking in exactly the order i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -57,11 +57,14 @@ class RunWriter(ResumableWriter):
         *,
         resume: bool = True,
         trace: str | Path | None = None,
+        others: Mapping[str, str | Path | None] | None = None,
     ):
         self.tag = tag
         self.decimals = decimals
         self.no_hits: list[str] = []  # queries written with no hits, in order
-        super().__init__(path, signature, resume=resume, companion=trace, holder="another search is writing this run")
+        super().__init__(
+            path, signature, resume=resume, companion=trace, holder="another search is writing this run", others=others
+        )
 
     @staticmethod
     def qid_of(line: bytes) -> str:

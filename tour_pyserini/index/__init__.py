@@ -4,6 +4,6 @@
 """
 
 from tour_pyserini.index.docstore import DocStore, Document
-from tour_pyserini.index.layout import IndexMeta, MissingIndexError, index_kind
+from tour_pyserini.index.layout import IndexKind, IndexMeta, MissingIndexError, index_kind
 
-__all__ = ["DocStore", "Document", "IndexMeta", "MissingIndexError", "index_kind"]
+__all__ = ["DocStore", "Document", "IndexKind", "IndexMeta", "MissingIndexError", "index_kind"]

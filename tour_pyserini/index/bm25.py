@@ -17,6 +17,9 @@ from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, lucene_created_
 
 log = logging.getLogger(__name__)
 
+K1 = 0.9  # Anserini's BM25 defaults, which its searcher and computeQueryDocumentScore use
+B = 0.4
+
 
 def run_indexer(args: list[str]) -> None:
     """Anserini's ``IndexCollection`` with ``args``, in a JVM of its own: a call into this process's JVM holds

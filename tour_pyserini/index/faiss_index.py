@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.index.layout import IndexMeta, MissingIndexError, check_faiss_file, index_kind
+from tour_pyserini.index.docstore import DocStore
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, check_faiss_file, index_kind
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 REFINE_FACTOR = 4  # IVF-PQ re-scores 4x the requested candidates exactly: PQ ranking errors mostly vanish
@@ -259,6 +260,12 @@ class OpenIndex:
     def rows(self) -> dict[str, int]:
         """docid -> row, built on first use (teachers that look candidates up by docid)."""
         return {docid: row for row, docid in enumerate(self.docids)}
+
+    @cached_property
+    def docstore(self) -> DocStore | None:
+        """The index's document store (docid -> text), opened once; None for an index built without one."""
+        path = self.directory / DOCSTORE_FILE
+        return DocStore(path) if path.exists() else None
 
 
 class OpenIndexes:

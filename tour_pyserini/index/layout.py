@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from tour_pyserini._java import lucene_major, pyserini_version
@@ -85,15 +86,22 @@ def count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def index_kind(index_dir: str | Path) -> str:
-    """``"dense"`` for a FaissSearcher directory (``index`` + ``docid``), ``"bm25"`` for a Lucene index."""
+class IndexKind(StrEnum):
+    """What an index directory holds: a Faiss index of vectors, or a Lucene index of terms."""
+
+    DENSE = "dense"
+    BM25 = "bm25"
+
+
+def index_kind(index_dir: str | Path) -> IndexKind:
+    """``DENSE`` for a FaissSearcher directory (``index`` + ``docid``), ``BM25`` for a Lucene index."""
     index_dir = Path(index_dir)
     if not index_dir.is_dir():
         raise MissingIndexError(f"index directory {str(index_dir)!r} does not exist")
     if (index_dir / "index").is_file() and (index_dir / "docid").is_file():
-        return "dense"
+        return IndexKind.DENSE
     if any(index_dir.glob("segments_*")):
-        return "bm25"
+        return IndexKind.BM25
     raise MissingIndexError(
         f"{str(index_dir)!r} is neither a Faiss index (files 'index' and 'docid') nor a Lucene index "
         "(segments_*); build one with `python -m tour_pyserini.index`"

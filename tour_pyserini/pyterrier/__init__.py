@@ -9,7 +9,7 @@
 :class:`Retriever` searches an index built by ``tour-pyserini index``; :class:`Rewrite` (``tour``, ``rocchio``,
 ``average_prf``, ``rerank``, ``ttt_embed``) runs one of the rewriters over that index for each query of its input;
 :class:`TeacherReranker` scores the input's documents with a teacher. Each is opened by the same planner as the
-search command (:mod:`tour_pyserini.search.configure`), so a pipeline ranks as the command does. Every option of
+search command (:mod:`tour_pyserini.pipeline`), so a pipeline ranks as the command does. Every option of
 each is a PyTerrier parameter (``get_parameter``/``set_parameter``, what ``pt.GridScan`` and ``pt.GridSearch``
 vary), checked as the command checks its flag. A stage searches or scores over the index of the retriever whose
 results it reads, wherever it stands after it, and ``>>`` puts the very object in the pipeline: what a user
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import numbers
-import os
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tour_pyserini.errors import ParamError, UserError
+from tour_pyserini.errors import UserError
 
 try:  # the optional extra: importing this module is what asks for it
     import pandas as pd
@@ -39,15 +37,13 @@ except ImportError:
     raise UserError("tour_pyserini.pyterrier needs PyTerrier: pip install 'tour-pyserini[pyterrier]'") from None
 
 from tour_pyserini.encoders import EncoderSettings
-from tour_pyserini.encoders.query import QueryEncoders
 from tour_pyserini.files import read_topics
 from tour_pyserini.files.runs import strictly_decreasing
-from tour_pyserini.index.faiss_index import OpenIndexes
-from tour_pyserini.numbers import Number, Param, non_negative_float, positive_int, probability
+from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
+from tour_pyserini.pipeline import Pipeline, Resources, SearchSpec, build, plan
 from tour_pyserini.results import SearchResult, Trace
 from tour_pyserini.rewriters import check_rewriter, get_rewriter_class
 from tour_pyserini.runtime import RUNTIME_CHOICES, RUNTIME_PRECISIONS
-from tour_pyserini.search.configure import SearchConfig, build_rewriter, open_search, plan_search
 from tour_pyserini.teachers import ScoreCache, TeacherSpec, check_teacher_options, options_read_by, teacher_options
 
 __all__ = [
@@ -113,28 +109,6 @@ def rankings_of(results: list[SearchResult]) -> list[list[tuple[str, float, Any]
     return [[(h.docid, h.score, h.vector) for h in r.hits] for r in results]
 
 
-def checked(p: Param, value: Any) -> Any:
-    """``value`` for the parameter ``p`` as its flag would take it: a number of the flag's kind (a numpy number too,
-    never a bool) in its range, a string (a path too), True or False, one of its choices; None (unset) as it is.
-    Anything else is a :class:`~tour_pyserini.errors.ParamError` naming ``p``: one line."""
-    if value is None:
-        return None
-    if isinstance(p.type, Number):
-        integral = p.type.kind is int
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral if integral else numbers.Real):
-            raise ParamError(p.name, p.option, f"must be {'an integer' if integral else 'a number'}, got {value!r}")
-        value = p.type.kind(value)
-    elif p.type is bool:
-        if not isinstance(value, (bool, np.bool_)):
-            raise ParamError(p.name, p.option, f"must be True or False, got {value!r}")
-        value = bool(value)
-    elif p.type is str:
-        value = os.fspath(value) if isinstance(value, os.PathLike) else value
-        if not isinstance(value, str):
-            raise ParamError(p.name, p.option, f"must be a string, got {value!r}")
-    return p.check(value)
-
-
 # where a result frame's documents come from: the key of the Retriever whose index they are of (``frame.attrs``,
 # which pandas carries through the frame's copies, selections and merges), so that a stage anywhere after it in a
 # pipeline searches or scores over that index
@@ -191,7 +165,7 @@ RETRIEVER_PARAMS = {
         Param("bm25_b", probability),
     )
 }
-SEARCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SearchConfig) if f.default is not dataclasses.MISSING}
+SEARCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SearchSpec) if f.default is not dataclasses.MISSING}
 RETRIEVER_DEFAULTS = {
     **{name: SEARCH_DEFAULTS.get(name) for name in RETRIEVER_PARAMS},
     "num_results": 1000,
@@ -208,7 +182,7 @@ class Retriever(Parametrised):
     ``query``. Output: the query columns with ``query_vec`` (dense), ``docno``, ``score``, ``rank``, and with
     ``doc_vec=True`` each hit's index vector (what pyterrier-dr's ``VectorPrf`` and ``AveragePrf`` read).
     ``num_results``: hits per query. ``config``: the search command's settings, as the fields of
-    :class:`~tour_pyserini.search.configure.SearchConfig` name them (``encoder``, ``encoder_settings``, ``device``,
+    :class:`~tour_pyserini.pipeline.SearchSpec` name them (``encoder``, ``encoder_settings``, ``device``,
     ``threads``, ``ef_search``, ``nprobe``, ``encoder_precision``, ``encoder_runtime``, ``encoded_queries``,
     ``bm25_k1``, ``bm25_b``). Each is a parameter; setting one that changes the search opens it again.
 
@@ -222,8 +196,8 @@ class Retriever(Parametrised):
                 "PyTerrier's JVM (Terrier) already runs in this process, and Pyserini's cannot start "
                 "beside it: run Terrier's Java transformers in another process"
             )
-        self.config: SearchConfig | None = None
-        self.encoders = QueryEncoders()  # what a stage over this retriever shares: the query encoder, loaded once
+        self.config: SearchSpec | None = None
+        self.resources = Resources()  # what a stage over this retriever shares: its index and query encoder
         self.configure({"index": index, "num_results": num_results, "doc_vec": doc_vec, **config})
         self.key = f"retriever-{next(KEYS)}"
         RETRIEVERS[self.key] = self
@@ -243,9 +217,7 @@ class Retriever(Parametrised):
                 f"{', '.join(RETRIEVER_DEFAULTS)} (a rewriter's and a teacher's are a stage's: "
                 "retriever >> tour(...))"
             )
-        given = {
-            name: checked(RETRIEVER_PARAMS[name], v) if name in RETRIEVER_PARAMS else v for name, v in values.items()
-        }
+        given = {name: RETRIEVER_PARAMS[name].parse(v) if name in RETRIEVER_PARAMS else v for name, v in values.items()}
         if (settings := given.get("encoder_settings")) is not None and not isinstance(settings, EncoderSettings):
             raise UserError(f"encoder_settings takes an EncoderSettings, got {type(settings).__name__}")
         merged = {
@@ -255,19 +227,19 @@ class Retriever(Parametrised):
         if merged["index"] is None:
             raise UserError("a Retriever searches an index: give it one (a directory built by tour-pyserini index)")
         num_results, doc_vec = merged.pop("num_results"), merged.pop("doc_vec")
-        config = SearchConfig(**merged)
-        plan, opened, searcher = (getattr(self, name, None) for name in ("plan", "opened", "searcher"))
+        config = SearchSpec(**merged)
+        planned, resources, searcher = (getattr(self, name, None) for name in ("plan", "resources", "searcher"))
         if config != self.config:
             old = self.config
             if old is None or (old.index, old.ef_search, old.nprobe) != (config.index, config.ef_search, config.nprobe):
                 # and the index, opened once; a Faiss knob stays set on an opened index: another knob opens it anew
-                opened = OpenIndexes()
-            plan = plan_search(config, opened)
-        if doc_vec and plan.kind != "dense":
+                resources = Resources()
+            planned = plan(config, resources)
+        if doc_vec and planned.kind != "dense":
             raise UserError(f"doc_vec: {config.index} is a BM25 index, which holds no document vectors")
         if config != self.config:
-            searcher = open_search(plan, self.encoders).searcher
-        self.config, self.plan, self.opened, self.searcher = config, plan, opened, searcher
+            searcher = build(planned).searcher
+        self.config, self.plan, self.resources, self.searcher = config, planned, resources, searcher
         self.num_results, self.doc_vec = num_results, doc_vec
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -334,7 +306,7 @@ class OverIndex(Parametrised):
         (a rewriter's config)."""
 
     def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
-        """The fields of :class:`~tour_pyserini.search.configure.SearchConfig` the stage sets over its retriever's."""
+        """The fields of :class:`~tour_pyserini.pipeline.SearchSpec` the stage sets over its retriever's."""
         raise NotImplementedError
 
     def parameters(self) -> dict[str, Any]:
@@ -362,7 +334,7 @@ class OverIndex(Parametrised):
         for name in ("index", "teacher_options", *own):
             if name in values:
                 s[name] = values[name]
-        s.update({name: checked(p, s[name]) for name, p in own.items()})
+        s.update({name: p.parse(s[name]) for name, p in own.items()})
         if s["index"] is not None and not isinstance(s["index"], Retriever):
             raise UserError(f"index= takes a tour_pyserini.pyterrier.Retriever, got {type(s['index']).__name__}")
         if not isinstance(s["teacher_options"] or {}, Mapping):
@@ -389,9 +361,7 @@ class OverIndex(Parametrised):
                 f"teacher_options: {', '.join(stray)} is no teacher's option (they are {', '.join(teachers)})"
             )
         for options, params in (("rewriter_options", declared), ("teacher_options", teachers)):
-            s[options] = {
-                n: checked(params[n], v) if n in params else v for n, v in s[options].items() if v is not None
-            }
+            s[options] = {n: params[n].parse(v) if n in params else v for n, v in s[options].items() if v is not None}
         if s["teacher"] is not None:
             TeacherSpec.parse(s["teacher"]).teacher_class()  # a kind no teacher has: one line, the teachers listed
         check_teacher_options(s["teacher"], s["teacher_options"])
@@ -415,28 +385,22 @@ class OverIndex(Parametrised):
             )
         return found
 
-    def open_over(self, retriever: Retriever, settings: Mapping[str, Any]):
-        """The stage's searcher and teacher (an OpenSearch) over ``retriever``'s index, sharing its index and query
-        encoder, and its rewriter: opened once per retriever and settings; a change of the rewriter's options alone
-        rebuilds the rewriter, keeping the teacher it asks."""
-        config = dataclasses.replace(retriever.config, **self.search_settings(settings))
-        known = self.opened_over.get(retriever.key)
-        if known is not None and known[0] == config:
-            return known[2], known[3]
-        plan = plan_search(config, retriever.opened)
-        teacher_part = dataclasses.replace(config, rewriter=None, rewriter_options={}, score_store=None)
-        if known is not None and known[1] == teacher_part:
-            opened, rewriter = known[2], build_rewriter(plan, known[2].teacher)
-        else:
-            opened = open_search(plan, retriever.encoders)
-            rewriter = opened.searcher.rewriter
-        self.opened_over[retriever.key] = (config, teacher_part, opened, rewriter)
-        return opened, rewriter
+    asks_teacher: ClassVar[bool] = False  # the stage asks its teacher itself (no rewriter asks it)
 
-    def searching(self, inp: pd.DataFrame):
-        """(retriever, OpenSearch, rewriter) for the input frame ``inp``."""
+    def open_over(self, retriever: Retriever, settings: Mapping[str, Any]) -> Pipeline:
+        """The stage's pipeline over ``retriever``'s index, built once per retriever and settings; it shares the
+        retriever's index and query encoder, and a change of the rewriter's options alone keeps the teacher."""
+        spec = dataclasses.replace(retriever.config, **self.search_settings(settings))
+        known = self.opened_over.get(retriever.key)
+        if known is None or known[0] != spec:
+            known = spec, build(plan(spec, retriever.resources, asks_teacher=self.asks_teacher))
+            self.opened_over[retriever.key] = known
+        return known[1]
+
+    def searching(self, inp: pd.DataFrame) -> tuple[Retriever, Pipeline]:
+        """The retriever the input frame ``inp`` came from, and the stage's pipeline over it."""
         retriever = self.retriever(inp)
-        return (retriever, *self.open_over(retriever, self.settings))
+        return retriever, self.open_over(retriever, self.settings)
 
 
 class Rewrite(OverIndex):
@@ -514,8 +478,8 @@ class Rewrite(OverIndex):
         return f"--rewriter {settings['rewriter']}"
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        retriever, opened, rewriter = self.searching(inp)
-        searcher = opened.searcher
+        retriever, pipeline = self.searching(inp)
+        searcher, rewriter = pipeline.searcher, pipeline.rewriter
         queries = query_rows(inp, f"rewriter {self.rewriter}")
         qids, texts = queries["qid"].astype(str).tolist(), queries["query"].tolist()
         if not qids:
@@ -550,6 +514,7 @@ class TeacherReranker(OverIndex):
     """
 
     own = (TEACHER, TEACHER_MAX_LENGTH, TEACHER_PRECISION)
+    asks_teacher = True
 
     def __init__(
         self,
@@ -580,9 +545,8 @@ class TeacherReranker(OverIndex):
         return None
 
     def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
-        # no rewriter: the planner opens the teacher for its caller to ask
         return {
-            "rewriter": None,
+            "rewriter": "none",
             "rewriter_options": {},
             "teacher": settings["teacher"],
             "teacher_options": dict(settings["teacher_options"]),
@@ -592,7 +556,7 @@ class TeacherReranker(OverIndex):
         }
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        retriever, opened, _ = self.searching(inp)
+        retriever, pipeline = self.searching(inp)
         missing = [c for c in ("qid", "query", "docno") if c not in inp.columns]
         if missing:
             raise UserError(
@@ -604,7 +568,7 @@ class TeacherReranker(OverIndex):
             out = inp.assign(score=pd.Series(dtype=np.float64), rank=pd.Series(dtype=np.int64))
             return from_retriever(out, retriever)
         qids = [str(g["qid"].iloc[0]) for g in groups]
-        cache = ScoreCache(opened.teacher, opened.searcher.docstore)
+        cache = ScoreCache(pipeline.teacher, pipeline.searcher.docstore)
         texts = [g["query"].iloc[0] for g in groups]
         scores = cache.score(qids, texts, [g["docno"].astype(str).tolist() for g in groups], [Trace() for _ in groups])
         ranked = [

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from tour_pyserini.errors import ParamError
-from tour_pyserini.numbers import Param, configure, params_of, positive_float, positive_int, probability
+from tour_pyserini.numbers import Param, Role, configure, params_of, positive_float, positive_int, probability
 from tour_pyserini.registry import Registry
-from tour_pyserini.results import NOT_RERANKED, Hit, SearchResult, Trace, timed
+from tour_pyserini.results import Hit, SearchResult, StopReason, Trace, timed
 from tour_pyserini.rewriters.updates import aggregate, fill_unscored
 
 if TYPE_CHECKING:
@@ -128,6 +128,7 @@ DEPTH = Param(
     help="candidates the teacher scores per query (and per TOUR iteration)",
     metavar="DEPTH",
     aliases=("--k",),
+    role=Role.CANDIDATES,
 )
 LAMBDA = Param("lam", probability, help="final weight of the teacher (1 - lambda: the retriever)", flag="--lambda")
 SMOOTHING = Param("smoothing", positive_float, help="retriever logits are sim / smoothing in the final ranking")
@@ -170,6 +171,10 @@ class Rewriter(ABC):
     @abstractmethod
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]: ...
 
+    def check_index(self, index: VectorIndex) -> None:
+        """Refuse an index with fewer documents than an option counts (:func:`check_candidates`)."""
+        check_candidates(type(self), self.config, index.num_docs)
+
     def start_run(self, state: bytes | None = None) -> None:
         """A rewriter that :attr:`carries` a state carries it from each query to the next from now on, in the order
         queries come (a run's order), starting from ``state`` (what :meth:`run_state` gave; None: fresh). Until then
@@ -209,10 +214,14 @@ def rerank_head(hits: Sequence[Hit], head_scores: np.ndarray) -> list[Hit]:
     return reranked + tail
 
 
-def check_depth(depth: int, index: VectorIndex) -> None:
-    """Rewriters that need ``depth`` candidates refuse an index with fewer documents."""
-    if depth > index.num_docs:
-        raise ParamError(DEPTH.name, DEPTH.option, f"{depth} is larger than the index ({index.num_docs} documents)")
+def check_candidates(cls: type[Rewriter], config: Any, num_docs: int) -> None:
+    """No option of ``cls`` counting candidates (:attr:`~tour_pyserini.numbers.Role.CANDIDATES`) beyond the index's
+    ``num_docs`` documents: the one check, which a plan makes before anything loads and a rewriter before it
+    searches an index it was not planned for."""
+    for option in cls.options:
+        value = getattr(config, option.name, None)
+        if option.role is Role.CANDIDATES and value is not None and num_docs and value > num_docs:
+            raise ParamError(option.name, option.option, f"{value} is larger than the index ({num_docs} documents)")
 
 
 def rank_by_teacher(
@@ -256,7 +265,7 @@ def rank_by_teacher(
         batch.qids, rankings, heads, tails, teacher_scores, traces, smoothings
     ):
         if scores.size and np.isnan(scores).all():  # nothing to re-rank by: the search's own ranking and scores
-            trace.stop_reason = NOT_RERANKED
+            trace.stop_reason = StopReason.NOT_RERANKED
             results.append(SearchResult(qid, list(ranking[:hits]), trace))
             continue
         retriever = np.array([h.score for h in head])

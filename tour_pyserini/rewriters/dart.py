@@ -15,24 +15,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import below_one, non_negative_float, param, positive_float, positive_int
-from tour_pyserini.results import Hit, SearchResult, timed
-from tour_pyserini.rewriters.base import DEPTH, REWRITERS, QueryBatch, Rewriter, VectorIndex, check_depth, rerank_head
+from tour_pyserini.numbers import Role, below_one, non_negative_float, param, positive_float, positive_int
+from tour_pyserini.results import Hit, SearchResult, StopReason, timed
+from tour_pyserini.rewriters.base import DEPTH, REWRITERS, QueryBatch, Rewriter, VectorIndex, rerank_head
 from tour_pyserini.rewriters.updates import adaptive_margin, confidence_weights, dart_adapt, dart_buffer
-
-TOO_FEW = "fewer candidates than pseudo positives and negatives"  # a trace's stop reason
 
 
 @dataclass(frozen=True)
 class DartConfig:
     depth: int = param(100, like=DEPTH)
-    iterations: int = param(3, positive_int, "SGD steps on W per query", flag="--dart-steps")
+    iterations: int = param(3, positive_int, "SGD steps on W per query", flag="--dart-steps", role=Role.ITERATIONS)
     lr: float = param(0.1, non_negative_float, "learning rate of W's steps (for unit-length vectors)", flag="--dart-lr")
     positives: int = param(
-        5, positive_int, "pseudo positives: the retriever's first documents", flag="--dart-positives"
+        5,
+        positive_int,
+        "pseudo positives: the retriever's first documents",
+        flag="--dart-positives",
+        role=Role.CANDIDATES,
     )
     negatives: int = param(
-        20, positive_int, "pseudo negatives: the last documents of the top-k", flag="--dart-negatives"
+        20,
+        positive_int,
+        "pseudo negatives: the last documents of the top-k",
+        flag="--dart-negatives",
+        role=Role.CANDIDATES,
     )
     margin: float = param(
         0.1,
@@ -94,7 +100,7 @@ class Dart(Rewriter):
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config
-        check_depth(cfg.depth, index)
+        self.check_index(index)
         traces = batch.traces
         with timed(traces, "search"):
             found = index.search_candidates(batch.vectors, max(hits, cfg.depth))
@@ -104,7 +110,7 @@ class Dart(Rewriter):
                 ranking = [Hit(d, s) for d, s in zip(candidates.docids, candidates.scores.tolist())]
                 C = candidates.vectors[: cfg.depth].astype(np.float64)
                 if len(C) < cfg.positives + cfg.negatives:  # an approximate index found too few
-                    trace.stop_reason = TOO_FEW
+                    trace.stop_reason = StopReason.TOO_FEW
                     results.append(SearchResult(qid, ranking[:hits], trace))
                     continue
                 q = vector.astype(np.float64)

@@ -9,16 +9,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tour_pyserini.numbers import finite_float, non_negative_int, param, positive_int
+from tour_pyserini.numbers import Role, finite_float, non_negative_int, param, positive_int
 from tour_pyserini.results import SearchResult, timed
-from tour_pyserini.rewriters.base import REWRITERS, QueryBatch, Rewriter, VectorIndex, check_depth
+from tour_pyserini.rewriters.base import REWRITERS, QueryBatch, Rewriter, VectorIndex
 from tour_pyserini.rewriters.updates import average_prf, rocchio
 
 
 @dataclass(frozen=True)
 class PrfConfig:
-    prf_depth: int = param(3, positive_int, "feedback documents")
-    iterations: int = param(1, positive_int, "feedback rounds", flag="--prf-iterations")
+    prf_depth: int = param(3, positive_int, "feedback documents", role=Role.CANDIDATES)
+    iterations: int = param(1, positive_int, "feedback rounds", flag="--prf-iterations", role=Role.ITERATIONS)
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,10 @@ class RocchioConfig(PrfConfig):
     alpha: float = param(0.9, finite_float, "weight of the query", flag="--rocchio-alpha")
     beta: float = param(0.1, finite_float, "weight of the top documents", flag="--rocchio-beta")
     gamma: float = param(0.1, finite_float, "weight of the bottom documents", flag="--rocchio-gamma")
-    topk: int = param(3, positive_int, "positive feedback documents", flag="--rocchio-topk")
-    bottomk: int = param(0, non_negative_int, "negative feedback documents", flag="--rocchio-bottomk")
+    topk: int = param(3, positive_int, "positive feedback documents", flag="--rocchio-topk", role=Role.CANDIDATES)
+    bottomk: int = param(
+        0, non_negative_int, "negative feedback documents", flag="--rocchio-bottomk", role=Role.CANDIDATES
+    )
 
 
 class _Prf(Rewriter):
@@ -42,7 +44,7 @@ class _Prf(Rewriter):
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config
-        check_depth(cfg.prf_depth, index)
+        self.check_index(index)
         traces = batch.traces
         vectors = batch.vectors
         for _ in range(cfg.iterations):

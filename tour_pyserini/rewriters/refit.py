@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tour_pyserini.numbers import non_negative_float, param, params_of, positive_int
-from tour_pyserini.results import SearchResult, timed
+from tour_pyserini.numbers import Role, non_negative_float, param, params_of, positive_int
+from tour_pyserini.results import SearchResult, StopReason, timed
 from tour_pyserini.rewriters.base import (
     DEPTH,
     LAMBDA,
@@ -22,10 +22,9 @@ from tour_pyserini.rewriters.base import (
     QueryBatch,
     TeacherRewriter,
     VectorIndex,
-    check_depth,
     rank_by_teacher,
 )
-from tour_pyserini.rewriters.tour import UNSCORED, TourConfig
+from tour_pyserini.rewriters.tour import TourConfig
 from tour_pyserini.rewriters.updates import fill_unscored, refit_update, softmax
 from tour_pyserini.teachers import ScoreCache
 
@@ -36,7 +35,11 @@ TOUR = {p.name: p for p in params_of(TourConfig)}  # the flags ReFIT shares with
 class RefitConfig:
     depth: int = param(100, like=DEPTH)  # the paper's K
     iterations: int = param(
-        1, positive_int, "gradient steps on the query vector over the first top-k", flag="--refit-updates"
+        1,
+        positive_int,
+        "gradient steps on the query vector over the first top-k",
+        flag="--refit-updates",
+        role=Role.ITERATIONS,
     )
     lr: float = param(0.2, non_negative_float, "learning rate of each step", flag="--refit-lr")
     tau: float = param(1.0, like=TOUR["tau"])
@@ -55,7 +58,7 @@ class Refit(TeacherRewriter):
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config
-        check_depth(cfg.depth, index)
+        self.check_index(index)
         traces = batch.traces
         q = batch.vectors.astype(np.float64)
         cache = ScoreCache(self.teacher, index.docstore, store=self.store)
@@ -72,7 +75,7 @@ class Refit(TeacherRewriter):
         with timed(traces, "update"):
             for i, (found, s) in enumerate(zip(candidates, scores)):
                 if s.size and np.isnan(s).all():  # no target distribution: the query stays where it is
-                    traces[i].stop_reason = UNSCORED
+                    traces[i].stop_reason = StopReason.UNSCORED
                     continue
                 probs = softmax(fill_unscored(s), cfg.tau)
                 q[i], losses = refit_update(

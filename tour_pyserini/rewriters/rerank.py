@@ -14,7 +14,6 @@ from tour_pyserini.rewriters.base import (
     QueryBatch,
     TeacherRewriter,
     VectorIndex,
-    check_depth,
     rank_by_teacher,
 )
 from tour_pyserini.teachers import ScoreCache
@@ -40,7 +39,7 @@ class Rerank(TeacherRewriter):
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config
-        check_depth(cfg.depth, index)
+        self.check_index(index)
         cache = ScoreCache(self.teacher, index.docstore, store=self.store)
         return rank_by_teacher(
             batch,

@@ -16,6 +16,7 @@ import numpy as np
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
+    Role,
     below_one,
     configure,
     mass,
@@ -24,7 +25,7 @@ from tour_pyserini.numbers import (
     positive_float,
     positive_int,
 )
-from tour_pyserini.results import SearchResult, timed
+from tour_pyserini.results import SearchResult, StopReason, timed
 from tour_pyserini.rewriters.base import (
     DEPTH,
     LAMBDA,
@@ -33,7 +34,6 @@ from tour_pyserini.rewriters.base import (
     QueryBatch,
     TeacherRewriter,
     VectorIndex,
-    check_depth,
     rank_by_teacher,
 )
 from tour_pyserini.rewriters.ttt_embed import STATE, TASK, StateShift, check_task
@@ -55,7 +55,6 @@ PRESETS = {
     "odqa": {"lr": 1.2, "iterations": 3, "depth": 10, "lam": 0.1},  # paper Table 7, open-domain QA
 }
 
-UNSCORED = "the teacher scored none of the candidates"  # a trace's stop reason
 
 PRESET_HELP = "; ".join(
     f"{name}: " + ", ".join(f"{k} {v}" for k, v in values.items()) for name, values in PRESETS.items()
@@ -70,7 +69,9 @@ class TourConfig:
 
     preset: str = param("passage", str, f"the paper's settings ({PRESET_HELP})", choices=tuple(PRESETS))
     depth: int | None = param(None, like=DEPTH, default_text=FROM_PRESET)
-    iterations: int | None = param(None, positive_int, "maximum iterations T", default_text=FROM_PRESET)
+    iterations: int | None = param(
+        None, positive_int, "maximum iterations T", default_text=FROM_PRESET, role=Role.ITERATIONS
+    )
     lr: float | None = param(
         None, non_negative_float, "learning rate, decaying linearly to 0 over T", default_text=FROM_PRESET
     )
@@ -93,9 +94,14 @@ class TourConfig:
         positive_int,
         "ablation: the retriever's top-k' are the pseudo positives (TOUR-hard then equals Rocchio; no early stop)",
         metavar="K'",
+        role=Role.CANDIDATES,
     )
     teacher_positives: int | None = param(
-        None, positive_int, "ablation: the teacher's top-k' are the pseudo positives (TOUR-hard)", metavar="K'"
+        None,
+        positive_int,
+        "ablation: the teacher's top-k' are the pseudo positives (TOUR-hard)",
+        metavar="K'",
+        role=Role.CANDIDATES,
     )
     soft_stop: str = param(
         "argmax",
@@ -165,7 +171,7 @@ class _Step:
 
 
 class _Tour(TeacherRewriter):
-    stop_reason: str  # the trace's stop reason when the early-stop rule fires
+    stop_reason: StopReason  # the trace's stop reason when the early-stop rule fires
     Config = TourConfig
 
     def __init__(
@@ -189,7 +195,7 @@ class _Tour(TeacherRewriter):
 
     def rewrite(self, batch: QueryBatch, index: VectorIndex, hits: int) -> list[SearchResult]:
         cfg = self.config
-        check_depth(cfg.depth, index)
+        self.check_index(index)
         traces = batch.traces
         q = (self.start(batch, index) if self.start else batch.vectors).astype(np.float64)
         momentum_buffers: list[np.ndarray | None] = [None] * len(batch)
@@ -217,7 +223,7 @@ class _Tour(TeacherRewriter):
                 for i, found, s in zip(active, candidates, scores):
                     scored[i].update(zip(found.docids, found.vectors))
                     if s.size and np.isnan(s).all():  # no pseudo label to learn from: the query stays where it is
-                        traces[i].stop_reason = UNSCORED
+                        traces[i].stop_reason = StopReason.UNSCORED
                         continue
                     s = fill_unscored(s)
                     C = found.vectors.astype(np.float64)
@@ -242,7 +248,7 @@ class _Tour(TeacherRewriter):
                     still_active.append(i)
             active = still_active
         for i in active:
-            traces[i].stop_reason = "max iterations"
+            traces[i].stop_reason = StopReason.MAX_ITERATIONS
         return rank_by_teacher(
             batch,
             index,
@@ -261,7 +267,7 @@ class TourHard(_Tour):
     """Hard pseudo labels: maximise the retriever's probability of the teacher's nucleus C_hard."""
 
     name = "tour-hard"
-    stop_reason = "retriever top-1 is a pseudo positive"
+    stop_reason = StopReason.TOP1_POSITIVE
 
     def positives(self, teacher_scores: np.ndarray) -> np.ndarray:
         cfg = self.config
@@ -286,10 +292,8 @@ class TourSoft(_Tour):
     name = "tour-soft"
 
     @property
-    def stop_reason(self) -> str:
-        if self.config.soft_stop == "nucleus":
-            return "retriever top-1 is in the teacher's nucleus"
-        return "retriever top-1 is the teacher's top-1"
+    def stop_reason(self) -> StopReason:
+        return StopReason.TOP1_NUCLEUS if self.config.soft_stop == "nucleus" else StopReason.TOP1_ARGMAX
 
     def step(self, q: np.ndarray, C: np.ndarray, teacher_scores: np.ndarray, temperature: float) -> _Step:
         cfg = self.config

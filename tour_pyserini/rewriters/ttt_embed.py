@@ -15,7 +15,7 @@ import numpy as np
 
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
-from tour_pyserini.numbers import Param, param
+from tour_pyserini.numbers import Param, Role, param
 from tour_pyserini.results import SearchResult, timed
 from tour_pyserini.rewriters.base import REWRITERS, QueryBatch, Rewriter, VectorIndex
 from tour_pyserini.ttt.state import State
@@ -41,6 +41,7 @@ STATE = Param(
     help="TTT-Embed state file (python -m tour_pyserini.ttt fit): ttt-embed searches with it, "
     "tour-* start from its moved query",
     metavar="FILE",
+    role=Role.FILE,
 )
 TASK = Param("task", str, help="the task whose state applies (task and query states with several tasks)")
 

@@ -1,12 +1,9 @@
 """What both searchers answer as Pyserini's searchers do: ``search(query, k)`` and
-``batch_search(queries, qids, k, threads)``, built on each searcher's own ``retrieve``; and ``hits=``, the old
-name of ``k``, accepted for one release with a warning."""
+``batch_search(queries, qids, k, threads)``, built on each searcher's own ``retrieve``."""
 
 from __future__ import annotations
 
-import functools
 import numbers
-import warnings
 from collections.abc import Sequence
 
 from tour_pyserini.errors import UserError
@@ -22,37 +19,15 @@ def check_k(k) -> int:
     return int(k)
 
 
-def hits_is_k(method):
-    """``hits=`` as the old name of ``k`` (Pyserini's searchers say ``k``): it works, with a ``FutureWarning``."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if "hits" in kwargs:
-            if "k" in kwargs:
-                raise TypeError(f"{method.__name__}() takes k, not both k and hits")
-            warnings.warn(
-                f"{type(self).__name__}.{method.__name__}(hits=...) is now k=..., as Pyserini's searchers "
-                "spell it; hits= goes in the next release",
-                FutureWarning,
-                stacklevel=2,
-            )
-            kwargs["k"] = kwargs.pop("hits")
-        return method(self, *args, **kwargs)
-
-    return wrapper
-
-
 class PyseriniSearch:
     """``search`` and ``batch_search`` for a searcher with ``retrieve(queries, qids, k)`` and ``threads``."""
 
     threads: int
 
-    @hits_is_k
     def search(self, query: str, k: int = 10, *, qid: str = "q") -> list[Hit]:
         """The top ``k`` of one query."""
         return self.retrieve([query], [qid], k)[0].hits
 
-    @hits_is_k
     def batch_search(
         self, queries: Sequence[str], qids: Sequence[str], k: int = 10, threads: int | None = None
     ) -> dict[str, list[Hit]]:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tour_pyserini._java import allow_long_queries, import_pyserini
 from tour_pyserini.files.topics import check_queries
+from tour_pyserini.index.bm25 import K1, B
 from tour_pyserini.index.layout import MissingIndexError, check_readable, index_kind
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
-from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
-from tour_pyserini.teachers.bm25_math import K1, B
+from tour_pyserini.search.api import PyseriniSearch, check_k
 
 
 class Bm25Searcher(PyseriniSearch):
@@ -41,7 +41,6 @@ class Bm25Searcher(PyseriniSearch):
         finally:
             self.lucene.set_bm25(self.k1, self.b)
 
-    @hits_is_k
     def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
         """The top ``k`` of each query, with its trace, in order."""
         check_queries(queries, qids)

@@ -14,16 +14,15 @@ import numpy as np
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.encoders import EncoderSpec
 from tour_pyserini.encoders.query import QueryEncoder
-from tour_pyserini.errors import UserError
+from tour_pyserini.errors import UserError, warn_once
 from tour_pyserini.files.topics import check_queries
 from tour_pyserini.index import faiss_index
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.faiss_index import OpenIndex, OpenIndexes
-from tour_pyserini.index.layout import DOCSTORE_FILE
 from tour_pyserini.index.query_side import index_query_encoder
 from tour_pyserini.results import Hit, SearchResult, Trace, timed
 from tour_pyserini.rewriters import Candidates, Identity, QueryBatch, Rewriter, StoppableIndex
-from tour_pyserini.search.api import PyseriniSearch, check_k, hits_is_k
+from tour_pyserini.search.api import PyseriniSearch, check_k
 
 
 @contextmanager
@@ -144,7 +143,7 @@ class TourSearcher(PyseriniSearch):
 
         ``encoder`` (a name, a spec, or a ready :class:`QueryEncoder` such as pre-encoded queries) defaults
         to the one the index was built with, else the bundled MiniLM; it runs on ``device`` through torch, as
-        Pyserini's ``FaissSearcher`` runs it (``SearchConfig.encoder_runtime`` chooses another). ``ef_search``
+        Pyserini's ``FaissSearcher`` runs it (``SearchSpec.encoder_runtime`` chooses another). ``ef_search``
         (HNSW) and ``nprobe`` (IVF) override the values stored in the index.
         """
         index_dir = Path(index_dir)
@@ -163,10 +162,10 @@ class TourSearcher(PyseriniSearch):
         """The searcher of an index already opened and checked, with a query encoder already built (a search's
         plan makes both once)."""
         if not faiss_index.exact_vectors(opened.index):
-            log.warning(
-                "%s keeps no exact vectors (%s): rewriters update queries with vectors decoded from its codes",
-                opened.directory,
-                faiss_index.index_type(opened.index),
+            warn_once(
+                __name__,
+                f"{opened.directory} keeps no exact vectors ({faiss_index.index_type(opened.index)}): rewriters "
+                "update queries with vectors decoded from its codes",
             )
         if query_encoder.dimension != opened.index.d:
             made_by = f"encoder {query_encoder.spec.name!r}" if query_encoder.spec else "the pre-encoded queries"
@@ -174,11 +173,10 @@ class TourSearcher(PyseriniSearch):
                 f"{made_by} makes {query_encoder.dimension}-d vectors but index "
                 f"{opened.directory} holds {opened.index.d}-d vectors"
             )
-        store = opened.directory / DOCSTORE_FILE
         return cls(
             opened_faiss_searcher()(opened, query_encoder.pyserini),
             rewriter=rewriter,
-            docstore=DocStore(store) if store.exists() else None,
+            docstore=opened.docstore,
             query_encoder=query_encoder,
             threads=threads,
         )
@@ -198,6 +196,8 @@ class TourSearcher(PyseriniSearch):
         return self._check_vectors(self.query_encoder.encode(texts))
 
     def _check_vectors(self, vectors: np.ndarray) -> np.ndarray:
+        """Query vectors as a search takes them in (encoded, given, or moved by a rewriter): (n, d) float32 of the
+        index's dimension, finite."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim == 1:
             vectors = vectors.reshape(1, -1)
@@ -263,23 +263,28 @@ class TourSearcher(PyseriniSearch):
             faiss.cvar.distance_compute_blas_threshold = threshold
             faiss.omp_set_num_threads(omp_threads)
 
-    @hits_is_k
     def retrieve(
-        self, queries: Sequence[str], qids: Sequence[str], k: int = 10, *, rewriter: Rewriter | None = None
+        self,
+        queries: Sequence[str],
+        qids: Sequence[str],
+        k: int = 10,
+        *,
+        rewriter: Rewriter | None = None,
+        traces: Sequence[Trace] | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> list[SearchResult]:
         """Encode, rewrite and search a batch of queries: the top ``k`` of each, with its trace, in order.
 
-        ``rewriter`` overrides the searcher's own for this call.
+        ``rewriter`` overrides the searcher's own for this call; ``traces`` and ``stop`` as for
+        :meth:`retrieve_vectors`.
         """
         check_queries(queries, qids)
-        traces = [Trace() for _ in qids]
+        traces = [Trace() for _ in qids] if traces is None else list(traces)
         with timed(traces, "encode"):
             vectors = self.encode(queries)
-        return self.retrieve_vectors(
-            queries, qids, vectors, k, rewriter=rewriter, traces=traces, encoded_by=self.query_encoder
-        )
+        index = self if stop is None else StoppableIndex(self, stop)
+        return self._rewrite(queries, qids, vectors, k, rewriter, traces, self.query_encoder, index)
 
-    @hits_is_k
     def retrieve_vectors(
         self,
         texts: Sequence[str],
@@ -302,19 +307,19 @@ class TourSearcher(PyseriniSearch):
         has gone).
         """
         check_queries(texts, qids)
+        vectors = self._check_vectors(vectors)
         return self._rewrite(
             texts, qids, vectors, k, rewriter, traces, encoded_by, self if stop is None else StoppableIndex(self, stop)
         )
 
     def _rewrite(self, texts, qids, vectors, k, rewriter, traces, encoded_by, index) -> list[SearchResult]:
+        """The rewriter's rankings of queries already checked, and vectors already checked (:meth:`_check_vectors`)."""
         k = check_k(k)
-        vectors = self._check_vectors(vectors)
         batch = QueryBatch(list(qids), list(texts), vectors, list(traces) if traces is not None else None, encoded_by)
         return (rewriter or self.rewriter).rewrite(batch, index, k)
 
     # Pyserini's FaissSearcher API: its parameters by its names and positions, its return values; ``threads``
     # alone differs in its default (None: the searcher's own, which ``from_index`` sets; Pyserini's is 1)
-    @hits_is_k
     def search(
         self,
         query: str | np.ndarray,
@@ -349,7 +354,6 @@ class TourSearcher(PyseriniSearch):
             hits = list(first.values())
         return hits
 
-    @hits_is_k
     def batch_search(
         self,
         queries: Sequence[str] | np.ndarray,

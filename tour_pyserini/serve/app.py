@@ -146,6 +146,16 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
             allow_headers=["X-API-Key", "Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
         )
 
+    add_page_routes(app)
+    add_data_routes(app, service)
+    if mcp_app is not None:
+        app.mount("/mcp", mcp_app)
+    return app
+
+
+def add_page_routes(app: FastAPI) -> None:
+    """The explorer page, its scripts and the API's description: what is served without a key."""
+
     @app.get("/", include_in_schema=False)
     async def root():
         return RedirectResponse("/explore")
@@ -165,6 +175,10 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
         if not STATIC_NAME.fullmatch(name) or name.rpartition(".")[2] not in kinds or not (STATIC / name).is_file():
             raise BadRequest(f"no static file {name[:100]!r}", 404)
         return Response((STATIC / name).read_bytes(), media_type=kinds[name.rpartition(".")[2]])
+
+
+def add_data_routes(app: FastAPI, service: SearchService) -> None:
+    """Pyserini's ``/v1`` routes, the listings and the explorer's data."""
 
     @app.get("/v1/indexes", summary="The indexes served, their kinds, sizes, teachers and rewriters")
     async def indexes():
@@ -201,7 +215,3 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
     @app.get("/v1/{index}/explain", summary="TOUR's iterations on one query, for the explorer page")
     async def explain(request: Request, index: str, query: str | None = None):
         return await service.explain(index, dict(request.query_params), **caller(request), gone=request.is_disconnected)
-
-    if mcp_app is not None:
-        app.mount("/mcp", mcp_app)
-    return app

@@ -1,9 +1,12 @@
-"""What the server searches with: its indexes, one query encoder per encoder, the teachers with their score
-stores, and the batch step that runs checked requests (:class:`~tour_pyserini.serve.requests.Plan`).
+"""What the server searches with: its indexes, the teachers with their score stores, the pipelines the requests
+ask for, and the batch step that runs checked requests.
 
-Everything here is opened and used by the one thread that searches (:class:`~tour_pyserini.serve.batching.
-Batcher`): the encoder, Faiss, the teachers and SQLite all run there, so requests never oversubscribe the
-cores, and a batch of many clients' queries is encoded, searched and judged together.
+Everything is assembled by the composition root (:mod:`tour_pyserini.pipeline`) through one
+:class:`~tour_pyserini.pipeline.Resources`, so an index, a query encoder, a teacher or a store is opened once
+whatever the requests ask; a request's checked :class:`~tour_pyserini.pipeline.Plan` is the key of its pipeline.
+Everything here is opened and used by the one thread that searches (:class:`~tour_pyserini.serve.batching.Batcher`):
+the encoder, Faiss, the teachers and SQLite all run there, so requests never oversubscribe the cores, and a batch of
+many clients' queries is encoded, searched and judged together.
 """
 
 from __future__ import annotations
@@ -12,24 +15,23 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.encoders.query import QueryEncoders
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
-from tour_pyserini.index.layout import DOCSTORE_FILE
-from tour_pyserini.results import NOT_RERANKED, SearchResult, Trace, timed
-from tour_pyserini.rewriters import Abandoned, Rewriter, StoppableIndex, available_rewriters
-from tour_pyserini.search.configure import SearchPlan
+from tour_pyserini.index.layout import DOCSTORE_FILE, IndexKind
+from tour_pyserini.pipeline import Pipeline, Plan, build, build_teacher
+from tour_pyserini.results import SearchResult, StopReason, Trace, timed
+from tour_pyserini.rewriters import Abandoned, StoppableIndex
 from tour_pyserini.serve.access import ANONYMOUS, check_index_name
 from tour_pyserini.serve.allocation import Allocator
 from tour_pyserini.serve.learning import MIN_JUDGMENTS, OnlineLearner, Reward, usable
 from tour_pyserini.serve.quotas import DataQuota, JudgedQueries
-from tour_pyserini.serve.requests import ONLINE, Plan, SearchRequest, make_plan
-from tour_pyserini.teachers import ScoreStore, Teacher, TeacherSpec
+from tour_pyserini.serve.requests import SearchRequest
+from tour_pyserini.teachers import Teacher, TeacherSpec
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
 
 log = logging.getLogger(__name__)
@@ -38,13 +40,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ServeConfig:
     """A server's indexes, teachers and policy. Each index is served as the search command would search it: its
-    :class:`~tour_pyserini.search.configure.SearchPlan` (its query encoder and the teacher flags, checked once,
-    the index opened), and ``teachers`` parsed once for all of them. ``budget`` (judgments per served query)
-    makes requests that name no rewriter follow the server's policy: the first teacher judges the top candidates
-    of the share of queries the budget pays for, and re-ranks them; ``learn`` (a TTT-Embed scope) also keeps those
-    judgments and refits a state from them, which moves every later query."""
+    index's :class:`~tour_pyserini.pipeline.Plan` (its query encoder and the teachers' flags, checked once, the
+    index opened), all sharing one :class:`~tour_pyserini.pipeline.Resources`, and ``teachers`` planned once for all
+    of them. ``budget`` (judgments per served query) makes requests that name no rewriter follow the server's
+    policy: the first teacher judges the top candidates of the share of queries the budget pays for, and re-ranks
+    them; ``learn`` (a TTT-Embed scope) also keeps those judgments and refits a state from them, which moves every
+    later query."""
 
-    plans: tuple[SearchPlan, ...]  # one per index, in the order given
+    plans: tuple[Plan, ...]  # one per index, in the order given
     teachers: tuple[TeacherSpec, ...] = ()
     data_dir: str = "serve-data"  # score stores (scores/), and with learn the states and rewards (learn/)
     state: str | None = None  # the TTT-Embed state rewriter=ttt-embed searches with
@@ -58,18 +61,17 @@ class ServeConfig:
     max_key_share: float = 0.2  # with learn: the most of a refit's queries one client may give
     max_data_mb: float | None = None  # disk data_dir may use; past it nothing is judged (None: no limit)
     names: Mapping[str, str] = field(default_factory=dict)  # path -> route name, where not the base name
-    teacher_options: Mapping[str, object] = field(default_factory=dict)  # teachers' flags: each reads its own
 
     @property
     def indexes(self) -> tuple[str, ...]:
-        return tuple(plan.config.index for plan in self.plans)
+        return tuple(plan.spec.index for plan in self.plans)
 
     @property
     def query_encoding(self) -> dict:
         """What runs the dense indexes' query encoders, and in which arithmetic: one flag for all, which auto
         may resolve to another runtime for another index's encoder (a hub id, a class OpenVINO does not run), so
         each names every value the indexes resolved to."""
-        dense = [plan for plan in self.plans if plan.kind == "dense"]
+        dense = [plan for plan in self.plans if plan.kind == IndexKind.DENSE]
         if not dense:
             return {}
         return {
@@ -80,14 +82,25 @@ class ServeConfig:
 
 @dataclass
 class ServedIndex:
-    name: str  # the directory's base name, as routes name it
+    """One index as routes name it, with its plan, its searcher and the server's teachers over it; ``stores``: the
+    score store of each teacher whose pair scores stand alone (None for one that scores pairs relative to each
+    other)."""
+
+    name: str  # the directory's base name, or its name in --config
     path: Path
-    dense: bool
+    plan: Plan  # the index's part: requests add their rewriter to it
     searcher: object  # TourSearcher, or Bm25Searcher for a BM25 index
-    num_docs: int
     docstore: DocStore | None
-    teachers: dict[TeacherSpec, Teacher]  # as the server was started
-    stores: dict[TeacherSpec, ScoreStore | None]
+    teachers: dict[TeacherSpec, Teacher] = field(default_factory=dict)  # as the server was started
+    stores: dict[TeacherSpec, str | None] = field(default_factory=dict)
+
+    @property
+    def dense(self) -> bool:
+        return self.plan.kind == IndexKind.DENSE
+
+    @property
+    def num_docs(self) -> int:
+        return self.plan.num_docs if self.dense else self.searcher.lucene.num_docs
 
     @property
     def names(self) -> dict[str, TeacherSpec]:
@@ -109,8 +122,6 @@ class ServedIndex:
 
 def slug(text: str) -> str:
     """A file name for ``text`` (a teacher spec): readable, and unique by a short hash."""
-    import hashlib
-
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:60]
     return f"{readable}.{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
 
@@ -127,32 +138,24 @@ def index_names(paths: Sequence[str], given: Mapping[str, str]) -> list[str]:
     return names
 
 
-def open_index(
-    plan: SearchPlan, name: str, config: ServeConfig, encoders: QueryEncoders, data: DataQuota
-) -> ServedIndex:
-    """One index, served as ``name``, opened from its plan as the search command opens it, with its teachers and
-    score stores where it is dense; ``encoders``: the process's query encoders, which the searchers and teachers
-    share (as they share the plans' open indexes); ``data``: what the stores may write."""
-    from tour_pyserini.search.configure import open_score_store, open_search, open_teacher
-
-    path = plan.config.index
+def open_index(plan: Plan, name: str, config: ServeConfig) -> ServedIndex:
+    """One index, served as ``name``: its searcher, and where it is dense, the server's teachers over it with the
+    path of each one's score store, opened now (its file counts in the data directory from the start)."""
+    path = plan.spec.index
     store_path = Path(path) / DOCSTORE_FILE
     docstore = DocStore(store_path) if store_path.exists() else None
-    searcher = open_search(plan, encoders).searcher
-    if plan.kind == "bm25":
-        return ServedIndex(name, Path(path), False, searcher, searcher.lucene.num_docs, docstore, {}, {})
-    teachers, stores = {}, {}
+    handle = ServedIndex(name, Path(path), plan, build(plan).searcher, docstore)
+    if not handle.dense:
+        return handle
     for spec in config.teachers:
-        search = replace(plan.config, teacher_options=config.teacher_options)
-        teacher = teachers[spec] = open_teacher(spec, search, encoders, plan.opened)
-        stores[spec] = None
+        teacher = handle.teachers[spec] = build_teacher(plan, spec)
+        handle.stores[spec] = None
         if teacher.pairwise:  # judgments kept across requests and restarts: no pair is paid for twice
-            stores[spec] = open_score_store(
-                str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}.sqlite"), teacher, data.writing
-            )
+            handle.stores[spec] = str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}.sqlite")
+            plan.resources.store(handle.stores[spec], teacher.fingerprint)
         else:
             log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", teacher.label)
-    return ServedIndex(name, Path(path), True, searcher, searcher.num_docs, docstore, teachers, stores)
+    return handle
 
 
 def unique_rounds(requests: Sequence[SearchRequest]) -> list[list[int]]:
@@ -178,23 +181,22 @@ class Served:
 
 
 class Engine:
-    """The server's searchers, teachers, stores and policy; one thread builds and uses it. ``judged``: whose
+    """The server's indexes, teachers, stores, pipelines and policy; one thread builds and uses it. ``judged``: whose
     queries the policy may have judged now (a client's daily quota, the data directory's room)."""
 
     def __init__(self, config: ServeConfig, judged: JudgedQueries | None = None):
         self.config = config
         self.judged = judged or JudgedQueries(DataQuota(config.data_dir, config.max_data_mb), None)
         names = index_names(config.indexes, config.names)
-        encoders = QueryEncoders()
-        self.indexes = {
-            name: open_index(plan, name, config, encoders, self.judged.data) for plan, name in zip(config.plans, names)
-        }
-        self.rewriters: dict[tuple, Rewriter] = {}
+        for plan in config.plans:  # every score store the pipelines open writes within the data directory's bound
+            plan.resources.room = self.judged.data.writing
+        self.indexes = {name: open_index(plan, name, config) for plan, name in zip(config.plans, names)}
+        self.pipelines: dict[Plan, Pipeline] = {}
         self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
         self.learner = self.open_learner() if config.learn else None
 
     @property
-    def judge(self) -> TeacherSpec | None:
+    def policy_teacher(self) -> TeacherSpec | None:
         """The teacher the server's policy asks: the first one it was started with."""
         return self.config.teachers[0] if self.config.teachers else None
 
@@ -204,10 +206,10 @@ class Engine:
         return client in self.config.keyed_clients or (client == ANONYMOUS and self.config.learn_from_anonymous)
 
     @property
-    def judge_digest(self) -> str:
+    def policy_digest(self) -> str:
         """The policy's teacher as rewards record it: a digest of its fingerprint."""
         handle = next(h for h in self.indexes.values() if h.dense)
-        return hashlib.sha256(handle.teachers[self.judge].fingerprint.encode("utf-8")).hexdigest()[:16]
+        return hashlib.sha256(handle.teachers[self.policy_teacher].fingerprint.encode("utf-8")).hexdigest()[:16]
 
     def open_learner(self) -> OnlineLearner:
         from tour_pyserini.encoders import encoder_identity
@@ -229,31 +231,29 @@ class Engine:
             refit_steps=self.config.refit_steps,
             max_key_share=self.config.max_key_share,
             trusted=self.teaches,
-            teacher=self.judge_digest,
+            teacher=self.policy_digest,
             room=self.judged.data.writing,
         )
         learner.start()
         return learner
 
-    def rewriter(self, handle: ServedIndex, plan: Plan) -> Rewriter:
-        """The rewriter of ``plan`` (built once per index and plan: rewriters keep no state between searches)."""
-        key = (handle.name, plan.rewriter, plan.options, plan.teacher)
-        if key not in self.rewriters:
-            cls = available_rewriters()[plan.rewriter]
-            if plan.teacher is None:
-                self.rewriters[key] = cls(config=plan.config)
-            else:
-                self.rewriters[key] = cls(
-                    handle.teachers[plan.teacher], config=plan.config, store=handle.stores[plan.teacher]
-                )
-        return self.rewriters[key]
+    def pipeline(self, plan: Plan) -> Pipeline:
+        """The pipeline of a request's plan, built once (pipelines keep no state between searches, and those of one
+        index share its searcher, teachers and stores)."""
+        if plan not in self.pipelines:
+            self.pipelines[plan] = build(plan)
+        return self.pipelines[plan]
+
+    def rerank_plan(self, handle: ServedIndex, depth: int, teacher: TeacherSpec) -> Plan:
+        """Re-ranking the top ``depth`` with ``teacher``: the policy's judged share, and the explorer's baseline."""
+        return handle.plan.with_rewriter("rerank", {"depth": depth}, teacher, score_store=handle.stores[teacher])
 
     def run(self, requests: Sequence[SearchRequest]) -> list[Served]:
         """Search ``requests`` (any indexes and plans), in order: each index's texts are encoded together, then
         each plan's queries are rewritten and searched together."""
         out: list[Served | None] = [None] * len(requests)
-        for name in dict.fromkeys(r.plan.index for r in requests):
-            members = [i for i, r in enumerate(requests) if r.plan.index == name]
+        for name in dict.fromkeys(r.index for r in requests):
+            members = [i for i, r in enumerate(requests) if r.index == name]
             handle = self.indexes[name]
             for round_ in unique_rounds([requests[i] for i in members]):
                 positions = [members[i] for i in round_]
@@ -262,42 +262,39 @@ class Engine:
         return out  # type: ignore[return-value]
 
     def run_index(self, handle: ServedIndex, requests: Sequence[SearchRequest]) -> list[Served]:
+        """One index's requests: their texts encoded together (a dense index), then each group of requests that
+        ask for the same search (plan, hits, policy) searched together."""
         texts, qids = [r.query for r in requests], [r.qid for r in requests]
-        if not handle.dense:
-            out: list[Served | None] = [None] * len(requests)
-            for plan in dict.fromkeys(r.plan for r in requests):  # hits, and the BM25 parameters asked
-                at = [i for i, r in enumerate(requests) if r.plan == plan]
-                with handle.searcher.bm25(**dict(plan.options)):
-                    found = handle.searcher.retrieve([texts[i] for i in at], [qids[i] for i in at], plan.hits)
-                for i, result in zip(at, found):
-                    out[i] = Served(result)
-            return out  # type: ignore[return-value]
         traces = [Trace() for _ in requests]
-        with timed(traces, "encode"):
-            vectors = handle.searcher.encode(texts)
-        out = [None] * len(requests)
-        for plan in dict.fromkeys(r.plan for r in requests):
-            at = [i for i, r in enumerate(requests) if r.plan == plan]
-            group = [texts[i] for i in at], [qids[i] for i in at], vectors[at], [traces[i] for i in at]
+        vectors = None
+        if handle.dense:
+            with timed(traces, "encode"):
+                vectors = handle.searcher.encode(texts)
+        out: list[Served | None] = [None] * len(requests)
+        for group in dict.fromkeys(r.group for r in requests):
+            at = [i for i, r in enumerate(requests) if r.group == group]
             members = [requests[i] for i in at]
 
             def stop(members=members) -> bool:  # every client of the group has had its 504, or has gone
                 return all(r.abandoned.is_set() for r in members)
 
             try:
-                served = (
-                    self.run_online(handle, plan, members, *group[2:], stop=stop)
-                    if plan.rewriter == ONLINE
-                    else [
-                        Served(r)
-                        for r in handle.searcher.retrieve_vectors(
-                            *group[:3], plan.hits, traces=group[3], rewriter=self.rewriter(handle, plan), stop=stop
-                        )
-                    ]
-                )
-            except Exception as e:  # noqa: BLE001 - this plan's clients get the error; the batch's others go on
+                if members[0].online:
+                    served = self.run_online(handle, members, vectors[at], [traces[i] for i in at], stop)
+                else:
+                    pipeline = self.pipeline(members[0].plan)
+                    found = pipeline.run(
+                        [texts[i] for i in at],
+                        [qids[i] for i in at],
+                        members[0].hits,
+                        vectors=None if vectors is None else vectors[at],
+                        traces=[traces[i] for i in at] if handle.dense else None,
+                        stop=stop if handle.dense else None,
+                    )
+                    served = [Served(result) for result in found]
+            except Exception as e:  # noqa: BLE001 - this group's clients get the error; the batch's others go on
                 if not isinstance(e, UserError | Abandoned):
-                    log.exception("searching %d queries of plan %s failed", len(at), plan)
+                    log.exception("searching %d queries of %s failed", len(at), members[0].plan.spec)
                 served = [e] * len(at)  # type: ignore[list-item]
             for i, s in zip(at, served):
                 out[i] = s
@@ -306,7 +303,6 @@ class Engine:
     def run_online(
         self,
         handle: ServedIndex,
-        plan: Plan,
         requests: Sequence[SearchRequest],
         vectors: np.ndarray,
         traces: list[Trace],
@@ -316,6 +312,7 @@ class Engine:
         (its judgments kept as rewards when learning, from trusted clients). A teacher that fails or scores
         nothing leaves those queries in the state's order, unjudged."""
         texts, qids, clients = [r.query for r in requests], [r.qid for r in requests], [r.client for r in requests]
+        hits = requests[0].hits
         version, raw = None, vectors
         if self.learner is not None:
             vectors, version = self.learner.shift(handle.name, qids, clients, vectors)
@@ -325,46 +322,40 @@ class Engine:
         for depth in dict.fromkeys(grants):
             at = [i for i, g in enumerate(grants) if g == depth]
 
-            def search(rewriter, at=at):
-                return handle.searcher.retrieve_vectors(
-                    [texts[i] for i in at],
-                    [qids[i] for i in at],
-                    vectors[at],
-                    plan.hits,
-                    rewriter=rewriter,
-                    traces=[traces[i] for i in at],
-                    stop=stop,
-                )
+            def search(plan: Plan, at=at) -> list[SearchResult]:
+                return self.pipeline(plan).run(
+                    [texts[i] for i in at], [qids[i] for i in at], hits, vectors=vectors[at],
+                    traces=[traces[i] for i in at], stop=stop,
+                )  # fmt: skip
 
             results, failed = None, False
             if depth:
-                judged = make_plan(handle.name, plan.hits, "rerank", {"depth": depth}, self.judge)
                 try:
-                    results = search(self.rewriter(handle, judged))
+                    results = search(self.rerank_plan(handle, depth, self.policy_teacher))
                 except Abandoned:
                     raise
                 except Exception as e:  # noqa: BLE001 - the policy serves the state's order instead
                     log.warning(
                         "the policy's teacher %s failed (%s: %s); %d queries served unjudged",
-                        handle.public(self.judge),
+                        handle.public(self.policy_teacher),
                         type(e).__name__,
                         str(e)[:200],
                         len(at),
                     )
                     for i in at:  # what the failed attempt recorded is no judgment: only its time stays
-                        traces[i] = Trace(seconds=traces[i].seconds, stop_reason="the teacher failed: unjudged")
+                        traces[i] = Trace(seconds=traces[i].seconds, stop_reason=StopReason.TEACHER_FAILED)
                     failed = True
             if results is None:
-                results = search(None)
+                results = search(handle.plan)
             for i, result in zip(at, results):
                 out[i] = Served(result, version)
-                if depth and (failed or result.trace.stop_reason == NOT_RERANKED):  # granted, but judged by nobody
+                if depth and (failed or result.trace.unjudged):  # granted, but judged by nobody
                     self.allocator.refund(handle.name, depth)
                     self.judged.give_back(clients[i])
                     continue
                 judgments = usable(result.trace.judgments)
                 if depth and self.teaches(clients[i]) and len(judgments) >= MIN_JUDGMENTS:
-                    rewards.append(Reward(handle.name, qids[i], texts[i], judgments, clients[i], self.judge_digest))
+                    rewards.append(Reward(handle.name, qids[i], texts[i], judgments, clients[i], self.policy_digest))
                     rewarded.append(i)
         if self.learner is not None:
             self.learner.add(rewards, raw[rewarded])  # on disk before the answers leave
@@ -380,25 +371,24 @@ class Engine:
             return 0
         return depth
 
-    def explain(self, plan: Plan, query: str, qid: str, stop: Callable[[], bool] = lambda: False) -> dict:
+    def explain(self, request: SearchRequest, stop: Callable[[], bool] = lambda: False) -> dict:
         """TOUR's stages on one query and re-ranking at its teacher calls (:mod:`tour_pyserini.serve.explain`);
         ``stop()``: asked before each search (its client has gone)."""
         from tour_pyserini.serve.explain import explain
 
-        handle = self.indexes[plan.index]
-        depth = dict(plan.options).get("depth", 100)
+        handle, plan = self.indexes[request.index], request.plan
+        depth = plan.rewriter_config.depth
 
-        def rerank_at(calls: int) -> Rewriter:
-            options = {"depth": min(calls, handle.num_docs)}
-            return self.rewriter(handle, make_plan(plan.index, plan.hits, "rerank", options, plan.teacher))
+        def rerank_at(calls: int):
+            return self.pipeline(self.rerank_plan(handle, min(calls, handle.num_docs), plan.teacher)).rewriter
 
-        show = min(max(plan.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
+        show = min(max(request.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
         return explain(
             StoppableIndex(handle.searcher, stop),
-            handle.searcher.encode([query]),
-            query,
-            qid,
-            tour=self.rewriter(handle, plan),
+            handle.searcher.encode([request.query]),
+            request.query,
+            request.qid,
+            tour=self.pipeline(plan).rewriter,
             rerank_at=rerank_at,
             hits=show,
             show=show,
@@ -407,7 +397,5 @@ class Engine:
     def close(self) -> None:
         if self.learner is not None:
             self.learner.close()
-        for handle in self.indexes.values():
-            for store in handle.stores.values():
-                if store is not None:
-                    store.close()
+        for plan in self.config.plans[:1]:  # one Resources for every index
+            plan.resources.close()

@@ -51,24 +51,40 @@ def one_line_arguments():
 
 def mcp_server(service: SearchService):
     from fastmcp import FastMCP
-    from fastmcp.exceptions import ToolError
 
     mcp = FastMCP("tour-pyserini")
     mcp.add_middleware(one_line_arguments())
 
-    async def answer(call):
-        try:
-            return await call
-        except (BadRequest, Overloaded, QuotaExceeded, ClientGone) as e:
-            raise ToolError(str(e) or "the client closed the connection") from None
-        except TimeoutError:
-            raise ToolError("the search did not finish within the server's timeout") from None
+    add_search(mcp, service)
+    add_lookups(mcp, service)
+    return mcp
 
-    def checked(call, *args):
-        try:
-            return call(*args)
-        except BadRequest as e:
-            raise ToolError(str(e)) from None
+
+async def answer(call):
+    """The service's answer, or its refusal as a tool error of one line."""
+    from fastmcp.exceptions import ToolError
+
+    try:
+        return await call
+    except (BadRequest, Overloaded, QuotaExceeded, ClientGone) as e:
+        raise ToolError(str(e) or "the client closed the connection") from None
+    except TimeoutError:
+        raise ToolError("the search did not finish within the server's timeout") from None
+
+
+def checked(call, *args):
+    """``call(*args)``, a refusal raised as a tool error of one line."""
+    from fastmcp.exceptions import ToolError
+
+    try:
+        return call(*args)
+    except BadRequest as e:
+        raise ToolError(str(e)) from None
+
+
+def add_search(mcp, service: SearchService) -> None:
+    """Pyserini's ``search`` tool, with the rewriters and their options."""
+    from fastmcp.exceptions import ToolError
 
     @mcp.tool()
     async def search(
@@ -120,6 +136,11 @@ def mcp_server(service: SearchService):
             params[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return await answer(service.search(index, params, **caller()))
 
+
+def add_lookups(mcp, service: SearchService) -> None:
+    """Pyserini's other tools: documents, indexes, fusion, qrels and evaluation."""
+    from fastmcp.exceptions import ToolError
+
     @mcp.tool()
     async def get_document(docid: str, index: str, parse: bool = True) -> dict:
         """The full text of a document by its docid, from one of the server's indexes (parse: false gives the
@@ -161,5 +182,3 @@ def mcp_server(service: SearchService):
         if not 1 <= cutoff <= MAX_CUTOFF:  # trec_eval's code aborts the process on a cutoff of 0
             raise ToolError(f"cutoff must be in [1, {MAX_CUTOFF}], got {cutoff}")
         return checked(service.eval_hits, index_name, EVAL_METRICS[metric].format(cutoff), query_id, hits)
-
-    return mcp

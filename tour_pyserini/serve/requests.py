@@ -1,4 +1,5 @@
-"""A search request's parameters, checked into a :class:`Plan` before it waits for the searcher.
+"""A search request's parameters, checked into a :class:`~tour_pyserini.pipeline.Plan` before it waits for the
+searcher.
 
 Parameters are Pyserini's (``query``, ``hits``, ``qid``) plus ``rewriter``, ``teacher``, ``trace`` and each
 rewriter's own options, named as its flags without the dashes (``depth``, ``lr``, ``iterations``, ``preset``,
@@ -13,24 +14,21 @@ import hashlib
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 from urllib.parse import unquote_to_bytes
 
 from tour_pyserini.errors import ParamError, UserError
 from tour_pyserini.files.lines import blank
-from tour_pyserini.numbers import Number, param, positive_int
-from tour_pyserini.rewriters import available_rewriters, check_rewriter
-from tour_pyserini.rewriters.ttt_embed import STATE
+from tour_pyserini.index.layout import IndexKind
+from tour_pyserini.numbers import Number, Param, Role, param, positive_int, probability
+from tour_pyserini.pipeline import Plan
+from tour_pyserini.rewriters import available_rewriters
 from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.teachers import TeacherSpec
 
 DEFAULT_HITS = 10  # Pyserini's REST default
 MAX_QUERY_CHARS = 10_000  # far beyond what any encoder reads (512 tokens)
 MAX_FLOAT_OPTION = 1000.0  # no rewriter's float (lr, weights, temperatures) means anything beyond this
-ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-# options that count candidates a rewriter searches, judges or feeds back per step: bounded by max_candidates
-CANDIDATE_COUNTS = ("depth", "prf_depth", "topk", "bottomk", "fixed_positives", "teacher_positives")
 ONLINE = "online"  # the server's own policy under --budget / --learn: the learned state, the teacher on a share
 SHOWN = ("parse", "max_doc_length")  # how documents are shown (Pyserini's REST parameters): any index, any rewriter
 BM25 = ("k1", "b")  # BM25's parameters for this request (Pyserini's REST parameters): BM25 indexes only
@@ -59,7 +57,8 @@ def as_request(error: UserError) -> BadRequest:
 @dataclass(frozen=True)
 class RequestLimits:
     """The most work one request may ask for, each settable when the server starts; the defaults keep a request
-    with the BM25 teacher well within the default timeout on two cores."""
+    with the BM25 teacher well within the default timeout on two cores. Each bounds the rewriters' options of one
+    :class:`~tour_pyserini.numbers.Role`, whatever their names."""
 
     max_hits: int = param(1000, positive_int, "most hits one request may ask")
     max_candidates: int = param(
@@ -70,31 +69,17 @@ class RequestLimits:
     )
     max_iterations: int = param(10, positive_int, "most iterations (TOUR steps, PRF rounds) one request may ask")
 
-
-@dataclass(frozen=True)
-class Plan:
-    """What decides a request's ranking; requests with equal plans are searched as one batch. ``config`` is the
-    rewriter's typed configuration, checked from ``options`` once (:func:`make_plan`), as the search command's
-    plan keeps it."""
-
-    index: str
-    hits: int
-    rewriter: str  # "none", a registered rewriter, or ONLINE
-    options: tuple[tuple[str, object], ...] = ()  # the rewriter's options, sorted by parameter
-    teacher: TeacherSpec | None = None
-    config: Any = field(default=None, compare=False)  # equal options give equal configs
-
-
-def make_plan(
-    index: str, hits: int, rewriter: str, options: Mapping[str, object], teacher: TeacherSpec | None = None
-) -> Plan:
-    """The plan of ``rewriter`` with ``options`` (by parameter), its config checked (one line for a value out of
-    range, naming the request's parameter)."""
-    try:
-        _, config = check_rewriter(rewriter, dict(options), teacher=teacher is not None)
-    except UserError as e:
-        raise as_request(e) from None
-    return Plan(index, hits, rewriter, tuple(sorted(options.items())), teacher, config)
+    def bound(self, plan: Plan) -> None:
+        """The rewriter's checked options within these limits: candidates per step, iterations; and no float
+        beyond what any rewriter's float (a learning rate, a weight, a temperature) can mean."""
+        for option in plan.rewriter.options:
+            value = getattr(plan.rewriter_config, option.name, None)
+            shown = option.option.lstrip("-")
+            limit = {Role.CANDIDATES: self.max_candidates, Role.ITERATIONS: self.max_iterations}.get(option.role)
+            if limit is not None and value is not None and value > limit:
+                raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limit}")
+            if isinstance(value, float) and abs(value) > MAX_FLOAT_OPTION:
+                raise BadRequest(f"parameter {shown!r} ({value:g}) is beyond {MAX_FLOAT_OPTION:g}")
 
 
 @dataclass(frozen=True)
@@ -108,17 +93,30 @@ class Shown:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A checked request, with who sent it: ``client`` (a valid key's fingerprint, or ``anonymous``).
+    """A checked request of index ``index``: its ``plan`` (the index's, under the server's policy when
+    ``online``), the hits it asks, who sent it (``client``: a valid key's fingerprint, or ``anonymous``).
     ``abandoned`` is set once its client has its 504 or has gone: its search stops at the next step."""
 
+    index: str
     plan: Plan
+    hits: int
     query: str
     qid: str
+    online: bool = False
     trace: bool = False
     client: str = ANONYMOUS
     shown: Shown = Shown()
     warnings: tuple[str, ...] = ()  # what the answer says of the request (an old parameter name)
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    @property
+    def group(self) -> tuple:
+        """What requests searched together share: the plan, the hits, the policy."""
+        return self.plan, self.hits, self.online
+
+    @property
+    def rewriter(self) -> str:
+        return ONLINE if self.online else self.plan.spec.rewriter
 
 
 def check_utf8(raw_query_string: bytes) -> None:
@@ -138,28 +136,28 @@ def derived_qid(text: str) -> str:
     return "q" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
-def parse_boolean(name: str, raw: str | None) -> bool:
-    """``true`` or ``false`` (any case); absent is false."""
-    if raw is None or raw.lower() == "false":
-        return False
-    if raw.lower() != "true":
-        raise BadRequest(f"parameter {name!r} is 'true' or 'false', got {raw[:40]!r}")
-    return True
+def parsed(option: Param, raw: str, name: str):
+    """``raw`` as ``option``'s flag gives it (:meth:`~tour_pyserini.numbers.Param.parse_flag`), refused naming the
+    request's parameter ``name``."""
+    try:
+        return option.parse_flag(raw)
+    except ParamError as e:
+        raise BadRequest(e.naming(f"parameter {name!r}")) from None
 
 
-def parse_number(name: str, raw: str, kind: type) -> int | float:
-    """``raw`` as ``kind``, written in ASCII digits (Python's int() and float() also read other scripts' digits)."""
-    if not ASCII_NUMBER.fullmatch(raw) or (kind is int and not raw.lstrip("+-").isdigit()):
-        what = "an integer" if kind is int else "a finite number"
-        raise BadRequest(f"parameter {name!r}: {raw[:40]!r} is not {what}")
-    return kind(raw)
+TRACE = Param("trace", bool)
+PARSE = Param("parse", bool)
+HITS = Param("hits", Number(int, "an integer", lambda v: True), role=Role.HITS)  # its range is the server's
+MAX_DOC_LENGTH = Param("max_doc_length", positive_int)
+BM25_K1 = Param("k1", Number(float, f"in [0, {MAX_FLOAT_OPTION:g}]", lambda v: 0 <= v <= MAX_FLOAT_OPTION))
+BM25_B = Param("b", probability)
 
 
 def parse_hits(raw: str | None, limit: int, num_docs: int) -> int:
     """Hits asked (at most ``limit``), and as Pyserini answers, no more than the index holds."""
     if raw is None or not raw.strip():
         return min(DEFAULT_HITS, num_docs)
-    hits = parse_number("hits", raw, int)
+    hits = parsed(HITS, raw, "hits")
     if not 1 <= hits <= limit:
         raise BadRequest(f"parameter 'hits' must be in [1, {limit}], got {hits}")
     return min(hits, num_docs)
@@ -174,10 +172,10 @@ def check_query(query: str | None) -> str:
 
 
 def rewriter_options(rewriter: str, params: Mapping[str, str]) -> tuple[dict, list[str]]:
-    """The rewriter's options among ``params``, parsed and range-checked as its flags are (others refused), and a
-    warning for each given by its old name (``k`` for ``depth``)."""
-    cls = available_rewriters()[rewriter]
-    declared = [o for o in cls.options if o.name != STATE.name]  # files are the server's
+    """The rewriter's options among ``params``, named as its flags without dashes, read as its flags are (others
+    refused; a file or an address is the server's, never a request's), and a warning for each given by its old
+    name (``k`` for ``depth``)."""
+    declared = [o for o in available_rewriters()[rewriter].options if o.role not in (Role.FILE, Role.URL)]
     by_name = {o.option.lstrip("-"): o for o in declared}
     old = {alias.lstrip("-"): o for o in declared for alias in o.aliases}
     if stray := sorted(set(params) - COMMON - set(by_name) - set(old)):
@@ -198,19 +196,8 @@ def rewriter_options(rewriter: str, params: Mapping[str, str]) -> tuple[dict, li
                 f"parameter {name!r} is the old name of {option.option.lstrip('-')!r} (same meaning); "
                 "it will be removed in the next release"
             )
-        if option.const is not None:
-            if parse_boolean(name, raw):
-                options[option.name] = option.const
-            continue
-        value = parse_number(name, raw, option.type.kind) if isinstance(option.type, Number) else option.type(raw)
-        if isinstance(option.type, Number):
-            try:
-                option.type.check(f"parameter {name!r}", value)
-            except UserError as e:
-                raise as_request(e) from None
-        if option.choices and value not in option.choices:
-            raise BadRequest(f"parameter {name!r} must be one of {', '.join(option.choices)}, got {value!r}")
-        options[option.name] = value
+        if (value := parsed(option, raw, name)) is not None:
+            options[option.name] = value
     return options, warnings
 
 
@@ -225,63 +212,49 @@ def check_qid(qid: str | None, query: str) -> str:
 def parse_shown(params: Mapping[str, str]) -> Shown:
     """``parse`` (true or false) and ``max_doc_length`` (characters, positive) of a search or document request."""
     raw = params.get("max_doc_length")
-    max_chars = None if raw is None else parse_number("max_doc_length", raw, int)
-    if max_chars is not None and max_chars < 1:
-        raise BadRequest(f"parameter 'max_doc_length' must be positive, got {max_chars}")
+    max_chars = None if raw is None else parsed(MAX_DOC_LENGTH, raw, "max_doc_length")
     parse = params.get("parse")
-    return Shown(parse is None or parse_boolean("parse", parse), max_chars)
+    return Shown(parse is None or parsed(PARSE, parse, "parse"), max_chars)
 
 
-def parse_bm25(params: Mapping[str, str], index: str, dense: bool) -> tuple[tuple[str, float], ...]:
-    """The BM25 parameters a request sets (``k1`` at least 0, ``b`` in [0, 1]), as plan options; refused on a
+def bm25_plan(plan: Plan, params: Mapping[str, str], index: str) -> Plan:
+    """A BM25 index's plan with the ``k1`` and ``b`` a request sets (Pyserini's REST parameters); refused on a
     dense index, which has no BM25 to set."""
-    given = {name: params[name] for name in BM25 if name in params}
-    if given and dense:
+    given = {option: params[option.name] for option in (BM25_K1, BM25_B) if option.name in params}
+    if not given:
+        return plan
+    if plan.kind == IndexKind.DENSE:
         raise BadRequest(f"parameters 'k1' and 'b' set BM25: index {index!r} is dense")
-    values = {name: parse_number(name, raw, float) for name, raw in given.items()}
-    if not 0 <= values.get("k1", 0) <= MAX_FLOAT_OPTION:
-        raise BadRequest(f"parameter 'k1' must be in [0, {MAX_FLOAT_OPTION:g}], got {values['k1']:g}")
-    if not 0 <= values.get("b", 0) <= 1:
-        raise BadRequest(f"parameter 'b' must be in [0, 1], got {values['b']:g}")
-    return tuple(sorted(values.items()))
-
-
-def check_work(rewriter: str, config, limits: RequestLimits) -> None:
-    """The rewriter's checked ``config`` within the server's limits: candidates per step, iterations, floats."""
-    by_name = {o.name: o for o in available_rewriters()[rewriter].options}
-    for name, option in by_name.items():
-        value = getattr(config, name, None)
-        shown = option.option.lstrip("-")
-        if name in CANDIDATE_COUNTS and value is not None and value > limits.max_candidates:
-            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_candidates}")
-        if name == "iterations" and value is not None and value > limits.max_iterations:
-            raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limits.max_iterations}")
-        if isinstance(value, float) and abs(value) > MAX_FLOAT_OPTION:
-            raise BadRequest(f"parameter {shown!r} ({value:g}) is beyond {MAX_FLOAT_OPTION:g}")
+    values = {f"bm25_{option.name}": parsed(option, raw, option.name) for option, raw in given.items()}
+    return replace(plan, spec=replace(plan.spec, **values))
 
 
 def parse_search(
     index: str,
+    plan: Plan,
     params: Mapping[str, str],
     *,
     num_docs: int,
-    dense: bool,
     teachers: Mapping[str, TeacherSpec],
+    stores: Mapping[TeacherSpec, str | None],
     state: str | None,
     online: bool,
     limits: RequestLimits = RequestLimits(),
     client: str = ANONYMOUS,
 ) -> SearchRequest:
-    """The checked request for ``index`` (``num_docs`` documents) on a server with ``teachers`` (each name a request
-    may give it -> its spec) and ``state`` (the file ``ttt-embed`` searches with); ``online``: a
-    request naming no rewriter follows the server's policy; ``client``: who sent it."""
+    """The checked request for ``index`` (``num_docs`` documents), whose ``plan`` is the index's part, on a server
+    with ``teachers`` (each name a request may give one -> its spec), their ``stores``, and ``state`` (the file
+    ``ttt-embed`` searches with); ``online``: a request naming no rewriter follows the server's policy; ``client``:
+    who sent it."""
     query = check_query(params.get("query"))
     hits = parse_hits(params.get("hits"), limits.max_hits, num_docs)
-    trace = parse_boolean("trace", params.get("trace"))
+    trace = params.get("trace") is not None and parsed(TRACE, params["trace"], "trace")
     qid = check_qid(params.get("qid"), query)
-    shown, bm25 = parse_shown(params), parse_bm25(params, index, dense)
+    shown = parse_shown(params)
+    plan = bm25_plan(plan, params, index)
     rewriter = params.get("rewriter") or (ONLINE if online else "none")
     teacher = params.get("teacher") or None
+    request = SearchRequest(index, plan, hits, query, qid, trace=trace, client=client, shown=shown)
     if rewriter == ONLINE:
         if not online:
             raise BadRequest("rewriter 'online' is the policy of a server started with --budget (on a dense index)")
@@ -289,28 +262,29 @@ def parse_search(
             raise BadRequest(f"parameter {stray[0]!r}: the server's own policy takes no rewriter options")
         if teacher is not None:
             raise BadRequest("parameter 'teacher': the server's own policy uses the teacher it was started with")
-        return SearchRequest(Plan(index, hits, ONLINE), query, qid, trace, client, shown)
+        return replace(request, online=True)
     if rewriter not in available_rewriters():
         raise BadRequest(f"unknown rewriter {rewriter!r}; choose one of: {', '.join(available_rewriters())}")
-    if not dense and (rewriter != "none" or teacher):
-        raise BadRequest(f"index {index!r} is BM25: it takes no rewriter or teacher")
-    if not dense:
+    if plan.kind == IndexKind.BM25:
+        if rewriter != "none" or teacher:
+            raise BadRequest(f"index {index!r} is BM25: it takes no rewriter or teacher")
         if stray := sorted(set(params) - COMMON):
             raise BadRequest(f"parameter {stray[0]!r} does not apply to BM25 index {index!r}")
-        return SearchRequest(Plan(index, hits, "none", bm25), query, qid, trace, client, shown)
+        return request
     if teacher is not None and teacher not in teachers:
         public = [name for name, spec in teachers.items() if name != str(spec)]
         started = ", ".join(public) if teachers else "none (start it with --teacher SPEC)"
         raise BadRequest(f"unknown teacher {teacher[:100]!r}; this server's teachers: {started}")
     spec = None if teacher is None else teachers[teacher]
     options, warnings = rewriter_options(rewriter, params)
-    if rewriter == "ttt-embed":
+    # a file a rewriter cannot search without is the server's: its --state (a TTT-Embed state)
+    if files := [o for o in available_rewriters()[rewriter].options if o.role is Role.FILE and o.required]:
         if state is None:
-            raise BadRequest("rewriter 'ttt-embed' searches with the server's state: start it with --state FILE")
-        options["state"] = state
-    plan = make_plan(index, hits, rewriter, options, spec)
-    depth = getattr(plan.config, "depth", None) or 0
-    if depth > num_docs:
-        raise BadRequest(f"parameter 'depth' ({depth}) is larger than the index ({num_docs} documents)")
-    check_work(rewriter, plan.config, limits)
-    return SearchRequest(plan, query, qid, trace, client, shown, tuple(warnings))
+            raise BadRequest(f"rewriter {rewriter!r} searches with the server's state: start it with --state FILE")
+        options[files[0].name] = state
+    try:
+        planned = plan.with_rewriter(rewriter, options, spec, score_store=stores.get(spec) if spec else None)
+    except UserError as e:
+        raise as_request(e) from None
+    limits.bound(planned)
+    return replace(request, plan=planned, warnings=tuple(warnings))

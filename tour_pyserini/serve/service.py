@@ -14,12 +14,11 @@ import math
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.runs import strictly_decreasing
 from tour_pyserini.numbers import non_negative_float, param, positive_float, positive_int
-from tour_pyserini.results import NOT_RERANKED
 from tour_pyserini.rewriters import Abandoned, available_rewriters
 from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.serve.batching import Batcher
@@ -28,7 +27,6 @@ from tour_pyserini.serve.quotas import DataQuota, JudgedQueries
 from tour_pyserini.serve.requests import (
     ONLINE,
     BadRequest,
-    Plan,
     RequestLimits,
     SearchRequest,
     Shown,
@@ -99,10 +97,13 @@ async def answer_or_gone(waiting: asyncio.Future, gone: Callable[[], Awaitable[b
 
 @dataclass(frozen=True)
 class ExplainRequest:
-    plan: Plan  # TOUR's plan: index, hits, rewriter, options, teacher
-    query: str
-    qid: str
-    abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    """TOUR's checked request, explained step by step for the explorer page."""
+
+    request: SearchRequest
+
+    @property
+    def abandoned(self) -> threading.Event:
+        return self.request.abandoned
 
 
 def document_payload(doc, shown: Shown) -> object:
@@ -144,7 +145,7 @@ class EngineWorker:
         for i, payload in enumerate(payloads):
             if isinstance(payload, ExplainRequest):
                 try:
-                    out[i] = self.engine.explain(payload.plan, payload.query, payload.qid, payload.abandoned.is_set)
+                    out[i] = self.engine.explain(payload.request, payload.abandoned.is_set)
                 except (UserError, Abandoned) as e:
                     out[i] = e
         return out
@@ -198,10 +199,11 @@ class SearchService:
         online = handle.dense and self.config.budget is not None
         request = parse_search(
             index,
+            handle.plan,
             params,
             num_docs=handle.num_docs,
-            dense=handle.dense,
             teachers=handle.names,
+            stores=handle.stores,
             state=self.config.state,
             online=online,
             limits=self.requests,
@@ -269,11 +271,11 @@ class SearchService:
         handle = self.engine.indexes[index]
         docids = [h.docid for h in served.result.hits]
         docs = await asyncio.to_thread(handle.docstore.get, docids) if handle.docstore else [None] * len(docids)
-        plan = request.plan
+        teacher = request.plan.teacher
         trace = served.result.trace
-        if plan.teacher is not None and trace.stop_reason == NOT_RERANKED:  # never a retriever order that looks judged
+        if teacher is not None and trace.unjudged:  # never a retriever order that looks judged
             self.judged.give_back(client)
-            raise BadRequest(f"teacher {handle.public(plan.teacher)!r} scored none of the candidates", 502)
+            raise BadRequest(f"teacher {handle.public(teacher)!r} scored none of the candidates", 502)
         scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
         answer = {
             "api": "v1",
@@ -289,11 +291,11 @@ class SearchService:
                 for rank, (h, score, doc) in enumerate(zip(served.result.hits, scores, docs), 1)
             ],
             "qid": request.qid,
-            "rewriter": plan.rewriter,
+            "rewriter": request.rewriter,
             "teacher": handle.public(
-                (self.engine.judge if trace.teacher_calls and trace.stop_reason != NOT_RERANKED else None)
-                if plan.rewriter == ONLINE
-                else plan.teacher
+                (self.engine.policy_teacher if trace.teacher_calls and not trace.unjudged else None)
+                if request.online
+                else teacher
             ),
             "teacher_calls": trace.teacher_calls,
             "state": None
@@ -333,22 +335,22 @@ class SearchService:
                 raise BadRequest("the explorer needs a teacher: start the server with --teacher SPEC")
             params["teacher"] = str(self.config.teachers[0])
         request = self.check_search(index, params, client)
-        qid = request.qid if params.get("qid") else self.topic_qid(request.query) or request.qid
-        job = ExplainRequest(request.plan, request.query, qid, request.abandoned)
-        out = await self.run_judged(request, job, gone)
+        if not params.get("qid"):  # a topic's own qid finds its judgments
+            request = replace(request, qid=self.topic_qid(request.query) or request.qid)
+        out = await self.run_judged(request, ExplainRequest(request), gone)
         handle = self.engine.indexes[index]
         shown = {d["docid"] for stage in out["stages"] for d in stage["ranking"]}
         shown |= {d["docid"] for d in out.get("rerank", {}).get("ranking", [])}
         docs = await asyncio.to_thread(handle.docstore.get, sorted(shown)) if handle.docstore else []
-        judged = self.relevance.get(qid)
+        judged = self.relevance.get(request.qid)
         return {
             "api": "v1",
             "index": index,
             "query": {"text": request.query},
-            "qid": qid,
-            "rewriter": request.plan.rewriter,
+            "qid": request.qid,
+            "rewriter": request.rewriter,
             "teacher": handle.public(request.plan.teacher),
-            "depth": request.plan.config.depth,
+            "depth": request.plan.rewriter_config.depth,
             **out,
             "titles": {d.docid: (d.title or d.text)[:120] for d in docs},
             "relevance": None if judged is None else {d: judged.get(d, 0) for d in shown},

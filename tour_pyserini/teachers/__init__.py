@@ -36,9 +36,11 @@ __all__ = [
     "available_teachers",
     "check_shared_teacher_options",
     "check_teacher_options",
+    "check_teacher_settings",
     "get_teacher",
     "options_for",
     "options_read_by",
+    "runtime_is_auto",
     "teacher_options",
     "teacher_usages",
 ]
@@ -70,6 +72,30 @@ def check_shared_teacher_options(specs: Sequence[str], options: Mapping[str, obj
         if o.name in options and not any(o.name in options_for(spec, options) for spec in specs)
     ]:
         raise UserError(f"{', '.join(stray)}: not an option of any of the teachers ({', '.join(specs)})")
+
+
+def check_teacher_settings(
+    specs: Sequence[str], options: Mapping[str, object], precision: str | None, device: str
+) -> None:
+    """The teacher flags and precision of a search (or of a server's teachers, which share them), checked before any
+    teacher loads: each flag read by one of ``specs``, and a precision the chosen runtime runs on ``device``."""
+    from tour_pyserini.runtime import resolve_runtime_precision
+    from tour_pyserini.teachers.cross_encoder import RUNTIME
+
+    check_shared_teacher_options(specs, options)
+    runtime = options.get(RUNTIME.name)
+    if precision or runtime:
+        resolve_runtime_precision(
+            precision or "auto", runtime or RUNTIME.default, device, "--teacher-precision", RUNTIME.option
+        )
+
+
+def runtime_is_auto(spec: str | TeacherSpec | None, options: Mapping[str, object]) -> bool:
+    """Whether a teacher's runtime is left to ``auto``, which resolves by what this machine has installed."""
+    from tour_pyserini.runtime import AUTO
+    from tour_pyserini.teachers.cross_encoder import RUNTIME
+
+    return spec is not None and options.get(RUNTIME.name) in (None, AUTO)
 
 
 def check_teacher_options(spec: str | None, options: Mapping[str, object]) -> None:

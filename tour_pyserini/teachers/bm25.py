@@ -17,6 +17,7 @@ import numpy as np
 
 from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
+from tour_pyserini.index.bm25 import K1, B
 from tour_pyserini.index.bm25_matrix import load_term_matrix
 from tour_pyserini.index.layout import (
     META_FILE,
@@ -27,7 +28,7 @@ from tour_pyserini.index.layout import (
     index_kind,
 )
 from tour_pyserini.teachers.base import TEACHERS, ScoreRequest, Teacher, TeacherContext
-from tour_pyserini.teachers.bm25_math import K1, B, document_scores, idf, norm_inverse_table, term_scores
+from tour_pyserini.teachers.bm25_math import document_scores, idf, norm_inverse_table, term_scores
 
 
 def sibling_bm25_index(index_dir: str | Path) -> Path:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-K1 = 0.9  # Anserini's defaults, which computeQueryDocumentScore uses
-B = 0.4
+from tour_pyserini.index.bm25 import K1, B
+
 _FREE_VALUES = 24  # 255 - longToInt4(Integer.MAX_VALUE): lengths below this are stored exactly
 
 

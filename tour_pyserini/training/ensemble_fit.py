@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.search.configure import SearchConfig
+from tour_pyserini.pipeline import SearchSpec
 from tour_pyserini.teachers.base import TeacherSpec
 
 
@@ -70,7 +69,7 @@ def relative_spec(spec: TeacherSpec, base: Path) -> str:
 
 
 def fit_ensemble(
-    index: str | Path | SearchConfig,
+    index: str | Path | SearchSpec,
     topics,
     qrels,
     teacher_specs: Sequence[str],
@@ -87,18 +86,16 @@ def fit_ensemble(
     encoder and index, as a search's teacher does."""
     from tqdm import tqdm
 
-    from tour_pyserini.encoders.query import QueryEncoders
     from tour_pyserini.eval import evaluate
     from tour_pyserini.eval.answers import AnswerMatcher, answer_qrels
-    from tour_pyserini.search.configure import open_search, open_teacher, plan_search, plan_teachers
+    from tour_pyserini.pipeline import build, build_teacher, plan, plan_teachers
     from tour_pyserini.teachers import ScoreRequest
     from tour_pyserini.teachers.ensemble import write_ensemble
 
-    config = index if isinstance(index, SearchConfig) else SearchConfig(index=str(index))
-    config = replace(config, rewriter=None)
-    specs = plan_teachers(teacher_specs, config)  # every spec known before anything loads
-    plan, encoders = plan_search(config), QueryEncoders()
-    searcher = open_search(plan, encoders).searcher
+    spec = index if isinstance(index, SearchSpec) else SearchSpec(index=str(index))
+    specs = plan_teachers(teacher_specs, spec)  # every spec known before anything loads
+    planned = plan(spec)
+    searcher = build(planned).searcher
     metric = "nDCG@10" if qrels is not None else "Success@1"
     judged_by = "qrels" if qrels is not None else "answer strings"
     rankings = searcher.batch_search([t.text for t in topics], [t.qid for t in topics], k=depth)
@@ -113,7 +110,7 @@ def fit_ensemble(
             f"no query of {topics_name or 'the topics'} has a relevant document ({judged_by}) in its "
             f"dense top {depth}: nothing to fit on"
         )
-    teachers = [open_teacher(spec, config, encoders, plan.opened) for spec in specs]
+    teachers = [build_teacher(planned, teacher) for teacher in specs]
     features = []
     for t, docids in tqdm(list(zip(topics, candidates)), desc="score", unit="q"):
         request = ScoreRequest(t.qid, t.text, docids, searcher.docstore.get(docids))

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.encoders.query import QueryEncoders
 from tour_pyserini.encoders.spec import check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
@@ -38,6 +37,7 @@ from tour_pyserini.numbers import (
     positive_float,
     positive_int,
 )
+from tour_pyserini.pipeline.resources import Resources
 from tour_pyserini.training.examples import Example, TrainingList, draw_lists
 from tour_pyserini.training.loop import LEARNING_RATE, LoopSettings, TrainerSettings
 
@@ -341,26 +341,25 @@ def question_examples(
     depth: int,
     rng: random.Random,
     encoder: dict | None = None,
-    encoders: QueryEncoders | None = None,
+    resources: Resources | None = None,
 ) -> list[Example]:
     """``count`` examples (:func:`mine_examples`) from another collection's training questions, each with its
     candidates' texts, which this index does not hold; cycled when there are fewer than ``count``.
 
     Where ``index`` was built by ``encoder`` (the retriever's record: class, pooling, prefixes, weights), its
     stored vectors are what encoding those texts would give, up to the last bits, so each example gets its
-    similarities from them once instead of the trainer encoding its texts at every step. ``encoders``: query
-    encoders loaded already (the training index's), shared.
+    similarities from them once instead of the trainer encoding its texts at every step. ``resources``: what the
+    training index's search has loaded already (its query encoder), shared.
     """
     from tour_pyserini.index.layout import IndexMeta
+    from tour_pyserini.pipeline import SearchSpec, build, plan
     from tour_pyserini.search.bm25 import Bm25Searcher
-    from tour_pyserini.search.configure import SearchConfig, open_search
     from tour_pyserini.teachers.base import ScoreRequest
     from tour_pyserini.teachers.bm25 import sibling_bm25_index
 
     # through torch, as the dense teacher encodes: one encoding serves both, and the shipped teachers' examples
-    opened = open_search(
-        SearchConfig(index=str(index), rewriter=None, teacher="dense", encoder_runtime="torch"), encoders
-    )
+    spec = SearchSpec(index=str(index), teacher="dense", encoder_runtime="torch")
+    opened = build(plan(spec, resources, asks_teacher=True))
     searcher = opened.searcher
     chosen = rng.sample(list(topics), min(len(topics), count))
     bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
@@ -393,28 +392,11 @@ def train(
     every step, ``config.extra_per_step`` at a time.
     """
     from tour_pyserini.index.layout import IndexMeta
-    from tour_pyserini.search.bm25 import Bm25Searcher
-    from tour_pyserini.search.configure import SearchConfig, open_search
-    from tour_pyserini.teachers.bm25 import sibling_bm25_index
     from tour_pyserini.training.loop import Trainer
 
     config.check()  # the command line checked its flags already; a library caller gets the same rules
     check_model("base model", base_model)  # before the index is read and candidates are mined
-    # the search command's assembly: the residual's dense scores come from the searcher's own index and encoder
-    encoders = QueryEncoders()
-    opened = open_search(
-        SearchConfig(
-            index=str(index),
-            rewriter=None,
-            encoder_runtime="torch",  # as mining's
-            teacher="dense" if config.residual_scale > 0 else None,
-        ),
-        encoders,
-    )
-    searcher, dense = opened.searcher, opened.teacher
-    if searcher.docstore is None:
-        raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
-    bm25 = Bm25Searcher.from_index(sibling_bm25_index(index))
+    resources, searcher, dense, bm25 = training_search(index, residual=config.residual_scale > 0)
     examples, dense_top, positives = mine_examples(
         searcher, bm25, topics, qrels, depth=config.hard_depth, hits=max(config.dev_depth, 100)
     )
@@ -447,7 +429,7 @@ def train(
             depth=config.hard_depth,
             rng=task.extra_rng,
             encoder=encoder if dense is not None else None,
-            encoders=encoders,
+            resources=resources,
         )
     about = {
         "config": asdict(config),
@@ -455,19 +437,40 @@ def train(
         "index": str(index),
         "train_queries": len(train_set),
         "extra_examples": len(task.extra),
-        "extra_questions": None
-        if questions is None
-        else {
-            "index": str(questions[0]),
-            "topics": len(questions[1]),
-            "similarities": "stored vectors" if task.extra and task.extra[0].similarities else "encoded each step",
-        },
+        "extra_questions": extra_questions(questions, task.extra),
         # the dev queries are never trained on: safe for tuning what uses this teacher
         "dev_queries": len(dev),
         "dev_qids": sorted(dev_qids),
         "dev_metric": measure,
     }
     return Trainer(task, settings).fit(train_set, output, about)
+
+
+def extra_questions(questions: tuple | None, extra: list[Example]) -> dict | None:
+    """What the training report says of another collection's questions added to every step."""
+    if questions is None:
+        return None
+    return {
+        "index": str(questions[0]),
+        "topics": len(questions[1]),
+        "similarities": "stored vectors" if extra and extra[0].similarities else "encoded each step",
+    }
+
+
+def training_search(index: str, *, residual: bool):
+    """The search command's assembly over the training ``index`` (through torch, as mining's), with the dense
+    teacher when the model is residual (its scores come from the searcher's own index and encoder), and the BM25
+    index beside it: (the resources they share, the searcher, the dense teacher or None, the BM25 searcher)."""
+    from tour_pyserini.pipeline import SearchSpec, build, plan
+    from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.teachers.bm25 import sibling_bm25_index
+
+    resources = Resources()
+    spec = SearchSpec(index=str(index), encoder_runtime="torch", teacher="dense" if residual else None)
+    opened = build(plan(spec, resources, asks_teacher=True))
+    if opened.searcher.docstore is None:
+        raise UserError(f"index {index} has no document store; rebuild it with python -m tour_pyserini.index")
+    return resources, opened.searcher, opened.teacher, Bm25Searcher.from_index(sibling_bm25_index(index))
 
 
 def split_examples(examples: list[Example], config: TrainConfig) -> tuple[list[Example], dict[str, str]]:

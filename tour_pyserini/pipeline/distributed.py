@@ -1,7 +1,7 @@
 """Distributed batch search on Ray: batches of topics go to workers that each open the searcher once.
 
-Each worker is a Ray actor that opens the index (memory-mapped, so workers on one machine share the page
-cache), the rewriter and the teacher from the same :class:`SearchConfig` as a single-process search, but
+Each worker is a Ray actor that plans and builds its pipeline (the index memory-mapped, so workers on one machine
+share the page cache; the rewriter and the teacher) from the same :class:`SearchSpec` as a single-process search, but
 for a limit of the whole search that a teacher declares (an API teacher's requests in flight), which the
 workers split between them.
 Batches are handed to whichever worker is free and their results come back in submission order, so the
@@ -20,11 +20,12 @@ from dataclasses import replace
 
 from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.errors import USER_ERRORS, UserError
+from tour_pyserini.pipeline.build import Pipeline, TeacherInfo, build
+from tour_pyserini.pipeline.plan import plan
+from tour_pyserini.pipeline.spec import SearchSpec
 from tour_pyserini.results import SearchResult
 from tour_pyserini.runtime import AUTO, missing_auto_modules
-from tour_pyserini.search.configure import SearchConfig, TeacherInfo, open_searcher
-from tour_pyserini.teachers import options_read_by
-from tour_pyserini.teachers.cross_encoder import RUNTIME
+from tour_pyserini.teachers import options_read_by, runtime_is_auto
 
 
 def returns_user_errors(method):
@@ -47,43 +48,42 @@ def raise_user_error(value):
     return value
 
 
-def worker_configs(config: SearchConfig, workers: int) -> list[SearchConfig]:
-    """Each worker's configuration: the search's, with every shared limit the teacher reads split as
+def worker_specs(spec: SearchSpec, workers: int) -> list[SearchSpec]:
+    """Each worker's spec: the search's, with every shared limit the teacher reads split as
     floor(N / W) per worker and one more for the first N mod W, so that together they never exceed N. A
     limit given below W is refused; the default, below W, becomes 1 per worker (an ensemble may have no part
     that reads it)."""
-    configs = [config] * workers
-    for option in options_read_by(config.teacher) if config.teacher else []:
+    specs = [spec] * workers
+    for option in options_read_by(spec.teacher) if spec.teacher else []:
         if not option.shared:
             continue
-        given = config.teacher_options.get(option.name)
+        given = spec.teacher_options.get(option.name)
         if given is not None and given < workers:
             raise UserError(
                 f"{option.option} {given} is below --workers {workers}: the workers share it, and each needs at least 1"
             )
         total = max(option.default, workers) if given is None else given
         shares = [total // workers + (i < total % workers) for i in range(workers)]
-        configs = [replace(c, teacher_options={**c.teacher_options, option.name: n}) for c, n in zip(configs, shares)]
-    return configs
+        specs = [replace(c, teacher_options={**c.teacher_options, option.name: n}) for c, n in zip(specs, shares)]
+    return specs
 
 
 class SearchWorker:
-    """One Ray actor: a searcher opened from the search's configuration on first use (again after a restart).
+    """One Ray actor: a pipeline built from the search's spec on first use (again after a restart).
     ``missing``: the runtime extra's modules the driver lacks; a worker resolves the runtimes' auto as the driver
     does only where it lacks the same ones, so a node that differs is refused in one line."""
 
-    def __init__(self, config: SearchConfig, missing: Sequence[str] = ()):
-        self.config = replace(config, threads=config.threads or 1)
+    def __init__(self, spec: SearchSpec, missing: Sequence[str] = ()):
+        self.spec = replace(spec, threads=spec.threads or 1)
         self.missing = list(missing)
-        self.searcher = None
-        self.teacher = None
+        self.pipeline: Pipeline | None = None
 
     @returns_user_errors
     def open(self) -> tuple[int, TeacherInfo | None]:
         """Open the searcher now; the worker's process id and what its teacher is."""
-        config, here = self.config, missing_auto_modules()
-        teacher_auto = config.teacher is not None and config.teacher_options.get(RUNTIME.name) in (None, AUTO)
-        if (config.encoder_runtime == AUTO or teacher_auto) and here != self.missing:
+        spec, here = self.spec, missing_auto_modules()
+        auto = spec.encoder_runtime == AUTO or runtime_is_auto(spec.teacher, spec.teacher_options)
+        if auto and here != self.missing:
             raise UserError(
                 f"ray worker on {platform.node()}: the runtime extra is "
                 f"{'not ' if here else ''}installed here, but "
@@ -91,14 +91,14 @@ class SearchWorker:
                 "install the same extras on every node, or name --encoder-runtime and "
                 "--teacher-runtime"
             )
-        if self.searcher is None:
-            self.searcher, self.teacher = open_searcher(self.config)
-        return os.getpid(), self.teacher
+        if self.pipeline is None:
+            self.pipeline = build(plan(self.spec))
+        return os.getpid(), self.pipeline.info
 
     @returns_user_errors
-    def retrieve(self, texts: Sequence[str], qids: Sequence[str], hits: int) -> list[SearchResult]:
+    def run(self, texts: Sequence[str], qids: Sequence[str], k: int) -> list[SearchResult]:
         raise_user_error(self.open())
-        return self.searcher.retrieve(texts, qids, hits)
+        return self.pipeline.run(texts, qids, k)
 
 
 class RayPool:
@@ -110,7 +110,7 @@ class RayPool:
     needs: use one pool per process (as the search command does), not Lucene after it.
     """
 
-    def __init__(self, config: SearchConfig, *, workers: int, address: str | None = None):
+    def __init__(self, spec: SearchSpec, *, workers: int, address: str | None = None):
         if address is None:  # a local instance listens on 127.0.0.1 only: Ray's non-cluster mode, read when Ray
             # is first imported (a program that imported it before keeps Ray's default, the machine's address)
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -120,16 +120,16 @@ class RayPool:
             raise UserError("--ray needs the ray package: pip install 'tour-pyserini[ray]'") from None
         if workers < 1:
             raise UserError(f"--workers must be positive, got {workers}")
-        configs = worker_configs(config, workers)
+        specs = worker_specs(spec, workers)
         start = time.perf_counter()
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            local = {"num_cpus": workers * (config.threads or 1), "include_dashboard": False} if address is None else {}
+            local = {"num_cpus": workers * (spec.threads or 1), "include_dashboard": False} if address is None else {}
             ray_init_beside_jvm(address=address, logging_level="warning", **local)
-        threads = config.threads or 1
-        gpus = 1 if config.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
+        threads = spec.threads or 1
+        gpus = 1 if spec.device.startswith("cuda") else 0  # Ray gives each worker its own GPU as "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=-1, max_task_retries=-1)(SearchWorker)
-        self.actors = [actor.remote(c, missing_auto_modules()) for c in configs]
+        self.actors = [actor.remote(c, missing_auto_modules()) for c in specs]
         opened = [raise_user_error(value) for value in ray.get([a.open.remote() for a in self.actors])]
         self.pids = [pid for pid, _ in opened]
         self.teacher = opened[0][1]
@@ -139,7 +139,7 @@ class RayPool:
         """The results of each (texts, qids, hits) batch, in the order the batches were given."""
         from ray.util import ActorPool
 
-        for results in ActorPool(self.actors).map(lambda actor, batch: actor.retrieve.remote(*batch), batches):
+        for results in ActorPool(self.actors).map(lambda actor, batch: actor.run.remote(*batch), batches):
             yield raise_user_error(results)
 
     def close(self) -> None:
