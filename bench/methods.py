@@ -164,11 +164,10 @@ class Bench:
         """TTT-Embed's query-scope state, fitted on the teacher's scores of each query's base top ``budget``, then
         one search with unit(x + alpha v)."""
         from tour_pyserini.results import SearchResult, Trace
-        from tour_pyserini.rewriters.ttt_embed import shift_queries
         from tour_pyserini.teachers import ScoreCache
         from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
         from tour_pyserini.ttt.objectives import FitConfig
-        from tour_pyserini.ttt.state import State
+        from tour_pyserini.ttt.state import State, shift_queries
 
         start, traces = time.perf_counter(), [Trace() for _ in self.qids]
         found = self.searcher.search_candidates(self.vectors, budget)

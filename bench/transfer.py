@@ -133,7 +133,7 @@ def mean_document(task: Task) -> np.ndarray:
 
 def moved_vectors(task: Task, rows: list[int], variant: Variant, model, queries) -> np.ndarray:
     """The query vectors of ``rows`` of ``task`` as ``variant``'s fitted model moves them (float32, unit)."""
-    from tour_pyserini.rewriters.ttt_embed import shift_queries
+    from tour_pyserini.ttt.state import shift_queries
 
     X = task.X[rows].astype(np.float64)
     if variant.kind in ("lowrank", "bilinear"):

@@ -202,7 +202,7 @@ def fit(queries, scope: str, config=None, init=None):
 
 def search_with(task: Task, state, alpha: float | None = None) -> list[list[str]]:
     """Rankings of every query of ``task`` searched with unit(x + α v) (the ttt-embed rewriter's vectors)."""
-    from tour_pyserini.rewriters.ttt_embed import shift_queries
+    from tour_pyserini.ttt.state import shift_queries
 
     if state is None:
         return task.base

@@ -698,9 +698,9 @@ def test_the_data_directory_is_checked_before_every_write(tmp_path):
     """Scores stored query after query, as a burst of judged requests stores them: every write is checked against
     the directory's size measured then, so it stays within its bound (it was measured once a second, and a burst
     overshot it fivefold)."""
-    from tour_pyserini.serve.learning import Reward, RewardsLog
     from tour_pyserini.serve.quotas import DataQuota
     from tour_pyserini.teachers import ScoreStore
+    from tour_pyserini.ttt.online import Reward, RewardsLog
 
     quota = DataQuota(tmp_path, max_mb=0.1)
     store = ScoreStore(tmp_path / "scores.sqlite", "teacher 1", quota.writing)

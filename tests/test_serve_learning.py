@@ -12,8 +12,8 @@ import pytest
 from serve_server import Server, wait_until
 
 from tour_pyserini.files.topics import read_topics
-from tour_pyserini.serve.allocation import Allocator, grant
-from tour_pyserini.serve.learning import Reward, RewardsLog, StateVersions, shift_by_state
+from tour_pyserini.ttt.allocation import Allocator, grant
+from tour_pyserini.ttt.online import Reward, RewardsLog, StateVersions, shift_by_state
 from tour_pyserini.ttt.state import State
 
 
@@ -148,8 +148,8 @@ def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9
 
 def learner(tmp_path, vectors: dict, scope: str = "global", share: float = 1.0, failing: list | None = None):
     """An OnlineLearner over synthetic vectors: ``vectors`` maps query texts and docids to their vectors."""
-    from tour_pyserini.serve.learning import OnlineLearner
     from tour_pyserini.ttt.objectives import FitConfig
+    from tour_pyserini.ttt.online import OnlineLearner
 
     def doc_vectors(task, docids):
         if failing:
@@ -201,7 +201,7 @@ def test_a_state_serves_only_if_held_back_queries_agree_with_the_teacher_as_well
 
 
 def test_a_refit_takes_at_most_each_clients_share_and_query_states_are_their_clients(tmp_path):
-    from tour_pyserini.serve.learning import per_client_cap
+    from tour_pyserini.ttt.online import per_client_cap
 
     assert per_client_cap({"a": 100, "b": 3, "c": 3}, 0.5) == 6 and per_client_cap({"a": 4}, 1.0) == 4
     vectors = {"q": unit(1, 0, 0, 0), "p": unit(0, 1, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
@@ -298,8 +298,8 @@ def test_a_neighbours_state_moves_a_new_query_by_the_rewarded_queries_near_it(tm
 def test_what_a_restart_learns_from_follows_the_rules_of_the_server_restarted(tmp_path):
     """States and rewards written under other flags: a state learned from a client no longer trusted, from another
     teacher's judgments or under a looser share is not served, and those rewards stay in the log, unused."""
-    from tour_pyserini.serve.learning import OnlineLearner
     from tour_pyserini.ttt.objectives import FitConfig
+    from tour_pyserini.ttt.online import OnlineLearner
 
     vectors = {"q": unit(1, 0, 0, 0), "up": unit(0, 1, 0, 0), "down": unit(1, 0, 0, 0)}
     judged = {"up": 1.0, "down": 0.0}

@@ -8,9 +8,9 @@ import pytest
 from tour_pyserini.encoders import encoder_identity
 from tour_pyserini.errors import UserError
 from tour_pyserini.rewriters import Identity, QueryBatch
-from tour_pyserini.rewriters.ttt_embed import TttEmbed, shift_queries
+from tour_pyserini.rewriters.ttt_embed import TttEmbed
 from tour_pyserini.ttt.objectives import FitConfig
-from tour_pyserini.ttt.state import State
+from tour_pyserini.ttt.state import State, shift_queries
 
 pytestmark = pytest.mark.slow
 

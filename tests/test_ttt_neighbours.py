@@ -8,11 +8,11 @@ import pytest
 from tour_pyserini.commands.runner import run_cli
 from tour_pyserini.commands.ttt import main
 from tour_pyserini.rewriters import QueryBatch
-from tour_pyserini.rewriters.ttt_embed import TttEmbed, shift_queries
+from tour_pyserini.rewriters.ttt_embed import TttEmbed
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
 from tour_pyserini.ttt.neighbours import NeighbourConfig, mix
 from tour_pyserini.ttt.objectives import FitConfig
-from tour_pyserini.ttt.state import State
+from tour_pyserini.ttt.state import State, shift_queries
 
 ENCODER = {"name": "m", "pooling": "mean", "l2_norm": True, "max_length": 256, "weights_sha256": "ab" * 32}
 

@@ -137,8 +137,8 @@ def test_the_servers_online_learner_recovers_the_planted_shift(planted, mini_sci
     unseen queries (served by the server, they would be judged and re-ranked by the oracle too)."""
     from serve_server import Server, wait_until
 
-    from tour_pyserini.serve.learning import HELD_BACK, RewardsLog, StateVersions
     from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
+    from tour_pyserini.ttt.online import HELD_BACK, RewardsLog, StateVersions
     from tour_pyserini.ttt.vectors import DocVectors
 
     index, train = planted["index"], read_topics(planted["train"])

@@ -18,22 +18,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import Param, Role, param
 from tour_pyserini.results import SearchResult, timed
 from tour_pyserini.rewriters.base import REWRITERS, QueryBatch, Rewriter, VectorIndex
-from tour_pyserini.ttt.state import State
-
-
-def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:
-    """unit(x + r) row by row (float32); a row whose residual is 0 is returned bit for bit unchanged.
-
-    For one query, unit(x + r)·z = (x·z + r·z) / ‖x + r‖ with ‖x + r‖ > 0 the same for every document,
-    so the search ranks documents by x·z + α v·z; normalising only rescales the scores.
-    """
-    out = np.array(vectors, dtype=np.float32, copy=True)
-    moved = np.any(residuals != 0, axis=1)
-    if moved.any():
-        u = np.asarray(vectors, dtype=np.float64)[moved] + residuals[moved]
-        out[moved] = (u / np.linalg.norm(u, axis=1, keepdims=True)).astype(np.float32)
-    return out
-
+from tour_pyserini.ttt.state import State, shift_queries
 
 STATE = Param(
     "state",

@@ -28,8 +28,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import param, positive_int
+from tour_pyserini.ttt.online import ANONYMOUS
 
-ANONYMOUS = "anonymous"  # the client name of requests without a key, where keys are not required
 PUBLIC_PATHS = ("/", "/explore", "/docs", "/openapi.json")  # the page and the API's description: no data
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\.[a-z]{1,8}")  # the page's scripts and styles, under /static/
 MAX_BODY_BYTES = 1024 * 1024  # an MCP call's JSON body; a search's parameters are in its URL

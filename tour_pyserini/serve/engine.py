@@ -27,12 +27,11 @@ from tour_pyserini.pipeline import Pipeline, Plan, build, build_teacher
 from tour_pyserini.results import SearchResult, StopReason, Trace, timed
 from tour_pyserini.rewriters import Abandoned, StoppableIndex
 from tour_pyserini.serve.access import ANONYMOUS, check_index_name
-from tour_pyserini.serve.allocation import Allocator
-from tour_pyserini.serve.learning import MIN_JUDGMENTS, OnlineLearner, Reward, usable
 from tour_pyserini.serve.quotas import DataQuota, JudgedQueries
 from tour_pyserini.serve.requests import SearchRequest
 from tour_pyserini.teachers import Teacher, TeacherSpec
-from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
+from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH, Allocator
+from tour_pyserini.ttt.online import MIN_JUDGMENTS, OnlineLearner, Reward, usable
 
 log = logging.getLogger(__name__)
 

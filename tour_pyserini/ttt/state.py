@@ -28,6 +28,20 @@ FORMAT = "tour-pyserini ttt-embed state 1"
 SCOPES = ("global", "task", "query", "neighbours")
 
 
+def shift_queries(vectors: np.ndarray, residuals: np.ndarray) -> np.ndarray:
+    """unit(x + r) row by row (float32); a row whose residual is 0 is returned bit for bit unchanged.
+
+    For one query, unit(x + r)·z = (x·z + r·z) / ‖x + r‖ with ‖x + r‖ > 0 the same for every document,
+    so the search ranks documents by x·z + α v·z; normalising only rescales the scores.
+    """
+    out = np.array(vectors, dtype=np.float32, copy=True)
+    moved = np.any(residuals != 0, axis=1)
+    if moved.any():
+        u = np.asarray(vectors, dtype=np.float64)[moved] + residuals[moved]
+        out[moved] = (u / np.linalg.norm(u, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
 def alpha(n: int) -> float:
     """The deployment magnitude α_g = n_g / (n_g + 1): 0 without rewards, 0.5 for a single query."""
     return n / (n + 1)

@@ -49,16 +49,16 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.rewriters.ttt_embed import shift_queries
-from tour_pyserini.serve.access import ANONYMOUS
 from tour_pyserini.teachers.store import Room
 from tour_pyserini.ttt.agreement import mean_agreement
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
 from tour_pyserini.ttt.magnitude import cross_validated_alpha
 from tour_pyserini.ttt.objectives import FitConfig
-from tour_pyserini.ttt.state import State
+from tour_pyserini.ttt.state import State, shift_queries
 
 log = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"  # the client of requests without a key (a server's access check names every client)
 
 REWARDS_LOG = "rewards.jsonl"
 STATE_NAME = re.compile(r"state-(\d{6})\.safetensors")
