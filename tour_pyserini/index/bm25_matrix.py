@@ -43,6 +43,7 @@ class TermMatrix:
             with open(tmp, "wb") as f:
                 np.savez(
                     f,
+                    allow_pickle=False,  # every array is numeric or text, as np.load reads them by default
                     **_pack("docids", self.docids),
                     **_pack("terms", self.terms),
                     df=self.df,

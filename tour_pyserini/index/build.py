@@ -52,6 +52,10 @@ class IndexRequest:
     prebuilt: bool = True  # whether prebuilt vectors may stand in for encoding
     shard: dict | None = None  # Shard.to_json() of a shard of the collection; None: the whole of it
 
+    def __post_init__(self) -> None:
+        if self.collection is None and self.from_index is None:
+            raise ValueError("an index request names its collection or the index its vectors come from")
+
     def differences(self, meta: IndexMeta) -> list[str]:
         """``"WHAT RECORDED, asked ASKED"`` for each thing the existing index was built with otherwise."""
         if meta.kind != self.kind:
@@ -61,8 +65,8 @@ class IndexRequest:
         if recorded != self.shard:  # a shard is never reused as the whole index, nor as another shard
             found.append(f"{_part(recorded)}, asked {_part(self.shard)}")
         if self.collection is not None:
-            found += self._corpus_differences(meta)
-        else:
+            found += self._corpus_differences(meta, self.collection)
+        elif self.from_index is not None:
             source = meta.extra.get("from_index")
             if source is None or Path(source).resolve() != Path(self.from_index).resolve():
                 found.append(f"vectors from {source or meta.collection}, asked {self.from_index}")
@@ -94,12 +98,12 @@ class IndexRequest:
             found.append(f"vectors of prebuilt/{meta.extra['prebuilt']}, asked encoding (--no-prebuilt)")
         return found
 
-    def _corpus_differences(self, meta: IndexMeta) -> list[str]:
-        corpus = corpus_file(self.collection)
+    def _corpus_differences(self, meta: IndexMeta, collection: str) -> list[str]:
+        corpus = corpus_file(collection)
         recorded = meta.corpus
         if recorded is None:  # indexes built before corpora were recorded: the collection as it was named
-            same = Path(meta.collection).resolve() == Path(self.collection).resolve()
-            return [] if same else [f"collection {meta.collection}, asked {self.collection}"]
+            same = Path(meta.collection).resolve() == Path(collection).resolve()
+            return [] if same else [f"collection {meta.collection}, asked {collection}"]
         same_path = recorded["path"] == str(corpus.resolve())
         stat = corpus.stat()
         if same_path and (stat.st_size, stat.st_mtime_ns) == (recorded["size"], recorded["mtime_ns"]):

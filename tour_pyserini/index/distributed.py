@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tour_pyserini._java import ray_init_beside_jvm
 from tour_pyserini.encoders import EncoderSpec
@@ -25,6 +26,9 @@ from tour_pyserini.index.build import build_index
 from tour_pyserini.index.faiss_index import FaissIndexSpec
 from tour_pyserini.index.layout import IndexMeta
 from tour_pyserini.index.shards import Shard, shard_request, write_dense_shard
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +129,8 @@ def kept_shards(build: ShardedBuild, root: Path, overwrite: bool) -> dict[int, i
     for path in sorted(root.iterdir()):
         shard_id = names.get(path.name)
         meta = IndexMeta.read(path) if shard_id is not None and path.is_dir() else None
-        if meta is None:  # a staging directory, a lock file or a shard of another --shards: not reused
+        # a staging directory, a lock file or a shard of another --shards: not reused
+        if shard_id is None or meta is None:
             if path.is_dir():
                 shutil.rmtree(path)
             else:
@@ -206,7 +211,8 @@ def run_tasks(
         encode_shard
     )
     board = ray.remote(num_cpus=0)(ProgressBoard).remote()
-    queue, running = list(pending), {}
+    queue = list(pending)
+    running: dict[ObjectRef, int] = {}  # each shard's task
     while queue or running:
         while queue and len(running) < workers:
             shard_id = queue.pop(0)

@@ -18,13 +18,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta, MissingIndexError, check_faiss_file, index_kind
+
+if TYPE_CHECKING:
+    import faiss
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 REFINE_FACTOR = 4  # IVF-PQ re-scores 4x the requested candidates exactly: PQ ranking errors mostly vanish
@@ -54,6 +57,13 @@ class FaissIndexSpec:
             if value is not None and value < 1:
                 raise UserError(f"{name} must be positive, got {value}")
         return self
+
+    @property
+    def ivfpq_shape(self) -> tuple[int, int, int]:
+        """``(nlist, nprobe, pq_m)`` of an IVF-PQ spec whose defaults are filled in (:meth:`resolved`)."""
+        if self.nlist is None or self.nprobe is None or self.pq_m is None:
+            raise ValueError(f"IVF-PQ spec {self.describe()!r} is not resolved for a collection yet")
+        return self.nlist, self.nprobe, self.pq_m
 
     def lists(self, num_docs: int) -> int:
         return self.nlist or max(1, min(round(4 * math.sqrt(num_docs)), num_docs // 39))
@@ -94,31 +104,42 @@ class FaissIndexSpec:
         return {k: v for k, v in asdict(self).items() if k in keys[self.type]}
 
 
-def empty_index(spec: FaissIndexSpec, d: int):
+def empty_index(spec: FaissIndexSpec, d: int) -> faiss.Index:
     """The untrained, empty Faiss index of a resolved ``spec`` (:meth:`FaissIndexSpec.resolved`)."""
     import faiss
 
     if spec.type == "flat":
-        index = faiss.IndexFlatIP(d)
-    elif spec.type == "hnsw":
-        index = faiss.IndexHNSWFlat(d, spec.M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = spec.ef_construction
-        index.hnsw.efSearch = spec.ef_search
-    else:
-        # IVF-PQ wrapped in a flat refinement store; the factory makes each index own its parts
-        factory = f"IVF{spec.nlist},PQ{spec.pq_m}x{spec.pq_nbits},RFlat"
-        index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
-        ivf = faiss.extract_index_ivf(index)
-        ivf.nprobe = spec.nprobe
-        # k-means of the lists on at most 64 points each (Faiss: 256): 4x faster, and the lists only
-        # choose where to look, since candidates are re-scored exactly
-        ivf.cp.max_points_per_centroid = TRAIN_POINTS_PER_LIST
-        ivfpq = faiss.downcast_index(ivf)
-        # each PQ codebook has 2^nbits centroids: Faiss warns below 39 points each, which every collection
-        # under 10,000 documents is; the bench measures the recall instead
-        ivfpq.pq.cp.min_points_per_centroid = 1
-        ivfpq.do_polysemous_training = False  # the factory's default; 10x the training time, unused by search
-        index.k_factor = REFINE_FACTOR
+        return faiss.IndexFlatIP(d)
+    if spec.type == "hnsw":
+        graph = faiss.IndexHNSWFlat(d, spec.M, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efConstruction = spec.ef_construction
+        graph.hnsw.efSearch = spec.ef_search
+        return graph
+    return empty_ivfpq(spec, d)
+
+
+def empty_ivfpq(spec: FaissIndexSpec, d: int) -> faiss.IndexRefine:
+    """IVF-PQ wrapped in a flat refinement store; the factory makes each index own its parts."""
+    import faiss
+
+    nlist, nprobe, pq_m = spec.ivfpq_shape
+    factory = f"IVF{nlist},PQ{pq_m}x{spec.pq_nbits},RFlat"
+    index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.nprobe = nprobe
+    # k-means of the lists on at most 64 points each (Faiss: 256): 4x faster, and the lists only
+    # choose where to look, since candidates are re-scored exactly
+    ivf.cp.max_points_per_centroid = TRAIN_POINTS_PER_LIST
+    ivfpq = faiss.downcast_index(ivf)
+    # the factory and downcast_index return the concrete classes, which faiss's stubs type as Index
+    if not isinstance(index, faiss.IndexRefine) or not isinstance(ivfpq, faiss.IndexIVFPQ):
+        raise TypeError(f"faiss built {factory!r} as {type(index).__name__} over {type(ivfpq).__name__}")
+    # each PQ codebook has 2^nbits centroids: Faiss warns below 39 points each, which every collection
+    # under 10,000 documents is; the bench measures the recall instead
+    ivfpq.pq.cp.min_points_per_centroid = 1
+    # the factory's default; 10x the training time, unused by search (an attribute faiss's stubs lack)
+    ivfpq.do_polysemous_training = False  # type: ignore[attr-defined]
+    index.k_factor = REFINE_FACTOR
     return index
 
 
@@ -178,7 +199,7 @@ def write_streamed(
 
     with open(path, "wb") as out:
         if spec.type == "ivfpq":
-            index = empty_index(spec, d)
+            index = empty_ivfpq(spec, d)
             start, cpu = time.perf_counter(), time.process_time()
             wanted, filled = training_sample(n, spec), 0
             sample = np.empty((len(wanted), d), dtype=np.float32)
@@ -196,7 +217,8 @@ def write_streamed(
             timed("add", start, cpu)
             start, cpu = time.perf_counter(), time.process_time()
             out.write(header(b"IxRF", n))
-            faiss.write_index(base, faiss.PyCallbackIOWriter(out.write))
+            # faiss's stubs lack its Python callback writer
+            faiss.write_index(base, faiss.PyCallbackIOWriter(out.write))  # type: ignore[attr-defined]
             k_factor = index.k_factor
             del index, base
         else:
@@ -213,7 +235,8 @@ def write_streamed(
 
 def training_sample(n: int, spec: FaissIndexSpec, seed: int = 0) -> np.ndarray:
     """Sorted row ids of the vectors IVF-PQ trains on: enough for the lists and for the PQ codebooks."""
-    size = min(n, max(TRAIN_POINTS_PER_LIST * spec.nlist, 256 * 2**spec.pq_nbits))
+    nlist, _, _ = spec.ivfpq_shape
+    size = min(n, max(TRAIN_POINTS_PER_LIST * nlist, 256 * 2**spec.pq_nbits))
     return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
 
 
@@ -323,7 +346,7 @@ def search_parameters(index, depth: int):
 
     graph = faiss.downcast_index(index)
     if isinstance(graph, faiss.IndexHNSW) and graph.hnsw.efSearch < depth:
-        return faiss.SearchParametersHNSW(efSearch=depth)
+        return faiss.SearchParametersHNSW(efSearch=depth)  # type: ignore[attr-defined]  # missing from faiss's stubs
     return None
 
 

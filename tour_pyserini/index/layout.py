@@ -38,6 +38,33 @@ class IndexMeta:
     def write(self, index_dir: Path) -> None:
         (index_dir / META_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
 
+    def _missing(self, what: str) -> UserError:
+        return UserError(
+            f"the {self.kind} index of {self.collection} records no {what}: not a dense index built by "
+            "python -m tour_pyserini.index"
+        )
+
+    @property
+    def dense_encoder(self) -> dict:
+        """The encoder that built a dense index, which every dense build records."""
+        if self.encoder is None:
+            raise self._missing("encoder")
+        return self.encoder
+
+    @property
+    def dense_dimension(self) -> int:
+        """The dimension of a dense index's vectors, which every dense build records."""
+        if self.dimension is None:
+            raise self._missing("vector dimension")
+        return self.dimension
+
+    @property
+    def corpus_record(self) -> dict:
+        """``corpus_identity()`` of the corpus a build read, which every build from a corpus file records."""
+        if self.corpus is None:
+            raise self._missing("corpus")
+        return self.corpus
+
     @classmethod
     def read(cls, index_dir: Path) -> IndexMeta | None:
         """The metadata of ``index_dir`` (None if it has none); a file that is not what we write is one line."""
@@ -52,6 +79,14 @@ class IndexMeta:
                 f"{path} is damaged, not the metadata tour_pyserini writes ({reason}); rebuild the "
                 f"index (index --output {index_dir} --overwrite)"
             ) from None
+
+
+def recorded_encoder(index_dir: Path) -> dict:
+    """The encoder that built the dense index ``index_dir``, as its metadata records it."""
+    meta = IndexMeta.read(index_dir)
+    if meta is None or not meta.encoder:
+        raise UserError(f"{index_dir} was not built by python -m tour_pyserini.index (no encoder recorded)")
+    return meta.encoder
 
 
 def check_faiss_file(path: Path, docid_count: int | None = None):

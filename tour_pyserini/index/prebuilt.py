@@ -104,7 +104,7 @@ def export_prebuilt(index_dir: str | Path, corpus: str | Path, output: str | Pat
     meta = IndexMeta.read(index_dir)
     if meta is None or meta.kind != "dense":
         raise UserError(f"{index_dir} is not a dense index built by tour_pyserini")
-    built_with = meta.encoder
+    built_with = meta.dense_encoder
     spec = EncoderSpec.resolve(
         built_with["name"], built_with["pooling"], built_with["l2_norm"], built_with["max_length"]
     )

@@ -143,7 +143,7 @@ class ShardSet:
 
     @property
     def corpus(self) -> Path:
-        return Path(self.first.corpus["path"])
+        return Path(self.first.corpus_record["path"])
 
     def request(self) -> IndexRequest:
         """What the merged index records, as the index command would ask for it from the collection."""
@@ -174,7 +174,7 @@ def _built_with(meta: IndexMeta) -> dict:
     """What shards of one build share, each as the index command names it."""
     shard = meta.extra["shard"]
     return {
-        "corpus": f"corpus SHA-256 {meta.corpus['sha256'][:12]}",
+        "corpus": f"corpus SHA-256 {meta.corpus_record['sha256'][:12]}",
         "shards": f"--shards {shard['of']}",
         "batch": f"--batch-size {meta.extra['batch_size']}",
         "fields": f"fields {meta.extra['fields']}",
@@ -194,9 +194,10 @@ def check_shards(directories: Sequence[str | Path]) -> ShardSet:
             for (mine, theirs) in zip(_built_with(meta).values(), _built_with(first).values())
             if mine != theirs
         ]
-        if not same_encoder(meta.encoder, first.encoder):
+        if not same_encoder(meta.dense_encoder, first.dense_encoder):
             differences.append(
-                f"encoder {describe(meta.encoder)} ({directory}) and {describe(first.encoder)} ({first_dir})"
+                f"encoder {describe(meta.dense_encoder)} ({directory}) and {describe(first.dense_encoder)} "
+                f"({first_dir})"
             )
         if differences:
             raise UserError(f"--merge: shards of different builds: {'; '.join(differences)}")
@@ -212,7 +213,8 @@ def check_shards(directories: Sequence[str | Path]) -> ShardSet:
             f"--merge: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
             f"{count} missing (build with index --collection ... --shard I --shards {count})"
         )
-    if stale := IndexRequest("dense", collection=first.corpus["path"], shard=first.extra["shard"]).differences(first):
+    asked = IndexRequest("dense", collection=first.corpus_record["path"], shard=first.extra["shard"])
+    if stale := asked.differences(first):
         raise UserError(f"--merge: the shards were encoded from {'; '.join(stale)}")
     ordered = [by_id[i] for i in range(count)]
     return ShardSet(
@@ -229,7 +231,7 @@ def merge_shards(shards: ShardSet, out_dir: Path) -> IndexMeta:
     import faiss
 
     first = shards.first
-    merged = faiss.IndexFlatIP(first.dimension)
+    merged = faiss.IndexFlatIP(first.dense_dimension)
     with open(out_dir / "docid", "wb") as docids:
         for directory in shards.directories:
             index = faiss_index.read(directory / "index")
