@@ -22,7 +22,9 @@ class RewardedQuery:
     rewards: np.ndarray
 
 
-def scope_plan(queries: Sequence[RewardedQuery], scope: str) -> tuple[list[tuple], np.ndarray, np.ndarray, list[int]]:
+def scope_plan(
+    queries: Sequence[RewardedQuery], scope: str
+) -> tuple[list[tuple[str | None, str | None]], np.ndarray, np.ndarray, list[int]]:
     """Keys of the scope's states, each query's group and weight, and n_g per key.
 
     Weights make every group's loss a mean: global gives each task the same weight and splits it
@@ -34,6 +36,7 @@ def scope_plan(queries: Sequence[RewardedQuery], scope: str) -> tuple[list[tuple
         raise ValueError(f"unknown scope {scope!r}; choose one of: {', '.join(SCOPES)}")
     tasks = list(dict.fromkeys(q.task for q in queries))
     per_task = {t: sum(q.task == t for q in queries) for t in tasks}
+    keys: list[tuple[str | None, str | None]]
     if scope == "global":
         keys = [(None, None)]
         group = np.zeros(len(queries), dtype=np.int64)

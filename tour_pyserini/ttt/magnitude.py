@@ -71,7 +71,7 @@ class MagnitudeChoice:
         }
 
     def describe(self) -> str:
-        best = max(self.gains, key=self.gains.get) if self.gains else 0.0
+        best = max(self.gains, key=self.gains.__getitem__) if self.gains else 0.0
         found = f"best held-out agreement gain {self.gains.get(best, 0.0):+.4f} at alpha {best:g} (p {self.p:.3g}"
         return f"{found}, {self.queries} held-out rewarded queries): alpha {self.alpha:g}"
 

@@ -89,10 +89,14 @@ def logit_gradients(
     """
     p = np.exp(log_p) * mask
     if config.objective == "grpo":
+        if log_ref is None or advantages is None:
+            raise ValueError("the grpo objective needs log_ref and advantages (from fit_targets)")
         ratio = np.exp(log_p - log_ref)
         clipped = np.clip(ratio, 1 - config.clip, 1 + config.clip)
         b = -advantages * ((ratio == clipped) | (ratio * advantages < clipped * advantages))
         return p * (b - (p * b).sum(-1, keepdims=True))
+    if log_t is None:
+        raise ValueError(f"the {config.objective} objective needs log_t (from fit_targets)")
     if config.objective == "kd":
         return p - np.exp(log_t) * mask
     gap = (log_p - log_t) * mask  # rkl

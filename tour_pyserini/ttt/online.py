@@ -445,7 +445,7 @@ class OnlineLearner:
             }
         }
         anchors = np.stack([self.vectors[key] for key in keys]) if self.scope == "neighbours" else None
-        new = State(
+        fitted = State(
             self.scope,
             keys_,
             V,
@@ -456,7 +456,7 @@ class OnlineLearner:
             provenance,
             anchors=anchors,
         )
-        new, last = self.judge(new, state, queries, held)
+        new, last = self.judge(fitted, state, queries, held)
         if new is not None and not self.versions.save(self.newest + 1, new, self.room):
             new, last = None, last | {"served": False, "why": "the data directory is full: the state was not written"}
         if new is not None:

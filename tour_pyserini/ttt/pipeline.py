@@ -89,19 +89,22 @@ def fit_state(
         for qid, x in zip(qids, X):
             ids = list(judged[qid])
             queries.append(RewardedQuery(task, qid, x, docs.get(ids), np.array([judged[qid][d] for d in ids])))
+    if encoder is None:
+        raise UserError("no rewarded queries to fit a state on")
+    warm_start = None
     if init is not None:
+        if init_path is None:
+            raise ValueError("a warm start's provenance names its state file: pass init_path with init")
         init.check_encoder(encoder, f"--init {init_path}")
+        warm_start = {"state": init_path, "sha256": file_sha256(init_path)}
     start = time.perf_counter()
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
     cv = magnitude is not None and magnitude.alpha_rule == "cv"
     choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing) if cv else None
     seconds = time.perf_counter() - start
     provenance = {path: {**info, "sha256": file_sha256(path)} for path, info in rewards.provenance.items()}
-    if init is not None:
-        provenance["warm start"] = {
-            "state": init_path,
-            "sha256": file_sha256(init_path),
-        }
+    if warm_start is not None:
+        provenance["warm start"] = warm_start
     if choice is not None:
         provenance["magnitude"] = choice.to_json()
     chosen = None if choice is None else [choice.alpha] * len(keys)

@@ -71,7 +71,7 @@ class State:
         if self.scope not in SCOPES:
             raise UserError(f"unknown scope {self.scope!r}; choose one of: {', '.join(SCOPES)}")
         self.vectors = np.asarray(self.vectors, dtype=np.float32)
-        self.keys = [tuple(k) for k in self.keys]
+        self.keys = [(task, qid) for task, qid in self.keys]  # lists, when read from JSON
         if self.vectors.ndim != 2 or not (len(self.keys) == len(self.counts) == len(self.vectors)):
             raise ValueError("a state needs one key, one count and one vector per row")
         if self.chosen_alphas is not None and len(self.chosen_alphas) != len(self.keys):
@@ -91,6 +91,13 @@ class State:
     @property
     def alpha_rule(self) -> str:
         return "count" if self.chosen_alphas is None else "cv"
+
+    @property
+    def neighbourhood(self) -> tuple[np.ndarray, NeighbourConfig]:
+        """The anchors and mixing of a neighbours state, which ``__post_init__`` gives both."""
+        if self.anchors is None or self.mixing is None:
+            raise ValueError(f"a {self.scope} state has no query vectors to mix residuals by")
+        return self.anchors, self.mixing
 
     @property
     def dimension(self) -> int:
@@ -146,7 +153,7 @@ class State:
         except (SafetensorError, OSError) as e:
             raise UserError(f"{path}: not a safetensors state file ({e})") from None
         meta = json.loads(raw) if raw else {}
-        if meta.get("format") != FORMAT:
+        if meta.get("format") != FORMAT or vectors is None:
             raise UserError(f"{path}: not a TTT-Embed state file (python -m tour_pyserini.ttt fit writes them)")
         chosen = meta["alphas"] if meta.get("alpha_rule", "count") == "cv" else None
         return cls(
@@ -192,8 +199,9 @@ class State:
         if self.scope == "neighbours":
             if vectors is None:
                 raise ValueError("a neighbours state moves queries by their vectors: pass them")
+            anchors, mixing = self.neighbourhood
             mine = [g for g, key in enumerate(self.keys) if key[0] == task]
-            return mix(vectors, self.anchors[mine], self.scaled[mine], self.mixing)
+            return mix(vectors, anchors[mine], self.scaled[mine], mixing)
         rows = {key: g for g, key in enumerate(self.keys)}
         if self.scope == "query":
             found = [(i, rows.get((task, qid))) for i, qid in enumerate(qids)]
