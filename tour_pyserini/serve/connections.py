@@ -9,6 +9,8 @@ bounded by the server's own timeout instead.
 
 from __future__ import annotations
 
+import asyncio
+
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -16,7 +18,9 @@ REQUEST_SECONDS = 10.0
 
 
 class BoundedH11Protocol(H11Protocol):
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    request_deadline: asyncio.TimerHandle | None = None  # armed from the connection's start
+
+    def connection_made(self, transport) -> None:  # uvicorn narrows asyncio's BaseTransport to Transport
         super().connection_made(transport)
         self.arm_request_deadline()
 
@@ -25,7 +29,7 @@ class BoundedH11Protocol(H11Protocol):
         self.arm_request_deadline()
 
     def arm_request_deadline(self) -> None:
-        if getattr(self, "request_deadline", None) is not None:
+        if self.request_deadline is not None:
             self.request_deadline.cancel()
         self.request_deadline = self.loop.call_later(REQUEST_SECONDS, self.close_if_still_sending)
 
@@ -35,7 +39,7 @@ class BoundedH11Protocol(H11Protocol):
         if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
             self.transport.close()
 
-    def connection_lost(self, exc) -> None:
-        if getattr(self, "request_deadline", None) is not None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.request_deadline is not None:
             self.request_deadline.cancel()
         super().connection_lost(exc)
