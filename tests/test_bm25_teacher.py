@@ -220,3 +220,30 @@ def test_a_query_longer_than_lucenes_clause_limit_searches_as_the_teacher_scores
     assert len(result.hits) == 5
     request = ScoreRequest("long", query, [h.docid for h in result.hits])
     assert np.allclose(teachers[0].score([request])[0], [h.score for h in result.hits], atol=1e-3)
+
+
+@pytest.mark.slow
+def test_a_document_without_text_scores_zero_though_lucene_left_it_out(tmp_path):
+    """Anserini's indexer skips an empty document (Cranfield has two), which a dense index still returns: the
+    teacher scores it 0, as BM25 scores a document with no term; a docid of no collection is still refused."""
+    import json
+
+    from tour_pyserini.index.bm25 import write_bm25_index
+    from tour_pyserini.index.build import build_index
+    from tour_pyserini.teachers.bm25 import AnseriniBm25Teacher, Bm25Teacher
+
+    docs = [("a", "cell membranes and bone density"), ("empty", ""), ("b", "bone density of the cell")]
+    (tmp_path / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": d, "title": "", "text": t}) + "\n" for d, t in docs)
+    )
+    index = tmp_path / "small.bm25"
+    build_index(index, lambda out: write_bm25_index(tmp_path, out_dir=out))
+    request = ScoreRequest("q", "bone density", ["a", "empty", "b"])
+    scores = Bm25Teacher(index).score([request])[0]
+    assert scores[1] == 0.0 and scores[0] > 0 and scores[2] > 0
+    assert (
+        scores[[0, 2]].tolist()
+        == AnseriniBm25Teacher(index).score([ScoreRequest("q", "bone density", ["a", "b"])])[0].tolist()
+    )
+    with pytest.raises(UserError, match="'elsewhere' is not in the BM25 index"):
+        Bm25Teacher(index).score([ScoreRequest("q", "bone", ["elsewhere"])])

@@ -19,7 +19,9 @@ from tour_pyserini._java import import_pyserini
 from tour_pyserini.errors import UserError
 from tour_pyserini.index.bm25 import K1, B
 from tour_pyserini.index.bm25_matrix import load_term_matrix
+from tour_pyserini.index.docstore import DocStore
 from tour_pyserini.index.layout import (
+    DOCSTORE_FILE,
     META_FILE,
     IndexMeta,
     MissingIndexError,
@@ -105,7 +107,9 @@ class Bm25Teacher(_LuceneIndexTeacher):
         self.keys += tf.indices
         self.tf = tf.data
         self.idf = idf(matrix.df, matrix.doc_count)
-        self.norm_inverse = norm_inverse_table(matrix.sum_total_tf, matrix.doc_count)[matrix.norms]
+        # one more row, holding no term: a document of the collection Lucene left out because it has no text
+        self.empty_row = len(matrix.docids)
+        self.norm_inverse = np.append(norm_inverse_table(matrix.sum_total_tf, matrix.doc_count)[matrix.norms], 0.0)
 
     @cached_property
     def analyzer(self):
@@ -154,14 +158,24 @@ class Bm25Teacher(_LuceneIndexTeacher):
         return np.where(self.keys[at] == keys, self.tf[at], 0)
 
     def _rows(self, requests: Sequence[ScoreRequest]) -> np.ndarray:
+        """Each candidate's row; a document of the index's collection that Lucene left out (it has no text: the
+        indexer skips empty documents) is the row of no term, whose BM25 is 0 for every query."""
         docids = [d for request in requests for d in request.docids]
         rows = np.array([self.rows.get(d, -1) for d in docids], dtype=np.int64)
-        if (rows < 0).any():
-            raise UserError(
-                f"document {docids[int(np.argmin(rows))]!r} is not in the BM25 index {self.index_dir}: "
-                "the teacher's index must hold the collection being searched"
-            )
+        for i in np.flatnonzero(rows < 0):
+            if self.docstore is None or docids[i] not in self.docstore:
+                raise UserError(
+                    f"document {docids[i]!r} is not in the BM25 index {self.index_dir}: "
+                    "the teacher's index must hold the collection being searched"
+                )
+            rows[i] = self.empty_row
         return rows
+
+    @cached_property
+    def docstore(self) -> DocStore | None:
+        """The index's collection, every document of it (Lucene's index lacks the empty ones)."""
+        path = self.index_dir / DOCSTORE_FILE
+        return DocStore(path) if path.exists() else None
 
 
 @TEACHERS.register
