@@ -20,6 +20,7 @@ from tour_pyserini.index.layout import IndexKind
 from tour_pyserini.pipeline.plan import STORE_NEEDS_PAIRWISE, Plan
 from tour_pyserini.results import SearchResult, Trace
 from tour_pyserini.rewriters import Rewriter
+from tour_pyserini.rewriters.base import TeacherRewriter
 from tour_pyserini.teachers import Teacher, TeacherContext, TeacherSpec, get_teacher, options_for
 from tour_pyserini.teachers.store import ScoreStore
 
@@ -45,6 +46,13 @@ class Pipeline:
     rewriter: Rewriter | None = None
     teacher: Teacher | None = None
     store: ScoreStore | None = None
+
+    @property
+    def asked_teacher(self) -> Teacher:
+        """The teacher of a search planned with one (a rewriter's, or one its caller asks itself)."""
+        if self.teacher is None:
+            raise ValueError(f"the search of {self.plan.spec.index} was planned with no teacher")
+        return self.teacher
 
     @property
     def info(self) -> TeacherInfo | None:
@@ -109,23 +117,25 @@ def dense_searcher(plan: Plan, rewriter: Rewriter):
     """The plan's index and query encoder (shared through its resources) as a searcher ranking with ``rewriter``."""
     from tour_pyserini.search.searcher import TourSearcher
 
-    spec = plan.spec
-    if plan.encoder is None:
-        encoder = plan.resources.shared(
-            "encoded", spec.encoded_queries, lambda: QueryEncoder.from_encoded(spec.encoded_queries)
-        )
-    else:  # the one a teacher built already, where it reads the same encoder
+    spec, encoded = plan.spec, plan.spec.encoded_queries
+    if plan.encoder is not None:  # the one a teacher built already, where it reads the same encoder
         encoder = plan.resources.encoders.get(plan.encoder, spec.device, plan.encoder_precision, plan.encoder_runtime)
+    elif encoded:
+        encoder = plan.resources.shared("encoded", encoded, lambda: QueryEncoder.from_encoded(encoded))
+    else:
+        raise ValueError(f"the plan of dense index {spec.index} has neither a query encoder nor encoded queries")
     return TourSearcher.from_open_index(plan.index, encoder, rewriter=rewriter, threads=spec.threads or 1)
 
 
 def build_rewriter(plan: Plan, teacher: Teacher | None, store: ScoreStore | None) -> Rewriter:
     """The plan's rewriter from its checked config, with the teacher, store and state it uses."""
-    cls = plan.rewriter
+    cls = plan.dense_rewriter
     if not cls.needs_teacher:
         if plan.start is not None:  # ttt-embed searches with the state read in planning
             return cls(config=plan.rewriter_config, shift=plan.start)
         return cls(config=plan.rewriter_config)
+    if not issubclass(cls, TeacherRewriter) or teacher is None:  # planning gives a teacher to each that asks one
+        raise ValueError(f"rewriter {cls.name!r} asks a teacher: it is a TeacherRewriter, and its plan has one")
     extra: dict[str, Any] = {"store": store} if store is not None else {}
     if plan.start is not None:
         extra["start"] = plan.start
@@ -136,6 +146,8 @@ def build_teacher(plan: Plan, spec: TeacherSpec | None = None) -> Teacher:
     """The plan's teacher (or ``spec``, another one planned with it: a server's) over the plan's index, with the
     teacher flags it reads, sharing the plan's index and query encoder; each built once per process."""
     spec = spec or plan.teacher
+    if spec is None:
+        raise ValueError("build_teacher builds the plan's teacher, or another one planned with it: there is neither")
     search = plan.spec
     options = options_for(str(spec), search.teacher_options)
     key = (spec, search.index, search.teacher_max_length, search.device, search.teacher_precision,

@@ -91,14 +91,18 @@ class SearchWorker:
                 "install the same extras on every node, or name --encoder-runtime and "
                 "--teacher-runtime"
             )
+        return os.getpid(), self.built().info
+
+    def built(self) -> Pipeline:
+        """The pipeline, built on first use."""
         if self.pipeline is None:
             self.pipeline = build(plan(self.spec))
-        return os.getpid(), self.pipeline.info
+        return self.pipeline
 
     @returns_user_errors
     def run(self, texts: Sequence[str], qids: Sequence[str], k: int) -> list[SearchResult]:
         raise_user_error(self.open())
-        return self.pipeline.run(texts, qids, k)
+        return self.built().run(texts, qids, k)
 
 
 class RayPool:
@@ -139,14 +143,16 @@ class RayPool:
         """The results of each (texts, qids, hits) batch, in the order the batches were given."""
         from ray.util import ActorPool
 
-        for results in ActorPool(self.actors).map(lambda actor, batch: actor.run.remote(*batch), batches):
+        # ActorPool's map reads every batch as it is called: a list of them submits the same, at the same time
+        for results in ActorPool(self.actors).map(lambda actor, batch: actor.run.remote(*batch), list(batches)):
             yield raise_user_error(results)
 
     def close(self) -> None:
         import ray
 
         for actor in self.actors:
-            ray.kill(actor, no_restart=True)
+            # ray types a new actor as its handle or its class (ActorProxy); kill takes the handle it is
+            ray.kill(actor, no_restart=True)  # type: ignore[arg-type]
         if self.owns_ray:
             ray.shutdown()
 

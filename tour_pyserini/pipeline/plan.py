@@ -56,6 +56,13 @@ class Plan:
     def index(self) -> OpenIndex:
         return self.resources.indexes.get(self.spec.index)
 
+    @property
+    def dense_rewriter(self) -> type[Rewriter]:
+        """The rewriter of a dense index's plan, which every such plan has (a BM25 index's has none)."""
+        if self.rewriter is None:
+            raise ValueError(f"the plan of BM25 index {self.spec.index} has no rewriter")
+        return self.rewriter
+
     def with_rewriter(
         self,
         rewriter: str,
@@ -71,7 +78,7 @@ class Plan:
         range, no option counting more candidates than the index holds, the state's encoder this plan's. What a
         server checks of each request."""
         spec = replace(self.spec, rewriter=rewriter, rewriter_options=options, teacher=teacher, score_store=score_store)
-        parsed = spec.teacher
+        parsed = spec.teacher_spec
         if self.kind == IndexKind.BM25:
             if rewriter != "none" or spec.teacher:
                 raise UserError("--rewriter and --teacher need a dense index; this one is BM25")
@@ -113,15 +120,19 @@ def plan(spec: SearchSpec, resources: Resources | None = None, *, asks_teacher: 
         if not spec.teacher:
             raise UserError(STORE_NEEDS_PAIRWISE)
         check_store_path(spec.score_store)
-    index = plan_index(spec, resources)
-    return index.with_rewriter(
+    return index_part(spec, resources).with_rewriter(
         spec.rewriter, spec.rewriter_options, spec.teacher, score_store=spec.score_store, asks_teacher=asks_teacher
     )
 
 
 def plan_index(spec: SearchSpec, resources: Resources) -> Plan:
-    """The index's part of the plan (the index opened and its knobs set, the query encoder resolved), searching with
-    no rewriter; :meth:`Plan.with_rewriter` adds one."""
+    """The index's part of the plan, searching with no rewriter (a server's, once per index); :meth:`Plan.with_rewriter`
+    adds one."""
+    return index_part(spec, resources).with_rewriter("none", {})
+
+
+def index_part(spec: SearchSpec, resources: Resources) -> Plan:
+    """The index opened and its knobs set, the query encoder resolved: a plan without its rewriter yet."""
     base = replace(spec, rewriter="none", rewriter_options={}, teacher=None, score_store=None)
     if index_kind(spec.index) == IndexKind.BM25:
         check_readable(spec.index)
@@ -154,7 +165,7 @@ def plan_index(spec: SearchSpec, resources: Resources) -> Plan:
     check_device(spec.device)
     precision = resolve_query_precision(spec.encoder_precision, spec.device, runtime)
     num_docs = index.meta.num_docs if index.meta is not None else len(index.docids)
-    index_part = Plan(
+    return Plan(
         base,
         IndexKind.DENSE,
         resources,
@@ -163,4 +174,3 @@ def plan_index(spec: SearchSpec, resources: Resources) -> Plan:
         encoder_precision=precision,
         encoder_runtime=runtime,
     )
-    return index_part.with_rewriter("none", {})  # the retriever's ranking alone, the base of every request

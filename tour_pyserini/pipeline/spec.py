@@ -62,3 +62,8 @@ class SearchSpec:
         object.__setattr__(self, "teacher_options", Values(self.teacher_options))
         if self.teacher is not None:
             object.__setattr__(self, "teacher", TeacherSpec.parse(self.teacher))
+
+    @property
+    def teacher_spec(self) -> TeacherSpec | None:
+        """``teacher``, which a spec holds parsed (a string given is parsed when the spec is made)."""
+        return None if self.teacher is None else TeacherSpec.parse(self.teacher)
