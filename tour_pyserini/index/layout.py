@@ -66,7 +66,7 @@ class IndexMeta:
         return self.corpus
 
     @classmethod
-    def read(cls, index_dir: Path) -> IndexMeta | None:
+    def read(cls, index_dir: str | Path) -> IndexMeta | None:
         """The metadata of ``index_dir`` (None if it has none); a file that is not what we write is one line."""
         path = Path(index_dir) / META_FILE
         if not path.exists():

@@ -146,13 +146,13 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig) ->
     from tour_pyserini.eval.answers import AnswerMatcher
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.faiss_index import read_vectors
-    from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+    from tour_pyserini.index.layout import DOCSTORE_FILE, recorded_encoder
     from tour_pyserini.training.answers import answer_bearing, check_trainable
     from tour_pyserini.training.loop import LoopSettings, Trainer
 
     config.check()  # the command line checked its flags already; a library caller gets the same rules
-    meta = IndexMeta.read(index_dir)
-    check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
+    built_by = recorded_encoder(index_dir)
+    check_pair(EncoderSpec.resolve(init), built_by, index_dir)
     vectors, docids = read_vectors(index_dir)
     blocks = torch.from_numpy(vectors)
     start = time.perf_counter()
@@ -167,7 +167,7 @@ def train(index_dir: Path, topics, output: Path, init: str, config: QaConfig) ->
         raise UserError("too few training questions for a dev split")
     check_trainable(rows, train_set, index_dir)
     task = EarlyUpdateTask(
-        init, config, blocks, topics, rows, dev, pair=(meta.encoder["name"], index_document_sha(meta.encoder))
+        init, config, blocks, topics, rows, dev, pair=(built_by["name"], index_document_sha(built_by))
     )
     if task.model.config.hidden_size != blocks.shape[1]:
         raise UserError(

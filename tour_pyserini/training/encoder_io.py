@@ -26,8 +26,9 @@ def load_encoder(name: str):
     return spec, tokenizer, model
 
 
-def encode(model, tokenizer, texts: list[str], *, max_length: int, pooling: str, l2_norm: bool):
-    """(n, d) vectors with gradients: masked mean (or [CLS]) pooling and L2 norm, as Pyserini's encoders do."""
+def encode(model, tokenizer, texts: list[str], *, max_length: int, pooling: str | None, l2_norm: bool):
+    """(n, d) vectors with gradients: masked mean pooling (``pooling`` "mean") or the [CLS] token (any other
+    ``pooling``, None included), and L2 norm, as Pyserini's encoders do."""
     import torch
 
     inputs = tokenizer(

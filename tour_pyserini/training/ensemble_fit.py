@@ -116,9 +116,9 @@ def fit_ensemble(
         request = ScoreRequest(t.qid, t.text, docids, searcher.docstore.get(docids))
         features.append(np.stack([teacher.score([request])[0] for teacher in teachers], axis=1))
         if np.isnan(features[-1]).any():
-            spec = teacher_specs[int(np.isnan(features[-1]).any(axis=0).argmax())]
+            silent = teacher_specs[int(np.isnan(features[-1]).any(axis=0).argmax())]
             raise UserError(
-                f"teacher {spec} gave no score for a candidate of query {t.qid}: the weights are fitted "
+                f"teacher {silent} gave no score for a candidate of query {t.qid}: the weights are fitted "
                 "on every candidate's score"
             )
     weights = fit_weights(features, relevant, l2=l2, init=[1.0] + [0.0] * (len(teachers) - 1))

@@ -53,7 +53,8 @@ class IctExample:
 
 def _word_pieces(sentence: str, count, limit: int) -> list[str]:
     """Cut a sentence longer than ``limit`` wordpieces between words (greedy), each piece within the limit."""
-    pieces, current = [], []
+    pieces: list[str] = []
+    current: list[str] = []
     for word in sentence.split():
         if current and count(" ".join([*current, word])) > limit:
             pieces.append(" ".join(current))
@@ -73,7 +74,9 @@ def make_blocks(docid: str, title: str, text: str, count, max_wordpieces: int = 
     budget = max_wordpieces - 2 - (count(title) if title else 0)
     if budget < 1:
         raise ValueError(f"document {docid}: its title alone exceeds {max_wordpieces} wordpieces")
-    blocks, current, used = [], [], 0
+    blocks: list[Block] = []
+    current: list[str] = []
+    used = 0
     for sentence in split_sentences(text):
         n = count(sentence)
         parts = [(sentence, n)] if n <= budget else [(p, count(p)) for p in _word_pieces(sentence, count, budget)]

@@ -214,6 +214,8 @@ class Trainer:
                     losses, figures = [], []
                     if better(history[-1][self.task.metric], best):
                         best = Checkpoint(step, history[-1][self.task.metric], state_of(self.task.modules))
+            if best is None:  # only when epochs of batches ran out before an evaluation
+                raise ValueError(f"no checkpoint was evaluated: {s.epochs} epochs end before step {s.last}")
             for module, state in zip(self.task.modules, best.state):
                 module.load_state_dict(state)
             self.task.save(tmp)

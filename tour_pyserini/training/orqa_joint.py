@@ -258,14 +258,14 @@ def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, co
     from tour_pyserini.eval.answers import AnswerMatcher
     from tour_pyserini.index.docstore import DocStore
     from tour_pyserini.index.faiss_index import read_vectors
-    from tour_pyserini.index.layout import DOCSTORE_FILE, IndexMeta
+    from tour_pyserini.index.layout import DOCSTORE_FILE, recorded_encoder
     from tour_pyserini.training.answers import answer_bearing, check_trainable
     from tour_pyserini.training.early_update import answer_split
     from tour_pyserini.training.loop import LoopSettings, Trainer
 
     config.check()
-    meta = IndexMeta.read(index_dir)
-    check_pair(EncoderSpec.resolve(init), meta.encoder, index_dir)
+    built_by = recorded_encoder(index_dir)
+    check_pair(EncoderSpec.resolve(init), built_by, index_dir)
     vectors, docids = read_vectors(index_dir)
     docstore = DocStore(index_dir / DOCSTORE_FILE)
     texts = [d.contents for d in docstore.get(list(docids))]
@@ -283,7 +283,7 @@ def train(index_dir: Path, topics, output: Path, init: str, reader_init: str, co
         topics,
         rows,
         dev_idx,
-        pair=(meta.encoder["name"], index_document_sha(meta.encoder)),
+        pair=(built_by["name"], index_document_sha(built_by)),
     )
     about = {
         "config": asdict(config),

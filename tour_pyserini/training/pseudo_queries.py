@@ -33,7 +33,7 @@ def draw_sentences(docs: Sequence, count: int, rng: random.Random, *, min_words:
     eligible = [(doc, sentences) for doc in docs if len(sentences := split_sentences(doc.text)) >= 2]
     if not eligible:
         raise ValueError("no document has two sentences or more: no pseudo-query can be drawn")
-    out = []
+    out: list[PseudoQuery] = []
     while len(out) < count:
         doc, sentences = rng.choice(eligible)
         s = rng.randrange(len(sentences))

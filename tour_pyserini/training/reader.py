@@ -30,6 +30,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tour_pyserini.answer.spans import DEFAULT_RULE, RULES
 from tour_pyserini.errors import UserError
@@ -41,6 +42,9 @@ from tour_pyserini.numbers import (
     positive_int,
 )
 from tour_pyserini.training.loop import LEARNING_RATE, TrainerSettings
+
+if TYPE_CHECKING:
+    from tour_pyserini.answer.windows import Window
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +117,8 @@ class Example:
     """One training question's windows: positives with their target spans, and negatives."""
 
     qid: str
-    positives: list  # (Window, [(start, end), ...])
-    negatives: list  # Window
+    positives: list[tuple[Window, list[tuple[int, int]]]]  # each with its answer's spans
+    negatives: list[Window]
 
 
 def build_examples(
@@ -157,7 +161,8 @@ def step_loss(model, examples: Sequence[Example], config: ReaderTrainConfig, rng
 
     from tour_pyserini.answer.windows import collate
 
-    windows, plan = [], []
+    windows: list[Window] = []
+    plan: list[tuple[int, int, list[tuple[int, int]]]] = []  # (first window, windows, answer spans) per question
     for ex in examples:
         window, spans = rng.choice(ex.positives)
         negatives = rng.sample(ex.negatives, min(len(ex.negatives), config.passages - 1))

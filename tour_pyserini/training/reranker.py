@@ -23,10 +23,11 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tour_pyserini.encoders.spec import check_model
+from tour_pyserini.encoders.spec import EncoderSpec, check_model
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import (
     check_fields,
@@ -166,7 +167,7 @@ class ListwiseTask:
         self.docstore = docstore
         self.dense = dense  # the retriever's similarity, added at residual_scale
         self.encoder = encoder or {}  # the index's document encoder, for texts the index does not hold
-        self.document_encoder = None  # (spec, tokenizer, model), loaded on first use
+        self.document_encoder: tuple[EncoderSpec, Any, Any] | None = None  # (spec, tokenizer, model), on first use
         self.dev, self.dev_qrels, self.dev_measure = dev or [], dev_qrels or {}, dev_measure
         self.metric = f"dev_{dev_measure}"
         self.extra: list[Example] = []
@@ -370,7 +371,7 @@ def question_examples(
         ex.texts = {doc.docid: doc.contents for doc in searcher.docstore.get(ex.positives + ex.negatives)}
     meta = IndexMeta.read(index)
     if encoder is not None and meta is not None and meta.encoder == encoder:
-        rows = opened.teacher.score([ScoreRequest(ex.qid, ex.query, list(ex.texts)) for ex in examples])
+        rows = opened.asked_teacher.score([ScoreRequest(ex.qid, ex.query, list(ex.texts)) for ex in examples])
         for ex, row in zip(examples, rows):
             ex.similarities = dict(zip(ex.texts, row.tolist()))
     return (examples * math.ceil(count / len(examples)))[:count]
@@ -384,7 +385,7 @@ def train(
     base_model: str,
     config: TrainConfig,
     *,
-    questions: tuple | None = None,
+    questions: tuple[str, Any, Any] | None = None,
 ) -> dict:
     """Train and save the best checkpoint at ``output``; returns the training report (also in training.json).
 
@@ -446,7 +447,7 @@ def train(
     return Trainer(task, settings).fit(train_set, output, about)
 
 
-def extra_questions(questions: tuple | None, extra: list[Example]) -> dict | None:
+def extra_questions(questions: tuple[str, Any, Any] | None, extra: list[Example]) -> dict | None:
     """What the training report says of another collection's questions added to every step."""
     if questions is None:
         return None
