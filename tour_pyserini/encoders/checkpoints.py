@@ -33,6 +33,8 @@ def checked_loading(what: str, *, unused: str | None = None) -> Iterator[None]:
     (Pyserini's encoder classes, sentence-transformers): one whose checkpoint leaves parameters out, or
     holds weights of another shape, is refused in one line that starts with ``what`` (e.g.
     ``"--encoder DIR"``). ``unused``: a pattern of parameters the caller never reads, which may be missing."""
+    from unittest.mock import patch
+
     from transformers import PreTrainedModel
 
     loads: list[tuple[str, int, dict]] = []
@@ -46,13 +48,13 @@ def checked_loading(what: str, *, unused: str | None = None) -> Iterator[None]:
         return (model, info) if asked else model
 
     transformers_log = logging.getLogger("transformers.modeling_utils")
-    PreTrainedModel.from_pretrained = classmethod(recording)
-    transformers_log.addFilter(_without_load_report)
-    try:
-        yield
-    finally:
-        PreTrainedModel.from_pretrained = original
-        transformers_log.removeFilter(_without_load_report)
+    # the class's own classmethod is put back on leaving, as the block ends or raises
+    with patch.object(PreTrainedModel, "from_pretrained", classmethod(recording)):
+        transformers_log.addFilter(_without_load_report)
+        try:
+            yield
+        finally:
+            transformers_log.removeFilter(_without_load_report)
     for class_name, parameters, info in loads:
         check_loading_info(what, class_name, parameters, info, unused=unused)
 

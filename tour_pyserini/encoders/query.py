@@ -24,6 +24,7 @@ import pickle
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def _pyserini_query_encoder(spec: EncoderSpec, device: str):
     klass = CLASSES[spec.encoder_class]
     add_post_init()  # Pyserini's ANCE, CosDPR and Aggretriever models under transformers 5
     encode = import_pyserini("pyserini.encode")
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(  # the keyword arguments of a Pyserini query encoder class
         encoder_dir=spec.path, tokenizer_name=spec.tokenizer, device=device, prefix=spec.query_prefix, fp16=False
     )
     if spec.encoder_class in AUTO_FAMILY:
@@ -214,13 +215,13 @@ class QueryEncoder:
 
     @staticmethod
     def _assemble(groups: list[list[int]], encode) -> np.ndarray:
-        """One matrix from ``encode(rows)`` of each group of row indices."""
-        vectors = None
-        for rows in groups:
-            group = encode(rows)
-            if vectors is None:
-                vectors = np.empty((sum(map(len, groups)), group.shape[1]), dtype=np.float32)
-            vectors[rows] = group
+        """One matrix from ``encode(rows)`` of each group of row indices (one group at least)."""
+        first, *rest = groups
+        group = encode(first)  # its width is the matrix's
+        vectors = np.empty((sum(map(len, groups)), group.shape[1]), dtype=np.float32)
+        vectors[first] = group
+        for rows in rest:
+            vectors[rows] = encode(rows)
         return vectors
 
     def _pyserini_batch(self, texts: list[str]) -> np.ndarray:
@@ -384,9 +385,12 @@ def read_encoded_queries(directory: str | Path, dimension: int | None = None) ->
         raise UserError(f"{where}: {ENCODED_FILE} holds no queries")
     rows = [(text, as_vector(v)) for text, v in zip(frame["text"].tolist(), frame["embedding"].tolist())]
     sizes = Counter(v.size for _, v in rows if v is not None and vector_problem(v, v.size) is None)
-    if dimension is None and not sizes:
+    if sizes:
+        table_dimension = sizes.most_common(1)[0][0]
+    elif dimension is not None:
+        table_dimension = dimension
+    else:
         raise UserError(f"{where}: {ENCODED_FILE} holds no finite vector of numbers")
-    table_dimension = sizes.most_common(1)[0][0] if sizes else dimension
     if dimension is not None and sizes and table_dimension != dimension:
         raise UserError(f"{where} holds {table_dimension}-d vectors; the index holds {dimension}-d ones")
     return {text: vector_problem(v, table_dimension) for text, v in rows if isinstance(text, str)}, table_dimension

@@ -96,6 +96,7 @@ class EncoderSpec:
             max_length_given=settings.max_length is not None,
             side=side,
         )
+        path: Path | str  # a hub id stays a string
         if name in _BUNDLED:
             path = bundled_model_dir()
         else:

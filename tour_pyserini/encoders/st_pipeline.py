@@ -28,16 +28,19 @@ class PipelineEncoder:
 
     @property
     def dimension(self) -> int:
-        return self.model.get_sentence_embedding_dimension()
+        dimension = self.model.get_sentence_embedding_dimension()
+        if dimension is None:
+            raise ValueError("this sentence-transformers model does not say the dimension of its vectors")
+        return dimension
 
     def encode(self, texts: Sequence[str] | str, titles: Sequence[str] | None = None, **_) -> np.ndarray:
         """(n, d) float32 vectors; one text (a string) gives a 1-d vector, as Pyserini's query classes do;
         ``titles`` go before their texts, as Pyserini's auto document class joins them."""
         single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
+        inputs = [texts] if isinstance(texts, str) else list(texts)
         if titles is not None:
-            texts = [f"{title} {text}" for title, text in zip(titles, texts)]
+            inputs = [f"{title} {text}" for title, text in zip(titles, inputs)]
         vectors = self.model.encode(
-            texts, prompt=self.prefix, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+            inputs, prompt=self.prefix, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
         ).astype(np.float32)
         return vectors[0] if single else vectors
