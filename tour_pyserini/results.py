@@ -39,6 +39,13 @@ class Hit:
     score: float
     vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def index_vector(self) -> np.ndarray:
+        """``vector``, which every hit of a search that asked for vectors carries."""
+        if self.vector is None:
+            raise ValueError(f"hit {self.docid!r} carries no vector: its search did not ask for them")
+        return self.vector
+
 
 @dataclass
 class Trace:

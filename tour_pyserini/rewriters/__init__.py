@@ -17,6 +17,7 @@ from tour_pyserini.rewriters.base import (
     QueryBatch,
     Rewriter,
     StoppableIndex,
+    TeacherRewriter,
     VectorIndex,
 )
 from tour_pyserini.rewriters.identity import Identity
@@ -67,4 +68,8 @@ def get_rewriter(name: str, teacher: Teacher | None = None, **options) -> Rewrit
     """The rewriter registered as ``name``, with ``teacher`` if it asks one, from option values (None: the
     default); a value out of range, or an option it does not take (``--lr`` with rocchio), is one line."""
     cls, config = check_rewriter(name, options, teacher=teacher is not None)
-    return cls(teacher, config=config) if cls.needs_teacher else cls(config=config)
+    if not cls.needs_teacher:
+        return cls(config=config)
+    if not issubclass(cls, TeacherRewriter) or teacher is None:  # check_rewriter refuses one without a teacher
+        raise ValueError(f"rewriter {name!r} asks a teacher: it is a TeacherRewriter, and is given one")
+    return cls(teacher, config=config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -31,8 +31,15 @@ if TYPE_CHECKING:
 class VectorIndex(Protocol):
     """The dense index as a rewriter sees it."""
 
-    docstore: DocStore | None  # docid -> text, for teachers that read candidates
-    encoder: EncoderSpec | None  # what encoded the query vectors, when known
+    @property
+    def docstore(self) -> DocStore | None:
+        """docid -> text, for teachers that read candidates."""
+        ...
+
+    @property
+    def encoder(self) -> EncoderSpec | None:
+        """What encoded the query vectors, when known."""
+        ...
 
     @property
     def num_docs(self) -> int: ...
@@ -88,7 +95,7 @@ class Candidates:
     vectors: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class QueryBatch:
     """Queries that advance through a rewriter together: ids, texts, vectors (n, d) and their traces.
 
@@ -99,12 +106,22 @@ class QueryBatch:
     qids: list[str]
     texts: list[str]
     vectors: np.ndarray
-    traces: list[Trace] = field(default=None)  # type: ignore[assignment]  # None: fresh traces
+    traces: list[Trace]
     encoded_by: Any = None  # the QueryEncoder that made ``vectors``, when the searcher did (teachers share it)
 
-    def __post_init__(self) -> None:
-        if self.traces is None:
-            object.__setattr__(self, "traces", [Trace() for _ in self.qids])
+    def __init__(
+        self,
+        qids: list[str],
+        texts: list[str],
+        vectors: np.ndarray,
+        traces: list[Trace] | None = None,  # None: fresh traces
+        encoded_by: Any = None,
+    ) -> None:
+        object.__setattr__(self, "qids", qids)
+        object.__setattr__(self, "texts", texts)
+        object.__setattr__(self, "vectors", vectors)
+        object.__setattr__(self, "traces", [Trace() for _ in qids] if traces is None else traces)
+        object.__setattr__(self, "encoded_by", encoded_by)
         if not (len(self.qids) == len(self.texts) == len(self.vectors) == len(self.traces)):
             raise ValueError(
                 f"batch has {len(self.qids)} qids, {len(self.texts)} texts, {len(self.vectors)} vectors "

@@ -52,7 +52,7 @@ class _Prf(Rewriter):
                 feedback = index.search_vectors(vectors, cfg.prf_depth, return_vector=True)
             with timed(traces, "update"):
                 vectors = np.array(
-                    [self.update(q, np.vstack([h.vector for h in found])) for q, found in zip(vectors, feedback)]
+                    [self.update(q, np.vstack([h.index_vector for h in found])) for q, found in zip(vectors, feedback)]
                 ).astype("float32")
             for trace in traces:
                 trace.iterations += 1

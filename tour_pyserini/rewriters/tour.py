@@ -10,6 +10,7 @@ of running them one at a time.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,6 +152,7 @@ class TourConfig:
             raise UserError("the union final ranking reuses cached teacher scores: it needs the cache")
         if self.fixed_positives is not None and self.teacher_positives is not None:
             raise UserError("give --fixed-positives or --teacher-positives, not both")
+        assert self.depth is not None  # __post_init__ fills it from the preset
         for name, value in (
             ("--fixed-positives", self.fixed_positives),
             ("--teacher-positives", self.teacher_positives),
@@ -171,8 +173,12 @@ class _Step:
 
 
 class _Tour(TeacherRewriter):
-    stop_reason: StopReason  # the trace's stop reason when the early-stop rule fires
     Config = TourConfig
+
+    @property
+    @abstractmethod
+    def stop_reason(self) -> StopReason:
+        """The trace's stop reason when the early-stop rule fires."""
 
     def __init__(
         self,

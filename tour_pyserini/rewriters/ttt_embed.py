@@ -41,7 +41,7 @@ class StateShift:
         self.path = where
         self.state = state
         self.task = state.select_task(task)
-        self.checked = None  # the index last checked: its encoder is hashed once, not once per batch
+        self.checked: VectorIndex | None = None  # the index last checked: its encoder is hashed once, not per batch
 
     @classmethod
     def load(cls, path: str | Path, task: str | None = None) -> StateShift:

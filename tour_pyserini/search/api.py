@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import numbers
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.results import Hit
+from tour_pyserini.results import Hit, SearchResult
 
 
 def check_k(k) -> int:
@@ -19,10 +20,14 @@ def check_k(k) -> int:
     return int(k)
 
 
-class PyseriniSearch:
+class PyseriniSearch(ABC):
     """``search`` and ``batch_search`` for a searcher with ``retrieve(queries, qids, k)`` and ``threads``."""
 
     threads: int
+
+    @abstractmethod
+    def retrieve(self, queries: Sequence[str], qids: Sequence[str], k: int = 10) -> list[SearchResult]:
+        """The top ``k`` of each query, with its trace, in order."""
 
     def search(self, query: str, k: int = 10, *, qid: str = "q") -> list[Hit]:
         """The top ``k`` of one query."""

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def gc_paused() -> Iterator[None]:
 def opened_faiss_searcher() -> type:
     """Pyserini's ``FaissSearcher`` over an index already opened (:class:`~tour_pyserini.index.faiss_index.OpenIndex`:
     memory-mapped, so processes on one machine, Ray workers, share one copy of the vectors in the page cache)."""
-    searcher_class = import_pyserini("pyserini.search.faiss").FaissSearcher
+    searcher_class: Any = import_pyserini("pyserini.search.faiss").FaissSearcher  # a class of the module loaded
 
     class OpenedFaissSearcher(searcher_class):
         def __init__(self, opened: OpenIndex, query_encoder):
@@ -340,7 +341,7 @@ class TourSearcher(PyseriniSearch):
             vectors = self._check_vectors(query)
             if len(vectors) != 1:
                 raise UserError(f"search takes one query vector, got {len(vectors)}: use batch_search")
-            queries = vectors
+            queries: np.ndarray | list[str] = vectors
         else:
             queries = [query]
         vectors, found = self._pyserini_search(queries, [qid], k, threads, return_vector)
@@ -406,9 +407,9 @@ class TourSearcher(PyseriniSearch):
     def _hit_vectors(self, hits: list[Hit]) -> list[np.ndarray]:
         """Each hit's exact index vector: the one it came with, else read from the index by its docid."""
         missing = [h.docid for h in hits if h.vector is None]
-        if not missing:
-            return [h.vector for h in hits]
-        wanted = set(missing)
-        rows = {d: i for i, d in enumerate(self.faiss.docids) if d in wanted}
-        read = dict(zip(missing, faiss_index.rows(self.faiss.index, np.array([rows[d] for d in missing]))))
+        read: dict[str, np.ndarray] = {}
+        if missing:
+            wanted = set(missing)
+            rows = {d: i for i, d in enumerate(self.faiss.docids) if d in wanted}
+            read = dict(zip(missing, faiss_index.rows(self.faiss.index, np.array([rows[d] for d in missing]))))
         return [read[h.docid] if h.vector is None else h.vector for h in hits]
