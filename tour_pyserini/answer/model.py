@@ -9,9 +9,12 @@ through torch or, exported once and cached beside its weights, ONNX Runtime or O
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from tour_pyserini.answer.spans import (
     DEFAULT_RETRIEVAL_WEIGHT,
@@ -177,7 +180,8 @@ class Reader:
         options.check()
         self.options = options
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
-        self.model = self.graph = None
+        self.model: Any = None  # the torch model, where torch runs the reader
+        self.graph: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None  # else its exported graph
         if model is None and options.runtime != "torch":
             self.graph = exported_reader(name, self.tokenizer, options.precision, options.runtime)
         else:
@@ -203,7 +207,7 @@ class Reader:
         finally:
             self.model.train(was_training)
 
-    def _span_logits(self, inputs: dict) -> tuple:
+    def _span_logits(self, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) logits of a batch of :func:`collate`'s arrays, float32 numpy (windows, tokens)."""
         import torch
 
@@ -213,7 +217,7 @@ class Reader:
         result = self.model(**{k: torch.from_numpy(v).to(self.options.device) for k, v in inputs.items()})
         return result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
 
-    def logits(self, windows: Sequence[Window]) -> list[tuple]:
+    def logits(self, windows: Sequence[Window]) -> list[tuple[np.ndarray, np.ndarray]]:
         """(start, end) logits of each window, float32 numpy arrays of its length."""
         out: list = [None] * len(windows)
         with self._running():

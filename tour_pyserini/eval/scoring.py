@@ -41,6 +41,8 @@ def passages(judgements: Judgements, stack: ExitStack) -> DocStore:
 def open_judge(judgements: Judgements, stack: ExitStack) -> Judge:
     """The judge that qrels or answers (with their passages) ask for."""
     if not judgements.answers:
+        if not judgements.qrels:
+            raise UserError("runs are judged by --qrels or --answers: give one")
         return QrelsJudge(read_qrels(judgements.qrels), list(judgements.metrics))
     from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 
@@ -69,6 +71,10 @@ def check_queries(path: str, run: dict, judge: Judge, judgements: Judgements) ->
         )
     if not judgements.answers:
         return
+    from tour_pyserini.eval.answers import AnswerJudge
+
+    if not isinstance(judge, AnswerJudge):  # the judge of other judgements than these answers
+        raise ValueError(f"answers {judgements.answers} are judged by an AnswerJudge, not a {type(judge).__name__}")
     if len(common) < len(judge.qids):
         log.warning(
             "%s: %d of the %d questions of %s are not in the run and count as 0 (is it a run of these topics?)",
@@ -110,9 +116,10 @@ def score_runs(judgements: Judgements, run_paths, answer_qrels_out: str | None =
                         judgements.qrels,
                     )
         if answer_qrels_out:
-            if not judgements.answers:
+            from tour_pyserini.eval.answers import AnswerJudge, answer_qrels
+
+            if not judgements.answers or not isinstance(judge, AnswerJudge):  # open_judge: answers give one
                 raise UserError("--write-answer-qrels needs --answers")
-            from tour_pyserini.eval.answers import answer_qrels
 
             qrels = answer_qrels(next(iter(runs.values())), judge.topics, judge.matcher, max(judgements.topk))
             lines = "".join(f"{q} 0 {d} {rel}\n" for q, docs in qrels.items() for d, rel in docs.items())

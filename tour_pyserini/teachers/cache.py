@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -56,15 +57,15 @@ class ScoreCache:
         queries: Sequence[str],
         docids: Sequence[Sequence[str]],
         traces: Sequence[Trace],
-        vectors: Sequence[np.ndarray] | None = None,
+        vectors: np.ndarray | Sequence[np.ndarray] | None = None,
         encoded_by=None,
     ) -> list[np.ndarray]:
         """Scores of each query's candidates, aligned with ``docids``; counts calls and hits in ``traces``.
         ``vectors``: the queries' vectors as ``encoded_by`` (the searcher's ``QueryEncoder``) made them, for
         teachers that would encode the queries with it (:class:`ScoreRequest`)."""
         requests = []
-        vectors = [None] * len(qids) if vectors is None else vectors
-        for qid, query, candidates, trace, vector in zip(qids, queries, docids, traces, vectors):
+        rows: Iterable[np.ndarray | None] = repeat(None) if vectors is None else vectors  # one per query
+        for qid, query, candidates, trace, vector in zip(qids, queries, docids, traces, rows):
             known = self.scores.setdefault(qid, {}) if self.enabled else {}
             new = list(dict.fromkeys(d for d in candidates if d not in known))
             trace.cache_hits += len(candidates) - len(new) if self.enabled else 0

@@ -61,11 +61,8 @@ class DenseTeacher(Teacher):
         requests without one together, as one batch)."""
         own = [r.vector if r.encoded_by is self.query_encoder else None for r in requests]
         missing = [i for i, v in enumerate(own) if v is None]
-        if missing:
-            encoded = self.query_encoder.encode([requests[i].query for i in missing])
-            for i, vector in zip(missing, encoded):
-                own[i] = vector
-        return np.stack(own).astype(np.float64)
+        encoded = dict(zip(missing, self.query_encoder.encode([requests[i].query for i in missing]))) if missing else {}
+        return np.stack([encoded[i] if v is None else v for i, v in enumerate(own)]).astype(np.float64)
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         rows_of = self.opened.rows
@@ -85,6 +82,8 @@ class DenseTeacher(Teacher):
     @property
     def fingerprint(self) -> str:
         """The index's content (its vectors) and the query encoder's identity, weights hashed."""
+        if self.query_encoder.spec is None:  # an encoder of pre-encoded queries has none
+            raise ValueError("the dense teacher's fingerprint names its query encoder, whose spec is unknown")
         identity = encoder_identity(self.query_encoder.spec)
         weights = (identity["weights_sha256"] or identity["name"])[:16]
         return (
