@@ -9,6 +9,7 @@ one from a spec string such as ``cross-encoder:models/scifact-rce``, ``bm25``,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.base import (
@@ -75,7 +76,7 @@ def check_shared_teacher_options(specs: Sequence[str], options: Mapping[str, obj
 
 
 def check_teacher_settings(
-    specs: Sequence[str], options: Mapping[str, object], precision: str | None, device: str
+    specs: Sequence[str], options: Mapping[str, Any], precision: str | None, device: str
 ) -> None:
     """The teacher flags and precision of a search (or of a server's teachers, which share them), checked before any
     teacher loads: each flag read by one of ``specs``, and a precision the chosen runtime runs on ``device``."""

@@ -40,6 +40,13 @@ class ScoreRequest:
     vector: np.ndarray | None = field(default=None, compare=False, repr=False)
     encoded_by: Any = field(default=None, compare=False, repr=False)
 
+    @property
+    def documents(self) -> list[Document]:
+        """``docs``, which a request to a teacher that reads text carries (:class:`ScoreCache` reads them)."""
+        if self.docs is None:
+            raise ValueError(f"query {self.qid!r}: a teacher that reads text was asked without the candidates' texts")
+        return self.docs
+
 
 def with_docids(request: ScoreRequest, docids: list[str], docs: list[Document] | None = None) -> ScoreRequest:
     """``request`` for other candidates of the same query (its memo and vector kept)."""

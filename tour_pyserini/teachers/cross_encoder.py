@@ -9,8 +9,9 @@ comes from the dense index being searched, whose encoder must be that bi-encoder
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -210,7 +211,8 @@ class CrossEncoderTeacher(Teacher):
         self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.device = device
-        self.model = self.graph = None
+        self.model: Any = None  # the torch model, where torch runs the teacher
+        self.graph: Callable[[Any], np.ndarray] | None = None  # else its exported graph, of pair_inputs' batches
         if runtime != "torch":
             self.graph = exported_classifier(path, self.tokenizer, self.precision, runtime)
         else:
@@ -227,7 +229,7 @@ class CrossEncoderTeacher(Teacher):
     def from_spec(cls, argument: str | None, context: TeacherContext) -> CrossEncoderTeacher:
         if not argument:
             raise UserError("the cross-encoder teacher needs a model: cross-encoder:PATH_OR_HUB_ID")
-        options = {} if context.max_length is None else {"max_length": context.max_length}
+        options: dict[str, Any] = {} if context.max_length is None else {"max_length": context.max_length}
         options["runtime"] = RUNTIME.check(context.option(RUNTIME))
         options["precision"] = context.precision or DEFAULT_PRECISION
         check_runtime(options["precision"], options["runtime"], context.device)  # before the index opens
@@ -264,7 +266,7 @@ class CrossEncoderTeacher(Teacher):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         queries = [r.query for r in requests for _ in r.docids]
-        texts = [pair_text(doc) for r in requests for doc in r.docs]
+        texts = [pair_text(doc) for r in requests for doc in r.documents]
         flat = self.score_pairs(queries, texts)
         bounds = np.cumsum([0] + [len(r.docids) for r in requests])
         scores = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]

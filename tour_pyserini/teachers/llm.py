@@ -15,6 +15,7 @@ import importlib.util
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -160,7 +161,7 @@ class LlmTeacher(Teacher):
     def from_spec(cls, argument: str | None, context: TeacherContext) -> LlmTeacher:
         if not argument:
             raise UserError("the llm teacher needs a model: llm:PATH_OR_HUB_ID (a directory, a hub id or a .gguf file)")
-        options = {"device": context.device}
+        options: dict[str, Any] = {"device": context.device}
         if context.max_length is not None:
             options["max_length"] = context.max_length
         if context.precision is not None:
@@ -232,7 +233,7 @@ class LlmTeacher(Teacher):
                 sink(i, scores_of_request)
 
         queries = [r.query for r in requests for _ in r.docids]
-        texts = [pair_text(doc) for r in requests for doc in r.docs]
+        texts = [pair_text(doc) for r in requests for doc in r.documents]
         flat = self.score_pairs(queries, texts, hand_over)
         bounds = np.cumsum([0] + [len(r.docids) for r in requests])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -246,6 +247,7 @@ class LlmTeacher(Teacher):
         """Label, prompt (template text and instruction), length read, precision and weights: a store filled
         under another prompt or by other weights is refused."""
         local = Path(self.path).expanduser()
+        sha: str | None  # None: weights not on this machine
         if local.is_file():
             stat = local.stat()
             sha = gguf_sha256(str(local.resolve()), stat.st_size, stat.st_mtime_ns)

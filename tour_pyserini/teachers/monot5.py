@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ class MonoT5Teacher(Teacher):
     def from_spec(cls, argument: str | None, context: TeacherContext) -> MonoT5Teacher:
         if not argument:
             raise UserError("the monot5 teacher needs a model: monot5:PATH_OR_HUB_ID")
-        options = {"device": context.device}
+        options: dict[str, Any] = {"device": context.device}
         if context.max_length is not None:
             options["max_length"] = context.max_length
         if context.precision is not None:
@@ -129,7 +130,7 @@ class MonoT5Teacher(Teacher):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[np.ndarray]:
         queries = [r.query for r in requests for _ in r.docids]
-        flat = self.score_pairs(queries, [pair_text(doc) for r in requests for doc in r.docs])
+        flat = self.score_pairs(queries, [pair_text(doc) for r in requests for doc in r.documents])
         bounds = np.cumsum([0] + [len(r.docids) for r in requests])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 

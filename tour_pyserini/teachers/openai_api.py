@@ -368,7 +368,7 @@ class OpenAITeacher(Teacher):
     # -- the Teacher interface
 
     def score_streaming(self, requests: Sequence[ScoreRequest], sink: ScoreSink) -> list[np.ndarray]:
-        pairs = [(i, j, r.query, pair_text(doc)) for i, r in enumerate(requests) for j, doc in enumerate(r.docs)]
+        pairs = [(i, j, r.query, pair_text(doc)) for i, r in enumerate(requests) for j, doc in enumerate(r.documents)]
         got: dict[tuple[int, int], float] = {}
         pool = ThreadPoolExecutor(max_workers=self.concurrency)
         futures = {pool.submit(self.judge_pair, q, d): (i, j) for i, j, q, d in pairs}
@@ -473,6 +473,8 @@ def retry_after(value: str | None) -> float | None:
 def top_logprobs(answer: dict | None, url: str) -> dict[str, float] | None:
     """The first generated token's alternatives, {token: log-probability}, from a completions answer (None
     when it has none); a log-probability that is not a number is one line quoting it."""
+    if answer is None:
+        return None
     try:
         top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
     except (KeyError, IndexError, TypeError):
