@@ -108,6 +108,7 @@ BAD = [
     ({"query": "a", "hits": "0"}, 400, "'hits' must be in [1,"),
     ({"query": "a", "hits": str(10**9)}, 400, "'hits' must be in [1,"),
     ({"query": "a", "hits": "ten"}, 400, "'hits' must be an integer, got 'ten'"),
+    ({"query": "a", "hits": " 5"}, 400, "'hits' must be an integer, got ' 5'"),  # a '+' in a URL is a space
     ({"query": "a", "hits": "\u0661\u0662"}, 400, "must be an integer"),  # Arabic-Indic digits, which int() reads
     ({"query": "a", "trace": "yes"}, 400, "'trace' must be true or false, got 'yes'"),
     ({"query": ""}, 400, "'query' is required"),

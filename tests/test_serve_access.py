@@ -290,6 +290,12 @@ def test_a_foreign_host_or_origin_is_refused_and_cors_is_only_for_the_given_orig
         "Connection: close\r\n\r\n".encode(),
     )
     assert preflight.startswith(b"HTTP/1.1 200") and origin.encode() in preflight
+    foreign = raw_request(
+        keyed,
+        f"OPTIONS /v1/indexes HTTP/1.1\r\nHost: rebind.evil.example\r\nOrigin: {origin}\r\n"
+        "Access-Control-Request-Method: GET\r\nConnection: close\r\n\r\n".encode(),
+    )
+    assert foreign.startswith(b"HTTP/1.1 421")  # a preflight passes the Host check too
 
 
 @pytest.mark.slow
@@ -623,7 +629,9 @@ def test_a_judgment_granted_but_refused_on_the_way_is_not_counted(dense_index, j
             refused = ask("and on this one", rewriter="rerank", teacher="openai:judge-1", depth="5")
         finally:
             judge.body = None
-        assert failed["teacher"] is None and spent() == 40 and refused[0] >= 400
+        assert failed["teacher"] is None and spent() == 40
+        # the teacher's failure is the server's: a 502 naming the teacher by its label, not its address
+        assert refused[0] == 502 and "openai:judge-1" in refused[1]["error"] and "127.0.0.1" not in refused[1]["error"]
         # the fifth judged query of the day, which also takes the 10 judgments the failed query left unspent
         assert ask("the fifth judged query")[1]["teacher_calls"] == 20 and spent() == 60
         assert ask("a sixth: past the day's five")[1]["teacher"] is None and spent() == 60
@@ -713,7 +721,69 @@ def test_the_data_directory_is_checked_before_every_write(tmp_path):
     store.close()
     log = RewardsLog(tmp_path / "rewards.jsonl")
     big = {f"doc-{d}": 1.0 for d in range(300)}  # a line of about 5 KB
-    kept = [log.append([Reward("t", f"q{i}", "a query", big)], quota.writing) for i in range(5)]
-    assert kept == [True, False, False, False, False] and [r.qid for r in log.read()] == ["q0"]
+    kept = [log.append([Reward("t", f"q{i}", "a query", big)], quota.writing) for i in range(20)]
+    written = kept.index(False)  # the appends stop once the next line would not fit, and none is half written
+    assert written < 20 and not any(kept[written:]) and [r.qid for r in log.read()] == [f"q{i}" for i in range(written)]
     assert quota.used() <= 0.1 * 2**20
     assert DataQuota(tmp_path, None).full() is False
+
+
+async def answers_200(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def asgi_get(access, path: str, headers: dict, query: str = "", body: bytes = b"", method: str = "GET"):
+    """(status, body) of one request through ``access`` (in front of :func:`answers_200`)."""
+    import asyncio
+
+    sent = []
+
+    async def call():
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "query_string": query.encode(),
+            "headers": [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()],
+            "client": ("127.0.0.9", 1),
+        }
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        await access(scope, receive, send)
+
+    asyncio.run(call())
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_what_the_probe_found_at_the_access_check(tmp_path):
+    """A key in a Host header of capitals, in a cookie, its digits in an MCP number, a lone surrogate, and refusals
+    for a misplaced key: each as the rules say (an attacker's probe of the server found each one open)."""
+    from tour_pyserini.serve.access import Access, AccessConfig, fingerprint
+
+    mixed = "Prba-7FQX2lmZ9vkt4WNR8syd-99887766"
+    config = AccessConfig(keys=(mixed, KEYS[0]), requests_per_minute=3, request_log=str(tmp_path / "l"))
+    access = Access(answers_200, config)
+    ok = {"Host": "127.0.0.1", "X-API-Key": KEYS[0]}
+    status, body = asgi_get(access, "/v1/indexes", {"Host": f"{mixed}.example", "X-API-Key": KEYS[0]})
+    assert status == 421 and f"<key {fingerprint(mixed)}>".encode() in body and mixed.lower().encode() not in body
+    assert asgi_get(access, "/v1/indexes", {**ok, "Cookie": f"session={mixed}"})[0] == 400
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
+    for arguments, status in [({"hits": 99887766}, 200), ({"query": "bone \ud800 density"}, 400)]:
+        call["params"]["arguments"] = arguments
+        sent = json.dumps(call).encode()  # the surrogate as JSON's escape, which no UTF-8 text can carry
+        assert asgi_get(access, "/mcp/", ok, body=sent, method="POST")[0] == status
+    records = [json.loads(line) for line in (tmp_path / "l").read_text(encoding="utf-8").splitlines()]
+    assert records[-2]["parameters"]["hits"] == "********"  # a run of eight of a key's characters, masked
+    last = (tmp_path / "l").read_text(encoding="utf-8").splitlines()[-1]
+    assert "\\ud800" in last and json.loads(last)["status"] == 400  # logged, its surrogate escaped
+    # refused for a key outside its header, a client still spends its minute (one request a minute here)
+    strict = Access(answers_200, AccessConfig(keys=(mixed, KEYS[0]), requests_per_minute=1))
+    assert [asgi_get(strict, "/v1/indexes", {**ok, "Cookie": mixed})[0] for _ in range(2)] == [400, 429]
+    access.log.file.close()

@@ -130,8 +130,7 @@ class Param:
             integral = self.type.kind is int
             what = "an integer" if integral else "a finite number"
             if isinstance(raw, str):
-                text = raw.strip()
-                if not ASCII_NUMBER.fullmatch(text) or (integral and not text.lstrip("+-").isdigit()):
+                if not ASCII_NUMBER.fullmatch(raw) or (integral and not raw.lstrip("+-").isdigit()):
                     raise ParamError(self.name, self.option, f"must be {what}, got {raw[:40]!r}")
             elif isinstance(raw, bool | np.bool_) or not isinstance(
                 raw, numbers.Integral if integral else numbers.Real

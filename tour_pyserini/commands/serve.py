@@ -120,6 +120,14 @@ def add_access_flags(access) -> None:
         "on loopback, always are",
     )
     access.add_argument(
+        "--proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a reverse proxy in front of the server: requests from its address are of the client its "
+        "X-Forwarded-For names (for rates and the log); none by default, so no header chooses a client's address",
+    )
+    access.add_argument(
         "--cors",
         action="append",
         default=[],
@@ -309,14 +317,14 @@ def main(argv: list[str] | None = None) -> None:
     service = SearchService(config, limits, requests=requests, relevance=relevance, topics=topics)
     try:
         service.start()
-        serve(service, sock, mcp=not args.no_mcp, timeout=limits.timeout, access=access)
+        serve(service, sock, mcp=not args.no_mcp, timeout=limits.timeout, access=access, proxies=args.proxy)
     finally:
         service.close()
         sock.close()
         lock.close()
 
 
-def serve(service, sock: socket.socket, *, mcp: bool, timeout: float, access: AccessConfig) -> None:
+def serve(service, sock: socket.socket, *, mcp: bool, timeout: float, access: AccessConfig, proxies: list[str]) -> None:
     import uvicorn
 
     from tour_pyserini.serve.app import create_app
@@ -333,5 +341,9 @@ def serve(service, sock: socket.socket, *, mcp: bool, timeout: float, access: Ac
         h11_max_incomplete_event_size=MAX_REQUEST_BYTES,
         http=BoundedH11Protocol,
         log_config=None,
+        # a client's address is the connection's unless it came through a --proxy, whose X-Forwarded-For names it:
+        # rates are per address, and a header any local process can send must not choose it
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=",".join(proxies) or None,
     )
     uvicorn.Server(config).run(sockets=[sock])

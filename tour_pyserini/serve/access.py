@@ -38,8 +38,10 @@ MAX_PARAMETERS = 64  # query parameters a request may have: no route reads as ma
 FRAGMENT = 8  # the request log masks any run of this many of a key's characters, not only a whole key
 KEY_CHARS = re.compile(r"[!-~]{16,}")  # printable ASCII without spaces: the same text whatever a header's encoding
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")  # an index's name in routes
-# what str.splitlines() and text editors split on that JSON leaves unescaped: one request, one line of the log
-LINE_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
+SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: JSON's escapes carry one, no text holds one
+# what JSON leaves unescaped but str.splitlines() and editors split on (one request, one line of the log), and lone
+# surrogates, which JSON's escapes can carry but UTF-8 cannot
+ESCAPED = {c: f"\\u{c:04x}" for c in [0x85, 0x2028, 0x2029, *range(0xD800, 0xE000)]}
 
 
 def error(status: int, message: str, headers: dict | None = None):
@@ -286,7 +288,7 @@ class RequestLog:
         self.lock = threading.Lock()
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, ensure_ascii=False).translate(LINE_BREAKS) + "\n"
+        line = json.dumps(record, ensure_ascii=False).translate(ESCAPED) + "\n"
         with self.lock:
             self.file.write(line)
             self.file.flush()
@@ -345,6 +347,11 @@ def header(scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+def other_headers(scope) -> list[str]:
+    """The values of a request's headers but those a key belongs in."""
+    return [v.decode("latin-1") for k, v in scope.get("headers", ()) if k not in (b"x-api-key", b"authorization")]
 
 
 def presented_key(scope) -> str | None:
@@ -444,15 +451,19 @@ class Access:
         return sending
 
     async def check(self, scope, receive) -> Checked:
-        """Who sent the request and whether it goes on. A refusal of a request without a valid key counts
-        against its address's rate too, so that refusals cost a client its minute as answers do."""
+        """Who sent the request and whether it goes on. Every request counts against its client's rate (a key's,
+        or its address's without a valid key), refused ones too: a refusal costs a client its minute as an answer
+        does."""
         path = scope.get("path", "")
         address = f"address {(scope.get('client') or ('?',))[0]}"
         key = presented_key(scope)
         name = fingerprint(key) if key else ANONYMOUS
+        client = ANONYMOUS
+        logged: list = []
 
-        def refused(answer, logged=(), client=None) -> Checked:
-            return Checked(name, ANONYMOUS, self.limited(client or address, answer), list(logged), receive)
+        def refused(answer) -> Checked:
+            who = client if client not in (None, ANONYMOUS) else address
+            return Checked(name, client or ANONYMOUS, self.limited(who, answer), list(logged), receive)
 
         query = scope.get("query_string", b"")
         if query.count(b"&") >= MAX_PARAMETERS:  # counted before anything is parsed or logged
@@ -460,45 +471,46 @@ class Access:
         logged = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
         host = header(scope, b"host") or ""
         if not self.config.hosts.allows(host_name(host)):
-            shown = self.keys.shown(host_name(host), 100)
-            return refused(error(421, f"this server does not answer for host {shown!r}"), logged)
+            shown = host_name(self.keys.shown(host, 300))[:100]  # a key is replaced before the name is lowercased
+            return refused(error(421, f"this server does not answer for host {shown!r}"))
         origin = header(scope, b"origin")
         if origin is not None and not self.config.hosts.allows_origin(origin, host, self.config.cors):
             shown = self.keys.shown(origin, 100)
-            return refused(error(403, f"origin {shown!r} is not allowed (the server's --cors)"), logged)
-        client = ANONYMOUS
+            return refused(error(403, f"origin {shown!r} is not allowed (the server's --cors)"))
         if self.keys and not (scope["method"] == "OPTIONS" or is_public(path)):
             client = self.keys.match(key) if key else None
             if client is None:
                 message = (
-                    "an API key is required (X-API-Key: KEY or Authorization: Bearer KEY)"
-                    if not key
-                    else ("the API key is not valid")
+                    "the API key is not valid"
+                    if key
+                    else ("an API key is required (X-API-Key: KEY or Authorization: Bearer KEY)")
                 )
-                return refused(error(401, message, {"WWW-Authenticate": "Bearer"}), logged)
-        texts = [path, query.decode("latin-1"), *(t for pair in logged for t in pair)]
+                return refused(error(401, message, {"WWW-Authenticate": "Bearer"}))
+        texts = [path, query.decode("latin-1"), *(t for pair in logged for t in pair), *other_headers(scope)]
         if path.startswith("/mcp"):
             body, receive = await buffered(receive)
             if body is None:
-                return Checked(
-                    name, client, error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"), logged, receive
-                )
+                return refused(error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"))
             try:
                 message = json.loads(body)
             except (ValueError, UnicodeDecodeError):
                 message = None
             except RecursionError:
-                return Checked(name, client, error(400, "the request body nests too deeply"), logged, receive)
+                return refused(error(400, "the request body nests too deeply"))
             logged = mcp_call(message)
-            texts += [body.decode("utf-8", "replace"), *strings_of(message)]
+            strings = list(strings_of(message))
+            if any(SURROGATE.search(t) for t in strings):
+                return refused(error(400, "the request body holds a lone surrogate (\\ud800 to \\udfff): not text"))
+            texts += [body.decode("utf-8", "replace"), *strings]
         if self.keys and any(self.keys.found_in(t) for t in texts):
-            misplaced = error(
-                400, "the request holds an API key outside its X-API-Key or Authorization header; send keys only there"
+            return refused(
+                error(
+                    400,
+                    "the request holds an API key outside its X-API-Key or Authorization header; send keys only there",
+                )
             )
-            return Checked(name, client, misplaced, logged, receive)
         if not is_public(path):
-            if (busy := self.limited(client if client != ANONYMOUS else address)) is not None:
-                return Checked(name, client, busy, logged, receive)
+            return refused(None)
         return Checked(name, client, None, logged, receive)
 
     def limited(self, who: str, refusal=None):
@@ -511,12 +523,15 @@ class Access:
     def logged(self, params: list[tuple[str, object]]) -> dict:
         """Parameters as the request log keeps them: numbers as they are, other values as text; keys and runs of
         their characters masked before each name and value is cut (:meth:`Keys.logged`)."""
-        return {
-            self.keys.logged(str(k)): v
-            if isinstance(v, int | float | bool) or v is None
-            else self.keys.logged(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
-            for k, v in params
-        }
+        return {self.keys.logged(str(k)): self.logged_value(v) for k, v in params}
+
+    def logged_value(self, value: object) -> object:
+        """A parameter's value as the log keeps it: a number as it is, unless its digits hold a run of a key's."""
+        if value is None or isinstance(value, bool):
+            return value
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        masked = self.keys.logged(text)
+        return value if isinstance(value, int | float) and masked == text else masked
 
 
 async def buffered(receive):

@@ -135,8 +135,7 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
     access = access or AccessConfig()
     add_error_handlers(app, Keys(access.keys))
     app.add_middleware(Utf8Only)
-    app.add_middleware(Access, config=access)  # outside Utf8Only: a request without a key is refused first
-    if access.cors:
+    if access.cors:  # inside the access checks: a preflight passes the Host and Origin checks and is logged
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(
@@ -145,6 +144,7 @@ def create_app(service: SearchService, *, mcp: bool = True, access: AccessConfig
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["X-API-Key", "Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
         )
+    app.add_middleware(Access, config=access)  # outermost: every request is checked and logged first
 
     add_page_routes(app)
     add_data_routes(app, service)

@@ -227,9 +227,13 @@ class SearchService:
         payload: object,
         abandoned: threading.Event | None = None,
         gone: Callable[[], Awaitable[bool]] | None = None,
+        teacher: str | None = None,
     ):
         """The searching thread's answer to ``payload``, or Overloaded, TimeoutError or ClientGone; on the last
-        two ``abandoned`` is set, so that the search stops at its next step."""
+        two ``abandoned`` is set, so that the search stops at its next step. A request was checked before it was
+        queued: what fails while it is searched (a teacher's server, an index) is the server's, a 502 whose line
+        names no path or address (``teacher``: the public name of the teacher the request asks), the details going
+        to the server's log."""
         try:
             future = self.batcher.submit(payload)
         except queue.Full:
@@ -238,7 +242,10 @@ class SearchService:
         try:
             return await asyncio.wait_for(answer_or_gone(asyncio.wrap_future(future), gone), self.limits.timeout)
         except UserError as e:
-            raise as_request(e) from None
+            log.warning("a search failed: %s", e)
+            what = f"its teacher {teacher!r}" if teacher else "its search"
+            message = f"the request was checked, but {what} failed; the server's log has the details"
+            raise BadRequest(message, 502) from None
         except (TimeoutError, ClientGone):
             if abandoned is not None:
                 abandoned.set()
@@ -248,8 +255,9 @@ class SearchService:
         """:meth:`run`, with a request that names a teacher given back to its client's day when the search
         fails on its way (the queue full, the teacher failing): judged by nobody, it costs nothing. One whose client
         left or timed out may have been judged, and stays counted."""
+        teacher = self.engine.indexes[request.index].public(request.plan.teacher)
         try:
-            return await self.run(payload, request.abandoned, gone)
+            return await self.run(payload, request.abandoned, gone, teacher)
         except (TimeoutError, ClientGone):
             raise
         except BaseException:

@@ -98,9 +98,11 @@ Room = Callable[[int], AbstractContextManager[bool]]
 
 
 def written_bytes(docids: Sequence[str]) -> int:
-    """At most what storing scores of ``docids`` adds to a store: each row (the query's 64-digit key, the docid,
-    the score) is kept twice, in the table and in its primary-key index, and a commit may take a new page."""
-    return 2 * sum(64 + len(d.encode("utf-8")) + 32 for d in docids) + 4096
+    """At most what storing scores of ``docids`` adds to a store's directory while it commits: each row (the
+    query's 64-digit key, the docid, the score) is kept twice, in the table and in its primary-key index; until the
+    commit ends, SQLite's rollback journal beside the file holds the pages it changes (at most as many again); and a
+    commit may take new pages of the file and the journal."""
+    return 2 * (2 * sum(64 + len(d.encode("utf-8")) + 32 for d in docids)) + 3 * 4096
 
 
 class ScoreStore:
