@@ -16,7 +16,7 @@ BM25    := indexes/scifact.bm25
 SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
     --score-store runs/scifact.ensemble.scores.sqlite
 
-.PHONY: install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods bench-dart-settings
+.PHONY: check install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods bench-dart-settings
 
 install: $(VENV)/.installed
 
@@ -240,6 +240,11 @@ llm: install
 lint: install
 	$(VENV)/bin/ruff check tour_pyserini tests bench scripts
 	$(VENV)/bin/ruff format --check tour_pyserini tests bench scripts
+
+# the fast tier, before the full suite: lint, the type checker over the package, and the tests not marked slow
+check: lint
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) indexes .pytest_cache build *.egg-info

@@ -66,6 +66,7 @@ def answer(run, tiny, output, *extra):
     )
 
 
+@pytest.mark.slow
 def test_predictions_are_written_and_scored(tmp_path, run, tiny, capsys):
     out = tmp_path / "p.jsonl"
     answer(run, tiny, out)
@@ -85,6 +86,7 @@ def test_predictions_are_written_and_scored(tmp_path, run, tiny, capsys):
     assert set(scores) == {"EM", "F1"} and 0.0 <= scores["EM"] <= scores["F1"] <= 1.0
 
 
+@pytest.mark.slow
 def test_an_indexs_document_store_reads_the_same_passages_as_the_collection(tmp_path, run, tiny, mini_nq, capsys):
     """``--index``: the passages come from the index's document store (mini_nq's BM25 index holds nq-oracle's first
     300 passages, which the run names), so the answers are the collection's; a passage the store lacks is one line."""

@@ -42,6 +42,7 @@ def teachers(dense_index) -> dict[str, CrossEncoderTeacher]:
     return {p: get_teacher(f"cross-encoder:{MODEL}", c) for p, c in context.items()}
 
 
+@pytest.mark.slow
 @needs_bf16
 def test_bf16_scores_and_ranks_as_float32(teachers, pairs):
     """bf16 scores stay within 0.1 of float32's (they span about 5) and order each query's candidates alike."""
@@ -100,6 +101,7 @@ def precision_in(kernels: str | None, code: str) -> subprocess.CompletedProcess:
 AUTO = "from tour_pyserini.devices import resolve_precision; print(resolve_precision('auto', 'cpu'))"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["avx2", "default"])
 def test_auto_is_fp32_and_bf16_refused_where_torch_runs_no_bfloat16_kernels(kernels, dense_index, tmp_path):
     """On this very CPU, torch limited to a kernel set without bfloat16 (as on a CPU without AVX512):

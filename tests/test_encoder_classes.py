@@ -317,6 +317,7 @@ def _run_qids(path: Path) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_dpr_pair_index_and_search_with_tour_and_rocchio(models, mini_scifact, index_root, bm25_index, tmp_path):
     """An index built by DPR's context encoder records its class; searches name the question encoder and run
     TOUR (BM25 teacher) and Rocchio to complete runs; each misuse is one line."""

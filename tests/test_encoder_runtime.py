@@ -41,6 +41,7 @@ def exact(model, texts) -> np.ndarray:
     return encoder(model, "torch").encode(texts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["onnx", "openvino"])
 def test_float32_vectors_through_a_runtime_are_torchs(runtime, model, texts, exact):
     """Within the rounding of a matrix product of another shape, in padded chunks and alone."""
@@ -52,6 +53,7 @@ def test_float32_vectors_through_a_runtime_are_torchs(runtime, model, texts, exa
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)  # normalised as Pyserini's class says
 
 
+@pytest.mark.slow
 def test_int8_rounds_and_is_the_same_every_time(model, texts, exact, tmp_path):
     """Two copies of the model, each exported and quantised on its own: the same vectors to the bit, near
     float32's but not equal to them (the weights were quantised)."""
@@ -70,6 +72,7 @@ def test_openvino_bf16_rounds_and_repeats_itself(model, texts, exact):
     assert 1e-4 < np.abs(vectors - exact).max() < 1e-2
 
 
+@pytest.mark.slow
 def test_the_graph_is_exported_once_beside_the_weights(model, texts, tmp_path, caplog):
     path = Path(shutil.copytree(model, tmp_path / "m", ignore=shutil.ignore_patterns(CACHE)))
     caplog.set_level(logging.INFO, logger="tour_pyserini.runtime")

@@ -98,6 +98,7 @@ print(graph, hashlib.sha256(graph.read_bytes()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_two_processes_exporting_one_graph_at_once_take_turns(model, tmp_path):
     """Started together, each asks for the graph at the same moment: one exports it, the other waits for it and
     reads it, checked; both end well with the same graph, and the cache holds only it and its lock file."""

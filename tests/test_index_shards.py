@@ -63,6 +63,7 @@ def built(corpus, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_shard_holds_the_documents_pyserini_encode_gives_it(corpus, built):
     from tour_pyserini._java import import_pyserini
 
@@ -78,6 +79,7 @@ def test_a_shard_holds_the_documents_pyserini_encode_gives_it(corpus, built):
         assert faiss_index.read_docids(built["flat"][f"s{i}"]) == theirs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
 def test_merged_shards_are_the_index_one_process_builds(kind, built, corpus, tmp_path):
     dirs = built[kind]

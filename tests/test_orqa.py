@@ -196,6 +196,7 @@ def cli(module: str, argv: list[str]) -> None:
     run_cli(importlib.import_module(module).main, [str(a) for a in argv])
 
 
+@pytest.mark.slow
 def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
     from tour_pyserini.encoders import EncoderSpec
     from tour_pyserini.files.runs import read_run
@@ -255,6 +256,7 @@ def test_train_ict_then_index_and_search_with_its_pair(tiny, tmp_path, capsys):
     assert not (tmp_path / "bad.trec").exists()
 
 
+@pytest.mark.slow
 def test_train_qa_end_to_end(tiny, tmp_path, capsys):
     from tour_pyserini.encoders.pairing import read_pair
     from tour_pyserini.eval.answers import AnswerMatcher
@@ -389,6 +391,7 @@ def test_the_trainers_check_their_config_for_library_callers_too(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["train-qa", "train-orqa"])
 def test_training_where_no_question_has_an_answer_bearing_block_is_one_line_before_any_model_loads(
     command, tiny, tmp_path, capsys, monkeypatch

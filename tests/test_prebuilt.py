@@ -60,6 +60,7 @@ def test_another_encoder_or_corpus_is_encoded_instead(prebuilt_root, mini_scifac
     assert find_prebuilt(SCIFACT / "corpus.jsonl", identity, ["title", "text"], prebuilt_root) is None
 
 
+@pytest.mark.slow
 def test_shipped_scifact_vectors_are_the_bundled_encoders(mini_scifact):
     """The shipped prebuilt matches the shipped corpus and encoder, and its rows are what encoding gives."""
     from tour_pyserini._java import import_pyserini

@@ -28,6 +28,7 @@ def texts(mini_scifact) -> list[str]:
     return texts + ["tumours", texts[0] + " in mice"]  # lengths far apart: chunks pad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_padded_chunks_give_pyserinis_vectors_of_each_text_alone(searcher, texts, pooling):
     import torch

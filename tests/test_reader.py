@@ -334,6 +334,7 @@ def test_train_reader_refuses_topics_without_answers(tmp_path, capsys):
     assert exit_info.value.code == 2 and "fewer than two questions with answers" in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_second_train_reader_on_the_same_output_is_refused_while_the_first_trains(tmp_path, tiny):
     """Two real processes: the second is refused in one line (not a silent replacement of the first's reader)."""
     import os

@@ -53,6 +53,7 @@ def test_float32_logits_and_answers_through_a_runtime_are_torchs(runtime, tiny):
     np.testing.assert_allclose([p.score for p in second], [p.score for p in first], rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_int8_rounds_and_is_the_same_every_time(tiny, tmp_path):
     """Two copies, each exported and quantised on its own: the same logits to the bit, near float32's."""
     other = Path(shutil.copytree(tiny, tmp_path / "again", ignore=shutil.ignore_patterns(CACHE)))
@@ -87,6 +88,7 @@ def test_the_graph_is_exported_once_beside_the_weights(tiny, tmp_path, caplog):
     assert record["precision"] == "fp32" and len(record["weights_sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_the_shipped_reader_answers_as_torch_through_openvino(tmp_path):
     """The trained reader (a real MiniLM QA model) on nq-oracle test questions, a passage each: the answer
     command's answers through OpenVINO in fp32 are torch's."""

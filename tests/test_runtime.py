@@ -50,6 +50,7 @@ def shipped(tmp_path_factory):
     return copy_model(MODEL, tmp_path_factory.mktemp("rt") / "scifact-rce")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["onnx", "openvino"])
 @pytest.mark.parametrize("which", ["shipped", "tiny"])
 def test_float32_scores_through_a_runtime_equal_torchs(which, runtime, shipped, cross_encoder_dir, pairs, tmp_path):
@@ -66,6 +67,7 @@ def test_float32_scores_through_a_runtime_equal_torchs(which, runtime, shipped, 
     assert teacher.graph.path.parent.name.endswith("-fused" if runtime == "onnx" else "-fp32-plain")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16 arithmetic")
 def test_openvino_bf16_rounds_and_repeats_itself(shipped, pairs):
     """OpenVINO's bfloat16 hint: scores that are not float32's but near them, the same twice, and auto's choice
@@ -83,6 +85,7 @@ def operators(graph) -> Counter:
     return Counter(node.op_type for node in onnx.load(str(graph)).graph.node)
 
 
+@pytest.mark.slow
 def test_a_fusion_that_changes_the_output_beyond_the_tolerance_is_not_kept(
     cross_encoder_dir, tmp_path, monkeypatch, caplog
 ):
@@ -106,6 +109,7 @@ def test_a_fusion_that_changes_the_output_beyond_the_tolerance_is_not_kept(
     assert operators(tmp_path / "plain.onnx")["Attention"] == config.num_hidden_layers
 
 
+@pytest.mark.slow
 def test_the_graph_is_exported_once_and_a_changed_weight_gets_a_new_one(cross_encoder_dir, pairs, tmp_path, caplog):
     path = copy_model(cross_encoder_dir, tmp_path / "model")
     caplog.set_level(logging.INFO, logger="tour_pyserini.runtime")
@@ -131,6 +135,7 @@ def test_the_graph_is_exported_once_and_a_changed_weight_gets_a_new_one(cross_en
     assert np.allclose(scores(changed, pairs), scores(first, pairs) + 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_int8_is_the_same_bytes_every_time_and_quantises(shipped, pairs, tmp_path):
     """Two copies of the model, each exported and quantised on its own: the same graph, the same scores to the
     bit; scores that are not float32's (the weights were quantised) but close to them."""
@@ -145,6 +150,7 @@ def test_int8_is_the_same_bytes_every_time_and_quantises(shipped, pairs, tmp_pat
     assert not np.array_equal(a, exact) and np.abs(a - exact).max() < 1.0
 
 
+@pytest.mark.slow
 def test_a_search_through_int8_writes_the_same_bytes_twice(shipped, dense_index, mini_scifact, tmp_path):
     """The residual teacher (logit through ONNX Runtime, plus 20 x the retriever's similarity) re-ranking by
     the search command: the same run, byte for byte, from a fresh graph and from the cached one."""
@@ -177,6 +183,7 @@ def test_a_search_through_int8_writes_the_same_bytes_twice(shipped, dense_index,
     assert runs[0].read_bytes() == runs[1].read_bytes() and runs[0].stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_fingerprints_name_the_runtime_and_precision(cross_encoder_dir):
     prints = {
         (r, p): CrossEncoderTeacher(cross_encoder_dir, precision=p, runtime=r).fingerprint
@@ -243,6 +250,7 @@ def test_without_vnni_auto_through_onnx_is_fp32_and_int8_warns(monkeypatch, capl
     assert choice.resolve_runtime_precision("auto", "onnx", "cpu", "--p", "--r") == "int8"
 
 
+@pytest.mark.slow
 def test_a_cpu_that_reports_no_vnni_gets_fp32_through_onnx(tmp_path):
     """The processor's own answer decides: told by CPUID that it is an AVX2-only CPU (bench/avx2_cpu.c,
     preloaded, where the processor can fault on CPUID), auto through ONNX Runtime is fp32 on it."""
@@ -269,6 +277,7 @@ def test_a_cpu_that_reports_no_vnni_gets_fp32_through_onnx(tmp_path):
     assert own == ([str(exact_int8()), "int8" if exact_int8() else "fp32"])
 
 
+@pytest.mark.slow
 def test_the_runtimes_run_torchs_thread_count(cross_encoder_dir, tmp_path):
     """What the process chose for torch (``--threads``, else its default), not what the machine's load leaves."""
     path = copy_model(cross_encoder_dir, tmp_path / "m")
@@ -351,6 +360,7 @@ def test_an_unknown_runtime_and_a_runtime_for_another_teacher_are_refused(dense_
         CrossEncoderTeacher("/no/such/model", runtime="tvm")  # the library's own check, before the path's
 
 
+@pytest.mark.slow
 def test_openvino_exports_and_runs_without_onnx_runtime(cross_encoder_dir, pairs, tmp_path, monkeypatch):
     """The plain graph OpenVINO reads is torch's export alone: with ONNX Runtime missing it is made, recorded
     without ONNX Runtime's version, and scores as torch does."""

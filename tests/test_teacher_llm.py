@@ -169,6 +169,7 @@ def test_bad_input_is_one_line(tiny_chat_lm, tmp_path, spec, options, message):
         get_teacher(spec.format(model=tiny_chat_lm), context)
 
 
+@pytest.mark.slow
 def test_a_gguf_file_without_the_gguf_extra_is_refused_with_the_install_line(tmp_path):
     """In a process where the gguf package cannot be imported (as where the extra is not installed)."""
     model = tmp_path / "model.gguf"
@@ -320,6 +321,7 @@ class LlamaServer:
         self.process.wait()
 
 
+@pytest.mark.slow
 @needs_gguf
 def test_gemma_llm_scores_pairs(gemma_llm_scores):
     assert np.isfinite(gemma_llm_scores).all() and np.ptp(gemma_llm_scores) > 0.05
@@ -446,6 +448,7 @@ def test_search_reranks_with_the_llm_teacher_and_stores_its_scores(dense_index, 
         assert all(np.diff(want) <= 1e-5)  # the head is in the teacher's order
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [

@@ -274,6 +274,7 @@ def test_a_store_holding_null_scores_from_an_older_version_is_read_and_those_pai
     assert set(store.get("what causes cancer", ["d0", "d1", "d2"])) == {"d0", "d1", "d2"}
 
 
+@pytest.mark.slow
 def test_waits_are_bounded_said_and_settable(caplog):
     import logging
 

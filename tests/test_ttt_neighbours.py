@@ -71,6 +71,7 @@ def test_fitted_neighbours_are_query_states(tmp_path):
     assert np.array_equal(fit_scope(queries, "neighbours")[1], fit_scope(queries, "query")[1])
 
 
+@pytest.mark.slow
 def test_fit_search_and_refusals_from_the_command_line(
     dense_index, bm25_index, mini_scifact, searcher, tmp_path, capsys
 ):

@@ -142,6 +142,7 @@ def outputs(tmp_path_factory) -> list[tuple[Step, str]]:
     return list(zip(parse(TUTORIAL.read_text(encoding="utf-8")), printed))
 
 
+@pytest.mark.slow
 def test_the_tutorial_prints_every_number_it_shows(outputs):
     problems = [
         f"docs/tutorial.md:{step.line}: {p}"
