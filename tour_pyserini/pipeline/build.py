@@ -71,16 +71,20 @@ class Pipeline:
         vectors: np.ndarray | None = None,
         traces: Sequence[Trace] | None = None,
         stop: Callable[[], bool] | None = None,
+        encoded: bool = False,
     ) -> list[SearchResult]:
         """The top ``k`` of each query, ranked by the rewriter, with its trace, in order. ``vectors``: the queries
-        already encoded (by :meth:`encode`, or moved since); ``traces``: one per query, to fill further; ``stop``:
-        asked before each search, and once true the call raises :class:`~tour_pyserini.rewriters.Abandoned`."""
+        already encoded (``encoded``: by :meth:`encode`, untouched since, so that a teacher of the same encoder takes
+        them instead of encoding the texts again; else moved since, or another encoder's); ``traces``: one per
+        query, to fill further; ``stop``: asked before each search, and once true the call raises
+        :class:`~tour_pyserini.rewriters.Abandoned`."""
         if self.plan.kind == IndexKind.BM25:
             with self.searcher.bm25(self.plan.spec.bm25_k1, self.plan.spec.bm25_b):
                 return self.searcher.retrieve(texts, qids, k)
         if vectors is None:
             return self.searcher.retrieve(texts, qids, k, traces=traces, stop=stop)
-        return self.searcher.retrieve_vectors(texts, qids, vectors, k, traces=traces, stop=stop)
+        encoded_by = self.searcher.query_encoder if encoded else None
+        return self.searcher.retrieve_vectors(texts, qids, vectors, k, traces=traces, stop=stop, encoded_by=encoded_by)
 
 
 def build(plan: Plan) -> Pipeline:
@@ -150,8 +154,14 @@ def build_teacher(plan: Plan, spec: TeacherSpec | None = None) -> Teacher:
         raise ValueError("build_teacher builds the plan's teacher, or another one planned with it: there is neither")
     search = plan.spec
     options = options_for(str(spec), search.teacher_options)
-    key = (spec, search.index, search.teacher_max_length, search.device, search.teacher_precision,
-           tuple(sorted(options.items())))  # fmt: skip
+    key = (
+        spec,
+        search.index,
+        search.teacher_max_length,
+        search.device,
+        search.teacher_precision,
+        tuple(sorted(options.items())),
+    )
     context = TeacherContext(
         index_dir=search.index,
         max_length=search.teacher_max_length,
