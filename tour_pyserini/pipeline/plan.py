@@ -57,6 +57,13 @@ class Plan:
         return self.resources.indexes.get(self.spec.index)
 
     @property
+    def asked_teacher(self) -> TeacherSpec:
+        """The teacher of a plan whose rewriter asks one (or whose caller asks it itself)."""
+        if self.teacher is None:
+            raise ValueError(f"the search of {self.spec.index} was planned with no teacher")
+        return self.teacher
+
+    @property
     def dense_rewriter(self) -> type[Rewriter]:
         """The rewriter of a dense index's plan, which every such plan has (a BM25 index's has none)."""
         if self.rewriter is None:

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -299,7 +299,8 @@ def mcp_call(message: object) -> list[tuple[str, object]]:
     request log names them."""
     if not isinstance(message, dict):
         return []
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    given = message.get("params")
+    params = given if isinstance(given, dict) else {}
     out: list[tuple[str, object]] = [("method", message.get("method"))]
     if message.get("method") == "tools/call":
         out.append(("tool", params.get("name")))
@@ -426,7 +427,7 @@ class Access:
         finally:
             write(0)  # no answer was sent: the client left, or the server stopped
 
-    def sender(self, send, write):
+    def sender(self, send, write: Callable[[int], None]) -> Callable[[dict], Awaitable[None]]:
         """``send`` that logs the status as the answer starts, and holds an error answer back until its body is
         whole, to send it with every key in it replaced by the key's fingerprint."""
         held: list[dict] = []
@@ -458,7 +459,7 @@ class Access:
         address = f"address {(scope.get('client') or ('?',))[0]}"
         key = presented_key(scope)
         name = fingerprint(key) if key else ANONYMOUS
-        client = ANONYMOUS
+        client: str | None = ANONYMOUS  # None: a key that matches none
         logged: list = []
 
         def refused(answer) -> Checked:
@@ -492,13 +493,13 @@ class Access:
             if body is None:
                 return refused(error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes"))
             try:
-                message = json.loads(body)
+                call = json.loads(body)
             except (ValueError, UnicodeDecodeError):
-                message = None
+                call = None
             except RecursionError:
                 return refused(error(400, "the request body nests too deeply"))
-            logged = mcp_call(message)
-            strings = list(strings_of(message))
+            logged = mcp_call(call)
+            strings = list(strings_of(call))
             if any(SURROGATE.search(t) for t in strings):
                 return refused(error(400, "the request body holds a lone surrogate (\\ud800 to \\udfff): not text"))
             texts += [body.decode("utf-8", "replace"), *strings]
@@ -511,7 +512,7 @@ class Access:
             )
         if not is_public(path):
             return refused(None)
-        return Checked(name, client, None, logged, receive)
+        return Checked(name, client or ANONYMOUS, None, logged, receive)  # as refused() names it
 
     def limited(self, who: str, refusal=None):
         """429 if ``who`` is past its rate (this request counted), else ``refusal`` (None: go on)."""

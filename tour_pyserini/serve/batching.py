@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +36,17 @@ class Worker(Protocol):
     def close(self) -> None: ...
 
 
-class Batcher:
+W = TypeVar("W", bound=Worker)
+
+
+class Batcher(Generic[W]):
     """One thread handing batches of payloads to a :class:`Worker`.
 
     ``setup`` runs first on that thread and returns the worker; what it opens (SQLite connections, models)
     belongs to the thread, which closes it when it stops. :meth:`start` waits for it and re-raises its error.
     """
 
-    def __init__(
-        self, setup: Callable[[], Worker], *, window: float = 0.005, max_batch: int = 64, max_queue: int = 256
-    ):
+    def __init__(self, setup: Callable[[], W], *, window: float = 0.005, max_batch: int = 64, max_queue: int = 256):
         if window < 0 or max_batch < 1 or max_queue < 1:
             raise ValueError("window must be >= 0, max_batch and max_queue >= 1")
         self.setup = setup
@@ -53,16 +54,19 @@ class Batcher:
         self.jobs: queue.Queue = queue.Queue(max_queue)
         self.ready = threading.Event()
         self.error: BaseException | None = None
-        self.worker: Worker | None = None
+        self.worker: W | None = None
         self.thread = threading.Thread(target=self.loop, name="search", daemon=True)
         self.batches = 0
         self.batched = 0  # jobs run, over all batches
 
-    def start(self) -> None:
+    def start(self) -> W:
+        """Start the thread; the worker its ``setup`` made there (its error raised here)."""
         self.thread.start()
         self.ready.wait()
         if self.error is not None:
             raise self.error
+        assert self.worker is not None  # loop() makes it before it says ready, unless setup raised
+        return self.worker
 
     def submit(self, payload: Any) -> Future:
         """Queue a job; :class:`queue.Full` when ``max_queue`` jobs already wait."""
@@ -96,7 +100,7 @@ class Batcher:
         finally:
             worker.close()
 
-    def serve(self, worker: Worker) -> None:
+    def serve(self, worker: W) -> None:
         stopping = False
         while True:
             try:
@@ -110,7 +114,7 @@ class Batcher:
             stopping = stopping or stop
             self.run(worker, [job for job in batch if job.future.set_running_or_notify_cancel()])
 
-    def run(self, worker: Worker, batch: list[Job]) -> None:
+    def run(self, worker: W, batch: list[Job]) -> None:
         if not batch:
             return
         self.batches += 1

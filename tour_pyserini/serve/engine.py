@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,10 @@ from tour_pyserini.serve.requests import SearchRequest
 from tour_pyserini.teachers import Teacher, TeacherSpec
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH, Allocator
 from tour_pyserini.ttt.online import MIN_JUDGMENTS, OnlineLearner, Reward, usable
+
+if TYPE_CHECKING:
+    from tour_pyserini.search.bm25 import Bm25Searcher
+    from tour_pyserini.search.searcher import TourSearcher
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,7 @@ class ServedIndex:
     name: str  # the directory's base name, or its name in --config
     path: Path
     plan: Plan  # the index's part: requests add their rewriter to it
-    searcher: object  # TourSearcher, or Bm25Searcher for a BM25 index
+    searcher: TourSearcher | Bm25Searcher  # Bm25Searcher for a BM25 index
     docstore: DocStore | None
     teachers: dict[TeacherSpec, Teacher] = field(default_factory=dict)  # as the server was started
     stores: dict[TeacherSpec, str | None] = field(default_factory=dict)
@@ -98,8 +103,19 @@ class ServedIndex:
         return self.plan.kind == IndexKind.DENSE
 
     @property
+    def dense_searcher(self) -> TourSearcher:
+        """The searcher of a dense index, which encodes its queries."""
+        from tour_pyserini.search.searcher import TourSearcher
+
+        if not isinstance(self.searcher, TourSearcher):
+            raise ValueError(f"index {self.name} is a BM25 index: it encodes no queries")
+        return self.searcher
+
+    @property
     def num_docs(self) -> int:
-        return self.plan.num_docs if self.dense else self.searcher.lucene.num_docs
+        from tour_pyserini.search.bm25 import Bm25Searcher
+
+        return self.searcher.lucene.num_docs if isinstance(self.searcher, Bm25Searcher) else self.plan.num_docs
 
     @property
     def names(self) -> dict[str, TeacherSpec]:
@@ -150,8 +166,8 @@ def open_index(plan: Plan, name: str, config: ServeConfig) -> ServedIndex:
         teacher = handle.teachers[spec] = build_teacher(plan, spec)
         handle.stores[spec] = None
         if teacher.pairwise:  # judgments kept across requests and restarts: no pair is paid for twice
-            handle.stores[spec] = str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}.sqlite")
-            plan.resources.store(handle.stores[spec], teacher.fingerprint)
+            store = handle.stores[spec] = str(Path(config.data_dir) / "scores" / f"{name}.{slug(str(spec))}.sqlite")
+            plan.resources.store(store, teacher.fingerprint)
         else:
             log.warning("teacher %s scores pairs relative to each other: its judgments are not stored", teacher.label)
     return handle
@@ -192,12 +208,19 @@ class Engine:
         self.indexes = {name: open_index(plan, name, config) for plan, name in zip(config.plans, names)}
         self.pipelines: dict[Plan, Pipeline] = {}
         self.allocator = Allocator(config.budget, config.judge_depth, config.max_depth) if config.budget else None
-        self.learner = self.open_learner() if config.learn else None
+        self.learner = self.open_learner(config.learn) if config.learn else None
 
     @property
     def policy_teacher(self) -> TeacherSpec | None:
         """The teacher the server's policy asks: the first one it was started with."""
         return self.config.teachers[0] if self.config.teachers else None
+
+    @property
+    def policy(self) -> TeacherSpec:
+        """The policy's teacher, of a server whose policy judges (a budget, which is given with a teacher)."""
+        if self.policy_teacher is None:
+            raise ValueError("the server's policy judges with a teacher, and the server was started with none")
+        return self.policy_teacher
 
     def teaches(self, client: str) -> bool:
         """Whether the judgments of ``client``'s queries may teach the learner: a key accepted now, or anonymous
@@ -208,23 +231,27 @@ class Engine:
     def policy_digest(self) -> str:
         """The policy's teacher as rewards record it: a digest of its fingerprint."""
         handle = next(h for h in self.indexes.values() if h.dense)
-        return hashlib.sha256(handle.teachers[self.policy_teacher].fingerprint.encode("utf-8")).hexdigest()[:16]
+        return hashlib.sha256(handle.teachers[self.policy].fingerprint.encode("utf-8")).hexdigest()[:16]
 
-    def open_learner(self) -> OnlineLearner:
+    def open_learner(self, scope: str) -> OnlineLearner:
         from tour_pyserini.encoders import encoder_identity
         from tour_pyserini.ttt.vectors import DocVectors
 
         dense = [h for h in self.indexes.values() if h.dense]
-        identities = {h.name: encoder_identity(h.searcher.encoder) for h in dense}
+        identities = {}
+        for h in dense:
+            if (encoder := h.dense_searcher.encoder) is None:
+                raise UserError(f"--learn: index {h.name} has no query encoder to fit a state to (encoded queries)")
+            identities[h.name] = encoder_identity(encoder)
         if len({repr(sorted(i.items())) for i in identities.values()}) > 1:
             raise UserError("--learn: the dense indexes are encoded with different encoders; one state serves one")
         vectors = {h.name: DocVectors(h.path) for h in dense}
         identity = next(iter(identities.values()))
         learner = OnlineLearner(
             Path(self.config.data_dir) / "learn",
-            self.config.learn,
+            scope,
             identity,
-            encode=lambda task, texts: self.indexes[task].searcher.encode(texts),
+            encode=lambda task, texts: self.indexes[task].dense_searcher.encode(texts),
             doc_vectors=lambda task, docids: vectors[task].get(docids),
             tasks=list(vectors),
             refit_steps=self.config.refit_steps,
@@ -268,7 +295,7 @@ class Engine:
         vectors = None
         if handle.dense:
             with timed(traces, "encode"):
-                vectors = handle.searcher.encode(texts)
+                vectors = handle.dense_searcher.encode(texts)
         out: list[Served | None] = [None] * len(requests)
         for group in dict.fromkeys(r.group for r in requests):
             at = [i for i, r in enumerate(requests) if r.group == group]
@@ -279,6 +306,7 @@ class Engine:
 
             try:
                 if members[0].online:
+                    assert vectors is not None  # the policy serves dense indexes, whose texts are encoded above
                     served = self.run_online(handle, members, vectors[at], [traces[i] for i in at], stop)
                 else:
                     pipeline = self.pipeline(members[0].plan)
@@ -289,6 +317,7 @@ class Engine:
                         vectors=None if vectors is None else vectors[at],
                         traces=[traces[i] for i in at] if handle.dense else None,
                         stop=stop if handle.dense else None,
+                        encoded=True,  # the index's query encoder is every one of its pipelines'
                     )
                     served = [Served(result) for result in found]
             except Exception as e:  # noqa: BLE001 - this group's clients get the error; the batch's others go on
@@ -330,7 +359,7 @@ class Engine:
             results, failed = None, False
             if depth:
                 try:
-                    results = search(self.rerank_plan(handle, depth, self.policy_teacher))
+                    results = search(self.rerank_plan(handle, depth, self.policy))
                 except Abandoned:
                     raise
                 except Exception as e:  # noqa: BLE001 - the policy serves the state's order instead
@@ -349,6 +378,7 @@ class Engine:
             for i, result in zip(at, results):
                 out[i] = Served(result, version)
                 if depth and (failed or result.trace.unjudged):  # granted, but judged by nobody
+                    assert self.allocator is not None  # it granted the depth
                     self.allocator.refund(handle.name, depth)
                     self.judged.give_back(clients[i])
                     continue
@@ -364,7 +394,9 @@ class Engine:
         """Judgments the policy spends on the next served query of ``task`` from ``client`` (0: none): the budget's
         share, if the data directory has room and the client is within its day (a grant refused is returned to the
         budget, uncounted)."""
-        depth = self.allocator.next(task) if self.allocator else 0
+        if self.allocator is None:
+            return 0
+        depth = self.allocator.next(task)
         if depth and not self.judged.take(client):
             self.allocator.refund(task, depth)
             return 0
@@ -379,15 +411,19 @@ class Engine:
         depth = plan.rewriter_config.depth
 
         def rerank_at(calls: int):
-            return self.pipeline(self.rerank_plan(handle, min(calls, handle.num_docs), plan.teacher)).rewriter
+            return self.pipeline(self.rerank_plan(handle, min(calls, handle.num_docs), plan.asked_teacher)).rewriter
 
+        tour = self.pipeline(plan).rewriter
+        if tour is None:  # BM25's: check_explain asks a dense index
+            raise UserError(f"index {handle.name} is a BM25 index: TOUR's stages are a dense search's")
         show = min(max(request.hits, depth), handle.num_docs)  # TOUR's final ranking as deep as its searches
+        searcher = handle.dense_searcher
         return explain(
-            StoppableIndex(handle.searcher, stop),
-            handle.searcher.encode([request.query]),
+            StoppableIndex(searcher, stop),
+            searcher.encode([request.query]),
             request.query,
             request.qid,
-            tour=self.pipeline(plan).rewriter,
+            tour=tour,
             rerank_at=rerank_at,
             hits=show,
             show=show,

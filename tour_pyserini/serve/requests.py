@@ -72,10 +72,11 @@ class RequestLimits:
     def bound(self, plan: Plan) -> None:
         """The rewriter's checked options within these limits: candidates per step, iterations; and no float
         beyond what any rewriter's float (a learning rate, a weight, a temperature) can mean."""
-        for option in plan.rewriter.options:
+        limits: dict[Role | None, int] = {Role.CANDIDATES: self.max_candidates, Role.ITERATIONS: self.max_iterations}
+        for option in plan.dense_rewriter.options:
             value = getattr(plan.rewriter_config, option.name, None)
             shown = option.option.lstrip("-")
-            limit = {Role.CANDIDATES: self.max_candidates, Role.ITERATIONS: self.max_iterations}.get(option.role)
+            limit = limits.get(option.role)
             if limit is not None and value is not None and value > limit:
                 raise BadRequest(f"parameter {shown!r} ({value}) is above this server's maximum of {limit}")
             if isinstance(value, float) and abs(value) > MAX_FLOAT_OPTION:

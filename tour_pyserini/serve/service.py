@@ -138,9 +138,9 @@ class EngineWorker:
 
     def handle(self, payloads: Sequence[object]) -> list:
         out: list = [None] * len(payloads)
-        searches = [i for i, p in enumerate(payloads) if isinstance(p, SearchRequest)]
+        searches = [(i, p) for i, p in enumerate(payloads) if isinstance(p, SearchRequest)]
         if searches:
-            for i, served in zip(searches, self.engine.run([payloads[i] for i in searches])):
+            for (i, _), served in zip(searches, self.engine.run([p for _, p in searches])):
                 out[i] = served
         for i, payload in enumerate(payloads):
             if isinstance(payload, ExplainRequest):
@@ -176,12 +176,18 @@ class SearchService:
             max_batch=limits.max_batch,
             max_queue=limits.max_queue,
         )
-        self.engine: Engine | None = None
+        self.started: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The engine :meth:`start` opened on the searching thread."""
+        if self.started is None:
+            raise RuntimeError("the search service is not started: start() opens its engine")
+        return self.started
 
     def start(self) -> None:
         """Open every index, teacher and store (on the searching thread); a bad one raises here."""
-        self.batcher.start()
-        self.engine = self.batcher.worker.engine
+        self.started = self.batcher.start().engine
 
     def close(self) -> None:
         """Finish what is queued and in flight, then close the stores and the learner."""
@@ -285,7 +291,7 @@ class SearchService:
             self.judged.give_back(client)
             raise BadRequest(f"teacher {handle.public(teacher)!r} scored none of the candidates", 502)
         scores = strictly_decreasing([h.score for h in served.result.hits])  # as the search command writes them
-        answer = {
+        answer: dict[str, object] = {
             "api": "v1",
             "index": index,
             "query": {"text": request.query},
