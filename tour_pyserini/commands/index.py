@@ -233,6 +233,7 @@ def build_dense_shard(args: argparse.Namespace, encoder: EncoderSpec, shard: Sha
 def dense_build(args: argparse.Namespace, encoder: EncoderSpec, spec: FaissIndexSpec):
     """What a whole dense index is built from (its request, for reuse) and the function that writes it."""
     from tour_pyserini.index.dense import write_dense_index
+    from tour_pyserini.index.prebuilt import PREBUILT_DIR
 
     request = IndexRequest(
         "dense",
@@ -248,7 +249,7 @@ def dense_build(args: argparse.Namespace, encoder: EncoderSpec, spec: FaissIndex
         batch_size=args.batch_size,
         faiss_spec=spec,
         device=check_device(args.device),
-        **({"prebuilt": None} if args.no_prebuilt else {}),
+        prebuilt=None if args.no_prebuilt else PREBUILT_DIR,
     )
     return request, write
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import replace
 
@@ -196,7 +196,8 @@ def rewriter_options() -> dict[str, list[Param]]:
             declared.setdefault(option.option, []).append((name, option))
     groups: dict[str, list[Param]] = {}
     for flag, uses in declared.items():
-        (first_name, first), defaults = uses[0], {}
+        first_name, first = uses[0]
+        defaults: dict[str | None, list[str]] = {}  # the rewriters of each default
         for name, option in uses:
             if _flag_of(option) != _flag_of(first):
                 raise TypeError(f"rewriters declare {flag} differently: {first} and {option}")
@@ -251,15 +252,18 @@ def nothing_carried() -> None:
     return None
 
 
+Batches = Iterable[tuple[list[str], list[str], int]]  # (texts, qids, hits) of each batch
+
+
 def batch_searcher(
     args: argparse.Namespace, planned: Plan, stack: ExitStack, carried: bytes | None = None
-) -> tuple[Callable[[list], Iterator], TeacherInfo | None, Callable[[], bytes | None]]:
+) -> tuple[Callable[[Batches], Iterator[list[SearchResult]]], TeacherInfo | None, Callable[[], bytes | None]]:
     """A function from (texts, qids, k) batches to their results in order, run here (built from ``planned``) or
     on Ray workers (each planning its own); what the teacher is; and the state the rewriter carries after the
     batches so far (DART's buffer: it starts from ``carried``, a resumed run's)."""
     if args.ray is None:
         pipeline = build(planned)
-        run_state = nothing_carried
+        run_state: Callable[[], bytes | None] = nothing_carried
         if pipeline.rewriter is not None and pipeline.rewriter.carries:
             pipeline.rewriter.start_run(carried)
             run_state = pipeline.rewriter.run_state

@@ -89,7 +89,8 @@ def make_rewards(args: argparse.Namespace) -> None:
         raise UserError(f"--index {args.index} is a BM25 index; rewards are for the candidates of a dense one")
     with locked_output(args.output):
         topics = read_topics(args.topics)
-        task_qids = [[]] * args.task_index + [[t.qid for t in topics]]  # task i's order is seeded 1000 + i
+        # task i's order is seeded 1000 + i
+        task_qids: list[list[str]] = [[]] * args.task_index + [[t.qid for t in topics]]
         pairs = allocate(task_qids, args.budget, depth=args.depth, max_depth=args.max_depth)
         judge_rewards(args, topics, pairs)
 
@@ -108,7 +109,7 @@ def judge_rewards(args: argparse.Namespace, topics, pairs) -> None:
         teacher_options=teacher_flags(args),
     )
     pipeline = build(plan(spec, asks_teacher=True))
-    teacher = pipeline.teacher
+    teacher = pipeline.asked_teacher
     source = TaskSource(task_name(args), args.index, args.topics)
     rewards = judge_rewards(pipeline.searcher, teacher, topics, pairs, source, max_depth=args.max_depth)
     provenance = {

@@ -20,7 +20,7 @@ from tour_pyserini.results import Hit
 DECIMALS = 6
 
 
-def strictly_decreasing(scores: Sequence[float], decimals: int = DECIMALS) -> list[float]:
+def strictly_decreasing(scores: Sequence[float] | np.ndarray, decimals: int = DECIMALS) -> list[float]:
     """Round ``scores`` (given in rank order) and lower any score that does not fall below its predecessor.
 
     A score that ties with or exceeds the one above it after rounding becomes that score minus one

@@ -40,7 +40,7 @@ from tour_pyserini.encoders import EncoderSettings
 from tour_pyserini.files import read_topics
 from tour_pyserini.files.runs import strictly_decreasing
 from tour_pyserini.numbers import Param, non_negative_float, positive_int, probability
-from tour_pyserini.pipeline import Pipeline, Resources, SearchSpec, build, plan
+from tour_pyserini.pipeline import Pipeline, Plan, Resources, SearchSpec, build, plan
 from tour_pyserini.results import SearchResult, Trace
 from tour_pyserini.rewriters import check_rewriter, get_rewriter_class
 from tour_pyserini.runtime import RUNTIME_CHOICES, RUNTIME_PRECISIONS
@@ -190,15 +190,20 @@ class Retriever(Parametrised):
     sharing its opened index and query encoder.
     """
 
+    config: SearchSpec  # the search, as the search command's flags give it
+    plan: Plan
+    resources: Resources  # what a stage over this retriever shares: its index and query encoder
+    searcher: Any  # TourSearcher, or Bm25Searcher for a BM25 index
+    num_results: int
+    doc_vec: bool
+
     def __init__(self, index: str | Path, *, num_results: int = 1000, doc_vec: bool = False, **config: Any):
         if pt.java.started():  # pyjnius starts one JVM per process, and Terrier's lacks Anserini's classes
             raise UserError(
                 "PyTerrier's JVM (Terrier) already runs in this process, and Pyserini's cannot start "
                 "beside it: run Terrier's Java transformers in another process"
             )
-        self.config: SearchSpec | None = None
-        self.resources = Resources()  # what a stage over this retriever shares: its index and query encoder
-        self.configure({"index": index, "num_results": num_results, "doc_vec": doc_vec, **config})
+        self.open({"index": index, "num_results": num_results, "doc_vec": doc_vec, **config}, None)
         self.key = f"retriever-{next(KEYS)}"
         RETRIEVERS[self.key] = self
 
@@ -211,6 +216,12 @@ class Retriever(Parametrised):
         return {**config, "num_results": self.num_results, "doc_vec": self.doc_vec}
 
     def configure(self, values: Mapping[str, Any]) -> None:
+        self.open(values, self)
+
+    def open(self, values: Mapping[str, Any], previous: Retriever | None) -> None:
+        """Take ``values`` over ``previous``'s (None: over the defaults), checked, and open what they change: the
+        plan and searcher, and the index where its knobs change (``resources``: what a stage over this retriever
+        shares, its index and query encoder)."""
         if unknown := sorted(set(values) - set(RETRIEVER_DEFAULTS)):
             raise UserError(
                 f"Retriever has no parameter {', '.join(unknown)}; its parameters: "
@@ -221,23 +232,29 @@ class Retriever(Parametrised):
         if (settings := given.get("encoder_settings")) is not None and not isinstance(settings, EncoderSettings):
             raise UserError(f"encoder_settings takes an EncoderSettings, got {type(settings).__name__}")
         merged = {
-            **(self.parameters() if self.config else {}),
+            **(previous.parameters() if previous is not None else {}),
             **{name: RETRIEVER_DEFAULTS[name] if v is None else v for name, v in given.items()},
         }
         if merged["index"] is None:
             raise UserError("a Retriever searches an index: give it one (a directory built by tour-pyserini index)")
         num_results, doc_vec = merged.pop("num_results"), merged.pop("doc_vec")
         config = SearchSpec(**merged)
-        planned, resources, searcher = (getattr(self, name, None) for name in ("plan", "resources", "searcher"))
-        if config != self.config:
-            old = self.config
-            if old is None or (old.index, old.ef_search, old.nprobe) != (config.index, config.ef_search, config.nprobe):
-                # and the index, opened once; a Faiss knob stays set on an opened index: another knob opens it anew
-                resources = Resources()
+        searcher: Any = None  # TourSearcher or Bm25Searcher; a new one is built once the values are checked
+        if previous is not None and config == previous.config:
+            planned, resources, searcher = previous.plan, previous.resources, previous.searcher
+        else:
+            old = previous.config if previous is not None else None
+            # the index is opened once; a Faiss knob stays set on an opened index: another knob opens it anew
+            same_index = old is not None and (old.index, old.ef_search, old.nprobe) == (
+                config.index,
+                config.ef_search,
+                config.nprobe,
+            )
+            resources = previous.resources if previous is not None and same_index else Resources()
             planned = plan(config, resources)
         if doc_vec and planned.kind != "dense":
             raise UserError(f"doc_vec: {config.index} is a BM25 index, which holds no document vectors")
-        if config != self.config:
+        if searcher is None:
             searcher = build(planned).searcher
         self.config, self.plan, self.resources, self.searcher = config, planned, resources, searcher
         self.num_results, self.doc_vec = num_results, doc_vec
@@ -568,7 +585,7 @@ class TeacherReranker(OverIndex):
             out = inp.assign(score=pd.Series(dtype=np.float64), rank=pd.Series(dtype=np.int64))
             return from_retriever(out, retriever)
         qids = [str(g["qid"].iloc[0]) for g in groups]
-        cache = ScoreCache(pipeline.teacher, pipeline.searcher.docstore)
+        cache = ScoreCache(pipeline.asked_teacher, pipeline.searcher.docstore)
         texts = [g["query"].iloc[0] for g in groups]
         scores = cache.score(qids, texts, [g["docno"].astype(str).tolist() for g in groups], [Trace() for _ in groups])
         ranked = [
