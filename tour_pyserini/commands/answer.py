@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tour_pyserini.answer import ReaderOptions, resolve_reader_precision
-from tour_pyserini.commands.flags import ArgumentParser, add_param_flags, config_from_flags
+from tour_pyserini.commands.flags import ArgumentParser, CollectionName, add_param_flags, config_from_flags
 from tour_pyserini.commands.outputs import check_output
 from tour_pyserini.devices import check_device
 from tour_pyserini.numbers import positive_int
@@ -32,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--run", required=True, help="TREC run of the questions over --collection")
     ap.add_argument("--topics", required=True, help="the questions (any topics file; answers are not needed)")
     where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--collection", help="collection directory (corpus.jsonl) holding the run's passages")
+    where.add_argument(
+        "--collection", action=CollectionName, help="the collection holding the run's passages: its name or directory"
+    )
     where.add_argument("--index", help="index directory whose document store holds the run's passages")
     ap.add_argument("--reader", required=True, help="extractive QA model: directory or Hugging Face id")
     ap.add_argument("--output", required=True, help="predictions file to write (JSON lines)")

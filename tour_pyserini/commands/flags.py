@@ -91,6 +91,19 @@ class OldName(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
+class CollectionName(argparse.Action):
+    """``--collection``: a directory (or a corpus file), or the name of a collection the registry finds
+    (:mod:`tour_pyserini.files.collections`), stored as the directory it names; an unknown name is one line."""
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        from tour_pyserini.files.collections import collection_directory
+
+        try:
+            setattr(namespace, self.dest, str(collection_directory(value)))
+        except UserError as e:
+            parser.error(f"{option_string} {e}")
+
+
 def config_from_flags(config_class, args: argparse.Namespace, **values):
     """``config_class`` from the flags :func:`add_param_flags` added and ``values`` (fields with flags of their own,
     e.g. precision), checked once; a value not given (None) keeps its default."""

@@ -13,7 +13,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from tour_pyserini.commands.flags import ArgumentParser, add_encoder_flags, encoder_settings
+from tour_pyserini.commands.flags import ArgumentParser, CollectionName, add_encoder_flags, encoder_settings
 from tour_pyserini.devices import check_device
 from tour_pyserini.encoders import DEFAULT_ENCODER, EncoderSpec, encoder_identity
 from tour_pyserini.errors import UserError
@@ -29,7 +29,7 @@ from tour_pyserini.numbers import non_negative_int, positive_int
 def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tour_pyserini.index", description=__doc__)
     source = ap.add_mutually_exclusive_group(required=True)
-    source.add_argument("--collection", help="collection directory with corpus.jsonl, or a .jsonl file")
+    source.add_argument("--collection", action=CollectionName, help="a collection: its name, directory or .jsonl file")
     source.add_argument("--from-index", metavar="DIR", help="re-index the vectors of this dense index (no encoding)")
     source.add_argument(
         "--merge",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tour_pyserini.commands.flags import CollectionName
 from tour_pyserini.eval.judge import DEFAULT_METRICS
 from tour_pyserini.eval.scoring import Judgements
 from tour_pyserini.numbers import positive_int
@@ -14,7 +15,7 @@ def add_judgement_arguments(ap: argparse.ArgumentParser, required: bool = True) 
     mode.add_argument("--qrels", help="TREC qrels file")
     mode.add_argument("--answers", metavar="TOPICS", help="topics with answers (e.g. JSON lines with 'answers')")
     ap.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="ir-measures names (--qrels)")
-    ap.add_argument("--collection", help="collection directory with corpus.jsonl (--answers)")
+    ap.add_argument("--collection", action=CollectionName, help="the collection: its name or directory (--answers)")
     ap.add_argument("--index", help="index directory whose document store holds the passages (--answers)")
     ap.add_argument("--topk", type=positive_int, nargs="+", default=[1, 5, 20, 100], help="k of Acc@k (--answers)")
     ap.add_argument("--regex", action="store_true", help="answers are regular expressions (CuratedTrec)")

@@ -9,6 +9,7 @@ import argparse
 
 from tour_pyserini.commands.flags import (
     ArgumentParser,
+    CollectionName,
     add_trainer_flags,
     trainer_config,
 )
@@ -23,7 +24,9 @@ def parser() -> argparse.ArgumentParser:
         description=ict_training.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--collection", required=True, help="collection directory with corpus.jsonl, or a .jsonl file")
+    ap.add_argument(
+        "--collection", action=CollectionName, required=True, help="a collection: its name, directory or .jsonl file"
+    )
     ap.add_argument("--output", required=True, help="directory to write (OUTPUT/query and OUTPUT/document)")
     ap.add_argument(
         "--init",

@@ -12,6 +12,7 @@ from tour_pyserini.answer import questions_to_read
 from tour_pyserini.commands.answer_training import add_answer_training_flags, answered_questions
 from tour_pyserini.commands.flags import (
     ArgumentParser,
+    CollectionName,
     add_trainer_flags,
     trainer_config,
 )
@@ -29,7 +30,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--run", required=True, help="a retriever's TREC run of the training questions")
     ap.add_argument("--topics", required=True, help="training questions with answers (any DPR-style topics file)")
     where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--collection", help="collection directory (corpus.jsonl) holding the run's passages")
+    where.add_argument(
+        "--collection", action=CollectionName, help="the collection holding the run's passages: its name or directory"
+    )
     where.add_argument("--index", help="index directory whose document store holds the run's passages")
     ap.add_argument("--output", required=True, help="reader directory to write")
     ap.add_argument("--init", help="encoder to start from (default: the bundled MiniLM; any BERT-like directory)")

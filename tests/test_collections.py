@@ -1,0 +1,46 @@
+"""Collections by name: one declaration each (collection.yaml), read by every command that takes --collection."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.files.collections import collection_names, find_collection
+
+
+def test_the_shipped_collections_are_declared_and_their_files_exist(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert collection_names() == ["cranfield", "nq-oracle", "scifact"]
+    scifact = find_collection("scifact")
+    assert scifact.corpus == ROOT / "collections/scifact/corpus.jsonl" and scifact.judged_by == "qrels"
+    assert scifact.split("test").qrels == ROOT / "qrels/scifact.test.txt" and "nDCG@10" in scifact.metrics
+    assert find_collection("nq-oracle").split("train").qrels is None  # judged by the answers in its topics
+    with pytest.raises(UserError, match="collection cranfield has no split 'train'; its splits: test"):
+        find_collection("cranfield").split("train")
+    with pytest.raises(UserError, match="unknown collection 'scifakt'; the collections known by name: cranfield, "):
+        find_collection("scifakt")
+
+
+def test_a_user_adds_a_collection_by_writing_one_file(tmp_path, monkeypatch):
+    mine = tmp_path / "lab" / "my-docs"
+    mine.mkdir(parents=True)
+    (mine / "corpus.jsonl").write_text('{"id": "d1", "title": "", "text": "bone density"}\n')
+    (mine / "topics.tsv").write_text("q1\tbone\n")
+    (mine / "qrels.txt").write_text("q1 0 d1 1\n")
+    declaration = "name: my-docs\ncorpus: corpus.jsonl\njudged_by: qrels\nmetrics: [nDCG@10]\n"
+    (mine / "collection.yaml").write_text(declaration + "splits:\n  test: {topics: topics.tsv, qrels: qrels.txt}\n")
+    monkeypatch.setenv("TOUR_PYSERINI_COLLECTIONS", str(tmp_path / "lab"))
+    assert find_collection("my-docs").split("test").topics == (mine / "topics.tsv").resolve()
+
+    from tour_pyserini.commands.index import parser
+
+    args = parser().parse_args(["--collection", "my-docs", "--output", str(tmp_path / "index")])
+    assert args.collection == str(mine.resolve())  # the commands take a name wherever they take a collection
+    for broken, message in [
+        ("splits:\n  test: {topics: topics.tsv}\n", "split 'test': a collection judged by qrels needs its qrels"),
+        ("splits:\n  test: {topics: nope.tsv, qrels: qrels.txt}\n", "split 'test''s topics 'nope.tsv' is not a file"),
+    ]:
+        (mine / "collection.yaml").write_text(declaration + broken)
+        with pytest.raises(UserError, match=message):
+            find_collection("my-docs")
