@@ -25,6 +25,10 @@ class Values(dict):
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items())))
 
+    def __reduce__(self) -> tuple[type[Values], tuple[dict[str, Any]]]:
+        # pickle (a Ray worker's spec) would rebuild the dict item by item, through the refused __setitem__
+        return type(self), (dict(self),)
+
     def _frozen(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("option values in a spec are not changed: make another spec (dataclasses.replace)")
 
