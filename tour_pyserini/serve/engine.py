@@ -352,9 +352,13 @@ class Engine:
 
             def search(plan: Plan, at=at) -> list[SearchResult]:
                 return self.pipeline(plan).run(
-                    [texts[i] for i in at], [qids[i] for i in at], hits, vectors=vectors[at],
-                    traces=[traces[i] for i in at], stop=stop,
-                )  # fmt: skip
+                    [texts[i] for i in at],
+                    [qids[i] for i in at],
+                    hits,
+                    vectors=vectors[at],
+                    traces=[traces[i] for i in at],
+                    stop=stop,
+                )
 
             results, failed = None, False
             if depth:
