@@ -75,8 +75,8 @@ def parser() -> argparse.ArgumentParser:
         "--threads",
         type=positive_int,
         help="CPU threads of the searcher (encoder, cross-encoder teacher, "
-        "Faiss); default: the cores other processes leave idle when the search starts (all on an idle "
-        "machine) for models, 1 for Faiss; 1 per Ray worker. Model outputs differ in the last bits "
+        "Faiss); default: torch's own (one per core, whatever else the machine runs) for models, 1 for "
+        "Faiss; 1 per Ray worker. Model outputs differ in the last bits "
         "between thread counts, so runs are identical only for equal --threads (docs/cli.md)",
     )
     ap.add_argument("--output-format", choices=["trec"], default="trec")
