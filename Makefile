@@ -8,15 +8,10 @@ export TOKENIZERS_PARALLELISM := false
 SCIFACT := collections/scifact
 DENSE   := indexes/scifact.minilm
 BM25    := indexes/scifact.bm25
-# the shipped SciFact teacher: the residual cross-encoder models/scifact-rce summed with BM25 and the
-# retriever's similarity, weighted as fitted on its dev training claims; its scores are kept in one store,
-# so TOUR does not score again the pairs re-ranking scored. The runtimes are the defaults (auto): the cross-encoder
-# and the query encoder through OpenVINO (exported once, beside their weights), the cross-encoder in bf16 where the
-# CPU has bfloat16 units, else fp32, faster than torch either way
-SEARCH_TEACHER := --hits 1000 --remove-query --teacher ensemble:models/scifact-rce/ensemble.json \
-    --score-store runs/scifact.ensemble.scores.sqlite
+NQ      := collections/nq-oracle
+CRAN    := collections/cranfield
 
-.PHONY: check install demo demo-steps nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods bench-dart-settings
+.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods bench-dart-settings
 
 install: $(VENV)/.installed
 
@@ -26,54 +21,25 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# the README's table: each index and search printed before it runs, then the values checked against
+# regressions/scifact.yaml (the dense index comes from prebuilt/scifact.minilm, vectors checked, in seconds)
 demo: install
-	@start=$$(date +%s); $(MAKE) --no-print-directory demo-steps && echo "make demo: $$(($$(date +%s) - start)) s"
-
-# the dense index comes from prebuilt/scifact.minilm (vectors checked against the encoder) in seconds
-demo-steps:
-	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
-	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
-	$(PY) -m tour_pyserini.search --index $(BM25) --topics $(SCIFACT)/topics.test.tsv \
-	    --output runs/scifact.bm25.trec --hits 1000 --remove-query --run-tag bm25
-	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv \
-	    --output runs/scifact.minilm.trec --hits 1000 --run-tag minilm
-	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv $(SEARCH_TEACHER) \
-	    --rewriter rerank --depth 20 --output runs/scifact.rerank-20.ensemble.trec --run-tag rerank-20.ensemble
-	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv $(SEARCH_TEACHER) \
-	    --rewriter tour-soft --preset passage --depth 20 --output runs/scifact.tour-soft-20.ensemble.trec \
-	    --run-tag tour-soft-20.ensemble --trace runs/scifact.tour-soft-20.ensemble.trace.jsonl
-	$(PY) -m tour_pyserini.search --index $(DENSE) --topics $(SCIFACT)/topics.test.tsv --hits 1000 \
-	    --remove-query --teacher bm25 --rewriter tour-soft --preset passage --depth 20 \
-	    --output runs/scifact.tour-soft-20.bm25.trec --run-tag tour-soft-20.bm25
-	$(PY) -m tour_pyserini.eval --qrels qrels/scifact.test.txt --metrics nDCG@10 R@100 RR@10 \
-	    --run runs/scifact.bm25.trec runs/scifact.minilm.trec runs/scifact.rerank-20.ensemble.trec \
-	    runs/scifact.tour-soft-20.ensemble.trec runs/scifact.tour-soft-20.bm25.trec
-
-NQ := collections/nq-oracle
+	@start=$$(date +%s); $(PY) -m tour_pyserini regressions scifact && echo "make demo: $$(($$(date +%s) - start)) s"
 
 # open-domain QA: dense and BM25 on nq-oracle test, scored by DPR answer-string top-k accuracy
 nq-demo: install
-	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
-	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
-	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.bm25 --topics $(NQ)/topics.test.jsonl \
-	    --output runs/nq-oracle.bm25.trec --hits 100 --run-tag bm25
-	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.test.jsonl \
-	    --output runs/nq-oracle.minilm.trec --hits 100 --run-tag minilm
-	$(PY) -m tour_pyserini.eval --answers $(NQ)/topics.test.jsonl --collection $(NQ) \
-	    --run runs/nq-oracle.bm25.trec runs/nq-oracle.minilm.trec --topk 1 5 20 100
-
-CRAN := collections/cranfield
+	$(PY) -m tour_pyserini regressions nq-oracle
 
 # the classic course collection: BM25 and dense on Cranfield's 225 queries
 cranfield: install
-	$(PY) -m tour_pyserini.index --collection $(CRAN) --output indexes/cranfield.minilm
-	$(PY) -m tour_pyserini.index --bm25 --collection $(CRAN) --output indexes/cranfield.bm25
-	$(PY) -m tour_pyserini.search --index indexes/cranfield.bm25 --topics $(CRAN)/topics.tsv \
-	    --output runs/cranfield.bm25.trec --hits 1000 --run-tag bm25
-	$(PY) -m tour_pyserini.search --index indexes/cranfield.minilm --topics $(CRAN)/topics.tsv \
-	    --output runs/cranfield.minilm.trec --hits 1000 --run-tag minilm
-	$(PY) -m tour_pyserini.eval --qrels qrels/cranfield.txt \
-	    --run runs/cranfield.bm25.trec runs/cranfield.minilm.trec --metrics nDCG@10 AP R@100
+	$(PY) -m tour_pyserini regressions cranfield
+
+# every shipped configuration against the values its regressions/NAME.yaml expects; regressions-ci: the cheap ones
+regressions: install
+	$(PY) -m tour_pyserini regressions
+
+regressions-ci: install
+	$(PY) -m tour_pyserini regressions --ci
 
 # The residual cross-encoder teachers (float16, about 45 MB each), trained from the bundled MiniLM on
 # training queries only. SciFact's mixes 4 nq-oracle training questions into every step of 8 claims and

@@ -35,6 +35,11 @@ SUBCOMMANDS = {
         "compare runs with a baseline: deltas, significance tests, win/tie/loss; or --diff",
         "tour-pyserini compare --qrels qrels/scifact.test.txt --baseline runs/dense.trec --run runs/tour.trec",
     ),
+    "regressions": (
+        "regressions",
+        "build, search and score the shipped configurations; check each value against regressions/NAME.yaml",
+        "tour-pyserini regressions scifact",
+    ),
     "train-reranker": (
         "train_reranker",
         "train a cross-encoder teacher on training queries",

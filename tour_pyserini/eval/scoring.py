@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.judge import DEFAULT_METRICS, Judge, QrelsJudge
+from tour_pyserini.files.collections import Collection
 from tour_pyserini.files.qrels import read_qrels
 from tour_pyserini.files.runs import read_run
 from tour_pyserini.files.topics import read_topics
@@ -29,6 +30,18 @@ class Judgements:
     index: str | None = None
     topk: tuple[int, ...] = (1, 5, 20, 100)
     regex: bool = False  # answers are regular expressions (CuratedTrec)
+
+    @classmethod
+    def of(cls, collection: Collection, split: str) -> Judgements:
+        """How a split of a registered collection is judged: its qrels and metrics, or its answers with Acc@k for
+        each ``Acc@k`` of its metrics."""
+        files = collection.split(split)
+        if files.qrels is not None:
+            return cls(qrels=str(files.qrels), metrics=collection.metrics)
+        topk = [m.removeprefix("Acc@") for m in collection.metrics]
+        if not all(k.isdigit() and int(k) > 0 for k in topk):
+            raise UserError(f"collection {collection.name}: judged by answers, its metrics are Acc@k only")
+        return cls(answers=str(files.topics), collection=str(collection.directory), topk=tuple(map(int, topk)))
 
 
 def passages(judgements: Judgements, stack: ExitStack) -> DocStore:

@@ -1,0 +1,117 @@
+"""tour-pyserini regressions: build, search and score the shipped configurations, and check each value against
+the one its regression file expects (``regressions/NAME.yaml``; the format is in ``tour_pyserini.files.regressions``).
+
+Each index and search runs as the command printed before it, so any line can be copied and run alone; indexes
+already built are reused (the index command checks them), runs are searched again. Exits 1 when a value is
+farther from the one expected than its tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tour_pyserini.commands.eval import format_table
+from tour_pyserini.commands.flags import ArgumentParser
+from tour_pyserini.errors import UserError
+from tour_pyserini.eval.scoring import Judgements, score_runs
+from tour_pyserini.files.regressions import Measured, Regression, check_values, find_regression, regression_names
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="tour-pyserini regressions", description=__doc__)
+    ap.add_argument(
+        "regressions", nargs="*", metavar="NAME", help="regression names or files (default: every one in regressions/)"
+    )
+    ap.add_argument("--ci", action="store_true", help="only the regressions marked ci: true (the cheap ones)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--score-only", action="store_true", help="score the runs already written, searching nothing")
+    return ap
+
+
+def shown(path: str | Path) -> str:
+    """A path as a user would type it here: relative to the working directory where it lies below it."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def commands(regression: Regression) -> list[list[str]]:
+    """The index and search commands of a regression, in order, as typed after ``python -m tour_pyserini``."""
+    topics = shown(regression.collection.split(regression.split).topics)
+    built = [["index", *flags, "--output", regression.index_path(name)] for name, flags in regression.indexes.items()]
+    searched = [
+        ["search", "--index", regression.index_path(run.index), "--topics", topics]
+        + ["--output", regression.run_path(run.name), "--run-tag", run.name, *run.search]
+        for run in regression.runs
+    ]
+    return built + searched
+
+
+def run_command(command: list[str], dry_run: bool) -> None:
+    print("python -m tour_pyserini " + shlex.join(command), flush=True)
+    if dry_run:
+        return
+    done = subprocess.run([sys.executable, "-m", "tour_pyserini", *command], check=False)
+    if done.returncode:
+        raise SystemExit(done.returncode)
+
+
+def score(regression: Regression) -> list[Measured]:
+    """Every run's measured values beside the expected ones, after printing the runs' table as eval prints it."""
+    judgements = Judgements.of(regression.collection, regression.split)
+    paths = [regression.run_path(run.name) for run in regression.runs]
+    if missing := [p for p in paths if not Path(p).is_file()]:
+        raise UserError(f"{missing[0]}: no such run; search it first (without --score-only)")
+    results, qids = score_runs(judgements, paths)
+    measured = {run.name: dict(results[p].means) for run, p in zip(regression.runs, paths)}
+    print(table(regression, measured))
+    print(f"({len(qids)} judged queries; queries missing from a run count as 0)")
+    return [m for run in regression.runs for m in check_values(run, measured[run.name])]
+
+
+def table(regression: Regression, values: dict[str, dict[str, float]]) -> str:
+    """Runs by file name and their values under the collection's measures, as ``eval`` prints them."""
+    names = [m for m in regression.collection.metrics if any(m in v for v in values.values())]
+    rows = [[Path(regression.run_path(run)).name, *(f"{v[n]:.4f}" for n in names)] for run, v in values.items()]
+    return format_table([["run", *names], *rows])
+
+
+def expected_table(regression: Regression) -> str:
+    """The table the runner prints when every value is the one expected: what the docs show."""
+    return table(regression, {run.name: run.expect for run in regression.runs})
+
+
+def report(regression: Regression, measured: list[Measured]) -> bool:
+    misses = [m for m in measured if not m.holds]
+    for m in misses:
+        value = "not scored" if m.value is None else f"{m.value:.4f}"
+        print(f"  {m.run} {m.measure}: {value}, expected {m.expected:.4f} ± {m.tolerance:g}")
+    verdict = f"{len(measured) - len(misses)} of {len(measured)} values as {shown(regression.path)} expects"
+    print(("ok: " if not misses else "FAILED: ") + verdict)
+    return not misses
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    names = args.regressions or regression_names()
+    regressions = [find_regression(name) for name in names]  # every file checked before anything runs
+    if args.ci:
+        regressions = [r for r in regressions if r.ci]
+    if not regressions:
+        raise UserError("no regression to run" + (" (none is marked ci: true)" if args.ci else ""))
+    failed = []
+    for regression in regressions:
+        if not args.score_only:
+            for command in commands(regression):
+                run_command(command, args.dry_run)
+        if not args.dry_run and not report(regression, score(regression)):
+            failed.append(regression.name)
+    if failed:
+        print(f"regressions that failed: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)

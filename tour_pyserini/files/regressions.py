@@ -1,0 +1,185 @@
+"""Regressions: the shipped configurations with the values they must give, one YAML file each (as Anserini's).
+
+A regression names a collection of the registry and one of its splits, the indexes it builds (the index command's
+flags) and the runs it searches (the search command's flags), each with the values it must score::
+
+    # the README's table
+    name: scifact
+    collection: scifact
+    split: test
+    ci: true                     # cheap enough for CI (under about 10 minutes on 2 cores)
+    tolerance: 0.00005           # |measured - expected| allowed: the same four printed digits
+    indexes:
+      minilm: --collection scifact
+      bm25: --bm25 --collection scifact
+    runs:
+      bm25:
+        index: bm25
+        search: --hits 1000 --remove-query
+        expect: {nDCG@10: 0.6789, R@100: 0.9253, RR@10: 0.6457}
+
+A run may set its own ``tolerance`` with the ``why`` beside it (a CPU whose kernels round otherwise). The flags are
+the commands' own, so a regression says nothing a command line could not; the runner writes index ``NAME`` to
+``indexes/COLLECTION.NAME`` and run ``RUN`` to ``runs/REGRESSION.RUN.trec`` (its run tag ``RUN``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.files.collections import Collection, find_collection
+
+SUFFIX = ".yaml"
+FIELDS = {"name", "collection", "split", "ci", "tolerance", "indexes", "runs"}
+RUN_FIELDS = {"index", "search", "expect", "tolerance", "why"}
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """One run: the index it searches (a name of the regression's indexes), its search flags, the values expected
+    by measure and how far a measured value may be from each."""
+
+    name: str
+    index: str
+    search: tuple[str, ...]
+    expect: dict[str, float]
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class Regression:
+    name: str
+    path: Path
+    collection: Collection
+    split: str
+    ci: bool
+    indexes: dict[str, tuple[str, ...]]  # index name: the index command's flags
+    runs: tuple[RunCheck, ...]
+
+    def index_path(self, index: str) -> str:
+        return f"indexes/{self.collection.name}.{index}"
+
+    def run_path(self, run: str) -> str:
+        return f"runs/{self.name}.{run}.trec"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A value measured beside the one expected."""
+
+    run: str
+    measure: str
+    expected: float
+    value: float | None  # None: the measure was not scored
+    tolerance: float
+
+    @property
+    def holds(self) -> bool:
+        return self.value is not None and abs(self.value - self.expected) <= self.tolerance
+
+
+def check_values(run: RunCheck, measured: dict[str, float]) -> list[Measured]:
+    """Each expected value of ``run`` beside the value measured."""
+    return [Measured(run.name, m, e, measured.get(m), run.tolerance) for m, e in run.expect.items()]
+
+
+def regression_names(directory: Path = Path("regressions")) -> list[str]:
+    return sorted(p.stem for p in directory.glob(f"*{SUFFIX}"))
+
+
+def find_regression(name_or_path: str, directory: Path = Path("regressions")) -> Regression:
+    """A regression by file or by name (``regressions/NAME.yaml``)."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = directory / f"{name_or_path}{SUFFIX}"
+    if not path.is_file():
+        known = ", ".join(regression_names(directory)) or "none"
+        raise UserError(f"unknown regression {name_or_path!r}; the regressions in {directory}/: {known}")
+    return read_regression(path)
+
+
+def _tolerance(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise UserError(f"{where}: tolerance must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _flags(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, str):
+        raise UserError(f"{where}: flags are one string, as typed on the command line; got {value!r}")
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
+
+
+def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float, metrics: tuple[str, ...]) -> RunCheck:
+    where = f"{path}: run {name!r}"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: a mapping with index, search and expect was expected")
+    if unknown := sorted(set(raw) - RUN_FIELDS):
+        raise UserError(f"{where}: unknown field {unknown[0]!r}")
+    if raw.get("index") not in indexes:
+        raise UserError(f"{where}: index {raw.get('index')!r} is none of the regression's: {', '.join(indexes)}")
+    if ("tolerance" in raw) != ("why" in raw):
+        raise UserError(f"{where}: a run's own tolerance comes with its why (and a why with a tolerance)")
+    expect = raw.get("expect")
+    if not isinstance(expect, dict) or not expect:
+        raise UserError(f"{where}: expect must map measures to the values expected")
+    for measure, value in expect.items():
+        if measure not in metrics:
+            raise UserError(f"{where}: {measure!r} is not scored; the collection's metrics: {', '.join(metrics)}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise UserError(f"{where}: expected {measure} must be a number, got {value!r}")
+    return RunCheck(
+        str(name),
+        raw["index"],
+        _flags(raw.get("search", ""), where),
+        {str(m): float(v) for m, v in expect.items()},
+        _tolerance(raw["tolerance"], where) if "tolerance" in raw else tolerance,
+    )
+
+
+def read_regression(path: Path) -> Regression:
+    """One regression file, checked whole before anything runs: one line naming the file where it is wrong."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"{path}: not a readable YAML file ({type(e).__name__})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a mapping with {', '.join(sorted(FIELDS))} was expected")
+    if unknown := sorted(set(raw) - FIELDS):
+        raise UserError(f"{path}: unknown field {unknown[0]!r}")
+    if raw.get("name") != path.stem:
+        raise UserError(f"{path}: name {raw.get('name')!r} is not its file's ({path.stem!r}): a name finds its file")
+    collection = find_collection(str(raw.get("collection")))
+    split = str(raw.get("split", "test"))
+    collection.split(split)
+    if not isinstance(raw.get("ci", False), bool):
+        raise UserError(f"{path}: ci must be true or false")
+    indexes = raw.get("indexes")
+    if not isinstance(indexes, dict) or not indexes:
+        raise UserError(f"{path}: indexes must map index names to the index command's flags")
+    runs = raw.get("runs")
+    if not isinstance(runs, dict) or not runs:
+        raise UserError(f"{path}: runs must map run names to their index, search flags and expected values")
+    for name in [*indexes, *runs]:
+        if not re.fullmatch(r"\w[\w.-]*", str(name), re.ASCII):
+            raise UserError(f"{path}: name {name!r}: letters, digits, '.', '-' and '_' only (it names a file)")
+    tolerance = _tolerance(raw.get("tolerance", 0.0), str(path))
+    return Regression(
+        raw["name"],
+        path,
+        collection,
+        split,
+        raw.get("ci", False),
+        {str(name): _flags(flags, f"{path}: index {name!r}") for name, flags in indexes.items()},
+        tuple(_run(path, name, run, indexes, tolerance, collection.metrics) for name, run in runs.items()),
+    )
