@@ -44,10 +44,10 @@ TEACHER_KINDS = ("bm25", "cross-encoder", "ensemble")
 
 @dataclass(frozen=True)
 class Collection:
+    """A collection of the registry (its files and how it is judged) with what this table reports of it."""
+
     name: str
-    topics: str
-    qrels: str | None  # None: judged by the topics' answer strings
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...]  # the measures the table shows, of those the collection's declaration scores
     teachers: tuple[str, ...]  # teacher specs that apply
     remove_query: bool = False  # BEIR: a document whose id is the query's id is not a result
 
@@ -63,22 +63,16 @@ class Collection:
 COLLECTIONS = {
     "scifact": Collection(
         "scifact",
-        "collections/scifact/topics.test.tsv",
-        "qrels/scifact.test.txt",
         ("nDCG@10", "R@100"),
         ("bm25", "cross-encoder:models/scifact-rce", "ensemble:models/scifact-rce/ensemble.json"),
         remove_query=True,
     ),
     "nq-oracle": Collection(
         "nq-oracle",
-        "collections/nq-oracle/topics.test.jsonl",
-        None,
         ("Acc@1", "Acc@20", "Acc@100"),
         ("bm25", "cross-encoder:models/nq-oracle-ce", "ensemble:models/nq-oracle-ce/ensemble.json"),
     ),
-    "cranfield": Collection(
-        "cranfield", "collections/cranfield/topics.tsv", "qrels/cranfield.txt", ("nDCG@10", "R@100"), ("bm25",)
-    ),
+    "cranfield": Collection("cranfield", ("nDCG@10", "R@100"), ("bm25",)),
 }
 
 
@@ -89,12 +83,16 @@ class Bench:
         from tour_pyserini.eval import QrelsJudge
         from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
         from tour_pyserini.files import read_qrels, read_topics
-        from tour_pyserini.search import TourSearcher
+        from tour_pyserini.files.collections import find_collection
+        from tour_pyserini.pipeline import Resources
 
         self.col, self.batch_size, self.repeats = col, batch_size, repeats
-        self.searcher = TourSearcher.from_index(col.index)
-        qrels = read_qrels(col.qrels) if col.qrels else None
-        self.topics = [t for t in read_topics(col.topics) if qrels is None or t.qid in qrels][:limit]
+        self.resources = Resources()  # every method's pipeline shares the index, the query encoder and the teacher
+        self.searcher = self.pipeline("none").searcher
+        files = find_collection(col.name).split("test")
+        self.topics_path = Path(files.topics).relative_to(Path.cwd())
+        qrels = read_qrels(files.qrels) if files.qrels else None
+        self.topics = [t for t in read_topics(files.topics) if qrels is None or t.qid in qrels][:limit]
         self.texts, self.qids = [t.text for t in self.topics], [t.qid for t in self.topics]
         self.vectors = self.searcher.encode(self.texts)
         if qrels is not None:
@@ -103,6 +101,21 @@ class Bench:
             ks = [int(m.split("@")[1]) for m in col.metrics]
             self.judge = AnswerJudge(self.topics, AnswerMatcher(self.searcher.docstore), ks)
         self.rows: list[dict] = []
+
+    def pipeline(self, rewriter: str, teacher: str | None = None, **options):
+        """The search system of ``rewriter`` with its ``options`` (and ``teacher``), assembled by the composition
+        root; the query encoder and cross-encoders through torch, as the rows were first measured."""
+        from tour_pyserini.pipeline import SearchSpec, build, plan
+
+        spec = SearchSpec(
+            self.col.index,
+            encoder_runtime="torch",
+            rewriter=rewriter,
+            rewriter_options=options,
+            teacher=teacher,
+            teacher_options=torch_runtime(teacher) if teacher else {},
+        )
+        return build(plan(spec, self.resources))
 
     def warm_up(self, rewriter) -> None:
         """One untimed pass of ``rewriter`` over the topics: the first pass also pays for Faiss's and the JVM's
@@ -156,7 +169,7 @@ class Bench:
         drop = " --remove-query" if col.remove_query else ""
         # the query encoder through torch, as TourSearcher.from_index opens it here
         return (
-            f"python -m tour_pyserini.search --index {col.index} --topics {col.topics} --hits {HITS}{drop} "
+            f"python -m tour_pyserini.search --index {col.index} --topics {self.topics_path} --hits {HITS}{drop} "
             f"--encoder-runtime torch {flags} --output runs/methods/{col.name}.trec"
         )
 
@@ -189,47 +202,38 @@ class Bench:
         return self.record("ttt-embed", spec, budget, results, seconds, COMMAND)
 
 
+def torch_runtime(teacher: str) -> dict:
+    """The teacher option that runs ``teacher``'s cross-encoders through torch, where it has any."""
+    from tour_pyserini.teachers import options_for
+    from tour_pyserini.teachers.cross_encoder import RUNTIME
+
+    return options_for(teacher, {RUNTIME.name: "torch"})
+
+
 def run_collection(
     col: Collection, teachers: list[str], budgets: list[int], batch_size: int, limit: int | None, repeats: int = 1
 ):
-    from tour_pyserini.rewriters import Identity
-    from tour_pyserini.rewriters.dart import Dart
-    from tour_pyserini.rewriters.prf import AveragePrf, Rocchio
-    from tour_pyserini.rewriters.refit import Refit
-    from tour_pyserini.rewriters.rerank import Rerank
-    from tour_pyserini.rewriters.tour import TourHard, TourSoft
-    from tour_pyserini.teachers import TeacherContext, get_teacher, options_for
-    from tour_pyserini.teachers.cross_encoder import RUNTIME
-
     ensure_indexes(f"collections/{col.name}", col.index, col.bm25_index)
     bench = Bench(col, batch_size, limit, repeats)
-    bench.warm_up(Identity())
-    for method, rewriter in (
-        ("dense", Identity()),
-        ("rocchio", Rocchio()),
-        ("avg-prf", AveragePrf()),
-        ("dart", Dart()),
-    ):
-        flags = "" if method == "dense" else f"--rewriter {method}"
-        bench.run(method, rewriter, command=bench.command(flags))
+    bench.warm_up(bench.pipeline("none").rewriter)
+    for method in ("dense", "rocchio", "avg-prf", "dart"):
+        name, flags = ("none", "") if method == "dense" else (method, f"--rewriter {method}")
+        bench.run(method, bench.pipeline(name).rewriter, command=bench.command(flags))
     for spec in (s for s in col.teachers if s.split(":")[0] in teachers):
-        # cross-encoders through torch, as the rows measured before the runtimes' default became auto
-        options = options_for(spec, {RUNTIME.name: "torch"})
-        teacher = get_teacher(spec, TeacherContext(index_dir=col.index, options=options))
-        runtime = f" {RUNTIME.option} torch" if options else ""  # in the commands the rows record
-        bench.warm_up(Rerank(teacher, depth=WARM_UP_DEPTH))  # warms the teacher; shallow, any depth does
+        runtime = " --teacher-runtime torch" if torch_runtime(spec) else ""  # in the commands the rows record
+        bench.warm_up(bench.pipeline("rerank", spec, depth=WARM_UP_DEPTH).rewriter)  # warms the teacher
         for b in budgets:
-            for cls in (Rerank, Refit, TourHard, TourSoft):
-                options = {"preset": "passage"} if cls in (TourHard, TourSoft) else {}
+            for method in ("rerank", "refit", "tour-hard", "tour-soft"):
+                options = {"preset": "passage"} if method.startswith("tour") else {}
                 extra = (" --preset passage" if options else "") + runtime
                 bench.run(
-                    cls.name,
-                    cls(teacher, depth=b, **options),
+                    method,
+                    bench.pipeline(method, spec, depth=b, **options).rewriter,
                     spec,
                     b,
-                    bench.command(f"--rewriter {cls.name} --teacher {spec} --depth {b}{extra}"),
+                    bench.command(f"--rewriter {method} --teacher {spec} --depth {b}{extra}"),
                 )
-            bench.ttt_query_scope(teacher, spec, b)
+            bench.ttt_query_scope(bench.pipeline("rerank", spec, depth=b).asked_teacher, spec, b)
     return bench.rows
 
 

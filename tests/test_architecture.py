@@ -133,6 +133,34 @@ def test_only_the_composition_root_assembles_teachers_rewriters_and_stores():
     assert not calls
 
 
+# benchmarks that still assemble their searches by hand, each to become a configuration of the experiment runner;
+# the list only shrinks: a benchmark assembles through the composition root, as bench/methods.py does
+BENCH_BY_HAND = {
+    "odqa_smoothing.py",
+    "quality.py",
+    "scale_rule.py",
+    "shared_cores.py",
+    "teachers.py",
+    "tour_speed.py",
+    "transfer.py",
+    "ttt.py",
+}
+
+
+def test_benchmarks_assemble_searches_through_the_composition_root():
+    from tour_pyserini.rewriters import available_rewriters
+
+    rewriter_classes = {cls.__name__ for cls in available_rewriters().values()}
+    by_hand = set()
+    for path in (PACKAGE.parent / "bench").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+            imported = isinstance(node, ast.ImportFrom) and {a.name for a in node.names} & rewriter_classes
+            if called in ASSEMBLERS or imported:
+                by_hand.add(path.name)
+    assert by_hand == BENCH_BY_HAND
+
+
 def test_no_function_is_longer_than_80_lines():
     long = sorted(
         f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
