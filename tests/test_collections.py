@@ -44,3 +44,12 @@ def test_a_user_adds_a_collection_by_writing_one_file(tmp_path, monkeypatch):
         (mine / "collection.yaml").write_text(declaration + broken)
         with pytest.raises(UserError, match=message):
             find_collection("my-docs")
+
+
+def test_a_name_no_collection_has_is_said_where_the_corpus_is_read_after_the_flags(tmp_path, monkeypatch):
+    from tour_pyserini.commands.index import main
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(FileNotFoundError, match="no corpus at scifakt .*or a collection's name: cranfield, nq-oracle"):
+        main(["--collection", "scifakt", "--output", str(tmp_path / "index")])
+    assert not (tmp_path / "index").exists()

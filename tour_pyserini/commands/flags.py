@@ -93,15 +93,19 @@ class OldName(argparse.Action):
 
 class CollectionName(argparse.Action):
     """``--collection``: a directory (or a corpus file), or the name of a collection the registry finds
-    (:mod:`tour_pyserini.files.collections`), stored as the directory it names; an unknown name is one line."""
+    (:mod:`tour_pyserini.files.collections`), stored as the directory it names. A value that is neither is kept as
+    given: the command says so where it reads the collection, after every flag's own value is checked."""
 
     def __call__(self, parser, namespace, value, option_string=None) -> None:
-        from tour_pyserini.files.collections import collection_directory
+        from tour_pyserini.files.collections import UnknownCollection, collection_directory
 
         try:
-            setattr(namespace, self.dest, str(collection_directory(value)))
-        except UserError as e:
+            value = str(collection_directory(value))
+        except UnknownCollection:
+            pass
+        except UserError as e:  # a known name whose declaration is wrong
             parser.error(f"{option_string} {e}")
+        setattr(namespace, self.dest, value)
 
 
 def config_from_flags(config_class, args: argparse.Namespace, **values):

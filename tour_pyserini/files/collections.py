@@ -27,6 +27,10 @@ DECLARATION = "collection.yaml"
 JUDGED_BY = ("qrels", "answers")
 
 
+class UnknownCollection(UserError):
+    """A name that is neither a path nor a collection the registry finds."""
+
+
 @dataclass(frozen=True)
 class Split:
     """One split's topics, and its qrels (None where the topics hold answer strings)."""
@@ -76,7 +80,7 @@ def find_collection(name_or_directory: str | Path) -> Collection:
         if (directory / str(name_or_directory) / DECLARATION).is_file():
             return read_collection(directory / str(name_or_directory) / DECLARATION)
     known = ", ".join(collection_names()) or "none"
-    raise UserError(f"unknown collection {str(name_or_directory)!r}; the collections known by name: {known}")
+    raise UnknownCollection(f"unknown collection {str(name_or_directory)!r}; the collections known by name: {known}")
 
 
 def collection_directory(name_or_directory: str | Path) -> Path:

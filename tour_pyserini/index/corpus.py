@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.collections import collection_names
 from tour_pyserini.files.lines import BOM, text_lines
 
 ID_KEYS = ("id", "_id", "docid")
@@ -56,7 +57,10 @@ def corpus_file(collection: str | Path) -> Path:
     if path.is_dir():
         path = path / "corpus.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"no corpus at {path} (expected a collection directory with corpus.jsonl)")
+        raise FileNotFoundError(
+            f"no corpus at {path} (expected a collection directory with corpus.jsonl, or a collection's name: "
+            f"{', '.join(collection_names()) or 'none is declared here'})"
+        )
     return path
 
 
