@@ -94,7 +94,6 @@ bench: install
 	$(PY) bench/tour_speed.py
 	$(PY) bench/pyserini_parity.py
 	$(PY) bench/cross_encoder_speed.py
-	$(PY) bench/odqa_smoothing.py
 	$(PY) bench/shared_cores.py
 
 # the cross-encoder teacher, the query encoder and the reader through torch, ONNX Runtime and OpenVINO (fp32, bf16,
