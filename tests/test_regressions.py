@@ -62,6 +62,7 @@ def workdir(tmp_path, mini_scifact, monkeypatch):
         ("--hits 100", "--hits 100\n    tolerance: 0.01", "run 'bm25': a run's own tolerance comes with its why"),
         ("  bm25:\n    index", "  ../bm25:\n    index", "name '../bm25': letters, digits, '.', '-' and '_' only"),
         ("collection: mini", "collection: minu", "unknown collection 'minu'"),
+        ("--hits 100", "--hits 100 --output x.trec", "run 'bm25': --output is the runner's to set (--index, --topics"),
     ],
 )
 def test_a_wrong_regression_file_is_one_line_naming_it_before_anything_runs(workdir, old, new, message):

@@ -37,6 +37,8 @@ from tour_pyserini.files.collections import Collection, find_collection
 SUFFIX = ".yaml"
 FIELDS = {"name", "collection", "split", "ci", "tolerance", "indexes", "runs"}
 RUN_FIELDS = {"index", "search", "expect", "tolerance", "why"}
+INDEX_SET = ("--output",)  # the flags the runner gives each command: where its output goes and what it reads
+SEARCH_SET = ("--index", "--topics", "--output", "--run-tag")
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,17 @@ def _tolerance(value: object, where: str) -> float:
     return float(value)
 
 
-def _flags(value: object, where: str) -> tuple[str, ...]:
+def _flags(value: object, where: str, given: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags of a command line, without ``given``: those the runner sets itself."""
     if not isinstance(value, str):
         raise UserError(f"{where}: flags are one string, as typed on the command line; got {value!r}")
     try:
-        return tuple(shlex.split(value))
+        flags = tuple(shlex.split(value))
     except ValueError as e:
         raise UserError(f"{where}: {e}") from None
+    if ours := [f for f in flags if f.split("=")[0] in given]:
+        raise UserError(f"{where}: {ours[0]} is the runner's to set ({', '.join(given)})")
+    return flags
 
 
 def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float, metrics: tuple[str, ...]) -> RunCheck:
@@ -139,7 +145,7 @@ def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float,
     return RunCheck(
         str(name),
         raw["index"],
-        _flags(raw.get("search", ""), where),
+        _flags(raw.get("search", ""), where, SEARCH_SET),
         {str(m): float(v) for m, v in expect.items()},
         _tolerance(raw["tolerance"], where) if "tolerance" in raw else tolerance,
     )
@@ -180,6 +186,6 @@ def read_regression(path: Path) -> Regression:
         collection,
         split,
         raw.get("ci", False),
-        {str(name): _flags(flags, f"{path}: index {name!r}") for name, flags in indexes.items()},
+        {str(name): _flags(flags, f"{path}: index {name!r}", INDEX_SET) for name, flags in indexes.items()},
         tuple(_run(path, name, run, indexes, tolerance, collection.metrics) for name, run in runs.items()),
     )
