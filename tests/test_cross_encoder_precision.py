@@ -54,6 +54,7 @@ def test_bf16_scores_and_ranks_as_float32(teachers, pairs):
     assert not np.array_equal(np.concatenate(exact), np.concatenate(fast))  # bf16 did run in bfloat16
 
 
+@pytest.mark.slow  # the shipped teacher at each precision loads in about 30 s
 @needs_bf16
 def test_bf16_runs_the_encoder_in_bfloat16_and_the_head_in_float32(teachers, pairs):
     """A score rounded to bfloat16 (8 significant bits) would tie candidates: the pooler and classifier
@@ -79,6 +80,7 @@ def test_bf16_runs_the_encoder_in_bfloat16_and_the_head_in_float32(teachers, pai
     assert len(encoder_linears) == 36 and {seen[m] for m in encoder_linears} == {torch.bfloat16}
 
 
+@pytest.mark.slow  # the shipped teacher at each precision loads in about 30 s
 @needs_bf16
 def test_fingerprint_names_the_precision(teachers):
     fp32, bf16 = (teachers[p].fingerprint for p in ("fp32", "bf16"))
@@ -188,6 +190,7 @@ def test_the_search_flag_reaches_the_teacher(capsys, dense_index):
     assert exit_.value.code == 2 and "--teacher-precision: invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the shipped teacher at each precision loads in about 30 s
 def test_a_residual_teachers_fingerprint_names_its_dense_index_by_content(teachers, dense_index):
     """Its scores add the index's similarities: a store filled on one index must not serve another index,
     even one in a folder of the same name."""

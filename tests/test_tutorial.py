@@ -154,6 +154,7 @@ def test_the_tutorial_prints_every_number_it_shows(outputs):
     assert sum(step.expected is not None for step, _ in outputs) >= 9
 
 
+@pytest.mark.slow  # it reads the tutorial's run (about 100 s)
 def test_a_changed_number_in_the_tutorial_fails(outputs):
     """Each output block fails the check once any one of its compared numbers is changed."""
     checked = 0
