@@ -143,11 +143,11 @@ def _check_gdeval(measures, qrels: Mapping[str, Mapping[str, int]]) -> None:
 
 
 class QrelsJudge(Judge):
-    """ir-measures metrics against qrels, with one ir-measures evaluator built for all runs.
+    """ir-measures metrics against qrels, with one ir-measures evaluator per metric built once for all runs.
 
     ``qids`` restricts the judged queries (e.g. to one split's topics); queries of a run that have no
-    judgements are ignored, as trec_eval ignores them. :meth:`evaluate` gives what ``ir_measures.calc_aggregate``
-    gives for the same metrics, qrels and run: each metric's per-query values as the evaluator yields them (a query
+    judgements are ignored, as trec_eval ignores them. :meth:`evaluate` gives for each metric what
+    ``ir_measures.calc_aggregate`` gives for that metric alone, with the same qrels and run: each metric's per-query values as the evaluator yields them (a query
     missing from the run has the measure's default, 0) and their aggregate by the measure's own aggregator (a sum
     for the counts). Accuracy yields no value for a query without a relevant document retrieved: such a query is
     absent from :attr:`Evaluation.per_query` and from the mean, as in ir-measures, and holds 0 in
@@ -172,7 +172,11 @@ class QrelsJudge(Judge):
         if unsupported:  # a name ir-measures knows, which none of its installed providers computes (RBP, alpha_nDCG)
             raise UserError(f"metric {', '.join(unsupported)}: no installed ir-measures provider computes it")
         _check_gdeval(self.measures, self.qrels)
-        self._evaluator = ir_measures.evaluator(self.measures, self.qrels)
+        # One evaluator per metric: ir-measures 0.4.3 gives some metrics other values when they are asked together.
+        # Beside any other metric, Accuracy scores 0 for a query with no relevant document retrieved (alone it has
+        # no value there); beside a judged_only metric, NumRet may count only the judged documents (its pytrec_eval
+        # provider puts NumRet in whichever invocation comes first, in an order set by Python's string hashing).
+        self._evaluators = [ir_measures.evaluator([measure], self.qrels) for measure in self.measures]
 
     def _metrics(self, run: Run) -> dict[str, dict[str, float]]:
         """``{metric: {qid: value}}`` as the ir-measures evaluator yields them for the judged part of ``run``."""
@@ -180,8 +184,9 @@ class QrelsJudge(Judge):
             raise UserError("the qrels and the run have no query in common (check the topics and qrels files)")
         values: dict[str, dict[str, float]] = {str(m): {} for m in self.measures}
         judged_run = {qid: dict(docs) for qid, docs in run.items() if qid in self.qrels}
-        for metric in self._evaluator.iter_calc(judged_run):
-            values[str(metric.measure)][metric.query_id] = float(metric.value)
+        for evaluator in self._evaluators:
+            for metric in evaluator.iter_calc(judged_run):
+                values[str(metric.measure)][metric.query_id] = float(metric.value)
         return values
 
     def per_query(self, run: Run) -> dict[str, dict[str, float]]:
