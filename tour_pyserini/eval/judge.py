@@ -147,10 +147,11 @@ class QrelsJudge(Judge):
 
     ``qids`` restricts the judged queries (e.g. to one split's topics); queries of a run that have no
     judgements are ignored, as trec_eval ignores them. :meth:`evaluate` gives for each metric what
-    ``ir_measures.calc_aggregate`` gives for that metric alone, with the same qrels and run: each metric's per-query values as the evaluator yields them (a query
-    missing from the run has the measure's default, 0) and their aggregate by the measure's own aggregator (a sum
-    for the counts). Accuracy yields no value for a query without a relevant document retrieved: such a query is
-    absent from :attr:`Evaluation.per_query` and from the mean, as in ir-measures, and holds 0 in
+    ``ir_measures.calc_aggregate`` gives for that metric alone, with the same qrels and run: its per-query values
+    as the evaluator yields them (a query missing from the run has the measure's default, 0) and their aggregate by
+    the measure's own aggregator (a sum for the counts). Accuracy yields no value for a query without a relevant
+    document retrieved: such a query is absent from :attr:`Evaluation.per_query` and from the mean, as in
+    ir-measures, and holds 0 in
     :meth:`per_query`, which gives every judged query a value.
     """
 
