@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 NQ      := collections/nq-oracle
 CRAN    := collections/cranfield
 
-.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m bench-scale-rule orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods bench-dart-settings
+.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
 
 install: $(VENV)/.installed
 
@@ -79,10 +79,8 @@ browser:
 	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-# serving: HTTP = CLI (runs/bench-serve-sameness.json), online TTT-Embed on query streams
-# (runs/bench-serve-online.json), load and kill -9 (runs/bench-serve-load.json)
+# serving: online TTT-Embed on query streams (runs/bench-serve-online.json), load and kill -9 (runs/bench-serve-load.json)
 bench-serve: install
-	$(PY) bench/serve_sameness.py
 	$(PY) bench/serve_online.py --budget 2
 	$(PY) bench/serve_online.py --budget 10
 	$(PY) bench/serve_online.py --collections scifact --budget 2 --oracle
@@ -92,9 +90,7 @@ bench-serve: install
 bench: install
 	$(PY) bench/wrapper_overhead.py
 	$(PY) bench/tour_speed.py
-	$(PY) bench/pyserini_parity.py
 	$(PY) bench/cross_encoder_speed.py
-	$(PY) bench/shared_cores.py
 
 # the cross-encoder teacher, the query encoder and the reader through torch, ONNX Runtime and OpenVINO (fp32, bf16,
 # int8): speed under the machine's kernels and the AVX2 set, and each precision's bounds against fp32 on SciFact
@@ -115,16 +111,12 @@ bench-quality: install
 # seconds per training step with --extra-topics, stored vectors against encoded texts
 bench-teachers: install
 	$(PY) bench/teachers.py
-	$(PY) bench/reranker_step.py
 
 # every test-time method at equal teacher budgets (10, 20, 100) on SciFact, nq-oracle and Cranfield, with BM25 and
 # the shipped cross-encoder teachers: runs/bench-methods.{json,md} and one quality-against-cost plot per collection
 bench-methods: install
 	$(PY) bench/methods.py
 
-# DART's defaults, chosen on SciFact's training claims: a grid around them and the variants of the paper's summary
-bench-dart-settings: install
-	$(PY) bench/dart_settings.py
 
 # TTT-Embed as its paper measures it: SciFact test, nq-oracle test and Cranfield, BM25 and oracle rewards
 bench-ttt: install
@@ -155,18 +147,6 @@ bench-scale: install
 VECTORS ?= 21000000
 bench-scale-21m: install
 	cd bench && nice -n 10 ../$(PY) scale_21m.py --vectors $(VECTORS)
-
-# TOUR on MiniLM without its normalisation (an unnormalised encoder), with and without the scale rule:
-# SciFact and nq-oracle, training and test queries (docs/algorithms.md); encoding both corpora anew takes
-# about 10 minutes on 2 idle cores
-bench-scale-rule: install
-	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
-	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
-	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output indexes/scifact.minilm-unnorm --no-l2-norm
-	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
-	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
-	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm-unnorm --no-l2-norm
-	$(PY) bench/scale_rule.py
 
 # The extractive reader models/nq-oracle-reader (float16, 43 MiB): the bundled MiniLM trained by distant
 # supervision on nq-oracle's training questions (their dense top-20), bf16 autocast (docs/orqa.md)

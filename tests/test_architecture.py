@@ -137,8 +137,6 @@ def test_only_the_composition_root_assembles_teachers_rewriters_and_stores():
 # the list only shrinks: a benchmark assembles through the composition root, as bench/methods.py does
 BENCH_BY_HAND = {
     "quality.py",
-    "scale_rule.py",
-    "shared_cores.py",
     "teachers.py",
     "tour_speed.py",
     "transfer.py",

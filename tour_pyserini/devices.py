@@ -5,8 +5,8 @@ Threads: a default that does not collapse when other processes keep cores busy, 
 arithmetic. Torch and Faiss each run an OpenMP pool (libgomp) with a thread per core whose idle threads spin for
 work. When another process keeps a core busy, a spinning thread takes time slices from the thread it waits for:
 on 2 cores with one core busy, TOUR with the BM25 teacher ran 3 to 4x slower than alone. So a command that
-starts beside busy cores lets idle threads sleep (``OMP_WAIT_POLICY=PASSIVE``): 1.9x instead (``make bench``:
-runs/bench-shared-cores.json, docs/benchmarks.md). It keeps the thread count, although one thread fewer would
+starts beside busy cores lets idle threads sleep (``OMP_WAIT_POLICY=PASSIVE``): 1.9x instead
+(runs/bench-shared-cores.json, docs/benchmarks.md). It keeps the thread count, although one thread fewer would
 be about 10% faster there: a matrix product split over another number of threads rounds differently, and a
 command's output must not depend on what else the machine runs (a search resumed beside a busy core would
 differ from its first half). libgomp reads the policy once, when torch or Faiss is first imported;
