@@ -38,7 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from wrapper_overhead import ensure_indexes
+from common import ensure_indexes, split_files
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "scifact-rce"
@@ -52,7 +52,7 @@ def scifact_pairs(n_queries: int, depth: int) -> list[dict]:
     from tour_pyserini.teachers.cross_encoder import pair_text
 
     searcher = TourSearcher.from_index(str(ROOT / "indexes" / "scifact.minilm"))
-    topics = read_topics(ROOT / "collections" / "scifact" / "topics.test.tsv")[:n_queries]
+    topics = read_topics(ROOT / split_files("scifact").topics)[:n_queries]
     rankings = searcher.search_vectors(searcher.encode([t.text for t in topics]), depth + 1)
     out = []
     for topic, ranking in zip(topics, rankings):
@@ -327,7 +327,7 @@ def quality(pairs: list[dict], names: list[str]) -> dict:
     except KeyboardInterrupt:
         print(f"quality: interrupted; reporting the first {len(scores['fp32'])} queries")
     pairs = pairs[: len(scores["fp32"])]
-    qrels = read_qrels(ROOT / "qrels" / "scifact.test.txt")
+    qrels = read_qrels(ROOT / str(split_files("scifact").qrels))
     qrels = {p["qid"]: qrels[p["qid"]] for p in pairs if p["qid"] in qrels}
     out = {}
     for name in teachers:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import split_files  # noqa: E402
 from cross_encoder_speed import layer_flops  # noqa: E402
 from query_encoding import best_seconds, label, quality  # noqa: E402
 from runtime_rounds import best_rounds, cpu_name, keep_speed, peaks_by_kernel_set  # noqa: E402
@@ -40,7 +41,7 @@ from tour_speed import tour_as_searched  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench-encoder-runtime.json"
 INDEX, NQ_INDEX = "indexes/scifact.minilm", "indexes/nq-oracle.minilm"
-TOPICS, NQ_TOPICS = "collections/scifact/topics.test.tsv", "collections/nq-oracle/topics.test.jsonl"
+TOPICS, NQ_TOPICS = split_files("scifact").topics, split_files("nq-oracle").topics
 WAYS = [
     ("torch", "fp32"),
     ("torch", "bf16"),
@@ -139,7 +140,7 @@ def bounds(threads: int) -> dict:
         if way[1] == "bf16" and not native_bf16("cpu"):
             continue
         parts[label(way)] = {
-            "scifact": quality(INDEX, TOPICS, "qrels/scifact.test.txt", way=way, threads=threads),
+            "scifact": quality(INDEX, TOPICS, str(split_files("scifact").qrels), way=way, threads=threads),
             "nq-oracle": quality(NQ_INDEX, NQ_TOPICS, None, way=way, threads=threads),
         }
     return parts

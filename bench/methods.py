@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from wrapper_overhead import ensure_indexes
+from common import ensure_indexes
 
 HITS = 100
 BUDGETS = (10, 20, 100)

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from common import split_files
+
 from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 from tour_pyserini.eval.judge import QrelsJudge
 from tour_pyserini.eval.significance import paired_t_test, randomization_test, win_tie_loss
@@ -35,7 +37,7 @@ from tour_pyserini.index.docstore import DocStore
 
 RUNS, MODELS = Path("runs/orqa"), Path("models/orqa")
 PY = [sys.executable, "-m"]
-NQ, SCIFACT, CRANFIELD = "collections/nq-oracle", "collections/scifact", "collections/cranfield"
+NQ, SCIFACT, CRANFIELD = (split_files(name).collection for name in ("nq-oracle", "scifact", "cranfield"))
 # sized for 2 CPU cores shared with other jobs (load 7-9 when measured): 5-12 s per early-update step
 # (32 questions) and 25-60 s per ICT step (16 blocks of up to 288 wordpieces, bf16)
 QA = [
@@ -106,9 +108,9 @@ def train_qa(index: str, output: Path, *extra: str) -> str:
             "--index",
             index,
             "--topics",
-            f"{NQ}/topics.train.jsonl",
+            split_files("nq-oracle", "train").topics,
             "--exclude-texts-from",
-            f"{NQ}/topics.test.jsonl",
+            split_files("nq-oracle").topics,
             "--output",
             str(output),
             *QA,
@@ -131,14 +133,12 @@ def index(collection: str, encoder: Path, output: str) -> str:
     )
 
 
-NQ_TEST, NQ_HITS = f"{NQ}/topics.test.jsonl", ("--hits", "100")
-SCIFACT_TEST, SCIFACT_HITS = f"{SCIFACT}/topics.test.tsv", ("--hits", "1000", "--remove-query")
-CRANFIELD_TOPICS, CRANFIELD_HITS = f"{CRANFIELD}/topics.tsv", ("--hits", "1000")
-TOPICS = {
-    "nq-oracle": (NQ_TEST, NQ_HITS),
-    "scifact": (SCIFACT_TEST, SCIFACT_HITS),
-    "cranfield": (CRANFIELD_TOPICS, CRANFIELD_HITS),
+HITS = {
+    "nq-oracle": ("--hits", "100"),
+    "scifact": ("--hits", "1000", "--remove-query"),
+    "cranfield": ("--hits", "1000"),
 }
+TOPICS = {name: (split_files(name).topics, hits) for name, hits in HITS.items()}
 TOUR = ("--rewriter", "tour-soft", "--preset", "passage", "--depth", "20", "--teacher", "bm25")
 
 
@@ -245,10 +245,12 @@ ROWS = dict(
 
 def judge(collection: str):
     if collection == "nq-oracle":
-        topics = read_topics(f"{NQ}/topics.test.jsonl")
+        topics = read_topics(split_files("nq-oracle").topics)
         return AnswerJudge(topics, AnswerMatcher(DocStore("indexes/nq-oracle.minilm/docstore.sqlite")))
-    topics, qrels = TOPICS[collection][0], f"qrels/{collection}{'.test' if collection == 'scifact' else ''}.txt"
-    return QrelsJudge(read_qrels(qrels), ("nDCG@10", "R@100"), qids=[t.qid for t in read_topics(topics)])
+    files = split_files(collection)
+    return QrelsJudge(
+        read_qrels(str(files.qrels)), ("nDCG@10", "R@100"), qids=[t.qid for t in read_topics(files.topics)]
+    )
 
 
 def score(rows) -> list[dict]:

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import split_files
+
 from tour_pyserini.eval.answers import AnswerMatcher
 from tour_pyserini.eval.exact_match import evaluate_predictions
 from tour_pyserini.eval.significance import holm, paired_t_test, randomization_test, win_tie_loss
@@ -40,8 +42,8 @@ from tour_pyserini.results import Hit
 
 RUNS = Path("runs/qa")
 PY = [sys.executable, "-m"]
-NQ = "collections/nq-oracle"
-TEST, TRAIN = f"{NQ}/topics.test.jsonl", f"{NQ}/topics.train.jsonl"
+NQ = split_files("nq-oracle").collection
+TEST, TRAIN = split_files("nq-oracle", "test").topics, split_files("nq-oracle", "train").topics
 DENSE, BM25 = "indexes/nq-oracle.minilm", "indexes/nq-oracle.bm25"
 READER = "models/nq-oracle-reader"
 JOINT = Path("models/orqa/nq-oracle-joint")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from wrapper_overhead import ensure_indexes
+from common import ensure_indexes, split_files
 
 OUT = Path("runs/quality")
 HITS = 100  # every metric reported reads the top 100
@@ -42,16 +42,28 @@ RERANK_DEPTHS, TOUR_DEPTHS, ITERATIONS = (10, 20, 40, 100), (10, 20, 100), (1, 2
 @dataclass(frozen=True)
 class Collection:
     name: str
-    topics: str
-    val_topics: str  # the teacher's training topics; its held-out part tunes lambda
     teacher_dir: str  # the trained cross-encoder teacher
-    qrels: str | None = None  # None: judged by the topics' answer strings
-    val_qrels: str | None = None
     metrics: tuple[str, ...] = ("nDCG@10", "R@100")
     headline: str = "nDCG@10"
     recall: str = "R@100"
     tune_on: str = "nDCG@10"  # the metric lambda is tuned on (held-out training queries)
     remove_query: bool = False  # BEIR: a document whose id is the query's id is not a result
+
+    @property
+    def topics(self) -> str:
+        return split_files(self.name, "test").topics
+
+    @property
+    def qrels(self) -> str | None:  # None: judged by the topics' answer strings
+        return split_files(self.name, "test").qrels
+
+    @property
+    def val_topics(self) -> str:  # the teacher's training topics; its held-out part tunes lambda
+        return split_files(self.name, "train").topics
+
+    @property
+    def val_qrels(self) -> str | None:
+        return split_files(self.name, "train").qrels
 
     @property
     def index(self) -> str:
@@ -63,19 +75,9 @@ class Collection:
 
 
 COLLECTIONS = {
-    "scifact": Collection(
-        "scifact",
-        "collections/scifact/topics.test.tsv",
-        "collections/scifact/topics.train.tsv",
-        "models/scifact-rce",
-        qrels="qrels/scifact.test.txt",
-        val_qrels="qrels/scifact.train.txt",
-        remove_query=True,
-    ),
+    "scifact": Collection("scifact", "models/scifact-rce", remove_query=True),
     "nq-oracle": Collection(
         "nq-oracle",
-        "collections/nq-oracle/topics.test.jsonl",
-        "collections/nq-oracle/topics.train.jsonl",
         "models/nq-oracle-ce",
         metrics=("Acc@1", "Acc@5", "Acc@20", "Acc@100"),
         headline="Acc@20",

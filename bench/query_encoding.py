@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from common import split_files
 from cross_encoder_speed import layer_flops, matmul_gflops
 
 NDCG_BOUND, TAU_BOUND = 0.002, 0.99
@@ -179,11 +180,11 @@ def quality(
 
 def query_encoding(scifact_index: str = "indexes/scifact.minilm", nq_index: str = "indexes/nq-oracle.minilm") -> dict:
     return {
-        "speed": speed(scifact_index, "collections/scifact/topics.test.tsv"),
+        "speed": speed(scifact_index, split_files("scifact").topics),
         "bf16_quality": {
             "bounds": {"ndcg10_within": NDCG_BOUND, "tau_at_least": TAU_BOUND},
-            "scifact": quality(scifact_index, "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt"),
-            "nq-oracle": quality(nq_index, "collections/nq-oracle/topics.test.jsonl", None),
+            "scifact": quality(scifact_index, split_files("scifact").topics, str(split_files("scifact").qrels)),
+            "nq-oracle": quality(nq_index, split_files("nq-oracle").topics, None),
         },
     }
 

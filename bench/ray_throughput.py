@@ -19,12 +19,12 @@ import subprocess
 import sys
 import time
 
-from wrapper_overhead import ROOT, ensure_indexes
+from common import ROOT, ensure_indexes, split_files
 
 from tour_pyserini.files.runs import read_run
 from tour_pyserini.files.sameness import diff_runs
 
-INDEX, TOPICS = "indexes/scifact.minilm", "collections/scifact/topics.test.tsv"
+INDEX, TOPICS = "indexes/scifact.minilm", split_files("scifact").topics
 
 
 def run(cmd: list[str]) -> tuple[float, str]:

@@ -28,14 +28,14 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import split_files  # noqa: E402
 from query_encoding import best_seconds  # noqa: E402
 from runtime_rounds import best_rounds, cpu_name, keep_speed  # noqa: E402
 from runtime_speed import WAYS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench-reader-runtime.json"
-NQ = "collections/nq-oracle"
-TOPICS = f"{NQ}/topics.test.jsonl"
+NQ, TOPICS = split_files("nq-oracle").collection, split_files("nq-oracle").topics
 INDEX = "indexes/nq-oracle.minilm"
 RUN = "runs/qa/nq-oracle.minilm.test.trec"
 READER = "models/nq-oracle-reader"

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import split_files  # noqa: E402
 from cross_encoder_speed import padded_lengths, pair_flops  # noqa: E402
 from runtime_rounds import (  # noqa: E402
     avx2_cpu_library,
@@ -65,7 +66,7 @@ def sample_pairs(n: int) -> tuple[list[str], list[str]]:
     from tour_pyserini.index.corpus import read_jsonl_corpus
     from tour_pyserini.teachers.cross_encoder import pair_text
 
-    claims = [t.text for t in read_topics(ROOT / "collections" / "scifact" / "topics.test.tsv")[:n]]
+    claims = [t.text for t in read_topics(ROOT / split_files("scifact").topics)[:n]]
     docs = []
     for doc in read_jsonl_corpus(ROOT / "collections" / "scifact" / "corpus.jsonl"):
         docs.append(pair_text(doc))
@@ -246,7 +247,7 @@ def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
     runs = ROOT / "runs" / "bench-runtime"
     runs.mkdir(parents=True, exist_ok=True)
     ways = quality_ways()
-    qrels = list(ir_measures.read_trec_qrels(str(ROOT / "qrels" / "scifact.test.txt")))
+    qrels = list(ir_measures.read_trec_qrels(str(ROOT / str(split_files("scifact").qrels))))
     kept = {part: {row["way"]: row for row in previous.get(part, {}).get("rows", [])} for part in PARTS}
     parts = {}
     for part, measure in PARTS.items():
@@ -259,7 +260,7 @@ def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
             if part == "scifact":  # a SciFact claim's id is no document of its own
                 cmd = rerank(
                     "indexes/scifact.minilm",
-                    "collections/scifact/topics.test.tsv",
+                    split_files("scifact").topics,
                     "models/scifact-rce",
                     way,
                     out,
@@ -272,7 +273,7 @@ def quality(threads: int, only: list[str] | None, previous: dict) -> dict:
             else:
                 cmd = rerank(
                     "indexes/nq-oracle.minilm",
-                    "collections/nq-oracle/topics.test.jsonl",
+                    split_files("nq-oracle").topics,
                     "models/nq-oracle-ce",
                     way,
                     out,
@@ -292,9 +293,9 @@ def answer_accuracy(run: Path) -> float:
         "-m",
         "tour_pyserini.eval",
         "--answers",
-        "collections/nq-oracle/topics.test.jsonl",
+        split_files("nq-oracle").topics,
         "--collection",
-        "collections/nq-oracle",
+        split_files("nq-oracle").collection,
         "--run",
         str(run),
         "--topk",

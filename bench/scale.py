@@ -31,21 +31,21 @@ import time
 from pathlib import Path
 
 import numpy as np
-from wrapper_overhead import ROOT, ensure_indexes
+from common import ROOT, ensure_indexes, split_files
 
 DEPTH = 100
 TYPES = ("flat", "hnsw", "ivfpq")
 PAPER_DOCS, PAPER_DIM = 21_015_324, 768  # DPR's Wikipedia passages and BERT-base vectors
 REAL = {
     "scifact": {
-        "topics": "collections/scifact/topics.test.tsv",
-        "qrels": "qrels/scifact.test.txt",
+        "topics": split_files("scifact").topics,
+        "qrels": split_files("scifact").qrels,
         "metrics": ("nDCG@10", "R@100"),
         "remove_query": True,
     },
     "nq-oracle": {
-        "topics": "collections/nq-oracle/topics.test.jsonl",
-        "qrels": None,
+        "topics": split_files("nq-oracle").topics,
+        "qrels": split_files("nq-oracle").qrels,
         "metrics": ("Acc@1", "Acc@5", "Acc@20", "Acc@100"),
         "remove_query": False,
     },

@@ -33,8 +33,8 @@ import sys
 import time
 
 import numpy as np
+from common import ROOT, split_files
 from scale import DEPTH, document_vectors, recall, rss_mb, search_cost, synthetic_chunks
-from wrapper_overhead import ROOT
 
 QUERIES = 100  # as bench/scale.py: the first 100 SciFact test queries
 TOUR_FLAGS = ["--rewriter", "tour-soft", "--preset", "passage", "--depth", "20"]
@@ -123,7 +123,7 @@ def main() -> None:
 
     scifact = ROOT / "indexes/scifact.minilm"
     base = document_vectors(scifact / "index")
-    topics = read_topics(ROOT / "collections/scifact/topics.test.tsv")
+    topics = read_topics(ROOT / split_files("scifact").topics)
     queries = TourSearcher.from_index(scifact).encode([t.text for t in topics])
     first, unseen = queries[:QUERIES], queries[QUERIES : QUERIES + 50]
     d = base.shape[1]

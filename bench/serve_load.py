@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from common import split_files
 
 from tour_pyserini.files import read_topics
 from tour_pyserini.ttt.state import State
@@ -297,7 +298,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of each arm in the access experiment")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = ap.parse_args()
-    texts = [t.text for t in read_topics("collections/scifact/topics.train.tsv")]
+    texts = [t.text for t in read_topics(split_files("scifact", "train").topics)]
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     if "load" in args.experiments:
         rows = load_experiment(args, texts)

@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+from common import split_files
 
 from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
 from tour_pyserini.eval.judge import QrelsJudge
@@ -42,17 +43,17 @@ COLLECTIONS = {
     "scifact": {
         "index": "indexes/scifact.minilm",
         "teacher": "ensemble:models/scifact-rce/ensemble.json",
-        "train": "collections/scifact/topics.train.tsv",
-        "test": "collections/scifact/topics.test.tsv",
-        "qrels": {"train": "qrels/scifact.train.txt", "test": "qrels/scifact.test.txt"},
+        "train": split_files("scifact", "train").topics,
+        "test": split_files("scifact", "test").topics,
+        "qrels": {split: split_files("scifact", split).qrels for split in ("train", "test")},
         "metric": "nDCG@10",
         "hits": 100,
     },
     "nq-oracle": {
         "index": "indexes/nq-oracle.minilm",
         "teacher": "ensemble:models/nq-oracle-ce/ensemble.json",
-        "train": "collections/nq-oracle/topics.train.jsonl",
-        "test": "collections/nq-oracle/topics.test.jsonl",
+        "train": split_files("nq-oracle", "train").topics,
+        "test": split_files("nq-oracle", "test").topics,
         "metric": "Acc@1",
         "hits": 20,
     },

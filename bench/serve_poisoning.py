@@ -34,6 +34,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from common import split_files
+
 from tour_pyserini.files import read_topics
 from tour_pyserini.index.docstore import DocStore
 
@@ -171,8 +173,8 @@ def main() -> None:
     ap.add_argument("--attack", choices=["sentences", "abstracts"], default="sentences")
     ap.add_argument("--scope", choices=["task", "neighbours"], default="task", help="the state the server learns")
     args = ap.parse_args()
-    victims = read_topics("collections/scifact/topics.test.tsv")[:VICTIMS]
-    train = [t.text for t in read_topics("collections/scifact/topics.train.tsv")]
+    victims = read_topics(split_files("scifact").topics)[:VICTIMS]
+    train = [t.text for t in read_topics(split_files("scifact", "train").topics)]
     legit = [train[i * LEGIT_EACH : (i + 1) * LEGIT_EACH] for i in range(4)]
     store = DocStore(Path(INDEX) / "docstore.sqlite")
     with sqlite3.connect(Path(INDEX) / "docstore.sqlite") as db:

@@ -54,12 +54,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from common import split_files  # noqa: E402
 from openai_server import start_server, url  # noqa: E402 - the fake judge of the serving tests
 
 OUT = ROOT / "runs" / "bench-serve-probe.json"
 SUMMARY = ROOT / "runs" / "bench-serve-probe.md"
-TOPICS = ROOT / "collections" / "scifact" / "topics.test.tsv"
-QRELS = ROOT / "qrels" / "scifact.test.txt"
+TOPICS = ROOT / split_files("scifact").topics
+QRELS = ROOT / str(split_files("scifact").qrels)
 DENSE, LAB = "scifact.minilm", "lab.minilm-v2"  # the dense index's route name; the BM25 index's, from --config
 COURSE, LABHOST = "https://course.example.org", "search.lab.example.org"  # --cors and --allowed-host
 LOGGED_CHARS, FRAGMENT = 200, 8  # the request log's cut, and the run of a key's characters it masks

@@ -38,12 +38,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from wrapper_overhead import ensure_indexes
+from common import ensure_indexes, split_files
 
 OUT = Path("runs/teachers")
 INDEX, BM25 = "indexes/scifact.minilm", "indexes/scifact.bm25"
-TEST, TRAIN = "collections/scifact/topics.test.tsv", "collections/scifact/topics.train.tsv"
-QRELS, TRAIN_QRELS = "qrels/scifact.test.txt", "qrels/scifact.train.txt"
+TEST, QRELS = split_files("scifact", "test").topics, split_files("scifact", "test").qrels
+TRAIN, TRAIN_QRELS = split_files("scifact", "train").topics, split_files("scifact", "train").qrels
 HITS = 100
 METRICS = ("nDCG@10", "R@100")
 GRID = [

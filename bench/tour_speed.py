@@ -37,9 +37,9 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from common import compare_rankings, ensure_indexes, split_files, timed_run
 from query_encoding import print_report as print_encoding
 from query_encoding import query_encoding
-from wrapper_overhead import compare_rankings, ensure_indexes, timed_run
 
 from tour_pyserini.files.sameness import diff_runs
 
@@ -367,7 +367,7 @@ def main() -> None:
     ap.add_argument("--index", default="indexes/scifact.minilm")
     ap.add_argument("--bm25-index", default="indexes/scifact.bm25")
     ap.add_argument("--collection", default="collections/scifact")
-    ap.add_argument("--topics", default="collections/scifact/topics.test.tsv")
+    ap.add_argument("--topics", default=split_files("scifact").topics)
     ap.add_argument("--queries", type=int, default=128, help="queries for the batched-vs-sequential test")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--output", default="runs/bench-tour-speed.json")

@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from common import split_files
 
 OUT = Path("runs/ttt")
 CACHE = OUT / "cache"
@@ -76,12 +77,13 @@ class TaskSpec:
         return f"indexes/{self.name}.bm25"
 
 
-SPECS = (
-    TaskSpec("scifact", "collections/scifact/topics.test.tsv", "qrels/scifact.test.txt"),
-    TaskSpec("nq-oracle", "collections/nq-oracle/topics.test.jsonl", None),
-    TaskSpec("cranfield", "collections/cranfield/topics.tsv", "qrels/cranfield.txt"),
-)
-SCIFACT_TRAIN = TaskSpec("scifact", "collections/scifact/topics.train.tsv", "qrels/scifact.train.txt")
+def task_spec(name: str, split: str = "test") -> TaskSpec:
+    files = split_files(name, split)
+    return TaskSpec(name, files.topics, files.qrels)
+
+
+SPECS = tuple(map(task_spec, ("scifact", "nq-oracle", "cranfield")))
+SCIFACT_TRAIN = task_spec("scifact", "train")
 
 
 class Task:

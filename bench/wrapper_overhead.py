@@ -14,43 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def timed_run(cmd: list[str]) -> float:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(f"command failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    return elapsed
-
-
-def ensure_indexes(collection: str, dense: str, bm25: str | None = None) -> None:
-    """Build (or reuse) the indexes a benchmark needs, with the project's own index command."""
-    for extra, out in (([], dense), (["--bm25"], bm25)):
-        if out is not None:
-            cmd = [sys.executable, "-m", "tour_pyserini.index", *extra, "--collection", collection, "--output", out]
-            subprocess.run(cmd, cwd=ROOT, check=True)
-
-
-def compare_rankings(ours: Path, theirs: Path) -> dict:
-    """How our run differs from Pyserini's by the library's sameness rule (identical, the same up to ties
-    within 1e-5, different): Pyserini encodes one text at a time, we encode texts of one length together,
-    so vectors differ by about 1e-7 and near-tied documents may swap."""
-    from tour_pyserini.files.runs import read_run
-    from tour_pyserini.files.sameness import diff_runs
-
-    return diff_runs(read_run(ours), read_run(theirs)).to_json()
+from common import compare_rankings, ensure_indexes, split_files, timed_run
 
 
 def in_process_ratio(index: str, topics: str, hits: int, repeats: int) -> dict:
@@ -82,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", default="indexes/scifact.minilm")
     ap.add_argument("--collection", default="collections/scifact")
-    ap.add_argument("--topics", default="collections/scifact/topics.test.tsv")
+    ap.add_argument("--topics", default=split_files("scifact").topics)
     ap.add_argument("--hits", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
