@@ -115,7 +115,7 @@ bench-teachers: install
 # every test-time method at equal teacher budgets (10, 20, 100) on SciFact, nq-oracle and Cranfield, with BM25 and
 # the shipped cross-encoder teachers: runs/bench-methods.{json,md} and one quality-against-cost plot per collection
 bench-methods: install
-	$(PY) bench/methods.py
+	$(PY) -m tour_pyserini experiment methods
 
 
 # TTT-Embed as its paper measures it: SciFact test, nq-oracle test and Cranfield, BM25 and oracle rewards

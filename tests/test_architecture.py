@@ -98,7 +98,7 @@ LAYERS = [
     ("methods", {"ttt", "rewriters"}),
     ("search", {"search"}),
     ("composition", {"pipeline"}),
-    ("faces", {"serve", "pyterrier", "training"}),
+    ("faces", {"serve", "pyterrier", "training", "experiments"}),
     ("commands", {"commands", "tour_pyserini"}),
 ]
 LAYER = {room: i for i, (_, rooms) in enumerate(LAYERS) for room in rooms}
@@ -134,7 +134,7 @@ def test_only_the_composition_root_assembles_teachers_rewriters_and_stores():
 
 
 # benchmarks that still assemble their searches by hand, each to become a configuration of the experiment runner;
-# the list only shrinks: a benchmark assembles through the composition root, as bench/methods.py does
+# the list only shrinks: a benchmark assembles through the composition root, as tour_pyserini/experiments does
 BENCH_BY_HAND = {
     "quality.py",
     "teachers.py",

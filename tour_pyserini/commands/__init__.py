@@ -40,6 +40,11 @@ SUBCOMMANDS = {
         "build, search and score the shipped configurations; check each value against regressions/NAME.yaml",
         "tour-pyserini regressions scifact",
     ),
+    "experiment": (
+        "experiment",
+        "run a benchmark declared in experiments/NAME.yaml (resumable) and write its report",
+        "tour-pyserini experiment methods --collections cranfield --teachers bm25 --budgets 10",
+    ),
     "train-reranker": (
         "train_reranker",
         "train a cross-encoder teacher on training queries",

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.collections import Collection, find_collection
+from tour_pyserini.files.declarations import command_flags, declaration_names, find_declaration, read_declaration
 
-SUFFIX = ".yaml"
 FIELDS = {"name", "collection", "split", "ci", "tolerance", "indexes", "runs"}
 RUN_FIELDS = {"index", "search", "expect", "tolerance", "why"}
 INDEX_SET = ("--output",)  # the flags the runner gives each command: where its output goes and what it reads
@@ -91,37 +90,18 @@ def check_values(run: RunCheck, measured: dict[str, float]) -> list[Measured]:
 
 
 def regression_names(directory: Path = Path("regressions")) -> list[str]:
-    return sorted(p.stem for p in directory.glob(f"*{SUFFIX}"))
+    return declaration_names(directory)
 
 
 def find_regression(name_or_path: str, directory: Path = Path("regressions")) -> Regression:
     """A regression by file or by name (``regressions/NAME.yaml``)."""
-    path = Path(name_or_path)
-    if not path.is_file():
-        path = directory / f"{name_or_path}{SUFFIX}"
-    if not path.is_file():
-        known = ", ".join(regression_names(directory)) or "none"
-        raise UserError(f"unknown regression {name_or_path!r}; the regressions in {directory}/: {known}")
-    return read_regression(path)
+    return read_regression(find_declaration(name_or_path, directory, "regression"))
 
 
 def _tolerance(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
         raise UserError(f"{where}: tolerance must be a number in [0, 1), got {value!r}")
     return float(value)
-
-
-def _flags(value: object, where: str, given: tuple[str, ...]) -> tuple[str, ...]:
-    """The flags of a command line, without ``given``: those the runner sets itself."""
-    if not isinstance(value, str):
-        raise UserError(f"{where}: flags are one string, as typed on the command line; got {value!r}")
-    try:
-        flags = tuple(shlex.split(value))
-    except ValueError as e:
-        raise UserError(f"{where}: {e}") from None
-    if ours := [f for f in flags if f.split("=")[0] in given]:
-        raise UserError(f"{where}: {ours[0]} is the runner's to set ({', '.join(given)})")
-    return flags
 
 
 def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float, metrics: tuple[str, ...]) -> RunCheck:
@@ -145,7 +125,7 @@ def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float,
     return RunCheck(
         str(name),
         raw["index"],
-        _flags(raw.get("search", ""), where, SEARCH_SET),
+        command_flags(raw.get("search", ""), where, SEARCH_SET),
         {str(m): float(v) for m, v in expect.items()},
         _tolerance(raw["tolerance"], where) if "tolerance" in raw else tolerance,
     )
@@ -153,18 +133,7 @@ def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float,
 
 def read_regression(path: Path) -> Regression:
     """One regression file, checked whole before anything runs: one line naming the file where it is wrong."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise UserError(f"{path}: not a readable YAML file ({type(e).__name__})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a mapping with {', '.join(sorted(FIELDS))} was expected")
-    if unknown := sorted(set(raw) - FIELDS):
-        raise UserError(f"{path}: unknown field {unknown[0]!r}")
-    if raw.get("name") != path.stem:
-        raise UserError(f"{path}: name {raw.get('name')!r} is not its file's ({path.stem!r}): a name finds its file")
+    raw = read_declaration(path, FIELDS)
     collection = find_collection(str(raw.get("collection")))
     split = str(raw.get("split", "test"))
     collection.split(split)
@@ -186,6 +155,6 @@ def read_regression(path: Path) -> Regression:
         collection,
         split,
         raw.get("ci", False),
-        {str(name): _flags(flags, f"{path}: index {name!r}", INDEX_SET) for name, flags in indexes.items()},
+        {str(name): command_flags(flags, f"{path}: index {name!r}", INDEX_SET) for name, flags in indexes.items()},
         tuple(_run(path, name, run, indexes, tolerance, collection.metrics) for name, run in runs.items()),
     )

@@ -124,3 +124,31 @@ def fit_state(
         mixing if neighbours else None,
     )
     return state, seconds
+
+
+def fitted_per_query(
+    searcher, teacher, task: str, qids: Sequence[str], texts: Sequence[str], vectors, depth: int, k: int
+):
+    """TTT-Embed's query-scope state fitted at test time: ``teacher``'s scores of each query's base top ``depth``
+    (``searcher``'s) fit the state, and each query is searched once more, moved by its own residual,
+    unit(x + alpha v). What a state gives a query judged as re-ranking its top ``depth`` would; the top ``k`` of each
+    query with its trace (the teacher's calls)."""
+    from tour_pyserini.results import SearchResult, Trace
+    from tour_pyserini.teachers import ScoreCache
+    from tour_pyserini.ttt.state import shift_queries
+
+    traces = [Trace() for _ in qids]
+    found = searcher.search_candidates(vectors, depth)
+    scores = ScoreCache(teacher, searcher.docstore).score(
+        qids, texts, [f.docids for f in found], traces, list(vectors), searcher.query_encoder
+    )
+    queries = [
+        RewardedQuery(task, qid, x, f.vectors, s)
+        for qid, x, f, s in zip(qids, vectors, found, scores)
+        if not np.isnan(s).all()
+    ]
+    config = FitConfig()
+    keys, V, counts = fit_scope(queries, "query", config)
+    state = State("query", keys, V, counts, [task], config.to_json(), {})
+    moved = shift_queries(vectors, state.residuals(list(qids), task, vectors))
+    return [SearchResult(q, r, t) for q, r, t in zip(qids, searcher.search_vectors(moved, k), traces)]

@@ -1,0 +1,154 @@
+"""Experiments as data: the file checked whole before anything runs, and the runner's rows, report and resumption."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from tour_pyserini.errors import UserError
+from tour_pyserini.files.experiments import find_experiment, read_experiment
+
+EXPERIMENT = """name: mine
+title: Two methods and a teacher
+hits: 20
+batch_size: 4
+budgets: [5]
+collections:
+  mini:
+    metrics: [nDCG@10, R@100]
+    teachers: {bm25: ""}
+methods:
+  dense: ""
+  rocchio: --rewriter rocchio
+with_teacher:
+  rerank: --rewriter rerank --depth {budget}
+  tour-soft: --rewriter tour-soft --depth {budget} --preset passage
+  ttt-embed: {fit: query}
+warm_up: --rewriter rerank --depth 2
+compare_within_budget: rerank
+"""
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch, mini_scifact, dense_index, bm25_index) -> Path:
+    """A working directory with collection ``mini`` (the fixture's files) declared, its indexes and the
+    experiment ``mine``."""
+    mine = tmp_path / "collections" / "mini"
+    mine.mkdir(parents=True)
+    for name in ("corpus.jsonl", "topics.tsv", "qrels.txt"):
+        (mine / name).symlink_to(mini_scifact["collection"] / name)
+    (mine / "collection.yaml").write_text(
+        "name: mini\ncorpus: corpus.jsonl\njudged_by: qrels\nmetrics: [nDCG@10, R@100, RR@10]\n"
+        "splits:\n  test: {topics: topics.tsv, qrels: qrels.txt}\n"
+    )
+    (tmp_path / "indexes").mkdir()
+    (tmp_path / "indexes" / "mini.minilm").symlink_to(dense_index)
+    (tmp_path / "indexes" / "mini.bm25").symlink_to(bm25_index)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "mine.yaml").write_text(EXPERIMENT)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("hits: 20", "hits: 20\nseed: 3"), "unknown field 'seed'"),
+        (("name: mine", "name: yours"), "name 'yours' is not its file's"),
+        (("--rewriter rocchio", "--rewriter rocchio --hits 5"), "--hits is the runner's to set"),
+        (("{fit: query}", "{fit: task}"), "a fitted state is {fit: SCOPE}, SCOPE one of query"),
+        (
+            ("[nDCG@10, R@100]", "[nDCG@10, P@5]"),
+            "'P@5' is not scored; the collection's metrics: nDCG@10, R@100, RR@10",
+        ),
+        (("compare_within_budget: rerank", "compare_within_budget: refit"), "refit' is none of with_teacher's"),
+        (("budgets: [5]", "budgets: [0]"), "budgets: a positive whole number was expected, got 0"),
+        (("--depth {budget}\n", "--depth '{budget}\n"), "with_teacher 'rerank': No closing quotation"),
+    ],
+)
+def test_a_wrong_experiment_file_is_one_line_naming_it(lab, change, message):
+    path = lab / "experiments" / "mine.yaml"
+    path.write_text(EXPERIMENT.replace(*change, 1))
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("{", r"\{")):
+        read_experiment(path)
+
+
+def test_the_rows_are_the_methods_and_each_teachers_methods_at_each_budget(lab):
+    experiment = find_experiment("mine")
+    cells = experiment.cells("mini")
+    assert [(c.method, c.teacher, c.budget) for c in cells] == [
+        ("dense", "-", None),
+        ("rocchio", "-", None),
+        ("rerank", "bm25", 5),
+        ("tour-soft", "bm25", 5),
+        ("ttt-embed", "bm25", 5),
+    ]
+    assert cells[3].flags == ("--rewriter", "tour-soft", "--depth", "5", "--preset", "passage", "--teacher", "bm25")
+    assert cells[4].fit == "query" and experiment.cells("mini", teachers={"ensemble"}) == cells[:2]
+
+
+def test_the_shipped_experiments_read(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    methods = find_experiment("methods")
+    assert len(methods.cells("scifact")) == 4 + 3 * 3 * 5 and methods.baseline == "dense"
+
+
+def test_a_flag_the_search_command_refuses_stops_the_experiment_before_anything_loads(lab, capsys):
+    from tour_pyserini.commands.experiment import main
+
+    path = lab / "experiments" / "mine.yaml"
+    path.write_text(EXPERIMENT.replace("--rewriter rocchio", "--rewriter rocchio --depht 3"))
+    with pytest.raises(SystemExit) as e:
+        main(["mine"])
+    assert e.value.code == 2 and "unrecognized arguments: --depht 3" in capsys.readouterr().err
+    assert not (lab / "runs").exists()
+
+
+@pytest.mark.slow
+def test_the_runner_reports_every_row_and_resumes_from_the_rows_it_stored(lab, searcher, capsys):
+    """Each row equals the search assembled by hand from its flags; a second run measures nothing again; the
+    report's tests are the table's, Holm-corrected."""
+    from tour_pyserini.commands.experiment import main
+    from tour_pyserini.eval import QrelsJudge
+    from tour_pyserini.files import read_qrels, read_topics
+    from tour_pyserini.rewriters import get_rewriter
+    from tour_pyserini.teachers import TeacherContext, get_teacher
+
+    main(["mine", "--output", "runs/mine"])
+    rows = json.loads(gzip.decompress((lab / "runs/mine.per-query.json.gz").read_bytes()))
+    assert [(r["method"], r["teacher"], r["budget"]) for r in rows] == [
+        ("dense", "-", None),
+        ("rocchio", "-", None),
+        ("rerank", "bm25", 5),
+        ("tour-soft", "bm25", 5),
+        ("ttt-embed", "bm25", 5),
+    ]
+    topics = read_topics(lab / "collections/mini/topics.tsv")
+    judge = QrelsJudge(read_qrels(lab / "collections/mini/qrels.txt"), ["nDCG@10", "R@100"])
+    texts, qids = [t.text for t in topics], [t.qid for t in topics]
+    teacher = get_teacher("bm25", TeacherContext(index_dir=str(lab / "indexes/mini.minilm")))
+    for row, rewriter in [
+        (rows[0], None),
+        (rows[3], get_rewriter("tour-soft", teacher=teacher, depth=5, preset="passage")),
+    ]:
+        results = searcher.retrieve(texts, qids, 20, rewriter=rewriter)
+        assert row["per_query"] == judge.per_query({r.qid: {h.docid: h.score for h in r.hits} for r in results})
+    assert rows[2]["teacher_calls_per_query"] == 5 and rows[4]["teacher_calls_per_query"] == 5
+    assert all(
+        row["p"]["vs_baseline"]["nDCG@10"]["holm"] >= row["p"]["vs_baseline"]["nDCG@10"]["p"] for row in rows[1:]
+    )
+    table = (lab / "runs/mine.md").read_text()
+    assert "# Two methods and a teacher" in table and "| tour-soft | bm25 | 5 |" in table
+    assert (lab / "runs/mine-mini.png").stat().st_size > 0
+    stored = (lab / "runs/mine.rows.jsonl").read_text()
+    report = (lab / "runs/mine.per-query.json.gz").read_bytes()
+    (lab / "runs/mine.per-query.json.gz").unlink()
+    main(["mine", "--output", "runs/mine"])  # every row reused: the same bytes, nothing stored again
+    assert (lab / "runs/mine.rows.jsonl").read_text() == stored
+    assert (lab / "runs/mine.per-query.json.gz").read_bytes() == report

@@ -1,0 +1,101 @@
+"""tour-pyserini experiment: run a benchmark declared as data (``experiments/NAME.yaml``; the format is in
+``tour_pyserini.files.experiments``) and write its report: the table, the rows with their per-query values, paired
+tests Holm-corrected over the table, and one quality-against-cost plot per collection.
+
+Every row's flags are checked by the search command's parser before anything loads; each search is assembled by the
+composition root. Rows are stored as they finish (``OUTPUT.rows.jsonl``): run the same command again and it goes on
+where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from tour_pyserini.commands.flags import ArgumentParser
+from tour_pyserini.commands.regressions import run_command
+from tour_pyserini.errors import UserError
+from tour_pyserini.files.experiments import Cell, Experiment, experiment_names, find_experiment
+from tour_pyserini.numbers import positive_int
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="tour-pyserini experiment", description=__doc__)
+    ap.add_argument("experiment", nargs="?", metavar="NAME", help="an experiment's name or file")
+    ap.add_argument("--collections", nargs="+", metavar="NAME", help="only these of its collections")
+    ap.add_argument("--teachers", nargs="+", metavar="KIND", help="only teachers of these kinds (bm25, ensemble, ...)")
+    ap.add_argument("--budgets", nargs="+", type=positive_int, metavar="B", help="only these budgets")
+    ap.add_argument("--limit", type=positive_int, help="the first N judged queries only (a smoke run)")
+    ap.add_argument("--batch-size", type=positive_int, help="queries per search call (default: the file's)")
+    ap.add_argument("--repeats", type=positive_int, default=1, help="timed passes per row (the median is reported)")
+    ap.add_argument("--output", help="the report's path without suffix (default: runs/bench-NAME)")
+    ap.add_argument("--fresh", action="store_true", help="measure every row again, reusing none stored")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="PER_QUERY_JSON_GZ",
+        help="measure nothing: one table and one Holm family from reports' .per-query.json.gz",
+    )
+    return ap
+
+
+def search_of(flags: tuple[str, ...], index: str):
+    """What a row's flags mean to the search command (its parser, then the plan it checks)."""
+    from tour_pyserini.commands.search import parser as search_parser
+    from tour_pyserini.commands.search import search_spec
+    from tour_pyserini.experiments.runner import Search
+
+    args = search_parser().parse_args([*flags, "--index", index, "--topics", "-", "--output", "-"])
+    return Search(search_spec(args), args.remove_query)
+
+
+def chosen_cells(experiment: Experiment, args: argparse.Namespace) -> dict[str, list[Cell]]:
+    names = args.collections or list(experiment.collections)
+    if stray := [n for n in names if n not in experiment.collections]:
+        raise UserError(
+            f"--collections {stray[0]}: not one of {experiment.name}'s: {', '.join(experiment.collections)}"
+        )
+    teachers = set(args.teachers) if args.teachers else None
+    return {name: experiment.cells(name, teachers, args.budgets) for name in names}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.merge:
+        from tour_pyserini.experiments.report import merge, write_report
+
+        if not args.experiment or not args.output:
+            raise UserError("--merge needs the experiment (its title and tests) and --output")
+        experiment = find_experiment(args.experiment)
+        source = f"tour-pyserini experiment {args.experiment} --merge " + " ".join(args.merge)
+        rows = merge(args.merge)
+        write_report(rows, args.output, experiment.title, source, experiment.baseline, experiment.compare_within_budget)
+        return
+    if not args.experiment:
+        raise UserError(f"name an experiment: {', '.join(experiment_names()) or 'none in experiments/'}")
+    experiment = find_experiment(args.experiment)
+    if args.batch_size:
+        experiment = replace(experiment, batch_size=args.batch_size)
+    cells = chosen_cells(experiment, args)
+    from tour_pyserini.pipeline import plan
+
+    for mine in cells.values():  # every row's flags checked before any index is built or model loads
+        for cell in mine:
+            if cell.fit is None:
+                plan(search_of(cell.flags, experiment.collections[cell.collection].index).spec)
+    for name in cells:
+        col = experiment.collections[name]
+        run_command(["index", "--collection", name, "--output", col.index], dry_run=False)
+        run_command(["index", "--bm25", "--collection", name, "--output", col.bm25_index], dry_run=False)
+    from tour_pyserini.experiments.report import write_report
+    from tour_pyserini.experiments.runner import RowStore, run_experiment
+
+    output = args.output or f"runs/bench-{experiment.name}"
+    store_path = Path(f"{output}.rows.jsonl")
+    if args.fresh:
+        store_path.unlink(missing_ok=True)
+    rows = run_experiment(experiment, cells, search_of, RowStore(store_path), limit=args.limit, repeats=args.repeats)
+    source = "tour-pyserini experiment " + " ".join(argv if argv is not None else [experiment.name])
+    write_report(rows, output, experiment.title, source, experiment.baseline, experiment.compare_within_budget)
+    print(f"report: {output}.md, {output}.json, {output}.per-query.json.gz and {output}-COLLECTION.png")

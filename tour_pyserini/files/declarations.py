@@ -1,0 +1,56 @@
+"""What the declaration files (regressions, experiments: one YAML file each, found by name) share: reading one
+whole and checking its fields, finding one by name, and the command-line flags they hold."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from tour_pyserini.errors import UserError
+
+SUFFIX = ".yaml"
+
+
+def declaration_names(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob(f"*{SUFFIX}"))
+
+
+def find_declaration(name_or_path: str, directory: Path, kind: str) -> Path:
+    """The file of a declaration given by file or by name (``DIRECTORY/NAME.yaml``)."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = directory / f"{name_or_path}{SUFFIX}"
+    if not path.is_file():
+        known = ", ".join(declaration_names(directory)) or "none"
+        raise UserError(f"unknown {kind} {name_or_path!r}; the {kind}s in {directory}/: {known}")
+    return path
+
+
+def read_declaration(path: Path, fields: set[str]) -> dict:
+    """The mapping a declaration file holds, with only ``fields`` and a ``name`` that is its file's."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"{path}: not a readable YAML file ({type(e).__name__})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a mapping with {', '.join(sorted(fields))} was expected")
+    if unknown := sorted(set(raw) - fields):
+        raise UserError(f"{path}: unknown field {unknown[0]!r}")
+    if raw.get("name") != path.stem:
+        raise UserError(f"{path}: name {raw.get('name')!r} is not its file's ({path.stem!r}): a name finds its file")
+    return raw
+
+
+def command_flags(value: object, where: str, given: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags of a command line, as typed, without ``given``: those the runner sets itself."""
+    if not isinstance(value, str):
+        raise UserError(f"{where}: flags are one string, as typed on the command line; got {value!r}")
+    try:
+        flags = tuple(shlex.split(value))
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
+    if ours := [f for f in flags if f.split("=")[0] in given]:
+        raise UserError(f"{where}: {ours[0]} is the runner's to set ({', '.join(given)})")
+    return flags
