@@ -58,17 +58,17 @@ teachers: install
 	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
 	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
 	$(PY) -m tour_pyserini.index --bm25 --collection $(NQ) --output indexes/nq-oracle.bm25
-	$(TRAIN) --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv --qrels qrels/scifact.train.txt \
-	    --exclude-texts-from $(SCIFACT)/topics.test.tsv --extra-topics $(NQ)/topics.train.jsonl \
+	$(TRAIN) --index $(DENSE) --topics scifact-train --qrels scifact-train \
+	    --exclude-texts-from scifact-test --extra-topics nq-oracle-train \
 	    --extra-index indexes/nq-oracle.minilm --max-steps 80 --output models/scifact-rce
-	$(FIT) --index $(DENSE) --topics $(SCIFACT)/topics.train.tsv \
-	    --qrels qrels/scifact.train.txt --dev-of models/scifact-rce \
+	$(FIT) --index $(DENSE) --topics scifact-train \
+	    --qrels scifact-train --dev-of models/scifact-rce \
 	    --teachers cross-encoder:models/scifact-rce bm25 dense --output models/scifact-rce/ensemble.json
-	$(FIT) --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
+	$(FIT) --index indexes/nq-oracle.minilm --topics nq-oracle-train \
 	    --dev-of models/nq-oracle-ce --teachers cross-encoder:models/nq-oracle-ce bm25 dense \
 	    --output models/nq-oracle-ce/ensemble.json
-	$(TRAIN) --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
-	    --exclude-texts-from $(NQ)/topics.test.jsonl --epochs 1 --evals-per-epoch 4 --output models/nq-oracle-rce
+	$(TRAIN) --index indexes/nq-oracle.minilm --topics nq-oracle-train \
+	    --exclude-texts-from nq-oracle-test --epochs 1 --evals-per-epoch 4 --output models/nq-oracle-rce
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -152,10 +152,10 @@ bench-scale-21m: install
 # supervision on nq-oracle's training questions (their dense top-20), bf16 autocast (docs/orqa.md)
 reader: install
 	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
-	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics $(NQ)/topics.train.jsonl \
+	$(PY) -m tour_pyserini.search --index indexes/nq-oracle.minilm --topics nq-oracle-train \
 	    --output runs/nq-oracle.minilm.train.trec --hits 100 --run-tag minilm
-	$(PY) -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec --topics $(NQ)/topics.train.jsonl \
-	    --collection $(NQ) --exclude-texts-from $(NQ)/topics.test.jsonl --precision bf16 --seed 13 --overwrite \
+	$(PY) -m tour_pyserini train-reader --run runs/nq-oracle.minilm.train.trec --topics nq-oracle-train \
+	    --collection $(NQ) --exclude-texts-from nq-oracle-test --precision bf16 --seed 13 --overwrite \
 	    --output models/nq-oracle-reader
 
 # Retrieve, then read (docs/orqa.md): nq-oracle test EM / F1 of BM25, dense, re-ranking, TOUR, the

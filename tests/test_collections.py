@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import ROOT
 
@@ -53,3 +55,21 @@ def test_a_name_no_collection_has_is_said_where_the_corpus_is_read_after_the_fla
     with pytest.raises(FileNotFoundError, match="no corpus at scifakt .*or a collection's name: cranfield, nq-oracle"):
         main(["--collection", "scifakt", "--output", str(tmp_path / "index")])
     assert not (tmp_path / "index").exists()
+
+
+def test_topics_and_qrels_are_named_collection_split_as_pyserini_names_them(tmp_path, monkeypatch, capsys):
+    from tour_pyserini.commands.eval import main
+    from tour_pyserini.files import read_qrels, read_topics
+
+    monkeypatch.chdir(ROOT)
+    assert read_topics("scifact-train") == read_topics("collections/scifact/topics.train.tsv")
+    assert read_qrels("cranfield-test") == read_qrels("qrels/cranfield.txt")
+    with pytest.raises(UserError, match="nq-oracle-test: nq-oracle is judged by the answer strings of its topics"):
+        read_qrels("nq-oracle-test")
+    run = tmp_path / "run.trec"
+    run.write_text("1 Q0 184 1 2.0 t\n1 Q0 29 2 1.0 t\n2 Q0 12 1 1.0 t\n")
+    main(["--qrels", "cranfield-test", "--run", str(run), "--metrics", "NumQ", "NumRelRet", "--json"])
+    assert json.loads(capsys.readouterr().out) == {"NumQ": 2.0, "NumRet(rel=1)": 3.0}
+    (tmp_path / "cranfield-test").write_text("1 0 184 1\n")  # a file of that name is read instead
+    monkeypatch.chdir(tmp_path)
+    assert read_qrels("cranfield-test") == {"1": {"184": 1}}

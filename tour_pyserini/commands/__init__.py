@@ -17,23 +17,23 @@ SUBCOMMANDS = {
     "index": (
         "index",
         "build a dense or BM25 index of a JSONL collection",
-        "tour-pyserini index --collection collections/scifact --output indexes/scifact.minilm",
+        "tour-pyserini index --collection scifact --output indexes/scifact.minilm",
     ),
     "search": (
         "search",
         "search an index for every topic and write a TREC run",
-        "tour-pyserini search --index indexes/scifact.minilm --topics collections/scifact/topics.test.tsv "
+        "tour-pyserini search --index indexes/scifact.minilm --topics scifact-test "
         "--output runs/tour.trec --rewriter tour-soft --teacher bm25 --depth 20",
     ),
     "eval": (
         "eval",
         "score TREC runs against qrels or answers",
-        "tour-pyserini eval --qrels qrels/scifact.test.txt --run runs/tour.trec",
+        "tour-pyserini eval --qrels scifact-test --run runs/tour.trec",
     ),
     "compare": (
         "compare",
         "compare runs with a baseline: deltas, significance tests, win/tie/loss; or --diff",
-        "tour-pyserini compare --qrels qrels/scifact.test.txt --baseline runs/dense.trec --run runs/tour.trec",
+        "tour-pyserini compare --qrels scifact-test --baseline runs/dense.trec --run runs/tour.trec",
     ),
     "regressions": (
         "regressions",
@@ -49,47 +49,47 @@ SUBCOMMANDS = {
         "train_reranker",
         "train a cross-encoder teacher on training queries",
         "tour-pyserini train-reranker --index indexes/scifact.minilm "
-        "--topics collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
+        "--topics scifact-train --qrels scifact-train "
         "--output models/ce",
     ),
     "fit-ensemble": (
         "fit_ensemble",
         "fit an ensemble teacher's weights on dev training queries",
         "tour-pyserini fit-ensemble --index indexes/scifact.minilm --topics "
-        "collections/scifact/topics.train.tsv --qrels qrels/scifact.train.txt "
+        "scifact-train --qrels scifact-train "
         "--dev-of models/scifact-rce --teachers cross-encoder:models/scifact-rce bm25 dense "
         "--output models/scifact-rce/ensemble.json",
     ),
     "train-ict": (
         "train_ict",
         "ORQA's Inverse Cloze Task: pre-train query and document encoders",
-        "tour-pyserini train-ict --collection collections/scifact --output models/orqa/scifact-ict",
+        "tour-pyserini train-ict --collection scifact --output models/orqa/scifact-ict",
     ),
     "train-qa": (
         "train_qa",
         "ORQA's early update: fine-tune a question encoder from answer strings",
         "tour-pyserini train-qa --index indexes/nq-oracle.minilm "
-        "--topics collections/nq-oracle/topics.train.jsonl --output models/orqa/nq-oracle-qa",
+        "--topics nq-oracle-train --output models/orqa/nq-oracle-qa",
     ),
     "train-reader": (
         "train_reader",
         "train an extractive reader from answer strings (distant supervision)",
         "tour-pyserini train-reader --run runs/nq-oracle.minilm.train.trec "
-        "--topics collections/nq-oracle/topics.train.jsonl --collection collections/nq-oracle "
+        "--topics nq-oracle-train --collection nq-oracle "
         "--output models/nq-oracle-reader",
     ),
     "train-orqa": (
         "train_orqa",
         "ORQA's joint training: question encoder and reader from answer strings",
         "tour-pyserini train-orqa --index indexes/nq-oracle.minilm --topics "
-        "collections/nq-oracle/topics.train.jsonl --reader models/nq-oracle-reader "
+        "nq-oracle-train --reader models/nq-oracle-reader "
         "--output models/orqa/joint",
     ),
     "answer": (
         "answer",
         "read each question's top-k passages of a run with an extractive QA model; write answers",
-        "tour-pyserini answer --run runs/nq.trec --topics collections/nq-oracle/topics.test.jsonl "
-        "--collection collections/nq-oracle --reader models/nq-oracle-reader --output runs/nq.answers.jsonl",
+        "tour-pyserini answer --run runs/nq.trec --topics nq-oracle-test "
+        "--collection nq-oracle --reader models/nq-oracle-reader --output runs/nq.answers.jsonl",
     ),
     "ttt": (
         "ttt",

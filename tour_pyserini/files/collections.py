@@ -83,6 +83,17 @@ def find_collection(name_or_directory: str | Path) -> Collection:
     raise UnknownCollection(f"unknown collection {str(name_or_directory)!r}; the collections known by name: {known}")
 
 
+def named_split(name: str) -> tuple[Collection, Split] | None:
+    """The split a Pyserini-style topics or qrels name ``COLLECTION-SPLIT`` (``scifact-test``) gives, of a collection
+    the registry finds; None for any other name."""
+    for collection in collection_names():
+        if name.startswith(f"{collection}-"):
+            found = find_collection(collection)
+            if (split := name.removeprefix(f"{collection}-")) in found.splits:
+                return found, found.splits[split]
+    return None
+
+
 def collection_directory(name_or_directory: str | Path) -> Path:
     """A collection's directory: ``name_or_directory`` itself where it is one, else the named collection's."""
     path = Path(name_or_directory)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.collections import named_split
 from tour_pyserini.files.lines import read_fields
 
 # pytrec_eval, which ir-measures scores with, holds a grade in a C int: a larger one comes back as another number (a
@@ -13,10 +14,18 @@ GRADES = range(-(2**31), 2**31)
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
-    """``{qid: {docid: relevance}}``. Each of these raises, naming file and line: a line without exactly four fields
+    """``{qid: {docid: relevance}}`` of a qrels file, or of a registered collection's split named ``COLLECTION-SPLIT``
+    (``scifact-test``). Each of these raises, naming file and line: a line without exactly four fields
     (fields are separated by ASCII whitespace, as trec_eval separates them), a blank line or a NUL byte (trec_eval
     refuses both), a grade that is not an integer or does not fit a 32-bit one, and a docid judged twice for one
     query (trec_eval's "duplicate docs")."""
+    if not Path(path).exists() and (named := named_split(str(path))) is not None:
+        collection, split = named
+        if split.qrels is None:
+            raise UserError(
+                f"{path}: {collection.name} is judged by the answer strings of its topics: --answers {path}"
+            )
+        path = split.qrels
     qrels: dict[str, dict[str, int]] = {}
     first: dict[tuple[str, str], int] = {}
     for lineno, (qid, _, docid, grade) in read_fields(path, "qid iter docid relevance", "qrels", blank_lines=False):

@@ -10,6 +10,7 @@
   or a directory of such files (all relations), with the relation kept in ``Topic.relation``;
 - a BEIR folder (its ``queries.jsonl``);
 - an ``ir_datasets`` id such as ``beir/scifact/test``, when the data is under ``IR_DATASETS_HOME``;
+- a registered collection's split by name, ``COLLECTION-SPLIT`` (``scifact-test``: ``collections/*/collection.yaml``);
 - a Pyserini topics name such as ``dpr-nq-test`` (downloaded by Pyserini, so it needs network).
 
 Malformed input raises :class:`~tour_pyserini.errors.UserError` naming the file and line; an answer must be a
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.collections import named_split
 from tour_pyserini.files.lines import blank, read_text, text_lines
 
 _QID_KEYS = ("qid", "_id", "id", "query_id")
@@ -214,6 +216,8 @@ def read_topics(source: str | Path) -> list[Topic]:
     path = Path(source)
     if path.exists():
         records = _records(path)
+    elif (named := named_split(str(source))) is not None:
+        records = _records(named[1].topics)
     elif "/" in str(source) and not path.suffix:
         records = ((str(source), i, t) for i, t in _from_ir_datasets(str(source)))
     elif "/" not in str(source) and path.suffix not in _FILE_SUFFIXES:
