@@ -40,7 +40,13 @@ def add_significance(rows: list[dict], baseline: str, within: str | None) -> Non
 
 
 def table(rows: list[dict], title: str, source: str, baseline: str, within: str | None) -> str:
-    lines = [f"# {title}", "", f"Rebuilt by `{source}`; paired t-tests, Holm-corrected over the table.", ""]
+    head = f"# {title}\n\nRebuilt by `{source}`; paired t-tests, Holm-corrected over the table.\n\n"
+    return head + sections(rows, baseline, within)
+
+
+def sections(rows: list[dict], baseline: str, within: str | None) -> str:
+    """Each collection's rows under its heading, each value marked where its Holm-corrected test is below 0.05."""
+    lines = []
     marks = ((VS_BASELINE, mark(baseline)), (VS_WITHIN, mark(within or "")))
     for name in dict.fromkeys(r["collection"] for r in rows):
         mine = [r for r in rows if r["collection"] == name]

@@ -1,0 +1,44 @@
+"""One docs page per method (docs/methods/): its settings are the parameters its rewriters declare and its measured
+rows are the methods report's, rendered by the same code; a page that shows other values fails here."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+
+from tour_pyserini.experiments.pages import measured_table, settings_table
+from tour_pyserini.files.experiments import find_experiment
+from tour_pyserini.rewriters import available_rewriters
+
+PAGES = {
+    "tour": ["tour-hard", "tour-soft"],
+    "prf": ["rocchio", "avg-prf"],
+    "rerank": ["rerank"],
+    "refit": ["refit"],
+    "dart": ["dart"],
+    "ttt-embed": ["ttt-embed"],
+}
+REPORT = ROOT / "runs" / "bench-methods-all.json"
+
+
+def test_every_rewriter_has_a_page():
+    assert {m for methods in PAGES.values() for m in methods} == set(available_rewriters()) - {"none"}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_method_page_shows_its_declared_settings_and_its_measured_rows(page, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    text = (ROOT / "docs" / "methods" / f"{page}.md").read_text(encoding="utf-8")
+    settings = settings_table(PAGES[page])
+    assert settings in text, f"docs/methods/{page}.md does not show its settings:\n{settings}"
+    measured = measured_table(find_experiment("methods"), REPORT, PAGES[page])
+    assert measured in text, f"docs/methods/{page}.md does not show its rows of {REPORT.name}:\n{measured}"
+
+
+def test_a_changed_default_or_figure_fails_the_page(monkeypatch):
+    """The check can fail: a default that differs from the declared one, or a figure off by one in the last digit."""
+    monkeypatch.chdir(ROOT)
+    text = (ROOT / "docs" / "methods" / "refit.md").read_text(encoding="utf-8")
+    assert settings_table(["refit"]).replace("| 0.2 |", "| 0.3 |") not in text
+    measured = measured_table(find_experiment("methods"), REPORT, ["refit"])
+    assert measured.replace("0.6451", "0.6452") not in text
