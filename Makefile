@@ -34,12 +34,16 @@ nq-demo: install
 cranfield: install
 	$(PY) -m tour_pyserini regressions cranfield
 
-# every shipped configuration against the values its regressions/NAME.yaml expects; regressions-ci: the cheap ones
+# every shipped configuration against the values its regressions/NAME.yaml expects (regressions-ci: the cheap ones),
+# then the methods table's BM25-teacher rows on every collection against experiments/methods.yaml's values (about a
+# minute once the indexes are built; every row, the cross-encoders' too, is `experiment methods --check`: hours)
 regressions: install
 	$(PY) -m tour_pyserini regressions
+	$(PY) -m tour_pyserini experiment methods --teachers bm25 --check --output runs/regressions-methods
 
 regressions-ci: install
 	$(PY) -m tour_pyserini regressions --ci
+	$(PY) -m tour_pyserini experiment methods --teachers bm25 --check --output runs/regressions-methods
 
 # The residual cross-encoder teachers (float16, about 45 MB each), trained from the bundled MiniLM on
 # training queries only. SciFact's mixes 4 nq-oracle training questions into every step of 8 claims and

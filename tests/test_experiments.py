@@ -70,6 +70,10 @@ def lab(tmp_path, monkeypatch, mini_scifact, dense_index, bm25_index) -> Path:
         (("compare_within_budget: rerank", "compare_within_budget: refit"), "refit' is none of with_teacher's"),
         (("budgets: [5]", "budgets: [0]"), "budgets: a positive whole number was expected, got 0"),
         (("--depth {budget}\n", "--depth '{budget}\n"), "with_teacher 'rerank': No closing quotation"),
+        (("hits: 20", "hits: 20\nhits: 30"), "mine.yaml:4: key 'hits' given twice"),
+        (("warm_up:", "expect: {mini: {rerank bm25 7: {nDCG@10: 0.5}}}\nwarm_up:"), "rerank bm25 7': no such row"),
+        (("warm_up:", "expect: {mini: {dense: {RR@10: 0.5}}}\nwarm_up:"), "'RR@10' is not reported; mini's: nDCG"),
+        (("warm_up:", "expect: {mini: {dense bm25: {nDCG@10: 0.5}}}\nwarm_up:"), "a row is METHOD, or METHOD TEACHER"),
     ],
 )
 def test_a_wrong_experiment_file_is_one_line_naming_it(lab, change, message):
@@ -93,10 +97,31 @@ def test_the_rows_are_the_methods_and_each_teachers_methods_at_each_budget(lab):
     assert cells[4].fit == "query" and experiment.cells("mini", teachers={"ensemble"}) == cells[:2]
 
 
+def test_check_compares_the_rows_run_with_the_values_expected_to_the_tolerance(lab):
+    from tour_pyserini.files.experiments import check_rows
+
+    path = lab / "experiments" / "mine.yaml"
+    expect = "tolerance: 0.00005\nexpect:\n  mini:\n    dense: {nDCG@10: 0.5}\n    tour-soft bm25 5: {R@100: 0.75}\n"
+    path.write_text(EXPERIMENT + expect)
+    experiment = read_experiment(path)
+    rows = [
+        {"collection": "mini", "method": "dense", "teacher": "-", "budget": None, "metrics": {"nDCG@10": 0.50004}},
+        {"collection": "mini", "method": "rocchio", "teacher": "-", "budget": None, "metrics": {"nDCG@10": 0.1}},
+        {"collection": "mini", "method": "tour-soft", "teacher": "bm25", "budget": 5, "metrics": {"R@100": 0.7501}},
+    ]
+    checked = check_rows(experiment, rows)
+    assert [(m.run, m.measure, m.holds) for m in checked] == [
+        ("mini dense", "nDCG@10", True),
+        ("mini tour-soft bm25 5", "R@100", False),
+    ]
+
+
 def test_the_shipped_experiments_read(monkeypatch):
     monkeypatch.chdir(ROOT)
     methods = find_experiment("methods")
     assert len(methods.cells("scifact")) == 4 + 3 * 3 * 5 and methods.baseline == "dense"
+    every = {cell.key for name in methods.collections for cell in methods.cells(name)}
+    assert set(methods.expect) == every  # each row of the methods table has the values it gave
 
 
 def test_a_flag_the_search_command_refuses_stops_the_experiment_before_anything_loads(lab, capsys):

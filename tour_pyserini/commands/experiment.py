@@ -10,13 +10,14 @@ where it stopped.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from tour_pyserini.commands.flags import ArgumentParser
-from tour_pyserini.commands.regressions import run_command
+from tour_pyserini.commands.regressions import report_values, run_command
 from tour_pyserini.errors import UserError
-from tour_pyserini.files.experiments import Cell, Experiment, experiment_names, find_experiment
+from tour_pyserini.files.experiments import Cell, Experiment, check_rows, experiment_names, find_experiment
 from tour_pyserini.numbers import positive_int
 
 
@@ -30,6 +31,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=positive_int, help="queries per search call (default: the file's)")
     ap.add_argument("--repeats", type=positive_int, default=1, help="timed passes per row (the median is reported)")
     ap.add_argument("--output", help="the report's path without suffix (default: runs/bench-NAME)")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="check each row the file expects values of (its expect:); exit 1 where one is farther than its tolerance",
+    )
     ap.add_argument("--fresh", action="store_true", help="measure every row again, reusing none stored")
     ap.add_argument(
         "--merge",
@@ -78,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch_size:
         experiment = replace(experiment, batch_size=args.batch_size)
     cells = chosen_cells(experiment, args)
+    if args.check and args.limit:
+        raise UserError("--check compares rows over every query with the values expected of them: drop --limit")
     from tour_pyserini.pipeline import plan
 
     for mine in cells.values():  # every row's flags checked before any index is built or model loads
@@ -99,3 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     source = "tour-pyserini experiment " + " ".join(argv if argv is not None else [experiment.name])
     write_report(rows, output, experiment.title, source, experiment.baseline, experiment.compare_within_budget)
     print(f"report: {output}.md, {output}.json, {output}.per-query.json.gz and {output}-COLLECTION.png")
+    if args.check:
+        measured = check_rows(experiment, rows)
+        if not measured:
+            raise UserError(f"{experiment.path} expects no value of the rows run: nothing to check")
+        if not report_values(measured, experiment.path):
+            sys.exit(1)

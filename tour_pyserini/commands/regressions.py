@@ -88,11 +88,16 @@ def expected_table(regression: Regression) -> str:
 
 
 def report(regression: Regression, measured: list[Measured]) -> bool:
+    return report_values(measured, regression.path)
+
+
+def report_values(measured: list[Measured], path: Path) -> bool:
+    """A line for each value farther from the one expected than its tolerance, then the verdict; True if none is."""
     misses = [m for m in measured if not m.holds]
     for m in misses:
         value = "not scored" if m.value is None else f"{m.value:.4f}"
         print(f"  {m.run} {m.measure}: {value}, expected {m.expected:.4f} ± {m.tolerance:g}")
-    verdict = f"{len(measured) - len(misses)} of {len(measured)} values as {shown(regression.path)} expects"
+    verdict = f"{len(measured) - len(misses)} of {len(measured)} values as {shown(path)} expects"
     print(("ok: " if not misses else "FAILED: ") + verdict)
     return not misses
 

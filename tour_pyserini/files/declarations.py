@@ -27,11 +27,25 @@ def find_declaration(name_or_path: str, directory: Path, kind: str) -> Path:
 
 
 def read_declaration(path: Path, fields: set[str]) -> dict:
-    """The mapping a declaration file holds, with only ``fields`` and a ``name`` that is its file's."""
+    """The mapping a declaration file holds, with only ``fields``, no key twice in a mapping (YAML would keep the last
+    silently) and a ``name`` that is its file's."""
     import yaml
 
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)
+    except yaml.MarkedYAMLError as e:
+        line = f":{e.problem_mark.line + 1}" if e.problem_mark else ""
+        raise UserError(f"{path}{line}: {e.problem}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise UserError(f"{path}: not a readable YAML file ({type(e).__name__})") from None
     if not isinstance(raw, dict):
@@ -54,3 +68,9 @@ def command_flags(value: object, where: str, given: tuple[str, ...]) -> tuple[st
     if ours := [f for f in flags if f.split("=")[0] in given]:
         raise UserError(f"{where}: {ours[0]} is the runner's to set ({', '.join(given)})")
     return flags
+
+
+def read_tolerance(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise UserError(f"{where}: tolerance must be a number in [0, 1), got {value!r}")
+    return float(value)

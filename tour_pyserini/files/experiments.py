@@ -30,13 +30,21 @@ flags are the search command's own, checked by its parser before anything runs.
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.collections import Collection, find_collection
-from tour_pyserini.files.declarations import command_flags, declaration_names, find_declaration, read_declaration
+from tour_pyserini.files.declarations import (
+    command_flags,
+    declaration_names,
+    find_declaration,
+    read_declaration,
+    read_tolerance,
+)
+from tour_pyserini.files.regressions import Measured
 
 FIELDS = {
     "name",
@@ -51,6 +59,8 @@ FIELDS = {
     "with_teacher",
     "warm_up",
     "compare_within_budget",
+    "tolerance",
+    "expect",
 }
 COLLECTION_FIELDS = {"metrics", "search", "teachers"}
 RUNNER_SETS = ("--index", "--topics", "--output", "--run-tag", "--hits", "--teacher")
@@ -110,6 +120,8 @@ class Experiment:
     with_teacher: dict[str, tuple[str, ...] | str]  # flags, or the TTT-Embed scope fitted
     warm_up: tuple[str, ...]
     compare_within_budget: str | None
+    tolerance: float = 0.0
+    expect: dict[tuple[str, str, str, int | None], dict[str, float]] = field(default_factory=dict)
 
     @property
     def baseline(self) -> str:
@@ -204,6 +216,47 @@ def _with_teacher(path: Path, raw: object) -> dict[str, tuple[str, ...] | str]:
     return methods
 
 
+def row_key(text: str) -> tuple[str, str, int | None]:
+    """``METHOD`` or ``METHOD TEACHER BUDGET``, as an expectation names its row."""
+    parts = text.split()
+    if len(parts) == 1:
+        return parts[0], NO_TEACHER, None
+    if len(parts) == 3 and parts[2].isdigit():
+        return parts[0], parts[1], int(parts[2])
+    raise ValueError(text)
+
+
+def _expect(
+    path: Path, raw: object, experiment: Experiment
+) -> dict[tuple[str, str, str, int | None], dict[str, float]]:
+    """The values expected of rows, by collection and ``METHOD [TEACHER BUDGET]``; each row one the file makes."""
+    if raw is None:
+        return {}
+    expect = {}
+    for name, rows in _mapping(raw, str(path), "expect must map collections to rows' values").items():
+        col = experiment.collections.get(str(name))
+        if col is None or not isinstance(rows, dict):
+            raise UserError(f"{path}: expect {name!r}: one of the collections, mapping rows to their values")
+        made = {c.key for c in experiment.cells(col.name)}
+        for text, values in rows.items():
+            where = f"{path}: expect {name} {text!r}"
+            try:
+                key = (col.name, *row_key(str(text)))
+            except ValueError:
+                raise UserError(f"{where}: a row is METHOD, or METHOD TEACHER BUDGET") from None
+            if key not in made:
+                raise UserError(f"{where}: no such row in the experiment")
+            if not isinstance(values, dict) or not values:
+                raise UserError(f"{where}: expected values map measures to numbers")
+            for measure, value in values.items():
+                if measure not in col.metrics:
+                    raise UserError(f"{where}: {measure!r} is not reported; {name}'s: {', '.join(col.metrics)}")
+                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                    raise UserError(f"{where}: expected {measure} must be a number, got {value!r}")
+            expect[key] = {str(m): float(v) for m, v in values.items()}
+    return expect
+
+
 def read_experiment(path: Path) -> Experiment:
     """One experiment file, checked whole before anything runs: one line naming the file where it is wrong."""
     raw = read_declaration(path, FIELDS)
@@ -217,7 +270,7 @@ def read_experiment(path: Path) -> Experiment:
     if compare is not None and compare not in with_teacher:
         raise UserError(f"{path}: compare_within_budget {compare!r} is none of with_teacher's methods")
     methods = _mapping(raw.get("methods"), str(path), "methods must map method names to flags (the first: baseline)")
-    return Experiment(
+    experiment = Experiment(
         raw["name"],
         path,
         str(raw.get("title", raw["name"])),
@@ -231,4 +284,17 @@ def read_experiment(path: Path) -> Experiment:
         with_teacher,
         _flags(raw.get("warm_up", ""), f"{path}: warm_up"),
         compare,
+        read_tolerance(raw.get("tolerance", 0.0), str(path)),
     )
+    return replace(experiment, expect=_expect(path, raw.get("expect"), experiment))
+
+
+def check_rows(experiment: Experiment, rows: list[dict]) -> list[Measured]:
+    """Each value ``experiment`` expects of one of ``rows`` beside the value measured."""
+    checked = []
+    for row in rows:
+        key = (row["collection"], row["method"], row["teacher"], row["budget"])
+        label = " ".join(str(part) for part in key if part not in (NO_TEACHER, None))
+        for measure, expected in experiment.expect.get(key, {}).items():
+            checked.append(Measured(label, measure, expected, row["metrics"].get(measure), experiment.tolerance))
+    return checked

@@ -32,7 +32,13 @@ from pathlib import Path
 
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.collections import Collection, find_collection
-from tour_pyserini.files.declarations import command_flags, declaration_names, find_declaration, read_declaration
+from tour_pyserini.files.declarations import (
+    command_flags,
+    declaration_names,
+    find_declaration,
+    read_declaration,
+    read_tolerance,
+)
 
 FIELDS = {"name", "collection", "split", "ci", "tolerance", "indexes", "runs"}
 RUN_FIELDS = {"index", "search", "expect", "tolerance", "why"}
@@ -98,12 +104,6 @@ def find_regression(name_or_path: str, directory: Path = Path("regressions")) ->
     return read_regression(find_declaration(name_or_path, directory, "regression"))
 
 
-def _tolerance(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise UserError(f"{where}: tolerance must be a number in [0, 1), got {value!r}")
-    return float(value)
-
-
 def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float, metrics: tuple[str, ...]) -> RunCheck:
     where = f"{path}: run {name!r}"
     if not isinstance(raw, dict):
@@ -127,7 +127,7 @@ def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float,
         raw["index"],
         command_flags(raw.get("search", ""), where, SEARCH_SET),
         {str(m): float(v) for m, v in expect.items()},
-        _tolerance(raw["tolerance"], where) if "tolerance" in raw else tolerance,
+        read_tolerance(raw["tolerance"], where) if "tolerance" in raw else tolerance,
     )
 
 
@@ -148,7 +148,7 @@ def read_regression(path: Path) -> Regression:
     for name in [*indexes, *runs]:
         if not re.fullmatch(r"\w[\w.-]*", str(name), re.ASCII):
             raise UserError(f"{path}: name {name!r}: letters, digits, '.', '-' and '_' only (it names a file)")
-    tolerance = _tolerance(raw.get("tolerance", 0.0), str(path))
+    tolerance = read_tolerance(raw.get("tolerance", 0.0), str(path))
     return Regression(
         raw["name"],
         path,
