@@ -1,13 +1,13 @@
-"""What a method's docs page shows that the code and the reports already hold: its settings, from the parameters its
-rewriters declare, and its measured rows, from an experiment's report. ``docs/methods/*.md`` show these tables, and a
-test renders them again and fails where a page shows others."""
+"""Tables the docs show that the code and the reports already hold: a method's settings, from the parameters its
+rewriters declare, and measured rows, from an experiment's report. ``docs/methods/*.md`` and docs/benchmarks.md show
+these tables, and a test renders them again and fails where a page shows others."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tour_pyserini.experiments.report import sections
+from tour_pyserini.experiments.report import VS_BASELINE, VS_WITHIN, sections
 from tour_pyserini.files.experiments import Experiment
 from tour_pyserini.rewriters import get_rewriter_class
 
@@ -36,3 +36,46 @@ def measured_table(experiment: Experiment, report: Path, methods: list[str]) -> 
     rows = json.loads(report.read_text())
     mine = [r for r in rows if r["method"] in methods or r["method"] == experiment.baseline]
     return sections(mine, experiment.baseline, experiment.compare_within_budget)
+
+
+def p_value(p: float | None) -> str:
+    """A Holm-corrected p value as the tables print it: ``1``, two decimals, two digits below 0.1, ``7e-3`` below 0.01;
+    ``–`` where there is no test."""
+    if p is None:
+        return "–"
+    if p >= 0.995:
+        return "1"
+    if p >= 0.1:
+        return f"{p:.2f}"
+    if p >= 0.01:
+        return f"{p:.2g}"
+    mantissa, exponent = f"{p:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def holm_table(report: Path, collection: str, teacher: str | None = None) -> str:
+    """One collection's rows of a report (``OUTPUT.json``), each value followed by its Holm-corrected p values
+    against the baseline and against the within-budget method, bold where either is below 0.05; with ``teacher``,
+    only that teacher's rows, without a teacher column."""
+    rows = [
+        r
+        for r in json.loads(report.read_text())
+        if r["collection"] == collection and (teacher is None or r["teacher"] == teacher)
+    ]
+    metrics = list(rows[0]["metrics"])
+    head = ["method", *([] if teacher else ["teacher"]), "budget", *metrics, "ms/query", "teacher calls/query"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for r in rows:
+        cells = []
+        for m in metrics:
+            value = f"{r['metrics'][m]:.4f}"
+            tests = [r.get("p", {}).get(key, {}).get(m, {}).get("holm") for key in (VS_BASELINE, VS_WITHIN)]
+            if all(t is None for t in tests):  # the baseline itself
+                cells.append(value)
+                continue
+            bold = any(t is not None and t < 0.05 for t in tests)
+            cells.append((f"**{value}**" if bold else value) + f" ({p_value(tests[0])} / {p_value(tests[1])})")
+        first = [r["method"], *([] if teacher else [r["teacher"]]), str(r["budget"] or "–")]
+        timing = [f"{r['ms_per_query']:.1f}", f"{r['teacher_calls_per_query']:.1f}"]
+        lines.append("| " + " | ".join(first + cells + timing) + " |")
+    return "\n".join(lines) + "\n"
