@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.declarations import read_mapping
 
 DECLARATION = "collection.yaml"
 JUDGED_BY = ("qrels", "answers")
@@ -102,16 +103,7 @@ def collection_directory(name_or_directory: str | Path) -> Path:
 
 def read_collection(path: Path) -> Collection:
     """One declaration, checked: every file it names exists, one line naming the file where something is wrong."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise UserError(f"{path}: not a readable YAML file ({type(e).__name__})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a mapping with name, corpus, judged_by, metrics and splits was expected")
-    if unknown := sorted(set(raw) - {"name", "corpus", "judged_by", "metrics", "splits"}):
-        raise UserError(f"{path}: unknown field {unknown[0]!r}")
+    raw = read_mapping(path, {"name", "corpus", "judged_by", "metrics", "splits"})
     base = path.parent
 
     def existing(value: object, what: str) -> Path:

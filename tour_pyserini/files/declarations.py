@@ -1,5 +1,5 @@
-"""What the declaration files (regressions, experiments: one YAML file each, found by name) share: reading one
-whole and checking its fields, finding one by name, and the command-line flags they hold."""
+"""What the declaration files (collections, regressions, experiments: one YAML file each, found by name) share:
+reading one whole and checking its fields, finding one by name, and the command-line flags they hold."""
 
 from __future__ import annotations
 
@@ -27,8 +27,16 @@ def find_declaration(name_or_path: str, directory: Path, kind: str) -> Path:
 
 
 def read_declaration(path: Path, fields: set[str]) -> dict:
-    """The mapping a declaration file holds, with only ``fields``, no key twice in a mapping (YAML would keep the last
-    silently) and a ``name`` that is its file's."""
+    """The mapping a declaration file holds (:func:`read_mapping`), with a ``name`` that is its file's."""
+    raw = read_mapping(path, fields)
+    if raw.get("name") != path.stem:
+        raise UserError(f"{path}: name {raw.get('name')!r} is not its file's ({path.stem!r}): a name finds its file")
+    return raw
+
+
+def read_mapping(path: Path, fields: set[str]) -> dict:
+    """The mapping a YAML file holds, with only ``fields`` and no key twice in a mapping (YAML would keep the last
+    silently); one line naming the file (and the line) where it is not."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
@@ -52,8 +60,6 @@ def read_declaration(path: Path, fields: set[str]) -> dict:
         raise UserError(f"{path}: a mapping with {', '.join(sorted(fields))} was expected")
     if unknown := sorted(set(raw) - fields):
         raise UserError(f"{path}: unknown field {unknown[0]!r}")
-    if raw.get("name") != path.stem:
-        raise UserError(f"{path}: name {raw.get('name')!r} is not its file's ({path.stem!r}): a name finds its file")
     return raw
 
 
