@@ -177,3 +177,17 @@ def test_the_runner_reports_every_row_and_resumes_from_the_rows_it_stored(lab, s
     main(["mine", "--output", "runs/mine"])  # every row reused: the same bytes, nothing stored again
     assert (lab / "runs/mine.rows.jsonl").read_text() == stored
     assert (lab / "runs/mine.per-query.json.gz").read_bytes() == report
+
+
+def test_merge_refuses_a_file_that_is_not_a_reports_rows_in_one_line(tmp_path):
+    from tour_pyserini.experiments.report import merge
+
+    (tmp_path / "text.gz").write_text("not gzipped")
+    (tmp_path / "list.gz").write_bytes(gzip.compress(json.dumps([{"collection": "x"}]).encode()))
+    for name, message in [
+        ("none.gz", "No such file"),
+        ("text.gz", "Not a gzipped file"),
+        ("list.gz", "not a list of rows"),
+    ]:
+        with pytest.raises(UserError, match=f"{name}: not a report's per-query rows .*{message}"):
+            merge([str(tmp_path / name)])

@@ -126,6 +126,21 @@ def write_report(rows: list[dict], output: str, title: str, source: str, baselin
     plot(rows, output)
 
 
+ROW_FIELDS = ("collection", "method", "teacher", "budget", "metrics", "per_query")
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a report's ``.per-query.json.gz``; one line naming the file where it is not one."""
+    try:
+        with gzip.open(path, "rt") as f:
+            rows = json.load(f)
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and set(ROW_FIELDS) <= set(r) for r in rows):
+            raise ValueError("not a list of rows")
+    except (OSError, EOFError, ValueError) as e:
+        raise UserError(f"{path}: not a report's per-query rows (.per-query.json.gz): {e}") from None
+    return rows
+
+
 def merge(paths: list[str]) -> list[dict]:
     """The rows of several reports as one table. A teacher-free row measured by more than one is kept once, from the
     first, and only if every report gave it the same per-query values (they differ only in time); every row of a
@@ -134,16 +149,15 @@ def merge(paths: list[str]) -> list[dict]:
     seen: dict[tuple, dict] = {}
     queries: dict[str, list[str]] = {}
     for path in paths:
-        with gzip.open(path, "rt") as f:
-            for row in json.load(f):
-                key = (row["collection"], row["method"], row["teacher"], row["budget"])
-                qids = queries.setdefault(row["collection"], sorted(next(iter(row["per_query"].values()))))
-                if any(sorted(values) != qids for values in row["per_query"].values()):
-                    raise UserError(f"{path}: {key} is over other {row['collection']} queries than the rows before")
-                if key in seen:
-                    if row["teacher"] != "-" or row["per_query"] != seen[key]:
-                        raise UserError(f"{path}: {key} is measured by an earlier file too, with other results")
-                    continue
-                seen[key] = row["per_query"]
-                rows.append(row)
+        for row in read_rows(path):
+            key = (row["collection"], row["method"], row["teacher"], row["budget"])
+            qids = queries.setdefault(row["collection"], sorted(next(iter(row["per_query"].values()))))
+            if any(sorted(values) != qids for values in row["per_query"].values()):
+                raise UserError(f"{path}: {key} is over other {row['collection']} queries than the rows before")
+            if key in seen:
+                if row["teacher"] != "-" or row["per_query"] != seen[key]:
+                    raise UserError(f"{path}: {key} is measured by an earlier file too, with other results")
+                continue
+            seen[key] = row["per_query"]
+            rows.append(row)
     return rows
