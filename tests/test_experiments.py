@@ -191,3 +191,16 @@ def test_merge_refuses_a_file_that_is_not_a_reports_rows_in_one_line(tmp_path):
     ]:
         with pytest.raises(UserError, match=f"{name}: not a report's per-query rows .*{message}"):
             merge([str(tmp_path / name)])
+
+
+def test_a_row_cut_short_as_it_was_written_is_measured_again(tmp_path, caplog):
+    from tour_pyserini.experiments.runner import RowStore
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"fingerprint": "a", "method": "dense"}\n{"fingerprint": "b", "meth')
+    store = RowStore(path)
+    assert set(store.rows) == {"a"} and path.read_text() == '{"fingerprint": "a", "method": "dense"}\n'
+    assert "its last row was cut short" in caplog.text
+    path.write_text('{"fingerprint": "a"\n{"fingerprint": "b"}\n')
+    with pytest.raises(UserError, match="rows.jsonl:1: not a stored row"):
+        RowStore(path)

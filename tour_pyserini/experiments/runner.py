@@ -7,6 +7,7 @@ so an interrupted experiment resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tour_pyserini.errors import UserError
 from tour_pyserini.files.experiments import NO_TEACHER, Cell, Experiment, ExperimentCollection
 from tour_pyserini.pipeline import Resources, SearchSpec, build, plan
 
@@ -35,15 +37,26 @@ SearchOf = Callable[[tuple[str, ...], str], Search]  # (flags, index) -> the sea
 
 class RowStore:
     """Rows as JSON lines (``PATH``), each with the fingerprint of the searches that made it; a row whose
-    fingerprint is another's is measured again."""
+    fingerprint is another's is measured again. A last line cut short (the run was killed as it wrote) is dropped."""
 
     def __init__(self, path: Path):
         self.path = path
         self.rows: dict[str, dict] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
+        if not path.exists():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            try:
                 row = json.loads(line)
-                self.rows[row["fingerprint"]] = row
+            except json.JSONDecodeError:
+                if i < len(lines) - 1:
+                    raise UserError(
+                        f"{path}:{i + 1}: not a stored row (remove the file, or run with --fresh)"
+                    ) from None
+                log.warning("%s: its last row was cut short as it was written; it is measured again", path)
+                path.write_text("".join(lines[:i]))
+                break
+            self.rows[row["fingerprint"]] = row
 
     def get(self, fingerprint: str) -> dict | None:
         return self.rows.get(fingerprint)
@@ -56,7 +69,9 @@ class RowStore:
 
 
 def fingerprint(cell: Cell, qids: Sequence[str], hits: int, batch_size: int, repeats: int) -> str:
-    return json.dumps([cell.key, cell.flags, cell.fit, list(qids), hits, batch_size, repeats])
+    """What makes a row: its cell, its searches' flags, its queries, hits, batch size and timed passes."""
+    made = json.dumps([cell.key, cell.flags, cell.fit, list(qids), hits, batch_size, repeats])
+    return hashlib.sha256(made.encode()).hexdigest()
 
 
 class CollectionRun:
