@@ -148,12 +148,19 @@ def test_anserinis_topic_readers_refuse_the_same_files(tmp_path):
     from tour_pyserini._java import import_pyserini
 
     search = import_pyserini("pyserini.search")
+
+    def read(reader: str, path: Path) -> dict:
+        reader = f"io.anserini.search.topicreader.{reader}"
+        if hasattr(search, "load_topics_from_file"):  # Pyserini 2.x: the file first
+            return search.load_topics_from_file(str(path), reader)
+        return search.get_topics_with_reader(reader, str(path))
+
     for name, (content, _, reader) in TOPICS.items():
         (tmp_path / name).write_text(content)
         with pytest.raises(ValueError, match="Unable to initialize TopicReader"):
-            search.get_topics_with_reader(f"io.anserini.search.topicreader.{reader}", str(tmp_path / name))
+            read(reader, tmp_path / name)
     (tmp_path / "ok.txt").write_text("q one\t['a']\n\nq two\t['b']\n")
-    topics = search.get_topics_with_reader("io.anserini.search.topicreader.DprNqTopicReader", str(tmp_path / "ok.txt"))
+    topics = read("DprNqTopicReader", tmp_path / "ok.txt")
     assert {q: t["title"] for q, t in topics.items()} == {0: "q one", 1: "q two"}
 
 
