@@ -36,6 +36,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check each row the file expects values of (its expect:); exit 1 where one is farther than its tolerance",
     )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print each row and the search command of its run; run nothing"
+    )
     ap.add_argument("--fresh", action="store_true", help="measure every row again, reusing none stored")
     ap.add_argument(
         "--merge",
@@ -92,6 +95,14 @@ def main(argv: list[str] | None = None) -> None:
         for cell in mine:
             if cell.fit is None:
                 plan(search_of(cell.flags, experiment.collections[cell.collection].index).spec)
+    if args.dry_run:
+        from tour_pyserini.experiments.runner import row_command
+
+        for cell in (cell for mine in cells.values() for cell in mine):
+            print(
+                f"{cell.collection} {cell.method} {cell.teacher} {cell.budget or '-'}: {row_command(experiment, cell)}"
+            )
+        return
     for name in cells:
         col = experiment.collections[name]
         run_command(["index", "--collection", name, "--output", col.index], dry_run=False)

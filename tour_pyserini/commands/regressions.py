@@ -18,6 +18,7 @@ from tour_pyserini.commands.eval import format_table
 from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.scoring import Judgements, score_runs
+from tour_pyserini.files.declarations import shown
 from tour_pyserini.files.regressions import Measured, Regression, check_values, find_regression, regression_names
 
 
@@ -30,15 +31,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--score-only", action="store_true", help="score the runs already written, searching nothing")
     return ap
-
-
-def shown(path: str | Path) -> str:
-    """A path as a user would type it here: relative to the working directory where it lies below it."""
-    path = Path(path)
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def commands(regression: Regression) -> list[list[str]]:

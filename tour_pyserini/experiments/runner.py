@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.declarations import shown
 from tour_pyserini.files.experiments import NO_TEACHER, Cell, Experiment, ExperimentCollection
 from tour_pyserini.pipeline import Resources, SearchSpec, build, plan
 
@@ -150,29 +152,20 @@ class CollectionRun:
             "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
             "ms_per_query": 1000 * seconds / len(results),
             "teacher_calls_per_query": sum(r.trace.teacher_calls for r in results) / len(results),
-            "command": self.command(cell),
+            "command": row_command(self.experiment, cell),
             "per_query": per_query,
         }
 
-    def command(self, cell: Cell) -> str:
-        """The search command that writes the run of ``cell`` (a fitted state has none: the experiment's)."""
-        import shlex
 
-        if cell.fit is not None:
-            return f"tour-pyserini experiment {self.experiment.name}"
-        topics = self.col.collection.split(self.experiment.split).topics
-        flags = shlex.join(cell.flags)
-        return (
-            f"python -m tour_pyserini.search --index {self.col.index} --topics {shown(topics)} "
-            f"--hits {self.experiment.hits} {flags} --output runs/{self.experiment.name}/{cell.collection}.trec"
-        ).replace("  ", " ")
-
-
-def shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+def row_command(experiment: Experiment, cell: Cell) -> str:
+    """The search command that writes the run of ``cell`` (a fitted state has none: the experiment's)."""
+    if cell.fit is not None:
+        return f"tour-pyserini experiment {experiment.name}"
+    col = experiment.collections[cell.collection]
+    topics = shown(col.collection.split(experiment.split).topics)
+    flags = " ".join(shlex.quote(f) for f in ("--hits", str(experiment.hits), *cell.flags))
+    output = f"runs/{experiment.name}/{cell.collection}.trec"
+    return f"python -m tour_pyserini.search --index {col.index} --topics {topics} {flags} --output {output}"
 
 
 def run_experiment(

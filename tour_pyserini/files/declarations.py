@@ -11,6 +11,15 @@ from tour_pyserini.errors import UserError
 SUFFIX = ".yaml"
 
 
+def shown(path: str | Path) -> str:
+    """A path as a user would type it here: relative to the working directory where it lies below it."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def declaration_names(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob(f"*{SUFFIX}"))
 
