@@ -124,15 +124,18 @@ def test_the_shipped_experiments_read(monkeypatch):
     assert set(methods.expect) == every  # each row of the methods table has the values it gave
 
 
-def test_a_flag_the_search_command_refuses_stops_the_experiment_before_anything_loads(lab, capsys):
+@pytest.mark.parametrize("row", ["--rewriter rocchio", "warm_up: --rewriter rerank"])
+def test_a_flag_the_search_command_refuses_stops_the_experiment_before_anything_loads(lab, capsys, row):
+    """A method's flags and the warm-up's alike."""
     from tour_pyserini.commands.experiment import main
 
     path = lab / "experiments" / "mine.yaml"
-    path.write_text(EXPERIMENT.replace("--rewriter rocchio", "--rewriter rocchio --depht 3"))
+    path.write_text(EXPERIMENT.replace(row, f"{row} --depht 3"))
     with pytest.raises(SystemExit) as e:
         main(["mine"])
-    assert e.value.code == 2 and "unrecognized arguments: --depht 3" in capsys.readouterr().err
-    assert not (lab / "runs").exists()
+    said = capsys.readouterr()
+    assert e.value.code == 2 and "unrecognized arguments: --depht 3" in said.err
+    assert said.out == "" and not (lab / "runs").exists()  # no index command ran
 
 
 @pytest.mark.slow

@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.regressions import report_values, run_command
 from tour_pyserini.errors import UserError
-from tour_pyserini.files.experiments import Cell, Experiment, check_rows, experiment_names, find_experiment
+from tour_pyserini.files.experiments import NO_TEACHER, Cell, Experiment, check_rows, experiment_names, find_experiment
 from tour_pyserini.numbers import positive_int
 
 
@@ -49,8 +50,9 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@cache
 def search_of(flags: tuple[str, ...], index: str):
-    """What a row's flags mean to the search command (its parser, then the plan it checks)."""
+    """What a row's flags mean to the search command's parser (parsed once: checking and running share it)."""
     from tour_pyserini.commands.search import parser as search_parser
     from tour_pyserini.commands.search import search_spec
     from tour_pyserini.experiments.runner import Search
@@ -91,10 +93,13 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--check compares rows over every query with the values expected of them: drop --limit")
     from tour_pyserini.pipeline import plan
 
-    for mine in cells.values():  # every row's flags checked before any index is built or model loads
+    for name, mine in cells.items():  # every search's flags checked before any index is built or model loads
+        index = experiment.collections[name].index
+        plan(search_of(experiment.search + experiment.collections[name].search, index).spec)
         for cell in mine:
-            if cell.fit is None:
-                plan(search_of(cell.flags, experiment.collections[cell.collection].index).spec)
+            plan(search_of(cell.flags, index).spec, asks_teacher=cell.fit is not None)
+            if cell.teacher != NO_TEACHER and experiment.warm_up:
+                plan(search_of(experiment.warm_up_flags(name, cell.teacher), index).spec)
     if args.dry_run:
         from tour_pyserini.experiments.runner import row_command
 

@@ -130,7 +130,8 @@ class CollectionRun:
         if cell.fit is not None:
             from tour_pyserini.ttt.pipeline import fitted_per_query
 
-            teacher = self.pipeline(self.experiment.warm_up_flags(cell.collection, cell.teacher)).asked_teacher
+            spec = self.search_of(cell.flags, self.col.index).spec
+            teacher = build(plan(spec, self.resources, asks_teacher=True)).asked_teacher
             depth, k = cell.budget or self.experiment.hits, self.experiment.hits
             start = time.perf_counter()
             results = fitted_per_query(

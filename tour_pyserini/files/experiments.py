@@ -90,8 +90,9 @@ class ExperimentCollection:
 
 @dataclass(frozen=True)
 class Cell:
-    """One row of an experiment: a method searched on a collection (with a teacher at a budget), by its flags;
-    ``fit`` instead of flags is a TTT-Embed scope fitted on the teacher's scores of each query's base top budget."""
+    """One row of an experiment: a method searched on a collection (with a teacher at a budget), by its flags; with
+    ``fit``, a TTT-Embed scope fitted on the teacher's scores of each query's base top budget, the flags those of the
+    plain search that asks the teacher."""
 
     collection: str
     method: str
@@ -137,11 +138,10 @@ class Experiment:
                 continue
             for budget in budgets or self.budgets:
                 for method, value in self.with_teacher.items():
-                    if isinstance(value, str):
-                        cells.append(Cell(collection, method, spec, budget, fit=value))
-                        continue
-                    flags = (*self.search, *col.search, *(f.replace("{budget}", str(budget)) for f in value))
-                    cells.append(Cell(collection, method, spec, budget, (*flags, "--teacher", spec, *teacher_flags)))
+                    fit = value if isinstance(value, str) else None
+                    own = () if fit else tuple(f.replace("{budget}", str(budget)) for f in value)
+                    flags = (*self.search, *col.search, *own, "--teacher", spec, *teacher_flags)
+                    cells.append(Cell(collection, method, spec, budget, flags, fit))
         return cells
 
     def warm_up_flags(self, collection: str, spec: str) -> tuple[str, ...]:
