@@ -252,14 +252,14 @@ def test_without_vnni_auto_through_onnx_is_fp32_and_int8_warns(monkeypatch, capl
 
 @pytest.mark.slow
 def test_a_cpu_that_reports_no_vnni_gets_fp32_through_onnx(tmp_path):
-    """The processor's own answer decides: told by CPUID that it is an AVX2-only CPU (bench/avx2_cpu.c,
+    """The processor's own answer decides: told by CPUID that it is an AVX2-only CPU (tests/avx2_cpu.c,
     preloaded, where the processor can fault on CPUID), auto through ONNX Runtime is fp32 on it."""
     with open("/proc/cpuinfo") as f:
         if "cpuid_fault" not in f.read().split() or shutil.which("cc") is None:
             pytest.skip("needs a processor that can fault on CPUID, and a C compiler")
     library = tmp_path / "avx2_cpu.so"
     subprocess.run(
-        ["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(ROOT / "bench" / "avx2_cpu.c")], check=True
+        ["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(ROOT / "tests" / "avx2_cpu.c")], check=True
     )
     code = (
         "from tour_pyserini.devices import exact_int8; from tour_pyserini.runtime import resolve_runtime_precision;"

@@ -2,13 +2,13 @@
  * fault (Linux's ARCH_SET_CPUID, where the processor supports CPUID faulting: /proc/cpuinfo's cpuid_fault) and
  * answers each CPUID itself, with the processor's answer less every AVX-512, AMX, AVX-VNNI and AVX10 bit. torch
  * (cpuinfo, MKL), oneDNN and OpenVINO (xbyak) and ONNX Runtime (MLAS) then dispatch to the kernels they run on
- * an AVX2-only CPU; the instructions still execute on this processor's cores. A bench measurement, not a product:
- * bench/runtime_rounds.py builds it with `cc -O2 -shared -fPIC`.
+ * an AVX2-only CPU; the instructions still execute on this processor's cores. A test's tool, not a product:
+ * tests/test_runtime.py builds it with `cc -O2 -shared -fPIC` to check which int8 kernel ONNX Runtime picks.
  *
  * The setting is per thread, kept across fork and clone (the constructor runs before the program starts its
  * threads) and dropped on execve (a child process preloads it again from LD_PRELOAD). The JVM takes SIGSEGV over
  * when it starts: preload its lib/libjsig.so before this library, so that it passes on the faults it does not
- * know (bench/runtime_rounds.py does).
+ * know (the runtime benchmarks that used this did; their script: `git show fd9db17:bench/runtime_rounds.py`).
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>

@@ -18,12 +18,15 @@ config, own (attacks of our own on who may read, who teaches, what is written to
 A case that needs a feature the tree does not have (the MCP ``options`` argument, ``/v1/status``'s ``data``) is
 recorded as not applicable.
 
+It is a tool beside the serving tests (whose fake judge it uses), not a test pytest collects: it probes a whole
+checkout, ``--tree``, in about 200 s, and records what each version did.
+
 Usage (a checkout whose working tree is being edited is best probed through a worktree of its HEAD):
-    python bench/serve_probe.py                                          # this checkout, as "current"
+    python tests/serve_probe.py                                          # this checkout, as "current"
     git worktree add /tmp/serve-current HEAD
-    python bench/serve_probe.py --tree /tmp/serve-current --name current
+    python tests/serve_probe.py --tree /tmp/serve-current --name current
     git worktree add /tmp/serve-before f7c8db1
-    python bench/serve_probe.py --tree /tmp/serve-before --name f7c8db1  # an earlier version
+    python tests/serve_probe.py --tree /tmp/serve-before --name f7c8db1  # an earlier version
 Each run is merged into runs/bench-serve-probe.json under its name; runs/bench-serve-probe.md summarises every run
 the file holds.
 """
@@ -54,13 +57,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from common import split_files  # noqa: E402
 from openai_server import start_server, url  # noqa: E402 - the fake judge of the serving tests
+
+from tour_pyserini.files.collections import find_collection  # noqa: E402
 
 OUT = ROOT / "runs" / "bench-serve-probe.json"
 SUMMARY = ROOT / "runs" / "bench-serve-probe.md"
-TOPICS = ROOT / split_files("scifact").topics
-QRELS = ROOT / str(split_files("scifact").qrels)
+SCIFACT_TEST = find_collection(ROOT / "collections" / "scifact").split("test")
+TOPICS, QRELS = SCIFACT_TEST.topics, SCIFACT_TEST.qrels
 DENSE, LAB = "scifact.minilm", "lab.minilm-v2"  # the dense index's route name; the BM25 index's, from --config
 COURSE, LABHOST = "https://course.example.org", "search.lab.example.org"  # --cors and --allowed-host
 LOGGED_CHARS, FRAGMENT = 200, 8  # the request log's cut, and the run of a key's characters it masks
@@ -3309,7 +3313,7 @@ def summary(results: dict) -> str:
     out = [
         "# `tour-pyserini serve` under an attacker's probe",
         "",
-        "`python bench/serve_probe.py [--tree DIR --name NAME]` (runs/bench-serve-probe.json holds every case: what "
+        "`python tests/serve_probe.py [--tree DIR --name NAME]` (runs/bench-serve-probe.json holds every case: what "
         "was sent, the rule, what happened): hostile requests over real HTTP to real servers, each checked against "
         "docs/serve.md's rules. Counts are pass / fail / not applicable (a feature that version lacks).",
         "",
