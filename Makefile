@@ -91,21 +91,17 @@ bench-serve: install
 	$(PY) bench/serve_online.py --collections scifact --budget 10 --oracle
 	$(PY) bench/serve_load.py
 
+# speed, timed side by side on idle cores (experiments/speed.yaml: Pyserini's search beside ours, TOUR batched and
+# one query at a time, the query encoder through each runtime against its floor): runs/bench-speed.{json,md}, each
+# CPU's figures beside the others'; about 8 minutes on 2 cores
 bench: install
-	$(PY) bench/wrapper_overhead.py
-	$(PY) bench/tour_speed.py
-	$(PY) bench/cross_encoder_speed.py
+	$(PY) -m tour_pyserini experiment speed
 
-# the cross-encoder teacher, the query encoder and the reader through torch, ONNX Runtime and OpenVINO (fp32, bf16,
-# int8): speed under the machine's kernels and the AVX2 set, and each precision's bounds against fp32 on SciFact
-# and nq-oracle (runs/bench-runtime.json, runs/bench-encoder-runtime.json, runs/bench-reader-runtime.json)
+# the cross-encoder teacher and the reader through torch, ONNX Runtime and OpenVINO, each within its ranking or
+# answer bound of torch's float32 (experiments/runtimes.yaml, experiments/reader-runtimes.yaml)
 bench-runtime: install
-	$(PY) -m tour_pyserini.index --collection $(SCIFACT) --output $(DENSE)
-	$(PY) -m tour_pyserini.index --bm25 --collection $(SCIFACT) --output $(BM25)
-	$(PY) -m tour_pyserini.index --collection $(NQ) --output indexes/nq-oracle.minilm
-	$(PY) bench/runtime_speed.py
-	$(PY) bench/encoder_runtime.py
-	$(PY) bench/reader_runtime.py
+	$(PY) -m tour_pyserini experiment runtimes --check
+	$(PY) -m tour_pyserini experiment reader-runtimes --check
 
 # TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
 bench-quality: install

@@ -76,3 +76,21 @@ def test_p_values_print_as_the_tables_print_them():
         "7e-3",
         "1e-10",
     ]
+
+
+TIMINGS = ["bench-speed.json", "bench-runtimes.json"]  # the runner's timing reports the docs show
+
+
+@pytest.mark.parametrize("report", TIMINGS)
+def test_the_benchmarks_page_shows_each_cpus_timing_report(report):
+    import json
+
+    from tour_pyserini.experiments.pages import timing_section
+
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for cpu, measured in json.loads((ROOT / "runs" / report).read_text()).items():
+        section = timing_section(measured)
+        assert section in text, f"docs/benchmarks.md does not show runs/{report}'s figures of {cpu}:\n{section}"
+        moved = json.loads(json.dumps(measured))  # a figure changed: one command a tenth of a second slower
+        moved["ways"][0]["seconds"] += 0.1
+        assert timing_section(moved) not in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,112 @@ def test_a_row_cut_short_as_it_was_written_is_measured_again(tmp_path, caplog):
     path.write_text('{"fingerprint": "a"\n{"fingerprint": "b"}\n')
     with pytest.raises(UserError, match="rows.jsonl:1: not a stored row"):
         RowStore(path)
+
+
+TIMING = """name: clock
+title: Two batch sizes
+collection: mini
+queries: 12
+rounds: 1
+search: --hits 20 --encoder-runtime torch
+ways:
+  batched: --batch-size 4
+  one: --batch-size 1
+compare:
+  batching: {way: batched, against: one, at_most: 100, same_run: true, metric: nDCG@10, within: 0.001}
+  impossible: {way: batched, against: one, time: command, at_most: 0.000001}
+"""
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("rounds: 1", "rounds: 0"), "rounds: a positive whole number was expected, got 0"),
+        (("--batch-size 1", "--batch-size 1 --trace t.jsonl"), "--trace is the runner's to set"),
+        (("  one: --batch-size 1", "  one: {search: '', kernels: [avx2]}"), "way 'one': kernels must list some of"),
+        (("  one: --batch-size 1", "  one: {answer: '--run {run:later}'}"), "{run:later} names no earlier way"),
+        (("against: one, at", "against: two, at"), "compare 'batching': against 'two' is none of the ways"),
+        (("metric: nDCG@10", "metric: P@5"), "metric 'P@5' is not scored; the way's: nDCG@10"),
+        (("time: command", "time: hourly"), "time is query (two search ways"),
+        (("impossible: {", "impossible: {speed: 2, "), "compare 'impossible': unknown field 'speed'"),
+    ],
+)
+def test_a_wrong_timing_file_is_one_line_naming_it(lab, change, message):
+    path = lab / "experiments" / "clock.yaml"
+    path.write_text(TIMING.replace(*change, 1))
+    with pytest.raises(UserError, match=re.escape(message)):
+        find_experiment(str(path))
+
+
+def test_the_floor_counts_the_flops_torchs_counter_counts_in_the_query_encoder():
+    """The encoder's FLOPs by formula against torch's own count of the bundled MiniLM's forward pass, exactly (its
+    pooler, which the search does not use, is the only difference)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModel
+
+    from tour_pyserini.encoders import bundled_model_dir
+    from tour_pyserini.experiments.floors import encoder_gflop
+
+    # eager attention: its two products are matrix products the counter sees (CPU's fused kernel it does not count)
+    model = AutoModel.from_pretrained(bundled_model_dir(), attn_implementation="eager").eval()
+    c = model.config
+    for tokens in (7, 23, 64):
+        ones = torch.ones(1, tokens, dtype=torch.long)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(input_ids=ones, attention_mask=ones)
+        ours = encoder_gflop(c.num_hidden_layers, c.hidden_size, c.intermediate_size, [tokens]) * 1e9
+        pooler = 2 * c.hidden_size**2  # the pooler's dense layer, which mean pooling never uses
+        assert round(ours) + pooler == counter.get_total_flops()
+
+
+def test_a_timed_command_knows_when_another_process_kept_a_core_busy():
+    import subprocess
+    import sys
+
+    from tour_pyserini.experiments.timing import SHARED_CORES, run_timed
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        wall, cpu, others = run_timed([sys.executable, "-c", "import time; time.sleep(1.5)"], {})
+    finally:
+        busy.kill()
+    assert wall >= 1.5 and cpu < 0.5 and others > max(SHARED_CORES, 0.6)
+
+
+def test_a_searchs_time_a_query_leaves_its_first_batch_out(tmp_path):
+    from tour_pyserini.experiments.timing import traced_ms
+
+    seconds = [{"encode": 1.0, "search": 0.5}] * 2 + [{"encode": 0.002, "teacher": 0.001}] * 4
+    (tmp_path / "t").write_text(
+        "".join(json.dumps({"qid": str(i), "seconds": s}) + "\n" for i, s in enumerate(seconds))
+    )
+    ms, phases = traced_ms(tmp_path / "t", skip=2)
+    assert phases == {"encode": 2.0, "search": 0.0, "teacher": 1.0, "update": 0.0} and ms == pytest.approx(3.0)
+
+
+@pytest.mark.slow
+def test_the_timing_mode_times_each_way_beside_its_floor_and_checks_the_bounds(lab, capsys):
+    """Two batch sizes of one search: the same run, each way's traced time by phase, the encoding slower than its
+    floor; a bound no command can meet fails ``--check`` and is marked in the report, which keeps each CPU apart."""
+    from tour_pyserini.commands.experiment import main
+    from tour_pyserini.devices import cpu_name
+
+    (lab / "experiments" / "clock.yaml").write_text(TIMING)
+    (lab / "runs").mkdir()
+    (lab / "runs/clock.json").write_text(json.dumps({"another CPU": {"ways": []}}))
+    with pytest.raises(SystemExit) as e:
+        main(["clock", "--check", "--output", "runs/clock"])
+    assert e.value.code == 1
+    reports = json.loads((lab / "runs/clock.json").read_text())
+    assert set(reports) == {"another CPU", cpu_name()}
+    report = reports[cpu_name()]
+    ways = {w["way"]: w for w in report["ways"]}
+    assert set(ways) == {"batched", "one"} and report["queries"] == 12
+    for w in ways.values():
+        assert w["ms_per_query"] == pytest.approx(sum(w["phases"].values()))
+        assert w["encode_times_floor"] > 1 and w["metrics"]["nDCG@10"] > 0
+    batching, impossible = report["compare"]
+    assert batching["ok"] and "0 different" in batching["same_run"] and batching["difference"] == 0
+    assert not impossible["ok"] and impossible["time"] == "command"
+    assert "| **no** |" in (lab / "runs/clock.md").read_text()

@@ -122,6 +122,21 @@ def resolve_precision(precision: str, device: str, flag: str = "precision") -> s
 BUSY_CORE = 0.5  # other processes using at least half a core in total make the cores shared
 
 
+@functools.cache
+def cpu_name() -> str:
+    """The CPU's model name and the widest matrix-product instructions it has (machines sold under one name differ:
+    a speed figure is the CPU's it was measured on)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "unknown"
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    units = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"), ("avx2", "AVX2"))
+    return f"{name}, {next((label for flag, label in units if flag in flags), 'no AVX2')}"
+
+
 def cpu_ticks() -> tuple[int, int] | None:
     """(busy, total) clock ticks of all cores since boot, from /proc/stat; None where there is none."""
     try:

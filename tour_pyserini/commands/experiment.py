@@ -1,6 +1,8 @@
 """tour-pyserini experiment: run a benchmark declared as data (``experiments/NAME.yaml``; the format is in
 ``tour_pyserini.files.experiments``) and write its report: the table, the rows with their per-query values, paired
-tests Holm-corrected over the table, and one quality-against-cost plot per collection.
+tests Holm-corrected over the table, and one quality-against-cost plot per collection. A timing file (one with
+``ways:``, format in ``tour_pyserini.files.timings``) times commands side by side instead: medians over rounds,
+idle cores checked, each encoding beside its floor, the comparisons' bounds checked with ``--check``.
 
 Every row's flags are checked by the search command's parser before anything loads; each search is assembled by the
 composition root. Rows are stored as they finish (``OUTPUT.rows.jsonl``): run the same command again and it goes on
@@ -19,6 +21,7 @@ from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.regressions import report_values, run_command
 from tour_pyserini.errors import UserError
 from tour_pyserini.files.experiments import NO_TEACHER, Cell, Experiment, check_rows, experiment_names, find_experiment
+from tour_pyserini.files.timings import Timing
 from tour_pyserini.numbers import positive_int
 
 
@@ -41,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print each row and the search command of its run; run nothing"
     )
     ap.add_argument("--fresh", action="store_true", help="measure every row again, reusing none stored")
+    ap.add_argument("--rounds", type=positive_int, help="a timing's rounds (default: the file's)")
+    ap.add_argument("--ways", nargs="+", metavar="WAY", help="a timing's ways: only these (and what they compare with)")
     ap.add_argument(
         "--merge",
         nargs="+",
@@ -79,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         if not args.experiment or not args.output:
             raise UserError("--merge needs the experiment (its title and tests) and --output")
         experiment = find_experiment(args.experiment)
+        if isinstance(experiment, Timing):
+            raise UserError(f"--merge makes one table of reports' rows; {experiment.name} is a timing")
         source = f"tour-pyserini experiment {args.experiment} --merge " + " ".join(args.merge)
         rows = merge(args.merge)
         write_report(rows, args.output, experiment.title, source, experiment.baseline, experiment.compare_within_budget)
@@ -86,6 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.experiment:
         raise UserError(f"name an experiment: {', '.join(experiment_names()) or 'none in experiments/'}")
     experiment = find_experiment(args.experiment)
+    if isinstance(experiment, Timing):
+        return time_ways(experiment, args, argv)
+    if args.rounds or args.ways:
+        raise UserError(f"--rounds and --ways are a timing's; {experiment.name} is not one")
     if args.batch_size:
         experiment = replace(experiment, batch_size=args.batch_size)
     cells = chosen_cells(experiment, args)
@@ -129,3 +140,89 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"{experiment.path} expects no value of the rows run: nothing to check")
         if not report_values(measured, experiment.path):
             sys.exit(1)
+
+
+ROW_FLAGS = ("collections", "teachers", "budgets", "limit", "batch_size", "fresh", "merge")  # and --repeats
+
+
+def checked_ways(timing: Timing, args: argparse.Namespace) -> tuple[Timing, dict[str, int]]:
+    """``timing`` with only the ways asked for (and those they compare with), each way's flags parsed by its own
+    command before anything runs; the batch size of each search way (its traces' first batch is the warm-up)."""
+    given = [f for f in ROW_FLAGS if getattr(args, f)] + (["repeats"] if args.repeats != 1 else [])
+    if given:
+        raise UserError(f"--{given[0].replace('_', '-')} is not a timing's option ({timing.name} times ways)")
+    ways = dict(timing.ways)
+    if args.ways:
+        if stray := [w for w in args.ways if w not in ways]:
+            raise UserError(f"--ways {stray[0]}: not one of {timing.name}'s: {', '.join(ways)}")
+        keep = set(args.ways)
+        for c in timing.compare.values():
+            if c.way in keep or c.against in keep:
+                keep |= {c.way, c.against}
+        ways = {n: w for n, w in ways.items() if n in keep}
+    compare = {n: c for n, c in timing.compare.items() if c.way in ways and c.against in ways}
+    timing = replace(timing, ways=ways, compare=compare, rounds=args.rounds or timing.rounds)
+    from tour_pyserini.commands.answer import parser as answer_parser
+    from tour_pyserini.commands.search import parser as search_parser
+    from tour_pyserini.commands.search import search_spec
+    from tour_pyserini.files import read_topics
+    from tour_pyserini.files.timings import RUN_OF
+    from tour_pyserini.pipeline import plan
+
+    queries = len(read_topics(timing.collection.split(timing.split).topics)[: timing.queries])
+    batch_sizes = {}
+    for way in ways.values():
+        flags = [RUN_OF.sub("run.trec", f) for f in way.flags]
+        where = ["--index", timing.index, "--topics", "-", "--output", "-"]
+        if way.command == "search":
+            parsed = search_parser().parse_args([*timing.search, *flags, *where])
+            plan(search_spec(parsed))
+            batch_sizes[way.name] = parsed.batch_size
+            if parsed.batch_size >= queries:  # the first batch is the warm-up: nothing would be left to time
+                raise UserError(
+                    f"{timing.path}: way {way.name!r}: its batch of {parsed.batch_size} holds all {queries} queries"
+                )
+        elif way.command == "answer":
+            answer_parser().parse_args([*flags, *where])
+    return timing, batch_sizes
+
+
+def time_ways(timing: Timing, args: argparse.Namespace, argv: list[str] | None) -> None:
+    """A timing file's ways side by side: the report (``OUTPUT.json`` keeps other CPUs' figures) and its checks."""
+    import json
+    import os
+    import tempfile
+
+    timing, batch_sizes = checked_ways(timing, args)
+    if args.dry_run:
+        with tempfile.TemporaryDirectory() as tmp:
+            from tour_pyserini.experiments.timing import TimingRun
+
+            run = TimingRun(timing, Path(tmp), batch_sizes, os.cpu_count() or 1, encoder="{encoder}")
+            for way in timing.ways.values():
+                for kernels in way.kernels:
+                    env = " ".join(f"{k}={v}" for k, v in timing.kernels[kernels].items())
+                    print(f"{way.name} ({kernels}): {env + ' ' if env else ''}{' '.join(run.argv(way, kernels))}")
+        return
+    run_command(["index", "--collection", timing.collection.name, "--output", timing.index], dry_run=False)
+    run_command(
+        ["index", "--bm25", "--collection", timing.collection.name, "--output", timing.bm25_index], dry_run=False
+    )
+    from tour_pyserini.experiments.pages import timing_section
+    from tour_pyserini.experiments.timing import run_timing
+
+    with tempfile.TemporaryDirectory() as tmp:
+        report = run_timing(timing, Path(tmp), batch_sizes, os.cpu_count() or 1)
+    report["source"] = "tour-pyserini experiment " + " ".join(argv if argv is not None else [timing.name])
+    output = Path(args.output or f"runs/bench-{timing.name}")
+    json_path = output.with_name(output.name + ".json")
+    kept = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    kept[report["cpu"]] = report  # each CPU's figures beside the others'
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(kept, indent=1) + "\n")
+    others = [cpu for cpu in kept if cpu != report["cpu"]]
+    note = f"\n{json_path.name} also holds the figures of: {'; '.join(others)}.\n" if others else ""
+    output.with_name(output.name + ".md").write_text(f"# {timing.title}\n\n{timing_section(report)}{note}")
+    print(timing_section(report))
+    if args.check and not all(c["ok"] for c in report["compare"]):
+        sys.exit(1)

@@ -40,11 +40,11 @@ from tour_pyserini.runtime import RUNTIMES, resolve_runtime_precision
 PYSERINI_QUERY_MAX_LENGTH = 256  # python -m pyserini.search.faiss's --max-length default
 AUTO_FAMILY = ("auto", "sentence", "contriever")
 # texts per padded forward pass, sorted by length: of 8, 16 and 32, within 3% of the fastest at batch 32 (the
-# batch TOUR is timed at) in fp32 and bf16 on 2 cores (make bench: runs/bench-tour-speed.json, "query_encoding")
+# batch TOUR is timed at) in fp32 and bf16 on 2 cores (a settled study: docs/benchmarks.md, "Query encoding")
 PADDED_CHUNK = 16
 # what --encoder-precision auto means: bf16 moved 73 of SciFact's 300 test claims and 129 of nq-oracle's 1,000
 # questions below Kendall tau 0.99 over their float32 top 100 (nDCG@10 within 0.0004), failing the bound
-# the cross-encoder's bf16 passed (make bench: runs/bench-tour-speed.json), so auto keeps float32
+# the cross-encoder's bf16 passed (docs/benchmarks.md, "Query encoding"), so auto keeps float32
 AUTO_PRECISION = "fp32"
 
 

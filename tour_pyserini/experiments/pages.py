@@ -79,3 +79,55 @@ def holm_table(report: Path, collection: str, teacher: str | None = None) -> str
         timing = [f"{r['ms_per_query']:.1f}", f"{r['teacher_calls_per_query']:.1f}"]
         lines.append("| " + " | ".join(first + cells + timing) + " |")
     return "\n".join(lines) + "\n"
+
+
+def timing_table(report: dict) -> str:
+    """A timing report's ways: traced milliseconds a query by phase, encoding against its floor, the whole command's
+    seconds, the metrics of its run, and how many rounds ran beside busy cores."""
+    metrics = sorted({m for w in report["ways"] for m in w["metrics"]})
+    head = ["kernels", "way", "ms a query", "encode", "search", "teacher", "update", "encode × floor", "command s"]
+    lines = [
+        "| " + " | ".join(head + metrics + ["shared rounds"]) + " |",
+        "|" + "---|" * (len(head) + len(metrics) + 1),
+    ]
+    for w in report["ways"]:
+        traced = ["–"] * 6
+        if "ms_per_query" in w:
+            phases = (f"{w['phases'][p]:.2f}" for p in ("encode", "search", "teacher", "update"))
+            traced = [f"{w['ms_per_query']:.2f}", *phases, f"{w['encode_times_floor']:.1f}"]
+        cells = [w["kernels"], f"`{w['way']}`", *traced, f"{w['seconds']:.1f}"]
+        cells += [f"{w['metrics'][m]:.4f}" if m in w["metrics"] else "–" for m in metrics]
+        lines.append("| " + " | ".join(cells + [str(w["shared"])]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def comparison_table(report: dict) -> str:
+    """A timing report's comparisons: each ratio of times with its bound, the runs' sameness, the metric's move."""
+    lines = [
+        "| comparison | kernels | time | ratio | bound | same run | metric moved | ok |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in report["compare"]:
+        bound = f"≤ {c['at_most']:g}" if "at_most" in c else "–"
+        moved = f"{c['metric']} {c['difference']:+.4f} (within {c['within']:g})" if "metric" in c else "–"
+        cells = [f"`{c['way']}` / `{c['against']}`", c["kernels"], c["time"], f"{c['ratio']:.2f}", bound]
+        lines.append("| " + " | ".join([*cells, c.get("same_run", "–"), moved, "yes" if c["ok"] else "**no**"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def timing_section(report: dict) -> str:
+    """One CPU's timing report as a page shows it: the machine, its peaks and the encoder's floor, then the ways'
+    table and the comparisons'."""
+    peak, floor = report["peak_gflops"], report["floor"]
+    peaks = ", ".join(f"{kernels}: {' / '.join(f'{a} {g:.0f}' for a, g in at.items())}" for kernels, at in peak.items())
+    floors = ", ".join(
+        f"{kernels}: {' / '.join(f'{a} {ms:.2f}' for a, ms in at.items())}"
+        for kernels, at in floor["ms_per_query"].items()
+    )
+    head = (
+        f"**{report['cpu']}**, {report['threads']} threads; {report['queries']} queries of {report['collection']}, "
+        f"the median of {report['rounds']} rounds (`{report['source']}`). Matrix-product peak, GFLOPS: {peaks}. "
+        f"The query encoder: {floor['gflop_per_query']:.3f} GFLOP a query ({floor['tokens_per_query']:.1f} real "
+        f"tokens), a floor of {floors} ms a query.\n"
+    )
+    return f"{head}\n{timing_table(report)}\n{comparison_table(report)}"

@@ -36,15 +36,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
+from tour_pyserini.files import timings
 from tour_pyserini.files.collections import Collection, find_collection
 from tour_pyserini.files.declarations import (
     command_flags,
     declaration_names,
     find_declaration,
     read_declaration,
+    read_mapping,
     read_tolerance,
 )
 from tour_pyserini.files.regressions import Measured
+from tour_pyserini.files.timings import Timing, is_timing, read_timing
 
 FIELDS = {
     "name",
@@ -74,6 +77,7 @@ class ExperimentCollection:
     metrics: tuple[str, ...]
     search: tuple[str, ...]
     teachers: dict[str, tuple[str, ...]]  # teacher spec: its flags
+    index_path: str | None = None  # the dense index searched, where not the registry's indexes/NAME.minilm
 
     @property
     def name(self) -> str:
@@ -81,7 +85,7 @@ class ExperimentCollection:
 
     @property
     def index(self) -> str:
-        return f"indexes/{self.name}.minilm"
+        return self.index_path or f"indexes/{self.name}.minilm"
 
     @property
     def bm25_index(self) -> str:
@@ -153,9 +157,12 @@ def experiment_names(directory: Path = Path("experiments")) -> list[str]:
     return declaration_names(directory)
 
 
-def find_experiment(name_or_path: str, directory: Path = Path("experiments")) -> Experiment:
-    """An experiment by file or by name (``experiments/NAME.yaml``)."""
-    return read_experiment(find_declaration(name_or_path, directory, "experiment"))
+def find_experiment(name_or_path: str, directory: Path = Path("experiments")) -> Experiment | Timing:
+    """An experiment by file or by name (``experiments/NAME.yaml``): of rows of measures, or (with ``ways:``) a
+    timing (:mod:`tour_pyserini.files.timings`)."""
+    path = find_declaration(name_or_path, directory, "experiment")
+    raw = read_mapping(path, FIELDS | timings.FIELDS)
+    return read_timing(path) if is_timing(raw) else read_experiment(path)
 
 
 def _flags(value: object, where: str) -> tuple[str, ...]:
