@@ -34,6 +34,10 @@ def test_every_shipped_regression_reads_and_expects_only_what_its_collection_sco
     assert [run.name for run in scifact.runs][:2] == ["bm25", "minilm"] and scifact.ci
     assert scifact.runs[0].expect == {"nDCG@10": 0.6789, "R@100": 0.9253, "RR@10": 0.6457}
     assert scifact.runs[3].tolerance == 0.0011 and scifact.runs[4].tolerance == 0.00005  # a run's own, with its why
+    from tour_pyserini.commands.regressions import commands
+
+    nq = commands(find_regression("nq-oracle"))  # the dense run is read, after it is searched
+    assert [c[0] for c in nq] == ["index", "index", "search", "search", "answer"] and nq[4][2] == nq[3][6]
 
 
 @pytest.fixture
@@ -57,7 +61,9 @@ def workdir(tmp_path, mini_scifact, monkeypatch):
         ("name: mini", "name: other", "name 'other' is not its file's ('mini'): a name finds its file"),
         ("tolerance: 0.00005", "tolerence: 0.00005", "unknown field 'tolerence'"),
         ("index: bm25", "index: dense", "run 'bm25': index 'dense' is none of the regression's: bm25"),
-        ("{EXPECT}", "{MAP: 0.5}", "run 'bm25': 'MAP' is not scored; the collection's metrics: nDCG@10, RR@10"),
+        ("{EXPECT}", "{MAP: 0.5}", "run 'bm25': 'MAP' is not scored; the run's metrics: nDCG@10, RR@10"),
+        ("{EXPECT}", "{EM: 0.5}", "run 'bm25': 'EM' is not scored; the run's metrics: nDCG@10, RR@10"),
+        ("--hits 100", "--hits 100\n    answer: --k 5 --run x.trec", "run 'bm25': answer: --run is the runner's"),
         ("{EXPECT}", "{RR@10: high}", "run 'bm25': expected RR@10 must be a number, got 'high'"),
         ("--hits 100", "--hits 100\n    tolerance: 0.01", "run 'bm25': a run's own tolerance comes with its why"),
         ("  bm25:\n    index", "  ../bm25:\n    index", "name '../bm25': letters, digits, '.', '-' and '_' only"),

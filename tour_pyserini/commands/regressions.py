@@ -19,7 +19,14 @@ from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.errors import UserError
 from tour_pyserini.eval.scoring import Judgements, score_runs
 from tour_pyserini.files.declarations import shown
-from tour_pyserini.files.regressions import Measured, Regression, check_values, find_regression, regression_names
+from tour_pyserini.files.regressions import (
+    ANSWER_METRICS,
+    Measured,
+    Regression,
+    check_values,
+    find_regression,
+    regression_names,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,11 +44,15 @@ def commands(regression: Regression) -> list[list[str]]:
     """The index and search commands of a regression, in order, as typed after ``python -m tour_pyserini``."""
     topics = shown(regression.collection.split(regression.split).topics)
     built = [["index", *flags, "--output", regression.index_path(name)] for name, flags in regression.indexes.items()]
-    searched = [
-        ["search", "--index", regression.index_path(run.index), "--topics", topics]
-        + ["--output", regression.run_path(run.name), "--run-tag", run.name, *run.search]
-        for run in regression.runs
-    ]
+    searched = []
+    for run in regression.runs:
+        index, path = regression.index_path(run.index), regression.run_path(run.name)
+        searched.append(
+            ["search", "--index", index, "--topics", topics, "--output", path, "--run-tag", run.name, *run.search]
+        )
+        if run.answer is not None:
+            where = ["--run", path, "--topics", topics, "--index", index, "--output", regression.answers_path(run.name)]
+            searched.append(["answer", *where, "--no-resume", *run.answer])
     return built + searched
 
 
@@ -62,15 +73,35 @@ def score(regression: Regression) -> list[Measured]:
         raise UserError(f"{missing[0]}: no such run; search it first (without --score-only)")
     results, qids = score_runs(judgements, paths)
     measured = {run.name: dict(results[p].means) for run, p in zip(regression.runs, paths)}
+    for run in regression.runs:
+        if run.answer is not None:
+            measured[run.name] |= answer_values(regression, run.name)
     print(table(regression, measured))
     print(f"({len(qids)} judged queries; queries missing from a run count as 0)")
     return [m for run in regression.runs for m in check_values(run, measured[run.name])]
 
 
+def answer_values(regression: Regression, run: str) -> dict[str, float]:
+    """The exact match and token F1 of a run's answers (the answer command's predictions) over the split's topics."""
+    from tour_pyserini.eval.exact_match import evaluate_predictions
+    from tour_pyserini.files import read_topics
+    from tour_pyserini.files.predictions import read_predictions
+
+    path = regression.answers_path(run)
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such answers file; search and read it first (without --score-only)")
+    topics = read_topics(regression.collection.split(regression.split).topics)
+    return dict(evaluate_predictions(read_predictions(path), topics).means)
+
+
 def table(regression: Regression, values: dict[str, dict[str, float]]) -> str:
-    """Runs by file name and their values under the collection's measures, as ``eval`` prints them."""
-    names = [m for m in regression.collection.metrics if any(m in v for v in values.values())]
-    rows = [[Path(regression.run_path(run)).name, *(f"{v[n]:.4f}" for n in names)] for run, v in values.items()]
+    """Runs by file name and their values under the collection's measures (and their answers'), as ``eval`` prints
+    them; "–" where a run has no such value."""
+    names = [m for m in (*regression.collection.metrics, *ANSWER_METRICS) if any(m in v for v in values.values())]
+    rows = [
+        [Path(regression.run_path(run)).name, *(f"{v[n]:.4f}" if n in v else "–" for n in names)]
+        for run, v in values.items()
+    ]
     return format_table([["run", *names], *rows])
 
 

@@ -18,7 +18,9 @@ flags) and the runs it searches (the search command's flags), each with the valu
         search: --hits 1000 --remove-query
         expect: {nDCG@10: 0.6789, R@100: 0.9253, RR@10: 0.6457}
 
-A run may set its own ``tolerance`` with the ``why`` beside it (a CPU whose kernels round otherwise). The flags are
+A run may also be read (``answer:``, the answer command's flags: a reader over its passages), and then expect the
+exact match and token F1 of its answers (``EM``, ``F1``) too. A run may set its own ``tolerance`` with the ``why``
+beside it (a CPU whose kernels round otherwise). The flags are
 the commands' own, so a regression says nothing a command line could not; the runner writes index ``NAME`` to
 ``indexes/COLLECTION.NAME`` and run ``RUN`` to ``runs/REGRESSION.RUN.trec`` (its run tag ``RUN``).
 """
@@ -41,9 +43,11 @@ from tour_pyserini.files.declarations import (
 )
 
 FIELDS = {"name", "collection", "split", "ci", "tolerance", "indexes", "runs"}
-RUN_FIELDS = {"index", "search", "expect", "tolerance", "why"}
+RUN_FIELDS = {"index", "search", "answer", "expect", "tolerance", "why"}
 INDEX_SET = ("--output",)  # the flags the runner gives each command: where its output goes and what it reads
 SEARCH_SET = ("--index", "--topics", "--output", "--run-tag")
+ANSWER_SET = ("--run", "--topics", "--index", "--collection", "--output")
+ANSWER_METRICS = ("EM", "F1")  # of a run's answers, when the run is read (answer:)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class RunCheck:
     search: tuple[str, ...]
     expect: dict[str, float]
     tolerance: float
+    answer: tuple[str, ...] | None = None  # the answer command's flags, where the run's passages are read
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,9 @@ class Regression:
 
     def run_path(self, run: str) -> str:
         return f"runs/{self.name}.{run}.trec"
+
+    def answers_path(self, run: str) -> str:
+        return f"runs/{self.name}.{run}.answers.jsonl"
 
 
 @dataclass(frozen=True)
@@ -117,9 +125,11 @@ def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float,
     expect = raw.get("expect")
     if not isinstance(expect, dict) or not expect:
         raise UserError(f"{where}: expect must map measures to the values expected")
+    answer = command_flags(raw["answer"], f"{where}: answer", ANSWER_SET) if "answer" in raw else None
+    scored = (*metrics, *ANSWER_METRICS) if answer is not None else metrics
     for measure, value in expect.items():
-        if measure not in metrics:
-            raise UserError(f"{where}: {measure!r} is not scored; the collection's metrics: {', '.join(metrics)}")
+        if measure not in scored:
+            raise UserError(f"{where}: {measure!r} is not scored; the run's metrics: {', '.join(scored)}")
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise UserError(f"{where}: expected {measure} must be a number, got {value!r}")
     return RunCheck(
@@ -128,6 +138,7 @@ def _run(path: Path, name: object, raw: object, indexes: dict, tolerance: float,
         command_flags(raw.get("search", ""), where, SEARCH_SET),
         {str(m): float(v) for m, v in expect.items()},
         read_tolerance(raw["tolerance"], where) if "tolerance" in raw else tolerance,
+        answer,
     )
 
 
