@@ -25,6 +25,7 @@ _LAZY = {
     "read_topics": "tour_pyserini.files",
     "read_qrels": "tour_pyserini.files",
     "evaluate": "tour_pyserini.eval",
+    "choose": "tour_pyserini.commands.choose",
 }
 __all__ = [
     "Bm25Searcher",
@@ -33,6 +34,7 @@ __all__ = [
     "SearchResult",
     "TourSearcher",
     "Trace",
+    "choose",
     "evaluate",
     "get_rewriter",
     "read_qrels",
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from tour_pyserini.commands.choose import choose
     from tour_pyserini.eval import evaluate
     from tour_pyserini.files import read_qrels, read_topics
     from tour_pyserini.results import Hit, SearchResult, Trace

@@ -45,6 +45,12 @@ SUBCOMMANDS = {
         "run a benchmark declared in experiments/NAME.yaml (resumable) and write its report",
         "tour-pyserini experiment methods --collections cranfield --teachers bm25 --budgets 10",
     ),
+    "choose": (
+        "choose",
+        "which method for my collection: every method on your training queries at one budget, the best named",
+        "tour-pyserini choose --index indexes/scifact.minilm --topics scifact-train --qrels scifact-train "
+        "--teacher bm25 --budget 10",
+    ),
     "train-reranker": (
         "train_reranker",
         "train a cross-encoder teacher on training queries",

@@ -1,0 +1,119 @@
+"""tour-pyserini choose: every method on the user's training queries through the experiment runner, the best one
+named with the commands that run it; bad input refused in one line before any model loads."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+
+import pytest
+from conftest import ROOT
+
+from tour_pyserini.errors import UserError
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--budget", "0"], "--budget must be positive, got 0"),
+        (["--budget", "5", "--metric", "nDCG@ten"], "unknown metric 'nDCG@ten'"),
+        (["--budget", "5", "--max-ms-per-query", "-3"], "a positive number was expected, got '-3'"),
+        (["--budget", "5", "--search", "--rewriter rocchio --depht 2"], "unrecognized arguments: --depht 2"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_model_loads(flags, message, capsys, monkeypatch):
+    from tour_pyserini.commands.choose import main
+
+    monkeypatch.chdir(ROOT)
+    given = ["--index", "prebuilt/scifact.minilm", "--topics", "scifact-train", "--qrels", "scifact-train"]
+    with pytest.raises((SystemExit, UserError)) as e:
+        main([*given, "--teacher", "bm25", *flags])
+    said = capsys.readouterr().err if isinstance(e.value, SystemExit) else str(e.value)
+    assert message in said and "Traceback" not in said
+
+
+def test_answers_are_the_questions_themselves():
+    from tour_pyserini.commands.choose import options_of, parser
+
+    args = parser().parse_args(["--index", "i", "--answers", "nq-oracle-train", "--teacher", "bm25", "--budget", "5"])
+    options = options_of(args)
+    assert options.topics == "nq-oracle-train" and options.qrels is None and options.measure == "Acc@1"
+    args = parser().parse_args([*"--index i --topics a --answers b --teacher bm25 --budget 5".split()])
+    with pytest.raises(UserError, match="give them as --answers alone"):
+        options_of(args)
+
+
+def test_the_menu_is_the_methods_tables(monkeypatch):
+    """choose runs the methods the methods table runs, with the same flags: the two cannot drift apart."""
+    from tour_pyserini.experiments.choose import METHODS, WITH_TEACHER
+    from tour_pyserini.files.experiments import find_experiment
+
+    monkeypatch.chdir(ROOT)
+    table = find_experiment("methods")
+    assert {m: tuple(shlex.split(f)) for m, f in METHODS.items()} == table.methods
+    ours = {m: v["fit"] if isinstance(v, dict) else tuple(shlex.split(v)) for m, v in WITH_TEACHER.items()}
+    assert ours == table.with_teacher
+
+
+def test_test_queries_of_a_registered_collection_are_named(monkeypatch, tmp_path):
+    from tour_pyserini.experiments.choose import overlapping_test_splits
+
+    monkeypatch.chdir(ROOT)
+    assert overlapping_test_splits("scifact-test") == ["scifact-test"]
+    train = tmp_path / "train.tsv"
+    train.write_text("".join((ROOT / "collections/scifact/topics.train.tsv").read_text().splitlines(True)[:50]))
+    assert overlapping_test_splits(str(train)) == []
+
+
+@pytest.mark.slow
+def test_choose_measures_every_method_and_writes_the_command_that_runs_the_chosen_one(
+    tmp_path, monkeypatch, mini_scifact, dense_index, bm25_index, caplog
+):
+    """On the fixture's SciFact claims with the BM25 teacher: nine rows, each with its interval and Holm-corrected
+    tests; the chosen row beats dense significantly; its written command, run, scores what its row scored."""
+    from tour_pyserini.commands.search import main as search
+    from tour_pyserini.eval import QrelsJudge
+    from tour_pyserini.files import read_qrels
+    from tour_pyserini.files.runs import read_run
+
+    monkeypatch.chdir(tmp_path)
+    topics, qrels = mini_scifact["collection"] / "topics.tsv", mini_scifact["collection"] / "qrels.txt"
+    mine = tmp_path / "collections" / "mini"
+    mine.mkdir(parents=True)
+    (mine / "collection.yaml").write_text(
+        f"name: mini\ncorpus: {mini_scifact['collection'] / 'corpus.jsonl'}\njudged_by: qrels\nmetrics: [nDCG@10]\n"
+        f"splits:\n  test: {{topics: {topics}, qrels: {qrels}}}\n"
+    )
+    index = str(dense_index)
+    from tour_pyserini.commands.choose import choose
+
+    with caplog.at_level(logging.WARNING, logger="tour_pyserini"):
+        choice = choose(index, str(topics), f"oracle:{qrels}", 5, qrels=str(qrels), hits=20)
+    assert "holds queries of mini-test" in caplog.text  # choosing on test queries is named
+    assert [r["method"] for r in choice.rows] == [
+        "dense",
+        "rocchio",
+        "avg-prf",
+        "dart",
+        "rerank",
+        "refit",
+        "tour-hard",
+        "tour-soft",
+        "ttt-embed",
+    ]
+    dense = choice.rows[0]
+    assert choice.chosen is not None and choice.chosen["metrics"]["nDCG@10"] > dense["metrics"]["nDCG@10"]
+    assert choice.chosen["p"]["vs_baseline"]["nDCG@10"]["holm"] < 0.05
+    for row in choice.rows:
+        low, high = row["ci"]
+        assert low <= row["metrics"]["nDCG@10"] <= high
+    frame = choice.to_dataframe()
+    assert list(frame["name"]) == [r["method"] for r in choice.rows]
+    commands = choice.commands
+    if choice.chosen["method"] != "ttt-embed":  # one search command: run it on the topics chosen on
+        argv = shlex.split(commands[0].replace("TOPICS", str(topics)))
+        assert argv[:2] == ["tour-pyserini", "search"]
+        search(argv[2:])
+        judge = QrelsJudge(read_qrels(qrels), ["nDCG@10"])
+        per_query = judge.per_query(read_run(tmp_path / "RUN.trec"))["nDCG@10"]
+        assert sum(per_query.values()) / len(per_query) == pytest.approx(choice.chosen["metrics"]["nDCG@10"], abs=2e-3)
