@@ -59,10 +59,11 @@ def test_test_queries_of_a_registered_collection_are_named(monkeypatch, tmp_path
     from tour_pyserini.experiments.choose import overlapping_test_splits
 
     monkeypatch.chdir(ROOT)
-    assert overlapping_test_splits("scifact-test") == ["scifact-test"]
+    assert overlapping_test_splits("scifact-test") == {"scifact-test": 300}
+    assert overlapping_test_splits("scifact-train") == {"scifact-test": 2}  # two claims are in both splits
     train = tmp_path / "train.tsv"
     train.write_text("".join((ROOT / "collections/scifact/topics.train.tsv").read_text().splitlines(True)[:50]))
-    assert overlapping_test_splits(str(train)) == []
+    assert overlapping_test_splits(str(train)) == {}
 
 
 @pytest.mark.slow

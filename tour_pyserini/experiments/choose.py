@@ -125,18 +125,18 @@ def mean_interval(values: list[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def overlapping_test_splits(topics: str) -> list[str]:
-    """The registry's test splits that hold any of ``topics``' queries (the same text): choosing on them would be
-    choosing on the queries a method is judged on."""
+def overlapping_test_splits(topics: str) -> dict[str, int]:
+    """The registry's test splits that hold any of ``topics``' queries (the same text), with how many: choosing on
+    them would be choosing on the queries a method is judged on."""
     from tour_pyserini.files import read_topics
 
     texts = {t.text.strip() for t in read_topics(topics)}
-    found = []
+    found = {}
     for name in collection_names():
         collection = find_collection(name)
         for split, files in collection.splits.items():
-            if split.startswith("test") and texts & {t.text.strip() for t in read_topics(files.topics)}:
-                found.append(f"{name}-{split}")
+            if split.startswith("test") and (shared := texts & {t.text.strip() for t in read_topics(files.topics)}):
+                found[f"{name}-{split}"] = len(shared)
     return found
 
 
@@ -225,7 +225,7 @@ def choose(options: ChooseOptions, search_of: SearchOf) -> Choice:
             "%s holds queries of %s: a method chosen on a test split's queries is tuned on test; choose on "
             "training queries and judge the choice on the test split",
             options.topics,
-            ", ".join(overlap),
+            ", ".join(f"{name} ({n} of its queries' texts)" for name, n in overlap.items()),
         )
     experiment = experiment_of(options)
     cells = {name: experiment.cells(name) for name in experiment.collections}
