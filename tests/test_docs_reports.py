@@ -78,7 +78,8 @@ def test_p_values_print_as_the_tables_print_them():
     ]
 
 
-TIMINGS = ["bench-speed.json", "bench-runtimes.json", "bench-reader-runtimes.json"]  # the runner's timing reports the docs show
+# the runner's timing reports the docs show
+TIMINGS = ["bench-speed.json", "bench-runtimes.json", "bench-reader-runtimes.json"]
 
 
 @pytest.mark.parametrize("report", TIMINGS)
