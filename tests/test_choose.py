@@ -17,7 +17,7 @@ from tour_pyserini.errors import UserError
     [
         (["--budget", "0"], "--budget must be positive, got 0"),
         (["--budget", "5", "--metric", "nDCG@ten"], "unknown metric 'nDCG@ten'"),
-        (["--budget", "5", "--max-ms-per-query", "-3"], "a positive number was expected, got '-3'"),
+        (["--budget", "5", "--max-ms-per-query", "-3"], "--max-ms-per-query must be positive and finite, got -3"),
         (["--budget", "5", "--search", "--rewriter rocchio --depht 2"], "unrecognized arguments: --depht 2"),
     ],
 )

@@ -23,17 +23,7 @@ from tour_pyserini.commands.experiment import search_of
 from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.errors import UserError
 from tour_pyserini.experiments.choose import Choice, ChooseOptions, experiment_of
-from tour_pyserini.numbers import positive_int
-
-
-def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a positive number was expected, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"a positive number was expected, got {text!r}")
-    return value
+from tour_pyserini.numbers import positive_float, positive_int
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,8 +42,8 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--budget", type=positive_int, required=True, help="teacher calls per query (each method's depth)")
     ap.add_argument("--metric", help="what decides (default: nDCG@10 with qrels, Acc@1 with answers)")
-    ap.add_argument("--max-ms-per-query", type=positive_number, help="a chosen method's limit of milliseconds a query")
-    ap.add_argument("--max-calls-per-query", type=positive_number, help="its limit of teacher calls a query")
+    ap.add_argument("--max-ms-per-query", type=positive_float, help="a chosen method's limit of milliseconds a query")
+    ap.add_argument("--max-calls-per-query", type=positive_float, help="its limit of teacher calls a query")
     ap.add_argument("--hits", type=positive_int, default=100, help="hits per query (default: 100)")
     ap.add_argument("--batch-size", type=positive_int, default=32, help="queries searched together (default: 32)")
     ap.add_argument("--search", default="", help="flags every method's search gets, as typed (e.g. --remove-query)")

@@ -20,6 +20,7 @@ from pathlib import Path
 from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.commands.regressions import report_values, run_command
 from tour_pyserini.errors import UserError
+from tour_pyserini.files.collections import Collection
 from tour_pyserini.files.experiments import NO_TEACHER, Cell, Experiment, check_rows, experiment_names, find_experiment
 from tour_pyserini.files.timings import Timing
 from tour_pyserini.numbers import positive_int
@@ -63,7 +64,14 @@ def search_of(flags: tuple[str, ...], index: str):
     from tour_pyserini.experiments.runner import Search
 
     args = search_parser().parse_args([*flags, "--index", index, "--topics", "-", "--output", "-"])
-    return Search(search_spec(args), args.remove_query)
+    return Search(search_spec(args), args.remove_query, args.batch_size)
+
+
+def build_indexes(collection: Collection) -> None:
+    """A registered collection's dense and BM25 indexes (``indexes/NAME.minilm``, ``.bm25``), built or reused by the
+    index command, each printed as it runs."""
+    for kind, flags in (("minilm", []), ("bm25", ["--bm25"])):
+        run_command(["index", *flags, "--collection", collection.name, "--output", collection.index_path(kind)], False)
 
 
 def chosen_cells(experiment: Experiment, args: argparse.Namespace) -> dict[str, list[Cell]]:
@@ -120,9 +128,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         return
     for name in cells:
-        col = experiment.collections[name]
-        run_command(["index", "--collection", name, "--output", col.index], dry_run=False)
-        run_command(["index", "--bm25", "--collection", name, "--output", col.bm25_index], dry_run=False)
+        build_indexes(experiment.collections[name].collection)
     from tour_pyserini.experiments.report import write_report
     from tour_pyserini.experiments.runner import RowStore, run_experiment
 
@@ -163,8 +169,6 @@ def checked_ways(timing: Timing, args: argparse.Namespace) -> tuple[Timing, dict
     compare = {n: c for n, c in timing.compare.items() if c.way in ways and c.against in ways}
     timing = replace(timing, ways=ways, compare=compare, rounds=args.rounds or timing.rounds)
     from tour_pyserini.commands.answer import parser as answer_parser
-    from tour_pyserini.commands.search import parser as search_parser
-    from tour_pyserini.commands.search import search_spec
     from tour_pyserini.files import read_topics
     from tour_pyserini.files.timings import RUN_OF
     from tour_pyserini.pipeline import plan
@@ -173,17 +177,14 @@ def checked_ways(timing: Timing, args: argparse.Namespace) -> tuple[Timing, dict
     batch_sizes = {}
     for way in ways.values():
         flags = [RUN_OF.sub("run.trec", f) for f in way.flags]
-        where = ["--index", timing.index, "--topics", "-", "--output", "-"]
         if way.command == "search":
-            parsed = search_parser().parse_args([*timing.search, *flags, *where])
-            plan(search_spec(parsed))
-            batch_sizes[way.name] = parsed.batch_size
-            if parsed.batch_size >= queries:  # the first batch is the warm-up: nothing would be left to time
-                raise UserError(
-                    f"{timing.path}: way {way.name!r}: its batch of {parsed.batch_size} holds all {queries} queries"
-                )
+            search = search_of((*timing.search, *flags), timing.index)
+            plan(search.spec)
+            batch_sizes[way.name] = size = search.batch_size
+            if size >= queries:  # the first batch is the warm-up: nothing would be left to time
+                raise UserError(f"{timing.path}: way {way.name!r}: its batch of {size} holds all {queries} queries")
         elif way.command == "answer":
-            answer_parser().parse_args([*flags, *where])
+            answer_parser().parse_args([*flags, "--index", timing.index, "--topics", "-", "--output", "-"])
     return timing, batch_sizes
 
 
@@ -204,10 +205,7 @@ def time_ways(timing: Timing, args: argparse.Namespace, argv: list[str] | None) 
                     env = " ".join(f"{k}={v}" for k, v in timing.kernels[kernels].items())
                     print(f"{way.name} ({kernels}): {env + ' ' if env else ''}{' '.join(run.argv(way, kernels))}")
         return
-    run_command(["index", "--collection", timing.collection.name, "--output", timing.index], dry_run=False)
-    run_command(
-        ["index", "--bm25", "--collection", timing.collection.name, "--output", timing.bm25_index], dry_run=False
-    )
+    build_indexes(timing.collection)
     from tour_pyserini.experiments.pages import timing_section
     from tour_pyserini.experiments.timing import run_timing
 

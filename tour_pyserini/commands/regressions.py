@@ -17,7 +17,7 @@ from pathlib import Path
 from tour_pyserini.commands.eval import format_table
 from tour_pyserini.commands.flags import ArgumentParser
 from tour_pyserini.errors import UserError
-from tour_pyserini.eval.scoring import Judgements, score_runs
+from tour_pyserini.eval.scoring import Judgements, score_predictions, score_runs
 from tour_pyserini.files.declarations import shown
 from tour_pyserini.files.regressions import (
     ANSWER_METRICS,
@@ -83,15 +83,11 @@ def score(regression: Regression) -> list[Measured]:
 
 def answer_values(regression: Regression, run: str) -> dict[str, float]:
     """The exact match and token F1 of a run's answers (the answer command's predictions) over the split's topics."""
-    from tour_pyserini.eval.exact_match import evaluate_predictions
-    from tour_pyserini.files import read_topics
-    from tour_pyserini.files.predictions import read_predictions
-
     path = regression.answers_path(run)
     if not Path(path).is_file():
         raise UserError(f"{path}: no such answers file; search and read it first (without --score-only)")
-    topics = read_topics(regression.collection.split(regression.split).topics)
-    return dict(evaluate_predictions(read_predictions(path), topics).means)
+    results, _ = score_predictions([path], str(regression.collection.split(regression.split).topics), False)
+    return dict(results[path].means)
 
 
 def table(regression: Regression, values: dict[str, dict[str, float]]) -> str:

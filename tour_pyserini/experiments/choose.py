@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tour_pyserini.experiments.report import VS_BASELINE, VS_WITHIN, add_significance
+from tour_pyserini.experiments.report import VS_BASELINE, VS_WITHIN, add_significance, holm_p, significant
 from tour_pyserini.experiments.runner import RowStore, SearchOf, run_experiment
 from tour_pyserini.files.collections import Collection, Split, collection_names, find_collection
 from tour_pyserini.files.experiments import Experiment, ExperimentCollection
@@ -78,7 +78,7 @@ class Choice:
         ]
         for r in self.rows:
             low, high = r["ci"]
-            ps = [r.get("p", {}).get(k, {}).get(self.metric, {}).get("holm") for k in (VS_BASELINE, VS_WITHIN)]
+            ps = [holm_p(r, k, self.metric) for k in (VS_BASELINE, VS_WITHIN)]
             cells = [f"{p:.3g}" if p is not None else "–" for p in ps]
             mark = " (chosen)" if r is self.chosen else ""
             lines.append(
@@ -97,14 +97,8 @@ class Choice:
                 {
                     "name": r["method"],
                     self.metric: r["metrics"][self.metric],
-                    f"{self.metric} p-value (Holm) vs {BASELINE}": r.get("p", {})
-                    .get(VS_BASELINE, {})
-                    .get(self.metric, {})
-                    .get("holm"),
-                    f"{self.metric} p-value (Holm) vs {WITHIN}": r.get("p", {})
-                    .get(VS_WITHIN, {})
-                    .get(self.metric, {})
-                    .get("holm"),
+                    f"{self.metric} p-value (Holm) vs {BASELINE}": holm_p(r, VS_BASELINE, self.metric),
+                    f"{self.metric} p-value (Holm) vs {WITHIN}": holm_p(r, VS_WITHIN, self.metric),
                     "teacher calls/query": r["teacher_calls_per_query"],
                     "ms/query": r["ms_per_query"],
                 }
@@ -187,7 +181,7 @@ def pick(rows: list[dict], options: ChooseOptions) -> dict | None:
         if r is not base
         and allowed(r)
         and r["metrics"][metric] > base["metrics"][metric]
-        and r.get("p", {}).get(VS_BASELINE, {}).get(metric, {}).get("holm", 1.0) < SIGNIFICANCE
+        and significant(r, VS_BASELINE, metric, SIGNIFICANCE)
     ]
     return max(better, key=lambda r: (r["metrics"][metric], -r["ms_per_query"]), default=None)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tour_pyserini.experiments.report import VS_BASELINE, VS_WITHIN, sections
+from tour_pyserini.experiments.report import VS_BASELINE, VS_WITHIN, holm_p, sections
 from tour_pyserini.files.experiments import Experiment
 from tour_pyserini.rewriters import get_rewriter_class
 
@@ -69,7 +69,7 @@ def holm_table(report: Path, collection: str, teacher: str | None = None) -> str
         cells = []
         for m in metrics:
             value = f"{r['metrics'][m]:.4f}"
-            tests = [r.get("p", {}).get(key, {}).get(m, {}).get("holm") for key in (VS_BASELINE, VS_WITHIN)]
+            tests = [holm_p(r, key, m) for key in (VS_BASELINE, VS_WITHIN)]
             if all(t is None for t in tests):  # the baseline itself
                 cells.append(value)
                 continue

@@ -18,6 +18,18 @@ def mark(method: str) -> str:
     return SUPERSCRIPT.get(method[:1].lower(), "*")
 
 
+def holm_p(row: dict, key: str, metric: str) -> float | None:
+    """``row``'s Holm-corrected p of ``metric`` against ``key``'s row (:func:`add_significance`); None where there is
+    no such test."""
+    return row.get("p", {}).get(key, {}).get(metric, {}).get("holm")
+
+
+def significant(row: dict, key: str, metric: str, level: float = 0.05) -> bool:
+    """Whether ``row`` differs from ``key``'s row in ``metric``: a Holm-corrected p below ``level``."""
+    p = holm_p(row, key, metric)
+    return p is not None and p < level
+
+
 def add_significance(rows: list[dict], baseline: str, within: str | None) -> None:
     """Paired t-tests against ``baseline``'s row and against ``within``'s at the same teacher and budget,
     Holm-corrected over every test of the table."""
@@ -60,7 +72,7 @@ def sections(rows: list[dict], baseline: str, within: str | None) -> str:
         for r in mine:
             cells = []
             for m in metrics:
-                shown = "".join(s for key, s in marks if r.get("p", {}).get(key, {}).get(m, {}).get("holm", 1) < 0.05)
+                shown = "".join(s for key, s in marks if significant(r, key, m))
                 cells.append(f"{r['metrics'][m]:.4f}{shown}")
             lines.append(
                 f"| {r['method']} | {r['teacher']} | {r['budget'] or '-'} | "

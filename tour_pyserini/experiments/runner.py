@@ -28,10 +28,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Search:
-    """What a cell's flags mean: the search system, and whether a document whose id is the query's is dropped."""
+    """What a cell's flags mean: the search system, whether a document whose id is the query's is dropped, and the
+    queries the search command would search together."""
 
     spec: SearchSpec
-    remove_query: bool = False
+    remove_query: bool
+    batch_size: int
 
 
 SearchOf = Callable[[tuple[str, ...], str], Search]  # (flags, index) -> the search they mean
@@ -76,6 +78,19 @@ def fingerprint(cell: Cell, qids: Sequence[str], hits: int, batch_size: int, rep
     return hashlib.sha256(made.encode()).hexdigest()
 
 
+def split_judge(qrels, metrics: Sequence[str], topics: Sequence, docstore):
+    """The judge of a split's runs over ``topics``: its ``qrels``' metrics, or where it has none, DPR's top-k
+    accuracy (``Acc@k`` among ``metrics``) of the answer strings the topics hold, found in ``docstore``'s passages."""
+    if qrels is not None:
+        from tour_pyserini.eval import QrelsJudge
+
+        return QrelsJudge(qrels, metrics, qids=[t.qid for t in topics])
+    from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
+
+    ks = [int(m.removeprefix("Acc@")) for m in metrics]
+    return AnswerJudge(list(topics), AnswerMatcher(docstore), ks)
+
+
 class CollectionRun:
     """One collection's judged test topics, encoded once; each cell searched from the same vectors."""
 
@@ -90,17 +105,7 @@ class CollectionRun:
         self.texts, self.qids = [t.text for t in self.topics], [t.qid for t in self.topics]
         self.searcher = self.pipeline(experiment.search + col.search).searcher
         self.vectors = self.searcher.encode(self.texts)
-        self.judge = self._judge(qrels)
-
-    def _judge(self, qrels):
-        if qrels is not None:
-            from tour_pyserini.eval import QrelsJudge
-
-            return QrelsJudge(qrels, self.col.metrics, qids=self.qids)
-        from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
-
-        ks = [int(m.removeprefix("Acc@")) for m in self.col.metrics]
-        return AnswerJudge(self.topics, AnswerMatcher(self.searcher.docstore), ks)
+        self.judge = split_judge(qrels, self.col.metrics, self.topics, self.searcher.docstore)
 
     def pipeline(self, flags: tuple[str, ...]):
         search = self.search_of(flags, self.col.index)

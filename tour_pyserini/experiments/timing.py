@@ -103,6 +103,13 @@ class TimingRun:
 
         return self.given_encoder or str(query_encoder_spec(self.timing.index).path)
 
+    def topics_of(self, path: Path) -> list:
+        """The timed queries as ``path`` holds them (with their answer strings, where it has them)."""
+        from tour_pyserini.files import read_topics
+
+        qids = set(self.qids)
+        return [t for t in read_topics(path) if t.qid in qids]
+
     def output(self, way: Way, kernels: str) -> Path:
         return self.scratch / f"{way.name}.{kernels}.{'trec' if way.writes_run else 'jsonl'}"
 
@@ -128,10 +135,9 @@ class TimingRun:
         for _ in range(TRIES):
             argv = self.argv(way, kernels)
             seconds, cpu, others = run_timed(argv, env)
-            measured = Measured(seconds, cpu, others)
-            if way.traced:
-                trace = self.output(way, kernels).with_suffix(".trace")
-                measured = Measured(seconds, cpu, others, *traced_ms(trace, self.batch_sizes[way.name]))
+            trace = self.output(way, kernels).with_suffix(".trace")
+            traced = traced_ms(trace, self.batch_sizes[way.name]) if way.traced else (None, {})
+            measured = Measured(seconds, cpu, others, *traced)
             if not measured.shared:
                 break
             log.warning("%s (%s): other processes kept %.2f cores busy; timed again", way.name, kernels, others)
@@ -241,24 +247,16 @@ def summarise(
 
 def way_metrics(timing: Timing, run: TimingRun, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """Each run-writing way's metrics, from the run its last round wrote, over the timed queries."""
-    from tour_pyserini.eval.judge import Judge
-    from tour_pyserini.files import read_qrels, read_topics
+    from tour_pyserini.experiments.runner import split_judge
+    from tour_pyserini.files import read_qrels
     from tour_pyserini.files.runs import read_run
+    from tour_pyserini.index.docstore import DocStore
+    from tour_pyserini.index.layout import DOCSTORE_FILE
 
     files = timing.collection.split(timing.split)
-    judge: Judge
-    if files.qrels:
-        from tour_pyserini.eval import QrelsJudge
-
-        judge = QrelsJudge(read_qrels(files.qrels), list(timing.collection.metrics), qids=run.qids)
-    else:
-        from tour_pyserini.eval.answers import AnswerJudge, AnswerMatcher
-        from tour_pyserini.index.docstore import DocStore
-        from tour_pyserini.index.layout import DOCSTORE_FILE
-
-        topics = [t for t in read_topics(files.topics) if t.qid in set(run.qids)]
-        ks = [int(m.removeprefix("Acc@")) for m in timing.collection.metrics]
-        judge = AnswerJudge(topics, AnswerMatcher(DocStore(Path(timing.index) / DOCSTORE_FILE)), ks)
+    qrels = read_qrels(files.qrels) if files.qrels else None
+    docstore = None if qrels else DocStore(Path(timing.index) / DOCSTORE_FILE)  # where answers are looked for
+    judge = split_judge(qrels, list(timing.collection.metrics), run.topics_of(files.topics), docstore)
     out = {}
     for kernels, name in keys:
         per_query = judge.per_query(read_run(run.output(timing.ways[name], kernels)))
@@ -269,13 +267,11 @@ def way_metrics(timing: Timing, run: TimingRun, keys: list[tuple[str, str]]) -> 
 def answer_metrics(timing: Timing, run: TimingRun, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """Each answer way's exact match and token F1, from the predictions its last round wrote."""
     from tour_pyserini.eval.exact_match import evaluate_predictions
-    from tour_pyserini.files import read_topics
     from tour_pyserini.files.predictions import read_predictions
 
     if not keys:
         return {}
-    qids = set(run.qids)
-    topics = [t for t in read_topics(timing.collection.split(timing.split).topics) if t.qid in qids]
+    topics = run.topics_of(timing.collection.split(timing.split).topics)
     out = {}
     for kernels, name in keys:
         evaluation = evaluate_predictions(read_predictions(run.output(timing.ways[name], kernels)), topics)

@@ -49,6 +49,11 @@ class Collection:
     metrics: tuple[str, ...]
     splits: dict[str, Split]
 
+    def index_path(self, kind: str) -> str:
+        """Where the commands that build indexes by name put this collection's index of ``kind`` (``minilm``,
+        ``bm25``, ...): ``indexes/NAME.KIND``."""
+        return f"indexes/{self.name}.{kind}"
+
     def split(self, name: str) -> Split:
         if name not in self.splits:
             raise UserError(f"collection {self.name} has no split {name!r}; its splits: {', '.join(self.splits)}")

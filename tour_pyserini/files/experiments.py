@@ -85,11 +85,7 @@ class ExperimentCollection:
 
     @property
     def index(self) -> str:
-        return self.index_path or f"indexes/{self.name}.minilm"
-
-    @property
-    def bm25_index(self) -> str:
-        return f"indexes/{self.name}.bm25"
+        return self.index_path or self.collection.index_path("minilm")
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class Regression:
     runs: tuple[RunCheck, ...]
 
     def index_path(self, index: str) -> str:
-        return f"indexes/{self.collection.name}.{index}"
+        return self.collection.index_path(index)
 
     def run_path(self, run: str) -> str:
         return f"runs/{self.name}.{run}.trec"

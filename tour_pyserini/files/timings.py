@@ -101,11 +101,7 @@ class Timing:
 
     @property
     def index(self) -> str:
-        return f"indexes/{self.collection.name}.minilm"
-
-    @property
-    def bm25_index(self) -> str:
-        return f"indexes/{self.collection.name}.bm25"
+        return self.collection.index_path("minilm")
 
 
 def is_timing(raw: dict) -> bool:
