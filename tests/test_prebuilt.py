@@ -7,7 +7,7 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import SCIFACT
+from conftest import ROOT, SCIFACT
 
 from tour_pyserini.encoders import EncoderSpec, encoder_identity
 from tour_pyserini.files.digest import file_sha256
@@ -61,16 +61,18 @@ def test_another_encoder_or_corpus_is_encoded_instead(prebuilt_root, mini_scifac
 
 
 @pytest.mark.slow
-def test_shipped_scifact_vectors_are_the_bundled_encoders(mini_scifact):
-    """The shipped prebuilt matches the shipped corpus and encoder, and its rows are what encoding gives."""
+@pytest.mark.parametrize("name, num_docs", [("scifact", 5183), ("nq-oracle", 2599), ("cranfield", 1400)])
+def test_shipped_vectors_are_the_bundled_encoders(name, num_docs):
+    """Each shipped prebuilt matches its shipped corpus and encoder, and its rows are what encoding gives."""
     from tour_pyserini._java import import_pyserini
 
+    corpus = ROOT / "collections" / name / "corpus.jsonl"
     spec = EncoderSpec.resolve()
-    found = find_prebuilt(SCIFACT / "corpus.jsonl", encoder_identity(spec), ["title", "text"])
-    assert found is not None and found.path == PREBUILT_DIR / "scifact.minilm"
+    found = find_prebuilt(corpus, encoder_identity(spec), ["title", "text"])
+    assert found is not None and found.path == PREBUILT_DIR / f"{name}.minilm"
     manifest = json.loads((found.path / MANIFEST).read_text())
-    assert manifest["corpus_sha256"] == file_sha256(SCIFACT / "corpus.jsonl") and manifest["num_docs"] == 5183
-    docs = [json.loads(line) for line in (SCIFACT / "corpus.jsonl").read_text().splitlines()[:16]]
+    assert manifest["corpus_sha256"] == file_sha256(corpus) and manifest["num_docs"] == num_docs
+    docs = [json.loads(line) for line in corpus.read_text().splitlines()[:16]]
     assert found.docids()[:16] == [d["id"] for d in docs]
     encoder = import_pyserini("pyserini.encode").AutoDocumentEncoder(
         spec.path, device="cpu", pooling=spec.pooling, l2_norm=spec.l2_norm
