@@ -106,6 +106,14 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     chosen = State.load(chosen_file)
     assert chosen.alpha_rule == "cv" and chosen.alphas[0] in (0.0, *GRID) and (chosen.vectors == state.vectors).all()
     assert f"alpha {chosen.alphas[0]:g}" in capsys.readouterr().out and chosen.provenance["magnitude"]["queries"] == 8
+    # the scope chosen too: the one task's state where its α is kept, else query states; each scope tried is said
+    auto_file = tmp_path / "auto.safetensors"
+    main(["fit", "--rewards", str(rewards), "--output", str(auto_file), "--scope", "auto"])
+    auto, said = State.load(auto_file), capsys.readouterr().out
+    tried = auto.provenance["scope"]
+    assert tried["chosen"] == auto.scope == ("task" if chosen.alphas[0] > 0 else "query") != "auto"
+    assert tried["task"]["alpha"] == chosen.alphas[0]
+    assert all(f"{s} state by cross-validation" in said for s in ("task", "global", "neighbours"))
     from tour_pyserini.files import read_topics
 
     topics = read_topics(mini_scifact["topics"])
@@ -149,6 +157,10 @@ REWARDS = ["rewards", "--index", "{dense}", "--topics", "{topics}", "--teacher",
         (
             ["fit", "--rewards", "r.tsv", "--output", "s.safetensors", "--scope", "query", "--alpha-rule", "cv"],
             "held-out queries cannot judge it",
+        ),
+        (
+            ["fit", "--rewards", "r.tsv", "--output", "s.safetensors", "--scope", "auto", "--alpha-rule", "count"],
+            "--scope auto chooses the scope and its alpha by cross-validation",
         ),
         (
             ["fit", "--rewards", "r.tsv", "--output", "s.safetensors", "--scope", "task", "--cv-folds", "1"],

@@ -89,3 +89,16 @@ def test_the_rule_is_declared_once():
         MagnitudeConfig(alpha_rule="always")
     with pytest.raises(ValueError):
         MagnitudeConfig(cv_folds=1)
+
+
+def test_auto_chooses_a_shared_scope_for_a_shared_displacement_and_the_query_scope_for_private_ones():
+    """One task: its task and global states are the same, so the first tried (task) is chosen; with private
+    displacements no shared scope keeps an α, and the query scope moves only the rewarded queries."""
+    from tour_pyserini.ttt.magnitude import choose_scope
+
+    rng = np.random.default_rng(0)
+    scope, choice, tried = choose_scope(queries(rng, 40, shared=True), FitConfig())
+    assert scope == "task" and choice is tried["task"] and choice.alpha > 0
+    assert tried["global"].gains == tried["task"].gains
+    scope, choice, tried = choose_scope(queries(rng, 40, shared=False), FitConfig())
+    assert (scope, choice) == ("query", None) and all(c.alpha == 0 for c in tried.values()), tried

@@ -25,7 +25,7 @@ from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import non_negative_int, positive_float
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
-from tour_pyserini.ttt.magnitude import MagnitudeConfig
+from tour_pyserini.ttt.magnitude import AUTO_SCOPE, MagnitudeConfig
 from tour_pyserini.ttt.neighbours import NeighbourConfig
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
@@ -58,7 +58,13 @@ def parser() -> argparse.ArgumentParser:
     ft = commands.add_parser("fit", help="fit a state (v per scope key) from rewards files")
     ft.add_argument("--rewards", required=True, nargs="+", help="rewards files (their tasks are pooled)")
     ft.add_argument("--output", required=True, help="state file to write (safetensors)")
-    ft.add_argument("--scope", required=True, choices=SCOPES)
+    ft.add_argument(
+        "--scope",
+        required=True,
+        choices=(*SCOPES, AUTO_SCOPE),
+        help="the scope of the state; auto: of task, global and neighbours, the one whose cross-validated alpha helps "
+        "held-out rewarded queries most (alpha by --alpha-rule cv), else query",
+    )
     add_param_flags(ft, FitConfig)
     add_param_flags(ft, MagnitudeConfig)
     add_param_flags(ft, NeighbourConfig)
@@ -158,7 +164,14 @@ def fit_command(args: argparse.Namespace) -> None:
     config = config_from_flags(FitConfig, args)
     magnitude = config_from_flags(MagnitudeConfig, args)
     mixing = config_from_flags(NeighbourConfig, args)
-    if args.scope != "neighbours" and (args.neighbours is not None or args.neighbour_temperature is not None):
+    if args.scope == AUTO_SCOPE and (args.alpha_rule == "count" or args.init):
+        raise UserError(
+            "--scope auto chooses the scope and its alpha by cross-validation: it takes neither --alpha-rule count "
+            "nor --init (a warm start is of one scope)"
+        )
+    if args.scope not in ("neighbours", AUTO_SCOPE) and (
+        args.neighbours is not None or args.neighbour_temperature is not None
+    ):
         raise UserError(
             "--neighbours and --neighbour-temperature set how a neighbours state mixes; this fit is of "
             f"the {args.scope} scope"
@@ -208,11 +221,14 @@ def run_fit(
         rewards, texts, args.scope, config, init=init, init_path=args.init, magnitude=magnitude, mixing=mixing
     )
     state.save(args.output)
+    for scope, choice in state.provenance.get("scope", {}).items():
+        if scope != "chosen":
+            print(f"{scope} state by cross-validation over the rewarded queries: {choice['summary']}")
     if "magnitude" in state.provenance:
         print(f"alpha by cross-validation over the rewarded queries: {state.provenance['magnitude']['summary']}")
     queries = sum(len(judged) for judged in rewards.judgments.values())
     print(
-        f"wrote {args.output}: {args.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
+        f"wrote {args.output}: {state.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
         f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)"
     )
 

@@ -11,6 +11,10 @@ kept, but it moves no query, because nothing showed it helps queries it was not 
 
 A query state moves only its own query, so held-out queries cannot judge it: the rule is for global, task and
 neighbours states (a held-out query is then moved by the mixture of the other folds' query states).
+
+The same folds choose the scope (``--scope auto``): of the shared scopes whose cross-validated α is not 0, the one
+whose held-out gain at that α is highest; where none has one, the query scope, which moves only the queries that
+were rewarded, each by its own rewards.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from tour_pyserini.ttt.neighbours import NeighbourConfig, mix
 from tour_pyserini.ttt.objectives import FitConfig
 
 ALPHA_RULES = ("count", "cv")
+AUTO_SCOPE = "auto"  # ttt fit's --scope that chooses one by cross-validation (choose_scope)
+SHARED = ("task", "global", "neighbours")  # the scopes that move queries nobody rewarded, in the order tried
 GRID = (0.1, 0.25, 0.5, 0.75, 1.0)  # besides α = 0, which every candidate is compared with
 
 
@@ -175,3 +181,20 @@ def cross_validated_alpha(
         queries, scope, config, folds=min(magnitude.cv_folds, len(queries)), seed=seed, mixing=mixing
     )
     return choose_alpha(agreements, GRID, magnitude.significance)
+
+
+def choose_scope(
+    queries: Sequence[RewardedQuery],
+    config: FitConfig | None = None,
+    magnitude: MagnitudeConfig | None = None,
+    *,
+    mixing: NeighbourConfig | None = None,
+) -> tuple[str, MagnitudeChoice | None, dict[str, MagnitudeChoice]]:
+    """The scope cross-validation over ``queries`` finds best for queries nobody rewarded, with its α choice (None:
+    the query scope, where no shared scope's α is kept), and every shared scope's choice."""
+    choices = {s: cross_validated_alpha(queries, s, config, magnitude, mixing=mixing) for s in SHARED}
+    kept = {s: c for s, c in choices.items() if c.alpha > 0}
+    if not kept:
+        return "query", None, choices
+    best = max(kept, key=lambda s: kept[s].gains[kept[s].alpha])  # the first of equal gains, in SHARED's order
+    return best, kept[best], choices

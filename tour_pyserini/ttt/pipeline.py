@@ -18,7 +18,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.files.digest import file_sha256
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
-from tour_pyserini.ttt.magnitude import MagnitudeConfig, cross_validated_alpha
+from tour_pyserini.ttt.magnitude import AUTO_SCOPE, MagnitudeConfig, choose_scope, cross_validated_alpha
 from tour_pyserini.ttt.neighbours import NeighbourConfig
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.rewards import Rewards, TaskSource
@@ -71,7 +71,8 @@ def fit_state(
 ) -> tuple[State, float]:
     """The ``scope`` state fitted on ``rewards`` (query texts per task in ``texts``), warm-started from
     ``init``, its α chosen by ``magnitude``'s rule, mixed as ``mixing`` says (neighbours scope); and the seconds
-    the fit took. Every task must be encoded by one encoder."""
+    the fit took. Every task must be encoded by one encoder. Scope ``auto``: the scope and its α chosen by
+    cross-validation over the rewarded queries (:func:`~tour_pyserini.ttt.magnitude.choose_scope`)."""
     queries, encoder = [], None
     for task, judged in rewards.judgments.items():
         source = rewards.tasks[task]
@@ -98,15 +99,23 @@ def fit_state(
         init.check_encoder(encoder, f"--init {init_path}")
         warm_start = {"state": init_path, "sha256": file_sha256(init_path)}
     start = time.perf_counter()
+    if scope == AUTO_SCOPE:  # the scope, and its α, chosen by cross-validation over the rewarded queries
+        scope, choice, tried = choose_scope(queries, config, magnitude, mixing=mixing)
+    else:
+        cv = magnitude is not None and magnitude.alpha_rule == "cv"
+        choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing) if cv else None
+        tried = {}
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
-    cv = magnitude is not None and magnitude.alpha_rule == "cv"
-    choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing) if cv else None
     seconds = time.perf_counter() - start
-    provenance = {path: {**info, "sha256": file_sha256(path)} for path, info in rewards.provenance.items()}
+    provenance: dict[str, dict] = {
+        path: {**info, "sha256": file_sha256(path)} for path, info in rewards.provenance.items()
+    }
     if warm_start is not None:
         provenance["warm start"] = warm_start
     if choice is not None:
         provenance["magnitude"] = choice.to_json()
+    if tried:
+        provenance["scope"] = {"chosen": scope, **{s: c.to_json() for s, c in tried.items()}}
     chosen = None if choice is None else [choice.alpha] * len(keys)
     neighbours = scope == "neighbours"
     anchors = np.stack([q.x for q in queries]) if neighbours else None  # keys are in query order
