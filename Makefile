@@ -36,10 +36,12 @@ cranfield: install
 
 # every shipped configuration against the values its regressions/NAME.yaml expects (regressions-ci: the cheap ones),
 # then the methods table's BM25-teacher rows on every collection against experiments/methods.yaml's values (about a
-# minute once the indexes are built; every row, the cross-encoders' too, is `experiment methods --check`: hours)
+# minute once the indexes are built; every row, the cross-encoders' too, is `experiment methods --check`: hours);
+# regressions also checks the transfer protocol's oracle and BM25 rows (experiments/transfer.yaml: 5 minutes)
 regressions: install
 	$(PY) -m tour_pyserini regressions
 	$(PY) -m tour_pyserini experiment methods --teachers bm25 --check --output runs/regressions-methods
+	$(PY) -m tour_pyserini experiment transfer --teachers oracle bm25 --check --output runs/regressions-transfer
 
 regressions-ci: install
 	$(PY) -m tour_pyserini regressions --ci
@@ -128,10 +130,10 @@ bench-ttt: install
 	$(PY) -m tour_pyserini.index --bm25 --collection $(CRAN) --output indexes/cranfield.bm25
 	$(PY) bench/ttt.py
 
-# does a TTT-Embed state carry over to queries nobody judged? 5 folds, every query unseen once; scopes, the alpha
-# rules, a learning curve, the factors and other state forms (about 15 minutes on 2 cores; indexes of bench-ttt)
+# does a TTT-Embed state carry over to queries nobody judged? experiments/transfer.yaml: 5 folds, every query unseen
+# once; the scopes and alpha rules, a learning curve, and each collection left out (runs/bench-transfer.{json,md})
 bench-transfer: install
-	$(PY) bench/transfer.py
+	$(PY) -m tour_pyserini experiment transfer
 
 # HNSW and IVF-PQ against flat on SciFact, nq-oracle and synthetic collections up to 3M vectors (about an
 # hour on 2 cores, most of it building HNSW at 1M), then Ray's throughput with 1 and 2 local workers

@@ -10,17 +10,16 @@ states fitted on those rewards. Metrics: nDCG@10 on every task (nq-oracle: a pas
 contains an answer string, judged over each question's base top-100), plus Acc@1 and Acc@20 (DPR answer
 matching) on nq-oracle; "mean" averages the three tasks' nDCG@10 equally.
 
-Experiments: ``budget`` (b in 0.01 ... 100, AUBC = mean Δ over log10 b), ``unseen`` (states from 80% of
-each task's queries, 10 rewards each, evaluated on the other 20%, pooled paired t-test), ``loto`` (a
-global state from two tasks, evaluated on the third), ``train-to-test`` (SciFact training claims ->
-test claims), ``alpha`` (the rule α = n/(n+1) against fixed α at b = 10), ``objective`` (kd, rkl, grpo
-at b = 10), ``breadth-depth`` (b = 2 and 10 spent as fewer queries judged deeper), ``cost`` (fit time
-and search overhead, written to runs/bench-ttt-cost.json).
+Experiments: ``budget`` (b in 0.01 ... 100, AUBC = mean Δ over log10 b), ``train-to-test`` (SciFact training claims ->
+test claims), ``cost`` (fit time and search overhead, written to runs/bench-ttt-cost.json). Whether states carry
+over to queries nobody judged (k-fold, and each collection left out) is ``tour-pyserini experiment transfer``
+(experiments/transfer.yaml). The settled studies (fixed α, objectives, breadth against depth, warm starts, TOUR
+from a state, recycled judgments) are ``git show 1e816f5:bench/ttt.py``, their findings in docs/algorithms.md.
 
 Writes runs/bench-ttt.json (one row per experiment, task, method, budget and teacher), the cost file and
 runs/bench-ttt-budget.png (the paper's Figure 2: Δ against budget). Teacher scores and query vectors are
 kept in runs/ttt/cache/ so a rerun does not recompute them.
-Usage: python bench/ttt.py [--experiments budget unseen ...] [--teachers bm25 oracle]
+Usage: python bench/ttt.py [--experiments budget train-to-test cost] [--teachers bm25 oracle]
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from common import split_files
 OUT = Path("runs/ttt")
 CACHE = OUT / "cache"
 BUDGETS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)
-ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 HITS = 100  # every metric reads the top 20 at most; the base top-100 are the candidates
 MAX_DEPTH = 100
 DEPTH = 10  # judgments per rewarded query in the first water-filling pass
@@ -48,17 +46,8 @@ SCOPES = ("global", "task", "query")
 EXPERIMENTS = (
     "budget",
     "cost",
-    "unseen",
-    "alpha",
-    "objective",
-    "loto",
     "train-to-test",
-    "breadth-depth",
-    "deployment",
-    "tour-start",
-    "recycle",
 )
-DEPLOYMENT_ROUNDS, WARM_STEPS = (1, 3, 10), 100
 COMMAND = "make bench-ttt"
 
 
@@ -328,50 +317,6 @@ def budget_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
             )
 
 
-def split(task: Task, index: int) -> tuple[list[str], list[str]]:
-    perm = np.random.default_rng(2000 + index).permutation(len(task.qids))
-    cut = int(round(0.8 * len(perm)))
-    return [task.qids[i] for i in sorted(perm[:cut])], [task.qids[i] for i in sorted(perm[cut:])]
-
-
-def unseen_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    from scipy.stats import ttest_rel
-
-    splits = [split(t, i) for i, t in enumerate(tasks)]
-    scores = [t.teacher_scores(teacher) for t in tasks]
-    queries = [q for t, s, (seen, _) in zip(tasks, scores, splits) for q in rewarded(t, s, dict.fromkeys(seen, DEPTH))]
-    for scope in ("global", "task"):
-        state = fit(queries, scope)
-        rows = [
-            rec.add("unseen", t, scope, DEPTH, teacher, search_with(t, state), qids=unseen)
-            for t, (_, unseen) in zip(tasks, splits)
-        ]
-        mean = rec.add_mean("unseen", scope, DEPTH, teacher, rows)
-        deltas = [d for r in rows for d in r["per_query_delta"].values()]
-        mean["p"] = float(ttest_rel(np.array(deltas), np.zeros(len(deltas))).pvalue) if any(deltas) else 1.0
-        mean["queries"] = len(deltas)
-        print(
-            f"  unseen {teacher} {scope}: {mean['delta'][HEADLINE]:+.4f} (p {mean['p']:.3g}, {len(deltas)} queries)",
-            flush=True,
-        )
-
-
-def loto_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    scores = [t.teacher_scores(teacher) for t in tasks]
-    rows = []
-    for held in range(len(tasks)):
-        queries = [
-            q
-            for i, (t, s) in enumerate(zip(tasks, scores))
-            if i != held
-            for q in rewarded(t, s, dict.fromkeys(t.qids, DEPTH))
-        ]
-        rankings = search_with(tasks[held], fit(queries, "global"))
-        rows.append(rec.add("loto", tasks[held], "global", DEPTH, teacher, rankings))
-    mean = rec.add_mean("loto", "global", DEPTH, teacher, rows)
-    print(f"  loto {teacher}: {mean['delta'][HEADLINE]:+.4f}", flush=True)
-
-
 def train_to_test_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
     scifact = next(t for t in tasks if t.name == "scifact")
     train = Task(SCIFACT_TRAIN, scifact.searcher, split="train")
@@ -383,206 +328,6 @@ def train_to_test_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> 
     row["p"] = float(ttest_rel(deltas, np.zeros(len(deltas))).pvalue) if deltas.any() else 1.0
     row["rewarded_queries"] = len(queries)
     print(f"  train-to-test {teacher}: {row['delta'][HEADLINE]:+.4f} (p {row['p']:.3g})", flush=True)
-
-
-def alpha_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    from tour_pyserini.ttt.allocation import allocate
-
-    depths = depths_of(allocate([t.qids for t in tasks], 10, depth=DEPTH, max_depth=MAX_DEPTH), tasks)
-    scores = [t.teacher_scores(teacher) for t in tasks]
-    queries = [q for t, s, d in zip(tasks, scores, depths) for q in rewarded(t, s, d)]
-    for scope in ("global", "task"):
-        state = fit(queries, scope)
-        results = {}
-        for alpha in (None, *ALPHAS):
-            label = f"{scope}[alpha={'rule' if alpha is None else alpha}]"
-            rows = [rec.add("alpha", t, label, 10, teacher, search_with(t, state, alpha)) for t in tasks]
-            results[alpha] = rec.add_mean("alpha", label, 10, teacher, rows)["delta"][HEADLINE]
-        best = max(ALPHAS, key=lambda a: results[a])
-        regret = {f"regret {HEADLINE}": results[best] - results[None]}
-        rec.rows.append(
-            {
-                "experiment": "alpha",
-                "task": "mean",
-                "method": f"{scope}[regret]",
-                "budget": 10,
-                "teacher": teacher,
-                "metrics": {"best fixed alpha": best},
-                "delta": regret,
-                "command": COMMAND,
-            }
-        )
-        print(
-            f"  alpha {teacher} {scope}: rule {results[None]:+.4f}, best fixed {best} {results[best]:+.4f}", flush=True
-        )
-
-
-def objective_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    from tour_pyserini.ttt.allocation import allocate
-    from tour_pyserini.ttt.objectives import FitConfig
-
-    depths = depths_of(allocate([t.qids for t in tasks], 10, depth=DEPTH, max_depth=MAX_DEPTH), tasks)
-    for objective in ("kd", "rkl", "grpo"):
-        methods = methods_at(tasks, teacher, depths, FitConfig(objective=objective))
-        methods.pop("rerank")
-        means = record_all(rec, "objective", tasks, teacher, 10, methods, suffix=f"[{objective}]")
-        print(f"  objective {teacher} {objective}: {means}", flush=True)
-
-
-def breadth_depth_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    from tour_pyserini.ttt.allocation import allocate
-
-    for budget, choices in ((2, (2, 5, 10, 20, 100)), (10, (10, 20, 50, 100))):
-        for depth in choices:
-            pairs = allocate([t.qids for t in tasks], budget, depth=depth, max_depth=MAX_DEPTH)
-            methods = methods_at(tasks, teacher, depths_of(pairs, tasks))
-            means = record_all(rec, "breadth-depth", tasks, teacher, budget, methods, suffix=f"[depth={depth}]")
-            print(f"  breadth-depth {teacher} b={budget} depth={depth}: {means}", flush=True)
-
-
-def tour_judge(task: Task, teacher: str):
-    """The teacher TOUR asks on ``task``: the named one, or the task's labels for "oracle" (an upper bound)."""
-    from tour_pyserini.teachers import TeacherContext, get_teacher
-
-    spec = f"oracle:{task.spec.qrels}" if teacher == "oracle" else teacher
-    return get_teacher(spec, TeacherContext(index_dir=task.spec.index))
-
-
-def run_tour(task: Task, rewriter, qids: list[str]) -> dict:
-    """``rewriter``'s result for each of ``qids`` (their encoded vectors, 64 queries per batch), by qid."""
-    position = {q: i for i, q in enumerate(task.qids)}
-    texts = {t.qid: t.text for t in task.topics}
-    results = []
-    for i in range(0, len(qids), 64):
-        chunk = qids[i : i + 64]
-        vectors = task.X[[position[q] for q in chunk]]
-        results += task.searcher.retrieve_vectors([texts[q] for q in chunk], chunk, vectors, HITS, rewriter=rewriter)
-    return {r.qid: r for r in results}
-
-
-def save_state(state, task: Task, directory: str) -> str:
-    """``state`` written in ``directory`` with ``task``'s encoder identity, which rewriters check; its path."""
-    from tour_pyserini.encoders import encoder_identity
-
-    state.encoder = encoder_identity(task.searcher.encoder)
-    path = str(Path(directory) / "state.safetensors")
-    state.save(path)
-    return path
-
-
-def tour_start_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    """TOUR (passage preset, k 20) on SciFact's test claims from x and from the task state's unit(x + αv),
-    the state fitted on the training claims' rewards (10 each, as in train-to-test): does the state give
-    TOUR a better start? The same teacher judges TOUR's candidates (the labels: an upper bound)."""
-    import tempfile
-
-    from scipy.stats import ttest_rel
-
-    from tour_pyserini.rewriters.tour import TourHard, TourSoft
-
-    scifact = next(t for t in tasks if t.name == "scifact")
-    train = Task(SCIFACT_TRAIN, scifact.searcher, split="train")
-    state = fit(rewarded(train, train.teacher_scores(teacher), dict.fromkeys(train.qids, DEPTH)), "task")
-    judge = tour_judge(scifact, teacher)
-    line = []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = save_state(state, scifact, tmp)
-        for cls in (TourHard, TourSoft):
-            rows = []
-            for start, label in ((None, cls.name), (path, f"{cls.name}[from task state]")):
-                results = run_tour(scifact, cls(judge, preset="passage", depth=20, state=start), scifact.qids)
-                rankings = [[h.docid for h in results[q].hits] for q in scifact.qids]
-                row = rec.add("tour-start", scifact, label, 20, teacher, rankings)
-                row["teacher_calls_per_query"] = sum(r.trace.teacher_calls for r in results.values()) / len(results)
-                rows.append(row)
-            plain, moved = (np.array(list(r["per_query_delta"].values())) for r in rows)
-            rows[1]["p_vs_plain"] = float(ttest_rel(moved, plain).pvalue) if (moved != plain).any() else 1.0
-            line += [
-                f"{r['method']} {r['delta'][HEADLINE]:+.4f} ({r['teacher_calls_per_query']:.1f} calls)" for r in rows
-            ]
-            line[-1] += f" p {rows[1]['p_vs_plain']:.2g} vs from x"
-    print(f"  tour-start {teacher}: " + ", ".join(line), flush=True)
-
-
-def recycle_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    """TOUR's judgments recycled into a task state at no teacher cost: TOUR (passage preset, k 20) runs on
-    80% of SciFact's test claims (the unseen experiment's split); the judgments its traces hold fit a task
-    state; on the other 20%, that state alone (ttt-embed) and TOUR from it are compared with the raw run
-    and with TOUR from x."""
-    import tempfile
-
-    from scipy.stats import ttest_rel
-
-    from tour_pyserini.rewriters.tour import TourSoft
-    from tour_pyserini.ttt.fitting import RewardedQuery
-
-    scifact = next(t for t in tasks if t.name == "scifact")
-    seen, unseen = split(scifact, 0)
-    judge = tour_judge(scifact, teacher)
-    position = {q: i for i, q in enumerate(scifact.qids)}
-    first = run_tour(scifact, TourSoft(judge, preset="passage", depth=20), seen)
-    queries = [
-        RewardedQuery(
-            scifact.name,
-            q,
-            scifact.X[position[q]],
-            scifact.docs.get(list(r.trace.judgments)),
-            np.array(list(r.trace.judgments.values())),
-        )
-        for q, r in first.items()
-    ]
-    state = fit(queries, "task")
-    rankings = {"ttt-embed[recycled task state]": search_with(scifact, state)}  # aligned with scifact.qids
-    with tempfile.TemporaryDirectory() as tmp:
-        path = save_state(state, scifact, tmp)
-        for label, start in (("tour-soft", None), ("tour-soft[from recycled state]", path)):
-            results = run_tour(scifact, TourSoft(judge, preset="passage", depth=20, state=start), unseen)
-            rankings[label] = [
-                [h.docid for h in results[q].hits] if q in results else base
-                for q, base in zip(scifact.qids, scifact.base)
-            ]
-    line = []
-    for method, ranking in rankings.items():
-        row = rec.add("recycle", scifact, method, 20, teacher, ranking, qids=unseen)
-        row["recycled_judgments"] = sum(len(r.trace.judgments) for r in first.values())
-        deltas = np.array(list(row["per_query_delta"].values()))
-        row["p"] = float(ttest_rel(deltas, np.zeros(len(deltas))).pvalue) if deltas.any() else 1.0
-        line.append(f"{method} {row['delta'][HEADLINE]:+.4f} (p {row['p']:.2g})")
-    print(
-        f"  recycle {teacher} ({len(seen)} claims' TOUR judgments, {len(unseen)} unseen): " + ", ".join(line),
-        flush=True,
-    )
-
-
-def deployment_experiment(rec: Recorder, tasks: list[Task], teacher: str) -> None:
-    """Rewards arriving in rounds (nested budgets 1, 3, 10 per query): at each round the task state is
-    refitted from scratch (300 steps), or warm-started from the previous round's state with 100 steps
-    (the first round fits from scratch either way). Quality of each, and fit CPU seconds."""
-    from tour_pyserini.ttt.allocation import allocate
-    from tour_pyserini.ttt.objectives import FitConfig
-
-    scores = [t.teacher_scores(teacher) for t in tasks]
-    previous = None
-    for budget in DEPLOYMENT_ROUNDS:
-        depths = depths_of(allocate([t.qids for t in tasks], budget, depth=DEPTH, max_depth=MAX_DEPTH), tasks)
-        queries = [q for t, s, d in zip(tasks, scores, depths) for q in rewarded(t, s, d)]
-        start = time.process_time()
-        fits = {"cold": (fit(queries, "task"), time.process_time() - start)}
-        if previous is None:  # the first round has nothing to start from
-            fits["warm"] = fits["cold"]
-        else:
-            start = time.process_time()
-            warm = fit(queries, "task", FitConfig(steps=WARM_STEPS), init=previous)
-            fits["warm"] = (warm, time.process_time() - start)
-        previous = fits["warm"][0]
-        line = []
-        for way, (state, seconds) in fits.items():
-            method = f"task[{way}]"
-            rows = [rec.add("deployment", t, method, budget, teacher, search_with(t, state)) for t in tasks]
-            mean = rec.add_mean("deployment", method, budget, teacher, rows)
-            mean["fit_cpu_seconds"], mean["rewarded_queries"] = seconds, len(queries)
-            line.append(f"{way} {mean['delta'][HEADLINE]:+.4f} ({seconds:.2f} s)")
-        print(f"  deployment {teacher} b={budget} ({len(queries)} queries): " + ", ".join(line), flush=True)
 
 
 def cost_experiment(tasks: list[Task], path: Path, repeats: int = 20) -> None:
@@ -711,15 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     output = Path(args.output)
     experiments = {
         "budget": budget_experiment,
-        "unseen": unseen_experiment,
-        "loto": loto_experiment,
         "train-to-test": train_to_test_experiment,
-        "alpha": alpha_experiment,
-        "objective": objective_experiment,
-        "breadth-depth": breadth_depth_experiment,
-        "deployment": deployment_experiment,
-        "tour-start": tour_start_experiment,
-        "recycle": recycle_experiment,
     }
     for name in args.experiments:
         if name == "cost":

@@ -138,7 +138,6 @@ def test_only_the_composition_root_assembles_teachers_rewriters_and_stores():
 BENCH_BY_HAND = {
     "quality.py",
     "teachers.py",
-    "transfer.py",
     "ttt.py",
 }
 

@@ -95,3 +95,22 @@ def test_the_benchmarks_page_shows_each_cpus_timing_report(report):
         moved = json.loads(json.dumps(measured))  # a figure changed: one command a tenth of a second slower
         moved["ways"][0]["seconds"] += 0.1
         assert timing_section(moved) not in text
+
+
+def test_the_benchmarks_page_shows_the_transfer_tables_of_its_report():
+    """Each table of the transfer report, as rendered from it; a Δ moved by one in its last digit is not there."""
+    import json
+
+    from tour_pyserini.experiments.pages import transfer_table
+
+    report = json.loads((ROOT / "runs" / "bench-transfer.json").read_text())
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for table in dict.fromkeys(r["table"] for r in report):
+        rendered = transfer_table(report, table)
+        assert rendered in text, (
+            f"docs/benchmarks.md does not show runs/bench-transfer.json's {table} table:\n{rendered}"
+        )
+    moved = json.loads(json.dumps(report))
+    cell = moved[0]["collections"]["scifact"]
+    cell["delta"] += 0.0001
+    assert transfer_table(moved, moved[0]["table"]) not in text

@@ -2,7 +2,9 @@
 ``tour_pyserini.files.experiments``) and write its report: the table, the rows with their per-query values, paired
 tests Holm-corrected over the table, and one quality-against-cost plot per collection. A timing file (one with
 ``ways:``, format in ``tour_pyserini.files.timings``) times commands side by side instead: medians over rounds,
-idle cores checked, each encoding beside its floor, the comparisons' bounds checked with ``--check``.
+idle cores checked, each encoding beside its floor, the comparisons' bounds checked with ``--check``. A transfer file
+(one with ``folds:``, format in ``tour_pyserini.files.transfers``) measures whether TTT-Embed's shared states carry
+over to queries nobody judged: every query unseen once, the Δs Holm-corrected over each table.
 
 Every row's flags are checked by the search command's parser before anything loads; each search is assembled by the
 composition root. Rows are stored as they finish (``OUTPUT.rows.jsonl``): run the same command again and it goes on
@@ -23,6 +25,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.files.collections import Collection
 from tour_pyserini.files.experiments import NO_TEACHER, Cell, Experiment, check_rows, experiment_names, find_experiment
 from tour_pyserini.files.timings import Timing
+from tour_pyserini.files.transfers import Transfer
 from tour_pyserini.numbers import positive_int
 
 
@@ -30,7 +33,12 @@ def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="tour-pyserini experiment", description=__doc__)
     ap.add_argument("experiment", nargs="?", metavar="NAME", help="an experiment's name or file")
     ap.add_argument("--collections", nargs="+", metavar="NAME", help="only these of its collections")
-    ap.add_argument("--teachers", nargs="+", metavar="KIND", help="only teachers of these kinds (bm25, ensemble, ...)")
+    ap.add_argument(
+        "--teachers",
+        nargs="+",
+        metavar="KIND",
+        help="only teachers of these kinds (bm25, ensemble, ...); a transfer's by name",
+    )
     ap.add_argument("--budgets", nargs="+", type=positive_int, metavar="B", help="only these budgets")
     ap.add_argument("--limit", type=positive_int, help="the first N judged queries only (a smoke run)")
     ap.add_argument("--batch-size", type=positive_int, help="queries per search call (default: the file's)")
@@ -47,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="measure every row again, reusing none stored")
     ap.add_argument("--rounds", type=positive_int, help="a timing's rounds (default: the file's)")
     ap.add_argument("--ways", nargs="+", metavar="WAY", help="a timing's ways: only these (and what they compare with)")
+    ap.add_argument("--tables", nargs="+", metavar="TABLE", help="a transfer's tables: only these")
     ap.add_argument(
         "--merge",
         nargs="+",
@@ -75,11 +84,7 @@ def build_indexes(collection: Collection) -> None:
 
 
 def chosen_cells(experiment: Experiment, args: argparse.Namespace) -> dict[str, list[Cell]]:
-    names = args.collections or list(experiment.collections)
-    if stray := [n for n in names if n not in experiment.collections]:
-        raise UserError(
-            f"--collections {stray[0]}: not one of {experiment.name}'s: {', '.join(experiment.collections)}"
-        )
+    names = chosen(args.collections, list(experiment.collections), "collections", experiment.name)
     teachers = set(args.teachers) if args.teachers else None
     return {name: experiment.cells(name, teachers, args.budgets) for name in names}
 
@@ -92,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         if not args.experiment or not args.output:
             raise UserError("--merge needs the experiment (its title and tests) and --output")
         experiment = find_experiment(args.experiment)
-        if isinstance(experiment, Timing):
-            raise UserError(f"--merge makes one table of reports' rows; {experiment.name} is a timing")
+        if not isinstance(experiment, Experiment):
+            raise UserError(f"--merge makes one table of reports' rows; {experiment.name} is not a methods table")
         source = f"tour-pyserini experiment {args.experiment} --merge " + " ".join(args.merge)
         rows = merge(args.merge)
         write_report(rows, args.output, experiment.title, source, experiment.baseline, experiment.compare_within_budget)
@@ -103,8 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     experiment = find_experiment(args.experiment)
     if isinstance(experiment, Timing):
         return time_ways(experiment, args, argv)
-    if args.rounds or args.ways:
-        raise UserError(f"--rounds and --ways are a timing's; {experiment.name} is not one")
+    if isinstance(experiment, Transfer):
+        return transfer_rows(experiment, args, argv)
+    if args.rounds or args.ways or args.tables:
+        raise UserError(f"--rounds, --ways and --tables are a timing's or a transfer's; {experiment.name} is neither")
     if args.batch_size:
         experiment = replace(experiment, batch_size=args.batch_size)
     cells = chosen_cells(experiment, args)
@@ -154,14 +161,12 @@ ROW_FLAGS = ("collections", "teachers", "budgets", "limit", "batch_size", "fresh
 def checked_ways(timing: Timing, args: argparse.Namespace) -> tuple[Timing, dict[str, int]]:
     """``timing`` with only the ways asked for (and those they compare with), each way's flags parsed by its own
     command before anything runs; the batch size of each search way (its traces' first batch is the warm-up)."""
-    given = [f for f in ROW_FLAGS if getattr(args, f)] + (["repeats"] if args.repeats != 1 else [])
+    given = [f for f in (*ROW_FLAGS, "tables") if getattr(args, f)] + (["repeats"] if args.repeats != 1 else [])
     if given:
         raise UserError(f"--{given[0].replace('_', '-')} is not a timing's option ({timing.name} times ways)")
     ways = dict(timing.ways)
     if args.ways:
-        if stray := [w for w in args.ways if w not in ways]:
-            raise UserError(f"--ways {stray[0]}: not one of {timing.name}'s: {', '.join(ways)}")
-        keep = set(args.ways)
+        keep = set(chosen(args.ways, list(ways), "ways", timing.name))
         for c in timing.compare.values():
             if c.way in keep or c.against in keep:
                 keep |= {c.way, c.against}
@@ -224,3 +229,50 @@ def time_ways(timing: Timing, args: argparse.Namespace, argv: list[str] | None) 
     print(timing_section(report))
     if args.check and not all(c["ok"] for c in report["compare"]):
         sys.exit(1)
+
+
+def chosen(given: list[str] | None, known, what: str, name: str) -> list[str]:
+    """``given`` (default: all ``known``), each one of ``known``."""
+    if stray := [g for g in given or [] if g not in known]:
+        raise UserError(f"--{what} {stray[0]}: not one of {name}'s: {', '.join(known)}")
+    return list(given or known)
+
+
+def transfer_rows(transfer: Transfer, args: argparse.Namespace, argv: list[str] | None) -> None:
+    """A transfer file's rows on the collections, teachers and tables asked for: its report, and its checks."""
+    given = [f for f in ("budgets", "limit", "batch_size", "merge", "rounds", "ways") if getattr(args, f)]
+    if given or args.repeats != 1:
+        raise UserError(f"--{(given or ['repeats'])[0].replace('_', '-')} is not a transfer's option")
+    names = chosen(args.collections, list(transfer.collections), "collections", transfer.name)
+    teachers = chosen(args.teachers, transfer.teachers, "teachers", transfer.name)
+    tables = chosen(args.tables, list(dict.fromkeys(v.table for v in transfer.variants)), "tables", transfer.name)
+    variants = [v for v in transfer.variants if v.teacher in teachers and v.table in tables]
+    if not variants:
+        raise UserError(f"{transfer.name} has no row of those teachers in those tables")
+    if any(v.held_out for v in variants) and len(names) < 2:
+        raise UserError("a held-out table fits on the other collections: give two collections or more")
+    if args.dry_run:
+        for v in variants:
+            print(f"{v.key}: {', '.join(names)}")
+        return
+    for name in names:
+        build_indexes(transfer.collections[name].collection)
+    from tour_pyserini.experiments.transfer import run_transfer, write_transfer_report
+    from tour_pyserini.files.regressions import Measured
+
+    output = args.output or f"runs/bench-{transfer.name}"
+    rows = run_transfer(transfer, names, variants, output, args.fresh)
+    source = "tour-pyserini experiment " + " ".join(argv if argv is not None else [transfer.name])
+    write_transfer_report(rows, output, transfer.title, source)
+    print(Path(f"{output}.md").read_text())
+    if args.check:
+        measured = [
+            Measured(row["key"], name, expected, row["collections"].get(name, {}).get("delta"), transfer.tolerance)
+            for row in rows
+            for name, expected in transfer.expect.get(row["key"], {}).items()
+            if name in names
+        ]
+        if not measured:
+            raise UserError(f"{transfer.path} expects no value of the rows run: nothing to check")
+        if not report_values(measured, transfer.path):
+            sys.exit(1)

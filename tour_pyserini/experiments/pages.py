@@ -131,3 +131,32 @@ def timing_section(report: dict) -> str:
         f"tokens), a floor of {floors} ms a query.\n"
     )
     return f"{head}\n{timing_table(report)}\n{comparison_table(report)}"
+
+
+def transfer_table(report: list[dict], table: str) -> str:
+    """One table of a transfer report (``OUTPUT.json``): per row and collection, the unseen queries' mean Δ of its
+    metric against dense retrieval, its Holm-corrected p (bold below 0.05), wins/ties/losses and the mean α applied
+    (with scope auto, also how many of the fits chose each scope)."""
+    rows = [r for r in report if r["table"] == table]
+    names = list(dict.fromkeys(c for r in rows for c in r["collections"]))
+    metrics = {c: next(r["collections"][c]["metric"] for r in rows if c in r["collections"]) for c in names}
+    head = "| teacher | scope | α rule | share | " + " | ".join(
+        f"{c}: Δ {metrics[c]} (Holm p; W/T/L; α)" for c in names
+    )
+    lines = [head + " |", "|" + "---|" * (4 + len(names))]
+    for r in rows:
+        cells = []
+        for c in names:
+            v = r["collections"].get(c)
+            if v is None:
+                cells.append("")
+                continue
+            delta = f"{v['delta']:+.4f}"
+            delta = f"**{delta}**" if v["p_holm"] < 0.05 else delta
+            chosen = "".join(f"; {s} {n}" for s, n in v.get("scopes", {}).items()) if r["scope"] == "auto" else ""
+            cells.append(
+                f"{delta} ({p_value(v['p_holm'])}; {v['wins']}/{v['ties']}/{v['losses']}; {v['alpha']:.2f}{chosen})"
+            )
+        share = "others" if r["held_out"] else f"{r['share']:g}"
+        lines.append(f"| {r['teacher']} | {r['scope']} | {r['rule']} | {share} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tour_pyserini.errors import UserError
-from tour_pyserini.files import timings
+from tour_pyserini.files import timings, transfers
 from tour_pyserini.files.collections import Collection, find_collection
 from tour_pyserini.files.declarations import (
     command_flags,
@@ -48,6 +48,7 @@ from tour_pyserini.files.declarations import (
 )
 from tour_pyserini.files.regressions import Measured
 from tour_pyserini.files.timings import Timing, is_timing, read_timing
+from tour_pyserini.files.transfers import Transfer, is_transfer, read_transfer
 
 FIELDS = {
     "name",
@@ -153,11 +154,14 @@ def experiment_names(directory: Path = Path("experiments")) -> list[str]:
     return declaration_names(directory)
 
 
-def find_experiment(name_or_path: str, directory: Path = Path("experiments")) -> Experiment | Timing:
-    """An experiment by file or by name (``experiments/NAME.yaml``): of rows of measures, or (with ``ways:``) a
-    timing (:mod:`tour_pyserini.files.timings`)."""
+def find_experiment(name_or_path: str, directory: Path = Path("experiments")) -> Experiment | Timing | Transfer:
+    """An experiment by file or by name (``experiments/NAME.yaml``): of rows of measures, (with ``ways:``) a timing
+    (:mod:`tour_pyserini.files.timings`), or (with ``folds:``) a transfer protocol
+    (:mod:`tour_pyserini.files.transfers`)."""
     path = find_declaration(name_or_path, directory, "experiment")
-    raw = read_mapping(path, FIELDS | timings.FIELDS)
+    raw = read_mapping(path, FIELDS | timings.FIELDS | transfers.FIELDS)
+    if is_transfer(raw):
+        return read_transfer(path)
     return read_timing(path) if is_timing(raw) else read_experiment(path)
 
 
