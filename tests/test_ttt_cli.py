@@ -106,6 +106,12 @@ def test_rewards_then_fit_then_search(dense_index, bm25_index, mini_scifact, sea
     chosen = State.load(chosen_file)
     assert chosen.alpha_rule == "cv" and chosen.alphas[0] in (0.0, *GRID) and (chosen.vectors == state.vectors).all()
     assert f"alpha {chosen.alphas[0]:g}" in capsys.readouterr().out and chosen.provenance["magnitude"]["queries"] == 8
+    # judged by the held-out queries' re-searched top 10 instead (the task's own index searched again)
+    ranked_file = tmp_path / "ranked.safetensors"
+    main(["fit", "--rewards", str(rewards), "--output", str(ranked_file), "--scope", "task", "--alpha-rule", "ranking"])
+    ranked = State.load(ranked_file)
+    assert ranked.provenance["magnitude"]["rule"] == "ranking" and ranked.alphas[0] in (0.0, *GRID)
+    assert ranked.provenance["magnitude"]["queries"] <= 8 and "alpha" in capsys.readouterr().out
     # the scope chosen too: the one task's state where its α is kept, else query states; each scope tried is said
     auto_file = tmp_path / "auto.safetensors"
     main(["fit", "--rewards", str(rewards), "--output", str(auto_file), "--scope", "auto"])

@@ -102,3 +102,44 @@ def test_auto_chooses_a_shared_scope_for_a_shared_displacement_and_the_query_sco
     assert tried["global"].gains == tried["task"].gains
     scope, choice, tried = choose_scope(queries(rng, 40, shared=False), FitConfig())
     assert (scope, choice) == ("query", None) and all(c.alpha == 0 for c in tried.values()), tried
+
+
+def test_judged_ndcg_counts_an_unjudged_document_as_gaining_nothing():
+    from tour_pyserini.ttt.agreement import judged_ndcg
+
+    gains = {"a": 1.0, "b": 0.5, "c": 0.0}
+    assert judged_ndcg(["a", "b", "c"], gains) == 1.0
+    assert judged_ndcg(["new", "a", "b"], gains) == pytest.approx(
+        (1 / np.log2(3) + 0.5 / np.log2(4)) / (1 + 0.5 / np.log2(3))
+    )
+    assert np.isnan(judged_ndcg(["a"], {"a": 0.0}))  # nothing rewarded: no verdict
+
+
+def test_the_ranking_rule_sees_the_unjudged_documents_a_state_pulls_into_the_top_10():
+    """Each query's nearest candidate and one along a shared direction u are rewarded; unjudged documents near the
+    query and further along u wait outside its top 10. Moving along u orders the judged candidates ever better, so
+    the agreement keeps a long move; re-searched, the long move lets the unjudged ones push the nearest candidate
+    down, so the ranking rule keeps a shorter one."""
+    rng = np.random.default_rng(0)
+    u = unit(rng.standard_normal(D))
+    queries, rows, names = [], [], []
+    for i in range(40):
+        x = unit(rng.standard_normal(D))
+        x = unit(x - (x @ u) * u)
+        Z = unit(x + 1.2 * unit(rng.standard_normal((8, D))))
+        Z[0], Z[3] = unit(x + 0.3 * unit(rng.standard_normal(D))), unit(x + 1.2 * u)
+        docids = tuple(f"{i}.{j}" for j in range(8))
+        rows += [Z, unit(x + 1.2 * u + 0.6 * unit(rng.standard_normal((6, D))))]
+        names += [*docids, *(f"{i}.unjudged{j}" for j in range(6))]
+        queries.append(RewardedQuery("t", str(i), x, Z, np.array([3, 0, 0, 4, 0, 0, 0, 0.0]), docids))
+    index = np.concatenate(rows)
+
+    def search(task, vectors):  # exact inner-product search of the index above
+        return [[names[k] for k in np.argsort(-row)[:10]] for row in vectors @ index.T]
+
+    agreement = cross_validated_alpha(queries, "task", FitConfig())
+    ranking = cross_validated_alpha(queries, "task", FitConfig(), MagnitudeConfig(alpha_rule="ranking"), search=search)
+    assert agreement.alpha == 0.75 and agreement.gains[1.0] >= agreement.gains[0.75] and agreement.rule == "cv"
+    assert ranking.alpha == 0.5 and ranking.gains[1.0] < ranking.gains[0.5] and ranking.rule == "ranking"
+    with pytest.raises(ValueError, match="pass search"):
+        cross_validated_alpha(queries, "task", FitConfig(), MagnitudeConfig(alpha_rule="ranking"))

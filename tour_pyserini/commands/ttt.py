@@ -25,7 +25,7 @@ from tour_pyserini.commands.outputs import locked_output
 from tour_pyserini.errors import UserError
 from tour_pyserini.numbers import non_negative_int, positive_float
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
-from tour_pyserini.ttt.magnitude import AUTO_SCOPE, MagnitudeConfig
+from tour_pyserini.ttt.magnitude import AUTO_SCOPE, CROSS_VALIDATED, RANKING_DEPTH, MagnitudeConfig
 from tour_pyserini.ttt.neighbours import NeighbourConfig
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import SCOPES
@@ -176,10 +176,10 @@ def fit_command(args: argparse.Namespace) -> None:
             "--neighbours and --neighbour-temperature set how a neighbours state mixes; this fit is of "
             f"the {args.scope} scope"
         )
-    if magnitude.alpha_rule == "cv" and args.scope == "query":
+    if magnitude.alpha_rule in CROSS_VALIDATED and args.scope == "query":
         raise UserError(
-            "--alpha-rule cv: a query state moves only its own query, so held-out queries cannot judge "
-            "it; cross-validation is for global, task and neighbours states"
+            f"--alpha-rule {magnitude.alpha_rule}: a query state moves only its own query, so held-out queries "
+            "cannot judge it; cross-validation is for global, task and neighbours states"
         )
     with locked_output(args.output):
         init = read_init(args.init, args.scope) if args.init else None
@@ -217,8 +217,17 @@ def run_fit(
 ) -> None:
     from tour_pyserini.ttt.pipeline import fit_state
 
+    search = task_search(rewards) if magnitude.alpha_rule == "ranking" else None
     state, seconds = fit_state(
-        rewards, texts, args.scope, config, init=init, init_path=args.init, magnitude=magnitude, mixing=mixing
+        rewards,
+        texts,
+        args.scope,
+        config,
+        init=init,
+        init_path=args.init,
+        magnitude=magnitude,
+        mixing=mixing,
+        search=search,
     )
     state.save(args.output)
     for scope, choice in state.provenance.get("scope", {}).items():
@@ -231,6 +240,22 @@ def run_fit(
         f"wrote {args.output}: {state.scope} state, {len(state.keys)} residual(s) from {queries} rewarded queries "
         f"and {rewards.num_pairs} judgments ({config.objective}, fitted in {seconds:.2f} s)"
     )
+
+
+def task_search(rewards):
+    """What the ranking rule re-searches: each task's own dense index, its top ``RANKING_DEPTH`` docids."""
+    from functools import cache
+
+    from tour_pyserini.pipeline import SearchSpec, build, plan
+
+    @cache
+    def searcher(task: str):
+        return build(plan(SearchSpec(rewards.tasks[task].index))).searcher
+
+    def search(task: str, vectors):
+        return [[h.docid for h in hits] for hits in searcher(task).search_vectors(vectors, RANKING_DEPTH)]
+
+    return search
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 from tour_pyserini.errors import UserError
 from tour_pyserini.experiments.runner import RowStore, split_judge
 from tour_pyserini.files.transfers import ORACLE, Transfer, TransferCollection, Variant
+from tour_pyserini.ttt.magnitude import RANKING_DEPTH
 
 if TYPE_CHECKING:
     from tour_pyserini.eval.judge import Judge
@@ -138,25 +139,41 @@ class TransferTask:
         from tour_pyserini.ttt.fitting import RewardedQuery
 
         return [
-            RewardedQuery(self.col.name, self.qids[i], self.X[i], self.candidates[i].vectors, scores[i])
+            RewardedQuery(
+                self.col.name,
+                self.qids[i],
+                self.X[i],
+                self.candidates[i].vectors,
+                scores[i],
+                tuple(self.candidates[i].docids),
+            )
             for i in rows
             if not np.isnan(scores[i]).all()
         ]
 
 
-def fitted_state(queries: list, scope: str, rule: str):
+def fitted_state(queries: list, scope: str, rule: str, search=None):
     """The ``scope`` state fitted on ``queries``, its magnitude set by ``rule`` (``auto``: the scope and its α chosen
-    by cross-validation over ``queries``; the query scope, which moves no other query, where no shared one helps)."""
+    by cross-validation over ``queries``; the query scope, which moves no other query, where no shared one helps);
+    ``search`` re-searches a task's index for the ranking rule."""
     from tour_pyserini.ttt.fitting import fit_scope
-    from tour_pyserini.ttt.magnitude import AUTO_SCOPE, choose_scope, cross_validated_alpha
+    from tour_pyserini.ttt.magnitude import (
+        AUTO_SCOPE,
+        CROSS_VALIDATED,
+        MagnitudeConfig,
+        choose_scope,
+        cross_validated_alpha,
+    )
     from tour_pyserini.ttt.objectives import FitConfig
     from tour_pyserini.ttt.state import State
 
-    config = FitConfig()
+    config, magnitude = FitConfig(), MagnitudeConfig(alpha_rule=rule)
     if scope == AUTO_SCOPE:
-        scope, choice, _ = choose_scope(queries, config)
+        scope, choice, _ = choose_scope(queries, config, magnitude, search=search)
+    elif rule in CROSS_VALIDATED:
+        choice = cross_validated_alpha(queries, scope, config, magnitude, search=search)
     else:
-        choice = cross_validated_alpha(queries, scope, config) if rule == "cv" else None
+        choice = None
     keys, V, counts = fit_scope(queries, scope, config)
     chosen = None if choice is None else [choice.alpha] * len(keys)
     anchors = np.stack([q.x for q in queries]) if scope == "neighbours" else None
@@ -179,13 +196,18 @@ def moved(task: TransferTask, rows: list[int], state) -> tuple[np.ndarray, float
 def run_variant(transfer: Transfer, tasks: list[TransferTask], scores: list[np.ndarray], variant: Variant) -> dict:
     """Each collection's per-query Δ of its metric when unseen, the mean α its states were applied with, and how many
     of those states were of each scope (``auto`` chooses one per fit)."""
+    by_name = {t.col.name: t for t in tasks}
+
+    def search(task: str, vectors: np.ndarray) -> list[list[str]]:  # what the ranking rule re-searches
+        return [[h.docid for h in hits] for hits in by_name[task].searcher.search_vectors(vectors, RANKING_DEPTH)]
+
     vectors = [t.X.copy() for t in tasks]
     alphas: list[list[float]] = [[] for _ in tasks]
     scopes: list[list[str]] = [[] for _ in tasks]  # the scope of each state that moved the collection's queries
     if variant.held_out:
         for i, task in enumerate(tasks):
             others = [q for j, t in enumerate(tasks) if j != i for q in t.rewarded(scores[j], list(range(len(t.qids))))]
-            state = fitted_state(others, "global", variant.rule)
+            state = fitted_state(others, "global", variant.rule, search)
             vectors[i], alpha = moved(task, list(range(len(task.qids))), state)
             alphas[i].append(alpha)
             scopes[i].append(state.scope)
@@ -200,7 +222,7 @@ def run_variant(transfer: Transfer, tasks: list[TransferTask], scores: list[np.n
             for group in groups:
                 if not group:
                     continue
-                state = fitted_state(group, variant.scope, variant.rule)
+                state = fitted_state(group, variant.scope, variant.rule, search)
                 for i, (task, fold) in enumerate(zip(tasks, folds)):
                     if variant.scope == "task" and group[0].task != task.col.name:
                         continue
@@ -348,8 +370,8 @@ def write_transfer_report(rows: list[dict], output: str, title: str, source: str
 
 
 def plot_curves(report: list[dict], path: Path) -> None:
-    """Δ on unseen queries against the share of queries rewarded, one panel per collection, one line per teacher,
-    scope and rule that was measured at more than one share (none: no plot)."""
+    """Δ on unseen queries against the share of queries rewarded: one row of panels per teacher, one panel per
+    collection; colour by scope, line style by α rule; only what was measured at more than one share (none: no plot)."""
     lines: dict[tuple, list] = {}
     for r in report:
         if not r["held_out"]:
@@ -362,19 +384,32 @@ def plot_curves(report: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    teachers = list(dict.fromkeys(k[0] for k in lines))
+    scopes = list(dict.fromkeys(k[1] for k in lines))
+    styles = {"count": "-", "cv": "--", "ranking": ":"}
     names = list(dict.fromkeys(c for rows in lines.values() for r in rows for c in r["collections"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.5), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        for (teacher, scope, rule), rows in lines.items():
-            points = sorted((r["share"], r["collections"][name]["delta"]) for r in rows if name in r["collections"])
-            style = ("-" if rule == "count" else "--") + ("o" if scope == "task" else "s")
-            ax.plot(*zip(*points), style, label=f"{teacher}, {scope}, α {rule}")
-        ax.axhline(0, color="grey", lw=0.8)
-        metric = next(
-            r["collections"][name]["metric"] for rows in lines.values() for r in rows if name in r["collections"]
-        )
-        ax.set(title=name, xlabel="share of queries rewarded", ylabel=f"Δ {metric}, unseen queries")
-    axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
+    fig, axes = plt.subplots(len(teachers), len(names), figsize=(4.5 * len(names), 3.2 * len(teachers)), squeeze=False)
+    for row, teacher in zip(axes, teachers):
+        for ax, name in zip(row, names):
+            for (who, scope, rule), mine in lines.items():
+                points = sorted((r["share"], r["collections"][name]["delta"]) for r in mine if name in r["collections"])
+                if who == teacher and points:
+                    colour = f"C{scopes.index(scope)}"
+                    ax.plot(
+                        *zip(*points),
+                        styles.get(rule, "-."),
+                        marker="o",
+                        ms=3,
+                        color=colour,
+                        label=f"{scope}, α {rule}",
+                    )
+            ax.axhline(0, color="grey", lw=0.8)
+            metric = next(
+                r["collections"][name]["metric"] for rows in lines.values() for r in rows if name in r["collections"]
+            )
+            ax.set(title=f"{name}, {teacher} rewards", xlabel="share of queries rewarded", ylabel=f"Δ {metric}, unseen")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)

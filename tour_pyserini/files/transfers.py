@@ -40,8 +40,8 @@ FIELDS = {"name", "title", "split", "folds", "judged", "collections", "teachers"
 TABLE_FIELDS = {"scopes", "rules", "shares", "teachers", "held_out"}
 # TTT-Embed's words, which this floor may not import (a test holds them equal to tour_pyserini.ttt's)
 SHARED_SCOPES = ("task", "global", "neighbours")  # a query state moves only its own query: nothing to carry over
-ALPHA_RULES = ("count", "cv")
-AUTO_SCOPE = "auto"  # the scope chosen by cross-validation over the rewarded queries, with its α (so: rule cv)
+ALPHA_RULES = ("count", "cv", "ranking")
+AUTO_SCOPE = "auto"  # the scope chosen by cross-validation over the rewarded queries, with its α (rule cv or ranking)
 ORACLE = "oracle"  # the split's own labels (qrels grades, or whether a passage holds an answer): an upper bound
 
 
@@ -154,7 +154,7 @@ def _variants(path: Path, raw: object, teachers: tuple[str, ...]) -> tuple[Varia
         )
         rules = _names(fields.get("rules", list(ALPHA_RULES)), f"{where}: rules", ALPHA_RULES)
         if AUTO_SCOPE in scopes and "count" in rules:
-            raise UserError(f"{where}: scope auto chooses its alpha by cross-validation: its rule is cv alone")
+            raise UserError(f"{where}: scope auto chooses its alpha by cross-validation: its rules are cv or ranking")
         if held_out and "shares" in fields:
             raise UserError(f"{where}: a held-out collection's state is fitted on all the others' queries: no shares")
         shares = [1.0] if held_out else [_share(s, f"{where}: shares") for s in fields.get("shares") or [None]]

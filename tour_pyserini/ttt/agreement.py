@@ -8,7 +8,7 @@ that says nothing scores 0.5. A state is judged by the mean agreement over queri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -36,3 +36,22 @@ def mean_agreement(X: np.ndarray, candidates: Sequence[np.ndarray], rewards: Seq
     values = [pair_agreement(Z @ x, r) for x, Z, r in zip(X, candidates, rewards)]
     values = [v for v in values if not np.isnan(v)]
     return float(np.mean(values)) if values else float("nan")
+
+
+def judged_ndcg(ranking: Sequence[str], gains: Mapping[str, float], depth: int = 10) -> float:
+    """nDCG@``depth`` of a re-searched ``ranking`` whose gains are the judged documents' rewards (normalised to
+    [0, 1]); a document no teacher judged gains 0, so a move that brings unjudged documents in is counted as losing
+    what they displace. NaN when no judged document gains anything.
+
+    >>> judged_ndcg(["a", "b"], {"a": 1.0, "b": 0.0})
+    1.0
+    >>> round(judged_ndcg(["new", "a"], {"a": 1.0, "b": 0.0}), 4)
+    0.6309
+    """
+    ideal = sorted(gains.values(), reverse=True)[:depth]
+    discounts = 1.0 / np.log2(np.arange(2, depth + 2))
+    best = float(np.dot(ideal, discounts[: len(ideal)]))
+    if best <= 0:
+        return float("nan")
+    found = [gains.get(d, 0.0) for d in ranking[:depth]]
+    return float(np.dot(found, discounts[: len(found)])) / best

@@ -13,13 +13,15 @@ from tour_pyserini.ttt.state import SCOPES
 
 @dataclass(frozen=True)
 class RewardedQuery:
-    """A query with its judged candidates: vector x (d,), candidate vectors Z (k, d), raw rewards (k,)."""
+    """A query with its judged candidates: vector x (d,), candidate vectors Z (k, d), raw rewards (k,), and the
+    candidates' docids where a rule re-searches the index (``--alpha-rule ranking``)."""
 
     task: str
     qid: str
     x: np.ndarray
     Z: np.ndarray
     rewards: np.ndarray
+    docids: tuple[str, ...] = ()
 
 
 def scope_plan(

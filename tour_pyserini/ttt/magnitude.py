@@ -12,6 +12,12 @@ kept, but it moves no query, because nothing showed it helps queries it was not 
 A query state moves only its own query, so held-out queries cannot judge it: the rule is for global, task and
 neighbours states (a held-out query is then moved by the mixture of the other folds' query states).
 
+``--alpha-rule ranking`` asks the same held-out queries a question the agreement cannot answer: what the state does
+to their whole re-searched top 10. Each held-out query is searched again at every α, and the ranking is scored by
+nDCG@10 with its judged candidates' normalised rewards as gains and every document no teacher judged as gaining 0
+(:func:`~tour_pyserini.ttt.agreement.judged_ndcg`): a move that brings unjudged documents into the top 10 is counted
+as losing what they displace. The choice of α is then the same test.
+
 The same folds choose the scope (``--scope auto``): of the shared scopes whose cross-validated α is not 0, the one
 whose held-out gain at that α is highest; where none has one, the query scope, which moves only the queries that
 were rewarded, each by its own rewards.
@@ -20,18 +26,22 @@ were rewarded, each by its own rewards.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from tour_pyserini.numbers import at_least, check_fields, fraction, param
-from tour_pyserini.ttt.agreement import pair_agreement
+from tour_pyserini.ttt.agreement import judged_ndcg, pair_agreement
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
 from tour_pyserini.ttt.neighbours import NeighbourConfig, mix
 from tour_pyserini.ttt.objectives import FitConfig
 
-ALPHA_RULES = ("count", "cv")
+ALPHA_RULES = ("count", "cv", "ranking")
+CROSS_VALIDATED = ("cv", "ranking")  # the rules that choose α from held-out rewarded queries
+RANKING_DEPTH = 10  # the re-searched top the ranking rule scores
+# (task, query vectors (n, d) float32) -> each one's top RANKING_DEPTH docids in that task's index
+Search = Callable[[str, np.ndarray], list[list[str]]]
 AUTO_SCOPE = "auto"  # ttt fit's --scope that chooses one by cross-validation (choose_scope)
 SHARED = ("task", "global", "neighbours")  # the scopes that move queries nobody rewarded, in the order tried
 GRID = (0.1, 0.25, 0.5, 0.75, 1.0)  # besides α = 0, which every candidate is compared with
@@ -46,7 +56,8 @@ class MagnitudeConfig:
         str,
         "count: alpha = n/(n+1) of the rewarded queries behind a residual; cv: "
         "chosen by cross-validation over the rewarded queries (0 when no alpha helps held-out "
-        "ones)",
+        "ones); ranking: the same, judged by the held-out queries' re-searched top 10, a document no teacher judged "
+        "gaining nothing",
         choices=ALPHA_RULES,
     )
     cv_folds: int = param(5, at_least(2), "folds of the rewarded queries for --alpha-rule cv")
@@ -67,6 +78,7 @@ class MagnitudeChoice:
     gains: dict[float, float]
     p: float
     queries: int
+    rule: str = "cv"  # what judged them: cv (agreement on the judged candidates) or ranking (re-searched top 10)
 
     def to_json(self) -> dict:
         """What a state's provenance records of the choice, with :meth:`describe`'s line as ``summary``."""
@@ -125,9 +137,11 @@ def held_out_agreements(
     alphas: Sequence[float] = GRID,
     seed: int = 0,
     mixing: NeighbourConfig | None = None,
+    search: Search | None = None,
 ) -> np.ndarray:
     """Agreement (m, 1 + len(alphas)) of each held-out query that a fit could judge, at α = 0 and each α of
-    ``alphas``, over ``folds`` folds of ``queries``; queries whose teacher orders no pair are left out."""
+    ``alphas``, over ``folds`` folds of ``queries``; queries whose teacher orders no pair are left out. With
+    ``search``, each held-out query's re-searched top 10 scored by :func:`judged_ndcg` instead."""
     if scope not in ("global", "task", "neighbours"):
         raise ValueError(f"cross-validated magnitudes are for global, task and neighbours states, not {scope!r}")
     fold = fold_of(len(queries), folds, seed)
@@ -138,14 +152,39 @@ def held_out_agreements(
             continue
         keys, V, _ = fit_scope(train, scope, config)
         held = [q for q, g in zip(queries, fold) if g == f]
-        for q, v in zip(held, held_out_residuals(keys, V, scope, train, held, mixing or NeighbourConfig())):
-            if v is None:
-                continue
+        moved = [
+            (q, v)
+            for q, v in zip(held, held_out_residuals(keys, V, scope, train, held, mixing or NeighbourConfig()))
+            if v is not None
+        ]
+        if search is not None:
+            rows += ranking_rows(moved, alphas, search)
+            continue
+        for q, v in moved:
             x, Z = np.asarray(q.x, dtype=np.float64), np.asarray(q.Z, dtype=np.float64)
             row = [pair_agreement(Z @ (x + a * v), q.rewards) for a in (0.0, *alphas)]
             if not np.isnan(row[0]):
                 rows.append(row)
     return np.array(rows).reshape(-1, 1 + len(alphas))
+
+
+def ranking_rows(moved: list[tuple[RewardedQuery, np.ndarray]], alphas: Sequence[float], search: Search) -> list:
+    """For each (held-out query, residual v): :func:`judged_ndcg` of its re-searched top 10 at unit(x + α v), α = 0
+    and each of ``alphas`` (one search per task and α); queries whose teacher rewards nothing are left out."""
+    from tour_pyserini.ttt.objectives import normalise_rewards
+
+    values = np.full((len(moved), 1 + len(alphas)), np.nan)
+    for task in dict.fromkeys(q.task for q, _ in moved):
+        at = [i for i, (q, _) in enumerate(moved) if q.task == task]
+        X = np.stack([moved[i][0].x for i in at]).astype(np.float64)
+        R = np.stack([moved[i][1] for i in at])
+        for j, a in enumerate((0.0, *alphas)):
+            U = X + a * R
+            rankings = search(task, (U / np.linalg.norm(U, axis=1, keepdims=True)).astype(np.float32))
+            for i, ranking in zip(at, rankings):
+                q = moved[i][0]
+                values[i, j] = judged_ndcg(ranking, dict(zip(q.docids, normalise_rewards(q.rewards))), RANKING_DEPTH)
+    return [row for row in values.tolist() if not np.isnan(row[0])]
 
 
 def choose_alpha(agreements: np.ndarray, alphas: Sequence[float] = GRID, significance: float = 0.05) -> MagnitudeChoice:
@@ -174,13 +213,24 @@ def cross_validated_alpha(
     *,
     seed: int = 0,
     mixing: NeighbourConfig | None = None,
+    search: Search | None = None,
 ) -> MagnitudeChoice:
-    """α for the ``scope`` state fitted on ``queries``, chosen by cross-validation over those queries."""
+    """α for the ``scope`` state fitted on ``queries``, chosen by cross-validation over those queries: by the
+    agreement on their judged candidates, or (rule ``ranking``) by their re-searched top 10, which needs ``search``
+    and each query's docids."""
     magnitude = magnitude or MagnitudeConfig(alpha_rule="cv")
+    if magnitude.alpha_rule == "ranking" and (search is None or not all(q.docids for q in queries)):
+        raise ValueError("the ranking rule re-searches the index: pass search, and each query's docids")
     agreements = held_out_agreements(
-        queries, scope, config, folds=min(magnitude.cv_folds, len(queries)), seed=seed, mixing=mixing
+        queries,
+        scope,
+        config,
+        folds=min(magnitude.cv_folds, len(queries)),
+        seed=seed,
+        mixing=mixing,
+        search=search if magnitude.alpha_rule == "ranking" else None,
     )
-    return choose_alpha(agreements, GRID, magnitude.significance)
+    return replace(choose_alpha(agreements, GRID, magnitude.significance), rule=magnitude.alpha_rule)
 
 
 def choose_scope(
@@ -189,10 +239,11 @@ def choose_scope(
     magnitude: MagnitudeConfig | None = None,
     *,
     mixing: NeighbourConfig | None = None,
+    search: Search | None = None,
 ) -> tuple[str, MagnitudeChoice | None, dict[str, MagnitudeChoice]]:
     """The scope cross-validation over ``queries`` finds best for queries nobody rewarded, with its α choice (None:
     the query scope, where no shared scope's α is kept), and every shared scope's choice."""
-    choices = {s: cross_validated_alpha(queries, s, config, magnitude, mixing=mixing) for s in SHARED}
+    choices = {s: cross_validated_alpha(queries, s, config, magnitude, mixing=mixing, search=search) for s in SHARED}
     kept = {s: c for s, c in choices.items() if c.alpha > 0}
     if not kept:
         return "query", None, choices

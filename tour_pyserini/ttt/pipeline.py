@@ -18,7 +18,14 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.files.digest import file_sha256
 from tour_pyserini.index.query_side import query_encoder_spec
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
-from tour_pyserini.ttt.magnitude import AUTO_SCOPE, MagnitudeConfig, choose_scope, cross_validated_alpha
+from tour_pyserini.ttt.magnitude import (
+    AUTO_SCOPE,
+    CROSS_VALIDATED,
+    MagnitudeConfig,
+    Search,
+    choose_scope,
+    cross_validated_alpha,
+)
 from tour_pyserini.ttt.neighbours import NeighbourConfig
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.rewards import Rewards, TaskSource
@@ -68,11 +75,13 @@ def fit_state(
     init_path: str | None = None,
     magnitude: MagnitudeConfig | None = None,
     mixing: NeighbourConfig | None = None,
+    search: Search | None = None,
 ) -> tuple[State, float]:
     """The ``scope`` state fitted on ``rewards`` (query texts per task in ``texts``), warm-started from
     ``init``, its α chosen by ``magnitude``'s rule, mixed as ``mixing`` says (neighbours scope); and the seconds
     the fit took. Every task must be encoded by one encoder. Scope ``auto``: the scope and its α chosen by
-    cross-validation over the rewarded queries (:func:`~tour_pyserini.ttt.magnitude.choose_scope`)."""
+    cross-validation over the rewarded queries (:func:`~tour_pyserini.ttt.magnitude.choose_scope`). ``search``
+    re-searches a task's index for ``magnitude``'s ranking rule."""
     queries, encoder = [], None
     for task, judged in rewards.judgments.items():
         source = rewards.tasks[task]
@@ -89,7 +98,8 @@ def fit_state(
         X = QueryEncoder.build(spec).encode([texts[task][q] for q in qids])
         for qid, x in zip(qids, X):
             ids = list(judged[qid])
-            queries.append(RewardedQuery(task, qid, x, docs.get(ids), np.array([judged[qid][d] for d in ids])))
+            rewards_of = np.array([judged[qid][d] for d in ids])
+            queries.append(RewardedQuery(task, qid, x, docs.get(ids), rewards_of, tuple(ids)))
     if encoder is None:
         raise UserError("no rewarded queries to fit a state on")
     warm_start = None
@@ -100,10 +110,10 @@ def fit_state(
         warm_start = {"state": init_path, "sha256": file_sha256(init_path)}
     start = time.perf_counter()
     if scope == AUTO_SCOPE:  # the scope, and its α, chosen by cross-validation over the rewarded queries
-        scope, choice, tried = choose_scope(queries, config, magnitude, mixing=mixing)
+        scope, choice, tried = choose_scope(queries, config, magnitude, mixing=mixing, search=search)
     else:
-        cv = magnitude is not None and magnitude.alpha_rule == "cv"
-        choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing) if cv else None
+        cv = magnitude is not None and magnitude.alpha_rule in CROSS_VALIDATED
+        choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing, search=search) if cv else None
         tried = {}
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
     seconds = time.perf_counter() - start
