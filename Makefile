@@ -37,7 +37,7 @@ cranfield: install
 # every shipped configuration against the values its regressions/NAME.yaml expects (regressions-ci: the cheap ones),
 # then the methods table's BM25-teacher rows on every collection against experiments/methods.yaml's values (about a
 # minute once the indexes are built; every row, the cross-encoders' too, is `experiment methods --check`: hours);
-# regressions also checks the transfer protocol's oracle and BM25 rows (experiments/transfer.yaml: 5 minutes)
+# regressions also checks the transfer protocol's oracle and BM25 rows (experiments/transfer.yaml: 19 minutes)
 regressions: install
 	$(PY) -m tour_pyserini regressions
 	$(PY) -m tour_pyserini experiment methods --teachers bm25 --check --output runs/regressions-methods
