@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         return time_ways(experiment, args, argv)
     if isinstance(experiment, Transfer):
         return transfer_rows(experiment, args, argv)
-    if args.rounds or args.ways or args.tables:
-        raise UserError(f"--rounds, --ways and --tables are a timing's or a transfer's; {experiment.name} is neither")
+    refuse(args, ("rounds", "ways", "tables"), f"is a timing's or a transfer's option; {experiment.name} is neither")
     if args.batch_size:
         experiment = replace(experiment, batch_size=args.batch_size)
     cells = chosen_cells(experiment, args)
@@ -155,15 +154,21 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
 
 
-ROW_FLAGS = ("collections", "teachers", "budgets", "limit", "batch_size", "fresh", "merge")  # and --repeats
+ROW_FLAGS = ("collections", "teachers", "budgets", "limit", "batch_size", "fresh", "merge", "repeats")
+
+
+def refuse(args: argparse.Namespace, flags: tuple[str, ...], why: str) -> None:
+    """One line for the first of ``flags`` given (``--repeats``: other than 1) that this kind of experiment takes no
+    part of."""
+    given = [f for f in flags if (args.repeats != 1 if f == "repeats" else getattr(args, f))]
+    if given:
+        raise UserError(f"--{given[0].replace('_', '-')} {why}")
 
 
 def checked_ways(timing: Timing, args: argparse.Namespace) -> tuple[Timing, dict[str, int]]:
     """``timing`` with only the ways asked for (and those they compare with), each way's flags parsed by its own
     command before anything runs; the batch size of each search way (its traces' first batch is the warm-up)."""
-    given = [f for f in (*ROW_FLAGS, "tables") if getattr(args, f)] + (["repeats"] if args.repeats != 1 else [])
-    if given:
-        raise UserError(f"--{given[0].replace('_', '-')} is not a timing's option ({timing.name} times ways)")
+    refuse(args, (*ROW_FLAGS, "tables"), f"is not a timing's option ({timing.name} times ways)")
     ways = dict(timing.ways)
     if args.ways:
         keep = set(chosen(args.ways, list(ways), "ways", timing.name))
@@ -240,9 +245,7 @@ def chosen(given: list[str] | None, known, what: str, name: str) -> list[str]:
 
 def transfer_rows(transfer: Transfer, args: argparse.Namespace, argv: list[str] | None) -> None:
     """A transfer file's rows on the collections, teachers and tables asked for: its report, and its checks."""
-    given = [f for f in ("budgets", "limit", "batch_size", "merge", "rounds", "ways") if getattr(args, f)]
-    if given or args.repeats != 1:
-        raise UserError(f"--{(given or ['repeats'])[0].replace('_', '-')} is not a transfer's option")
+    refuse(args, ("budgets", "limit", "batch_size", "merge", "rounds", "ways", "repeats"), "is not a transfer's option")
     names = chosen(args.collections, list(transfer.collections), "collections", transfer.name)
     teachers = chosen(args.teachers, transfer.teachers, "teachers", transfer.name)
     tables = chosen(args.tables, list(dict.fromkeys(v.table for v in transfer.variants)), "tables", transfer.name)

@@ -156,41 +156,23 @@ def fitted_state(queries: list, scope: str, rule: str, search=None):
     """The ``scope`` state fitted on ``queries``, its magnitude set by ``rule`` (``auto``: the scope and its α chosen
     by cross-validation over ``queries``; the query scope, which moves no other query, where no shared one helps);
     ``search`` re-searches a task's index for the ranking rule."""
-    from tour_pyserini.ttt.fitting import fit_scope
-    from tour_pyserini.ttt.magnitude import (
-        AUTO_SCOPE,
-        CROSS_VALIDATED,
-        MagnitudeConfig,
-        choose_scope,
-        cross_validated_alpha,
-    )
+    from tour_pyserini.ttt.magnitude import MagnitudeConfig
     from tour_pyserini.ttt.objectives import FitConfig
-    from tour_pyserini.ttt.state import State
+    from tour_pyserini.ttt.pipeline import fit_queries
 
-    config, magnitude = FitConfig(), MagnitudeConfig(alpha_rule=rule)
-    if scope == AUTO_SCOPE:
-        scope, choice, _ = choose_scope(queries, config, magnitude, search=search)
-    elif rule in CROSS_VALIDATED:
-        choice = cross_validated_alpha(queries, scope, config, magnitude, search=search)
-    else:
-        choice = None
-    keys, V, counts = fit_scope(queries, scope, config)
-    chosen = None if choice is None else [choice.alpha] * len(keys)
-    anchors = np.stack([q.x for q in queries]) if scope == "neighbours" else None
-    tasks = sorted({q.task for q in queries})
-    return State(scope, keys, V, counts, tasks, config.to_json(), {}, {}, chosen, anchors)
+    return fit_queries(queries, scope, FitConfig(), magnitude=MagnitudeConfig(alpha_rule=rule), search=search)
 
 
 def moved(task: TransferTask, rows: list[int], state) -> tuple[np.ndarray, float]:
     """The vectors of ``rows`` of ``task`` as ``state`` moves them, and the magnitude α it applied to them."""
-    from tour_pyserini.ttt.state import shift_queries
+    from tour_pyserini.ttt.online import shift_by_state
 
-    if state.scope == "query" or (state.scope != "global" and task.col.name not in state.tasks):
-        return task.X[rows], 0.0  # query states move only the queries they were fitted on, and these are unseen
     X = task.X[rows]
-    residuals = state.residuals([task.qids[r] for r in rows], None if state.scope == "global" else task.col.name, X)
+    if state.scope == "query":
+        return X, 0.0  # query states move only the queries they were fitted on, and these are unseen
     mine = [a for key, a in zip(state.keys, state.alphas) if key[0] in (None, task.col.name)]
-    return shift_queries(X, residuals), float(np.mean(mine)) if mine else 0.0
+    shifted = shift_by_state(state, task.col.name, [task.qids[r] for r in rows], X)
+    return shifted, float(np.mean(mine)) if mine else 0.0
 
 
 def run_variant(transfer: Transfer, tasks: list[TransferTask], scores: list[np.ndarray], variant: Variant) -> dict:

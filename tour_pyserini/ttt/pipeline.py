@@ -102,13 +102,44 @@ def fit_state(
             queries.append(RewardedQuery(task, qid, x, docs.get(ids), rewards_of, tuple(ids)))
     if encoder is None:
         raise UserError("no rewarded queries to fit a state on")
-    warm_start = None
+    provenance: dict[str, dict] = {
+        path: {**info, "sha256": file_sha256(path)} for path, info in rewards.provenance.items()
+    }
     if init is not None:
         if init_path is None:
             raise ValueError("a warm start's provenance names its state file: pass init_path with init")
         init.check_encoder(encoder, f"--init {init_path}")
-        warm_start = {"state": init_path, "sha256": file_sha256(init_path)}
+        provenance["warm start"] = {"state": init_path, "sha256": file_sha256(init_path)}
     start = time.perf_counter()
+    state = fit_queries(
+        queries,
+        scope,
+        config,
+        magnitude=magnitude,
+        mixing=mixing,
+        search=search,
+        init=init,
+        encoder=encoder,
+        provenance=provenance,
+    )
+    return state, time.perf_counter() - start
+
+
+def fit_queries(
+    queries: Sequence[RewardedQuery],
+    scope: str,
+    config: FitConfig,
+    *,
+    magnitude: MagnitudeConfig | None = None,
+    mixing: NeighbourConfig | None = None,
+    search: Search | None = None,
+    init: State | None = None,
+    encoder: dict | None = None,
+    provenance: dict | None = None,
+) -> State:
+    """The ``scope`` state fitted on rewarded ``queries`` (warm-started from ``init``), its α chosen by
+    ``magnitude``'s rule, mixed as ``mixing`` says (neighbours scope); scope ``auto``: the scope and its α chosen by
+    cross-validation. What was chosen is added to ``provenance``, which the state keeps with ``encoder``."""
     if scope == AUTO_SCOPE:  # the scope, and its α, chosen by cross-validation over the rewarded queries
         scope, choice, tried = choose_scope(queries, config, magnitude, mixing=mixing, search=search)
     else:
@@ -116,12 +147,7 @@ def fit_state(
         choice = cross_validated_alpha(queries, scope, config, magnitude, mixing=mixing, search=search) if cv else None
         tried = {}
     keys, V, counts = fit_scope(queries, scope, config, init=init.by_key() if init is not None else None)
-    seconds = time.perf_counter() - start
-    provenance: dict[str, dict] = {
-        path: {**info, "sha256": file_sha256(path)} for path, info in rewards.provenance.items()
-    }
-    if warm_start is not None:
-        provenance["warm start"] = warm_start
+    provenance = dict(provenance or {})
     if choice is not None:
         provenance["magnitude"] = choice.to_json()
     if tried:
@@ -129,20 +155,19 @@ def fit_state(
     chosen = None if choice is None else [choice.alpha] * len(keys)
     neighbours = scope == "neighbours"
     anchors = np.stack([q.x for q in queries]) if neighbours else None  # keys are in query order
-    state = State(
+    return State(
         scope,
         keys,
         V,
         counts,
-        list(rewards.judgments),
+        list(dict.fromkeys(q.task for q in queries)),
         config.to_json(),
-        encoder,
+        encoder or {},
         provenance,
         chosen,
         anchors,
         mixing if neighbours else None,
     )
-    return state, seconds
 
 
 def fitted_per_query(
