@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 NQ      := collections/nq-oracle
 CRAN    := collections/cranfield
 
-.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-quality bench-teachers bench-ttt bench-transfer bench-scale bench-scale-21m orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
+.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-choose bench-ttt bench-transfer bench-scale bench-scale-21m orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
 
 install: $(VENV)/.installed
 
@@ -105,14 +105,23 @@ bench-runtime: install
 	$(PY) -m tour_pyserini experiment runtimes --check
 	$(PY) -m tour_pyserini experiment reader-runtimes --check
 
-# TOUR against every baseline with the trained and the BM25 teacher, SciFact + nq-oracle test
-bench-quality: install
-	$(PY) bench/quality.py
-
-# the trained teacher and its ensemble on SciFact test; TOUR at one configuration chosen on dev claims;
-# seconds per training step with --extra-topics, stored vectors against encoded texts
-bench-teachers: install
-	$(PY) bench/teachers.py
+# which method, chosen on each collection's training queries at 10 teacher calls a query (each method's settings
+# by cross-validation), then run once on its test queries: runs/choose/*.json, the table in docs/benchmarks.md
+CHOOSE := $(PY) -m tour_pyserini choose --budget 10 --judge-on test
+TORCH := --encoder-runtime torch
+SCIFACT_FLAGS := --remove-query $(TORCH)
+bench-choose: install
+	mkdir -p runs/choose
+	$(CHOOSE) --collection scifact --teacher bm25 --search="$(SCIFACT_FLAGS)" --report runs/choose/scifact-bm25.json
+	$(CHOOSE) --collection nq-oracle --teacher bm25 --search="$(TORCH)" --report runs/choose/nq-oracle-bm25.json
+	$(CHOOSE) --collection nq-oracle --teacher cross-encoder:models/nq-oracle-ce --search="$(TORCH)" \
+		--teacher-flags="--teacher-runtime torch" --report runs/choose/nq-oracle-cross-encoder.json
+	$(CHOOSE) --collection nq-oracle --teacher ensemble:models/nq-oracle-ce/ensemble.json --search="$(TORCH)" \
+		--teacher-flags="--teacher-runtime torch" --report runs/choose/nq-oracle-ensemble.json
+	$(CHOOSE) --collection scifact --teacher cross-encoder:models/scifact-rce --search="$(SCIFACT_FLAGS)" \
+		--teacher-flags="--teacher-runtime torch" --report runs/choose/scifact-cross-encoder.json
+	$(CHOOSE) --collection scifact --teacher ensemble:models/scifact-rce/ensemble.json --search="$(SCIFACT_FLAGS)" \
+		--teacher-flags="--teacher-runtime torch" --report runs/choose/scifact-ensemble.json
 
 # every test-time method at equal teacher budgets (10, 20, 100) on SciFact, nq-oracle and Cranfield, with BM25 and
 # the shipped cross-encoder teachers: runs/bench-methods.{json,md} and one quality-against-cost plot per collection

@@ -136,8 +136,6 @@ def test_only_the_composition_root_assembles_teachers_rewriters_and_stores():
 # benchmarks that still assemble their searches by hand, each to become a configuration of the experiment runner;
 # the list only shrinks: a benchmark assembles through the composition root, as tour_pyserini/experiments does
 BENCH_BY_HAND = {
-    "quality.py",
-    "teachers.py",
     "ttt.py",
 }
 

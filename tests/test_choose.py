@@ -118,3 +118,59 @@ def test_choose_measures_every_method_and_writes_the_command_that_runs_the_chose
         judge = QrelsJudge(read_qrels(qrels), ["nDCG@10"])
         per_query = judge.per_query(read_run(tmp_path / "RUN.trec"))["nDCG@10"]
         assert sum(per_query.values()) / len(per_query) == pytest.approx(choice.chosen["metrics"]["nDCG@10"], abs=2e-3)
+
+
+def test_a_setting_is_scored_on_folds_that_did_not_choose_it():
+    """Cross-validation's known values: B is perfect on folds 0 and 1 and worthless elsewhere, A is 0.45 everywhere.
+    Folds 0 and 1, held out, are scored by A (B's mean on the others is 0.25); folds 2-4 by B (0.5 on the others, with
+    folds 0 and 1), which scores 0 there. The cross-validated mean, 0.18, is below either setting's own: what a
+    choice made on the queries it is scored on would hide."""
+    import numpy as np
+
+    from tour_pyserini.experiments.choose import cross_validated
+    from tour_pyserini.ttt.magnitude import fold_of
+
+    qids = [f"q{i}" for i in range(10)]
+    fold = dict(zip(sorted(qids), fold_of(10, 5, 0)))
+    a = {"nDCG@10": {q: 0.45 for q in qids}}
+    b = {"nDCG@10": {q: 1.0 if fold[q] < 2 else 0.0 for q in qids}}
+    values, choices = cross_validated({"A": a, "B": b}, "nDCG@10")
+    assert choices == ["A", "A", "B", "B", "B"]
+    assert values["nDCG@10"] == {q: 0.45 if fold[q] < 2 else 0.0 for q in qids}
+    assert np.mean(list(values["nDCG@10"].values())) == pytest.approx(0.18)
+    assert cross_validated({"A": a}, "nDCG@10") == (a, ["A"] * 5)  # one setting: its own values
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--collection", "scifact", "--index", "i"], "--collection names the index, the topics and their judgments"),
+        (["--collection", "cranfield"], "collection cranfield has no split 'train'; its splits: test"),
+        (
+            ["--collection", "scifact", "--judge-on", "dev"],
+            "collection scifact has no split 'dev'; its splits: test, train",
+        ),
+        (
+            ["--index", "i", "--topics", "t", "--qrels", "q", "--judge-on", "test"],
+            "--judge-on SPLIT runs the choice on",
+        ),
+        (["--topics", "t", "--qrels", "q"], "give --index (or --collection)"),
+    ],
+)
+def test_a_collection_by_name_fills_the_index_and_the_training_split(flags, message, monkeypatch):
+    from tour_pyserini.commands.choose import options_of, parser
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(UserError) as e:
+        options_of(parser().parse_args([*flags, "--teacher", "bm25", "--budget", "5"]))
+    assert message in str(e.value)
+
+
+def test_a_registered_collection_is_chosen_on_its_training_split(monkeypatch):
+    from tour_pyserini.commands.choose import options_of, parser
+
+    monkeypatch.chdir(ROOT)
+    options = options_of(parser().parse_args(["--collection", "nq-oracle", "--teacher", "bm25", "--budget", "5"]))
+    assert (options.index, options.topics, options.qrels) == ("indexes/nq-oracle.minilm", "nq-oracle-train", None)
+    options = options_of(parser().parse_args(["--collection", "scifact", "--teacher", "bm25", "--budget", "5"]))
+    assert (options.topics, options.qrels, options.measure) == ("scifact-train", "scifact-train", "nDCG@10")

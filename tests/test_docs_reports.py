@@ -114,3 +114,20 @@ def test_the_benchmarks_page_shows_the_transfer_tables_of_its_report():
     cell = moved[0]["collections"]["scifact"]
     cell["delta"] += 0.0001
     assert transfer_table(moved, moved[0]["table"]) not in text
+
+
+def test_the_benchmarks_page_shows_the_checks_of_choose():
+    """The table of choices made on training queries and judged on test queries, as rendered from the reports of
+    `make bench-choose` (and the methods table's expected rows); a test score moved by 0.0001 is not there."""
+    import json
+
+    from tour_pyserini.experiments.pages import choice_table
+
+    reports = [json.loads(p.read_text()) for p in sorted((ROOT / "runs" / "choose").glob("*.json"))]
+    methods = find_experiment(str(ROOT / "experiments" / "methods.yaml"))
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    rendered = choice_table(reports, methods)
+    assert f"<!-- choose -->\n{rendered}<!-- end choose -->" in text, f"docs/benchmarks.md does not show:\n{rendered}"
+    moved = json.loads(json.dumps(reports))
+    moved[0]["judged"][moved[0]["metric"]] += 0.0001
+    assert choice_table(moved, methods) not in text

@@ -1,10 +1,12 @@
 """Which method for my collection: every test-time method measured on the user's own training queries at one teacher
 budget, through the experiment runner, and the best one named with the command that runs it.
 
-The methods are the methods table's, at their defaults (TOUR at k = b with the passage preset, ReFIT's and DART's
-chosen on SciFact's training claims, Rocchio and average PRF Pyserini's, TTT-Embed's query state fitted on the
-teacher's scores of each query's top b). No setting is chosen here beyond the method itself: the queries given are
-the ones measured, so they must not be the queries the choice is later judged on.
+The methods are the methods table's (TOUR at k = b with the passage preset, ReFIT's and DART's settings chosen on
+SciFact's training claims, Rocchio and average PRF Pyserini's). A method with settings to choose (re-ranking's
+interpolation with the retriever, TOUR's final ranking, TTT-Embed's scope) is scored by cross-validation: each fold
+of the queries by the setting best on the other folds, so the score a method reports is that of choosing its setting,
+not of the best setting seen; the setting it names is the one best on all the queries. The queries given are the ones
+measured, so they must not be the queries the choice is later judged on.
 """
 
 from __future__ import annotations
@@ -27,13 +29,26 @@ log = logging.getLogger(__name__)
 
 BASELINE, WITHIN = "dense", "rerank"
 METHODS = {"dense": "", "rocchio": "--rewriter rocchio", "avg-prf": "--rewriter avg-prf", "dart": "--rewriter dart"}
-WITH_TEACHER: dict[str, str | dict] = {  # at depth b, as the methods table runs them
-    "rerank": "--rewriter rerank --depth {budget}",
-    "refit": "--rewriter refit --depth {budget}",
-    "tour-hard": "--rewriter tour-hard --depth {budget} --preset passage",
-    "tour-soft": "--rewriter tour-soft --depth {budget} --preset passage",
-    "ttt-embed": {"fit": "query"},
+_TOUR = "--depth {budget} --preset passage"
+SETTINGS: dict[str, dict[str, str | dict]] = {  # each teacher method's settings at depth b, the methods table's first
+    "rerank": {
+        "teacher order": "--rewriter rerank --depth {budget}",
+        # the retriever's term on MiniLM's own scale (its training divided similarities by 0.05)
+        "interpolated": "--rewriter rerank --depth {budget} --lambda 0.5 --smoothing 0.05",
+    },
+    "refit": {"default": "--rewriter refit --depth {budget}"},
+    "tour-hard": {
+        "final search": f"--rewriter tour-hard {_TOUR}",
+        "final union": f"--rewriter tour-hard {_TOUR} --final union",
+    },
+    "tour-soft": {
+        "final search": f"--rewriter tour-soft {_TOUR}",
+        "final union": f"--rewriter tour-soft {_TOUR} --final union",
+    },
+    "ttt-embed": {scope: {"fit": scope} for scope in ("query", "neighbours", "task", "global")},  # fitted on the top b
 }
+WITH_TEACHER = {method: next(iter(settings.values())) for method, settings in SETTINGS.items()}  # the table's menu
+FOLDS = 5
 SIGNIFICANCE = 0.05
 
 
@@ -53,6 +68,7 @@ class ChooseOptions:
     hits: int = 100
     batch_size: int = 32
     search: tuple[str, ...] = ()  # flags every method's search gets (--remove-query, --encoder-runtime ...)
+    teacher_flags: tuple[str, ...] = ()  # the teacher's options (--teacher-runtime ...), where a method asks it
     limit: int | None = None  # the first N judged queries only (a smoke run)
 
     @property
@@ -73,8 +89,9 @@ class Choice:
 
     def table(self) -> str:
         lines = [
-            f"| method | {self.metric} | 95% CI | calls/query | ms/query | Holm p vs {BASELINE} | Holm p vs {WITHIN} |",
-            "|---|---|---|---|---|---|---|",
+            f"| method | setting | {self.metric} | 95% CI | calls/query | ms/query | Holm p vs {BASELINE} | "
+            f"Holm p vs {WITHIN} |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in self.rows:
             low, high = r["ci"]
@@ -82,10 +99,17 @@ class Choice:
             cells = [f"{p:.3g}" if p is not None else "–" for p in ps]
             mark = " (chosen)" if r is self.chosen else ""
             lines.append(
-                f"| {r['method']}{mark} | {r['metrics'][self.metric]:.4f} | {low:.4f}–{high:.4f} | "
+                f"| {r['method']}{mark} | {r.get('setting', '')} | {r['metrics'][self.metric]:.4f} | "
+                f"{low:.4f}–{high:.4f} | "
                 f"{r['teacher_calls_per_query']:.1f} | {r['ms_per_query']:.1f} | {cells[0]} | {cells[1]} |"
             )
         return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict:
+        """The table as data: each row without its per-query values, the method chosen and its commands."""
+        rows = [{k: v for k, v in r.items() if k != "per_query"} for r in self.rows]
+        chosen = None if self.chosen is None else self.chosen["method"]
+        return {"metric": self.metric, "rows": rows, "chosen": chosen, "commands": self.commands}
 
     def to_dataframe(self):
         """The rows as ``pt.Experiment`` shapes its table: one row per system, its measure's column, and the Holm
@@ -96,6 +120,7 @@ class Choice:
             [
                 {
                     "name": r["method"],
+                    "setting": r.get("setting", ""),
                     self.metric: r["metrics"][self.metric],
                     f"{self.metric} p-value (Holm) vs {BASELINE}": holm_p(r, VS_BASELINE, self.metric),
                     f"{self.metric} p-value (Holm) vs {WITHIN}": holm_p(r, VS_WITHIN, self.metric),
@@ -146,8 +171,14 @@ def experiment_of(options: ChooseOptions) -> Experiment:
         (options.measure,),
         {"given": Split(topics, Path(options.qrels) if options.qrels else None)},
     )
-    col = ExperimentCollection(collection, (options.measure,), (), {options.teacher: ()}, options.index)
-    with_teacher = {m: v["fit"] if isinstance(v, dict) else tuple(shlex.split(v)) for m, v in WITH_TEACHER.items()}
+    col = ExperimentCollection(
+        collection, (options.measure,), (), {options.teacher: options.teacher_flags}, options.index
+    )
+    with_teacher = {
+        variant(m, name): v["fit"] if isinstance(v, dict) else tuple(shlex.split(v))
+        for m, settings in SETTINGS.items()
+        for name, v in settings.items()
+    }
     return Experiment(
         "choose",
         Path("choose"),
@@ -163,6 +194,65 @@ def experiment_of(options: ChooseOptions) -> Experiment:
         ("--rewriter", "rerank", "--depth", str(min(10, options.budget))),
         WITHIN,
     )
+
+
+def variant(method: str, setting: str) -> str:
+    """The experiment's name of ``method`` at ``setting``."""
+    return f"{method} [{setting}]"
+
+
+def cross_validated(
+    settings: dict[str, dict[str, dict[str, float]]], metric: str, folds: int = FOLDS, seed: int = 0
+) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Choosing a setting by cross-validation, scored: ``settings`` maps each setting to its per-query values (metric
+    -> qid -> value); each fold's queries get the values of the setting whose mean ``metric`` is highest on the other
+    folds (the first among equals). The per-query values so chosen, and each fold's choice."""
+    from tour_pyserini.ttt.magnitude import fold_of
+
+    names = list(settings)
+    qids = sorted(settings[names[0]][metric])
+    fold = fold_of(len(qids), folds, seed)
+    chosen_values: dict[str, dict[str, float]] = {m: {} for m in settings[names[0]]}
+    choices = []
+    for f in range(folds):
+        train = [q for q, g in zip(qids, fold) if g != f]
+        best = max(names, key=lambda n: (float(np.mean([settings[n][metric][q] for q in train])), -names.index(n)))
+        choices.append(best)
+        for m, values in chosen_values.items():
+            values.update({q: settings[best][m][q] for q, g in zip(qids, fold) if g == f})
+    return chosen_values, choices
+
+
+def method_rows(rows: list[dict], metric: str) -> list[dict]:
+    """One row per method from the rows of its settings: scored by cross-validation (:func:`cross_validated`), its
+    costs and command those of the setting best on all the queries, which it names."""
+    out: list[dict] = []
+    for method in [*METHODS, *SETTINGS]:
+        mine = {r["method"].removeprefix(method + " [").removesuffix("]"): r for r in rows if owner(r) == method}
+        if not mine:
+            continue
+        if method in METHODS:
+            out.append(mine[method])
+            continue
+        per_query, folds = cross_validated({n: r["per_query"] for n, r in mine.items()}, metric)
+        best = max(mine, key=lambda n: (mine[n]["metrics"][metric], -list(mine).index(n)))
+        out.append(
+            {
+                **mine[best],
+                "method": method,
+                "setting": best,
+                "fold_settings": folds,
+                "settings": {n: r["metrics"] for n, r in mine.items()},
+                "per_query": per_query,
+                "metrics": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
+            }
+        )
+    return out
+
+
+def owner(row: dict) -> str:
+    """The method of an experiment row (a setting's row is named ``METHOD [SETTING]``)."""
+    return row["method"].split(" [")[0]
 
 
 def pick(rows: list[dict], options: ChooseOptions) -> dict | None:
@@ -194,21 +284,23 @@ def commands_of(row: dict | None, options: ChooseOptions) -> list[str]:
     method = BASELINE if row is None else row["method"]
     if method in METHODS:
         return [shlex.join([*search, *shlex.split(METHODS[method])])]
-    if isinstance(WITH_TEACHER[method], dict):
+    setting = SETTINGS[method][row["setting"]]
+    if isinstance(setting, dict):
         b = str(options.budget)
         ttt = ["tour-pyserini", "ttt"]
         return [
             shlex.join(
                 [*ttt, "rewards", "--index", options.index, "--topics", "TOPICS", "--teacher", options.teacher]
+                + list(options.teacher_flags)
                 + ["--budget", b, "--depth", b, "--output", "rewards.jsonl"]
             ),
             shlex.join(
-                [*ttt, "fit", "--rewards", "rewards.jsonl", "--scope", "query", "--output", "state.safetensors"]
+                [*ttt, "fit", "--rewards", "rewards.jsonl", "--scope", setting["fit"], "--output", "state.safetensors"]
             ),
             shlex.join([*search, "--rewriter", "ttt-embed", "--state", "state.safetensors"]),
         ]
-    flags = shlex.split(str(WITH_TEACHER[method]).replace("{budget}", str(options.budget)))
-    return [shlex.join([*search, *flags, "--teacher", options.teacher])]
+    flags = shlex.split(setting.replace("{budget}", str(options.budget)))
+    return [shlex.join([*search, *flags, "--teacher", options.teacher, *options.teacher_flags])]
 
 
 def choose(options: ChooseOptions, search_of: SearchOf) -> Choice:
@@ -226,9 +318,59 @@ def choose(options: ChooseOptions, search_of: SearchOf) -> Choice:
     with tempfile.TemporaryDirectory() as tmp:
         store = RowStore(Path(tmp) / "rows.jsonl")
         rows = run_experiment(experiment, cells, search_of, store, limit=options.limit)
-    rows = [{k: v for k, v in r.items() if k != "fingerprint"} for r in rows]
+    rows = method_rows([{k: v for k, v in r.items() if k != "fingerprint"} for r in rows], options.measure)
     add_significance(rows, BASELINE, WITHIN)
     for r in rows:
         r["ci"] = mean_interval(list(r["per_query"][options.measure].values()))
     chosen = pick(rows, options)
     return Choice(options.measure, rows, chosen, commands_of(chosen, options))
+
+
+def judged_on(choice: Choice, options: ChooseOptions, collection: Collection, split: str, search_of: SearchOf) -> dict:
+    """The honest check of a choice: the chosen method at its setting (dense retrieval where none was chosen) run on
+    ``collection``'s ``split``, queries the choice never saw, beside dense retrieval on the same queries (paired
+    t-test)."""
+    from tour_pyserini.eval.significance import paired_t_test
+
+    chosen = choice.chosen or next(r for r in choice.rows if r["method"] == BASELINE)
+    method, setting = chosen["method"], chosen.get("setting")
+    with_teacher = {}
+    if method in SETTINGS:
+        value = SETTINGS[method][setting]
+        with_teacher[variant(method, setting)] = value["fit"] if isinstance(value, dict) else tuple(shlex.split(value))
+    col = ExperimentCollection(
+        collection, (options.measure,), (), {options.teacher: options.teacher_flags}, options.index
+    )
+    experiment = Experiment(
+        "choose",
+        Path("choose"),
+        "The chosen method on held-out queries",
+        split,
+        options.hits,
+        options.batch_size,
+        (options.budget,),
+        tuple(options.search),
+        {collection.name: col},
+        {m: tuple(shlex.split(METHODS[m])) for m in dict.fromkeys([BASELINE, method]) if m in METHODS},
+        with_teacher,
+        ("--rewriter", "rerank", "--depth", str(min(10, options.budget))),
+        WITHIN,
+    )
+    cells = {collection.name: experiment.cells(collection.name)}
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = run_experiment(experiment, cells, search_of, RowStore(Path(tmp) / "rows.jsonl"))
+    dense, mine = rows[0], rows[-1]
+    values = mine["per_query"][options.measure]
+    qids = sorted(values)
+    base = dense["per_query"][options.measure]
+    return {
+        "method": method,
+        "setting": setting,
+        "split": f"{collection.name}-{split}",
+        "queries": len(qids),
+        options.measure: mine["metrics"][options.measure],
+        "dense": dense["metrics"][options.measure],
+        "p_vs_dense": None if mine is dense else paired_t_test([values[q] for q in qids], [base[q] for q in qids]),
+        "teacher_calls_per_query": mine["teacher_calls_per_query"],
+        "ms_per_query": mine["ms_per_query"],
+    }

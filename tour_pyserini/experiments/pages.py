@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tour_pyserini.experiments.report import VS_BASELINE, VS_WITHIN, holm_p, sections
-from tour_pyserini.files.experiments import Experiment
+from tour_pyserini.files.experiments import NO_TEACHER, Experiment
 from tour_pyserini.rewriters import get_rewriter_class
 
 
@@ -159,4 +159,39 @@ def transfer_table(report: list[dict], table: str) -> str:
             )
         share = "others" if r["held_out"] else f"{r['share']:g}"
         lines.append(f"| {r['teacher']} | {r['scope']} | {r['rule']} | {share} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def choice_table(reports: list[dict], table: Experiment) -> str:
+    """Each check of a choice (``tour-pyserini choose --collection NAME --judge-on test --report``): the method
+    chosen on the collection's training queries with its cross-validated score there, its score on the test queries
+    beside dense retrieval's, the best test score of any method in ``table`` (the methods table) at the same teacher
+    and budget, the regret (that best minus the chosen one's), and the seconds ``choose`` took."""
+    lines = [
+        "| collection | teacher | chosen on train (setting) | train, cross-validated | test | dense, test (paired p) | "
+        "best in the methods table, test | regret | choose took |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        judged, metric = r["judged"], r["metric"]
+        chosen = next((row for row in r["rows"] if row["method"] == judged["method"]), None)
+        name = judged["method"] + (f" ({judged['setting']})" if judged["setting"] else "")
+        trained = f"{chosen['metrics'][metric]:.4f}" if chosen else ""
+        best = max(
+            (
+                (values[metric], method)
+                for (collection, method, teacher, budget), values in table.expect.items()
+                if collection == r["collection"]
+                and (teacher, budget) in {(r["teacher"], r["budget"]), (NO_TEACHER, None)}
+            ),
+            default=None,
+        )
+        regret = f"{best[0] - judged[metric]:+.4f}" if best else ""
+        shown_best = f"{best[0]:.4f} ({best[1]})" if best else ""
+        lines.append(
+            f"| {r['collection']} | {r['teacher'].split(':')[0]} | {name} | {metric} {trained} | "
+            f"{judged[metric]:.4f} | "
+            f"{judged['dense']:.4f} ({p_value(judged['p_vs_dense'])}) | {shown_best} | {regret} | "
+            f"{r['seconds'] / 60:.1f} min |"
+        )
     return "\n".join(lines) + "\n"

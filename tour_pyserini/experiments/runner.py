@@ -140,7 +140,7 @@ class CollectionRun:
             depth, k = cell.budget or self.experiment.hits, self.experiment.hits
             start = time.perf_counter()
             results = fitted_per_query(
-                self.searcher, teacher, cell.collection, self.qids, self.texts, self.vectors, depth, k
+                self.searcher, teacher, cell.collection, self.qids, self.texts, self.vectors, depth, k, cell.fit
             )
             return self.record(cell, results, time.perf_counter() - start, False)
         search = self.search_of(cell.flags, self.col.index)

@@ -68,7 +68,7 @@ FIELDS = {
 }
 COLLECTION_FIELDS = {"metrics", "search", "teachers"}
 RUNNER_SETS = ("--index", "--topics", "--output", "--run-tag", "--hits", "--teacher")
-FITS = ("query",)  # the TTT-Embed scopes an experiment may fit per query at test time
+FITS = ("query", "neighbours", "task", "global")  # the TTT-Embed scopes an experiment may fit at test time
 NO_TEACHER = "-"
 
 

@@ -171,12 +171,21 @@ def fit_queries(
 
 
 def fitted_per_query(
-    searcher, teacher, task: str, qids: Sequence[str], texts: Sequence[str], vectors, depth: int, k: int
+    searcher,
+    teacher,
+    task: str,
+    qids: Sequence[str],
+    texts: Sequence[str],
+    vectors,
+    depth: int,
+    k: int,
+    scope: str = "query",
 ):
-    """TTT-Embed's query-scope state fitted at test time: ``teacher``'s scores of each query's base top ``depth``
-    (``searcher``'s) fit the state, and each query is searched once more, moved by its own residual,
-    unit(x + alpha v). What a state gives a query judged as re-ranking its top ``depth`` would; the top ``k`` of each
-    query with its trace (the teacher's calls)."""
+    """TTT-Embed's state of ``scope`` fitted at test time: ``teacher``'s scores of each query's base top ``depth``
+    (``searcher``'s) fit the state, and each query is searched once more, moved by it, unit(x + alpha v). A query
+    state moves each query by its own rewards alone (what a state gives a query judged as re-ranking its top
+    ``depth`` would); a shared state moves each by all the queries' rewards, which only the teacher made. The top
+    ``k`` of each query with its trace (the teacher's calls)."""
     from tour_pyserini.results import SearchResult, Trace
     from tour_pyserini.teachers import ScoreCache
     from tour_pyserini.ttt.state import shift_queries
@@ -191,8 +200,6 @@ def fitted_per_query(
         for qid, x, f, s in zip(qids, vectors, found, scores)
         if not np.isnan(s).all()
     ]
-    config = FitConfig()
-    keys, V, counts = fit_scope(queries, "query", config)
-    state = State("query", keys, V, counts, [task], config.to_json(), {})
-    moved = shift_queries(vectors, state.residuals(list(qids), task, vectors))
+    state = fit_queries(queries, scope, FitConfig())
+    moved = shift_queries(vectors, state.residuals(list(qids), None if scope == "global" else task, vectors))
     return [SearchResult(q, r, t) for q, r, t in zip(qids, searcher.search_vectors(moved, k), traces)]
