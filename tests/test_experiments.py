@@ -63,7 +63,7 @@ def lab(tmp_path, monkeypatch, mini_scifact, dense_index, bm25_index) -> Path:
         (("hits: 20", "hits: 20\nseed: 3"), "unknown field 'seed'"),
         (("name: mine", "name: yours"), "name 'yours' is not its file's"),
         (("--rewriter rocchio", "--rewriter rocchio --hits 5"), "--hits is the runner's to set"),
-        (("{fit: query}", "{fit: auto}"), "a fitted state is {fit: SCOPE}, SCOPE one of query, neighbours, task, global"),
+        (("{fit: query}", "{fit: auto}"), "SCOPE one of query, neighbours, task, global"),
         (
             ("[nDCG@10, R@100]", "[nDCG@10, P@5]"),
             "'P@5' is not scored; the collection's metrics: nDCG@10, R@100, RR@10",

@@ -146,10 +146,15 @@ def test_served_queries_teach_a_state_that_serves_later_ones_and_survives_kill_9
     assert (learn / "rewards.jsonl").read_text(encoding="utf-8").count("\n") == 10  # the torn line was cut
 
 
-def learner(tmp_path, vectors: dict, scope: str = "global", share: float = 1.0, failing: list | None = None):
-    """An OnlineLearner over synthetic vectors: ``vectors`` maps query texts and docids to their vectors."""
+def learner(
+    tmp_path, vectors: dict, scope: str = "global", share: float = 1.0, failing: list | None = None, rule: str = "cv"
+):
+    """An OnlineLearner over synthetic vectors: ``vectors`` maps query texts and docids to their vectors; the ranking
+    rule re-searches every vector whose name is not a query's (``q...``)."""
     from tour_pyserini.ttt.objectives import FitConfig
     from tour_pyserini.ttt.online import OnlineLearner
+
+    search = exact_search(vectors)
 
     def doc_vectors(task, docids):
         if failing:
@@ -165,9 +170,22 @@ def learner(tmp_path, vectors: dict, scope: str = "global", share: float = 1.0, 
         tasks=["t"],
         fit=FitConfig(steps=100),
         max_key_share=share,
+        alpha_rule=rule,
+        search=search,
     )
     out.start()
     return out
+
+
+def exact_search(vectors: dict):
+    """The top 10 docids of each query vector among ``vectors``' documents (names not starting with ``q``)."""
+    names = [n for n in vectors if not n.startswith("q")]
+    D = np.stack([vectors[n] for n in names])
+
+    def search(task, X):
+        return [[names[i] for i in np.argsort(-(D @ x), kind="stable")[:10]] for x in X]
+
+    return search
 
 
 def unit(*v):
@@ -293,6 +311,32 @@ def test_a_neighbours_state_moves_a_new_query_by_the_rewarded_queries_near_it(tm
     new = np.array([unit(1, 0.05, 0, 0)])
     moved = online.shift("t", ["new"], ["b"], new)[0]
     assert moved @ vectors["up"] > new[0] @ vectors["up"] + 0.05
+
+
+def test_the_server_judges_a_shared_state_by_its_re_searched_rankings(tmp_path):
+    """The server's rule by default: queries near e1 prefer "up" (towards e2) to "down"; the neighbours state that
+    moves them towards e2 raises "up" in held-out rewarded queries' re-searched top 10, so it is served, its α
+    chosen by the ranking rule (which ``tests/test_ttt_magnitude.py`` shows keeping shorter moves where unjudged
+    documents would push the judged ones down)."""
+    rng = np.random.default_rng(1)
+    vectors = {"up": unit(0.3, 1, 0, 0), "down": unit(1, 0, 0, 0)}
+    for i in range(12):
+        vectors[f"q{i}"] = unit(*(np.array([1.0, 0, 0, 0]) + 0.2 * rng.standard_normal(4)))
+    online = learner(tmp_path, vectors, scope="neighbours", rule="ranking")
+    online.add([Reward("t", f"q{i}", f"q{i}", {"up": 1.0, "down": 0.0}, "a") for i in range(12)])
+    status = wait_until(lambda: online.status()["fits"] and online.status())
+    online.close()
+    assert status["alpha_rule"] == "ranking" and status["last_fit"]["served"] and status["last_fit"]["alpha"] > 0
+    assert online.current[1].provenance["magnitude"]["rule"] == "ranking"
+
+
+def test_a_server_learns_by_the_ranking_rule_unless_told_otherwise():
+    from tour_pyserini.commands.serve import parser
+    from tour_pyserini.serve.engine import ServeConfig
+
+    assert ServeConfig.alpha_rule == "ranking" and parser().parse_args(["--index", "i"]).alpha_rule == "ranking"
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--index", "i", "--alpha-rule", "count"])  # count does not protect unseen queries
 
 
 def test_what_a_restart_learns_from_follows_the_rules_of_the_server_restarted(tmp_path):

@@ -71,6 +71,11 @@ def test_the_rewarded_rows_are_never_the_held_out_folds_and_grow_by_nesting():
         (("bm25: bm25", "bm25: {mini: bm25}"), "teacher 'bm25': one spec, or a spec for each of mini, twin"),
         (("{metric: nDCG@10}", "{metric: P@5}"), "metric 'P@5' is not one it scores (nDCG@10)"),
         (("held oracle global cv 1", "held bm25 global cv 1"), "expect 'held bm25 global cv 1': no such row"),
+        (("twin: {metric: nDCG@10}", "twin: {encoder: 3}"), "collection 'twin': encoder names a directory or an"),
+        (("twin: {metric: nDCG@10}", "twin: {base: twin}"), "collection 'twin': base 'twin' is not another of its"),
+        (("twin: {metric: nDCG@10}", "twin: {seed: 1}"), "a mapping of base, collection, encoder, metric was"),
+        (("shares: [0.75]}", "shares: [0.75], collections: [nope]}"), "collections: a list of some of mini, twin"),
+        (("teachers: [oracle]}", "teachers: [oracle], collections: [mini]}"), "held-out table needs two collections"),
     ],
 )
 def test_a_wrong_transfer_file_is_one_line_naming_it(lab, change, message):
@@ -142,3 +147,27 @@ def test_a_transfer_files_words_are_ttt_embeds():
     assert transfers.ALPHA_RULES == magnitude.ALPHA_RULES
     assert set(transfers.SHARED_SCOPES) == set(state.SCOPES) - {"query"} == set(magnitude.SHARED)
     assert transfers.AUTO_SCOPE == magnitude.AUTO_SCOPE
+
+
+def test_an_entry_with_its_own_encoder_is_compared_with_its_base(lab):
+    """An entry that encodes mini's queries with the bundled encoder, named as its own, under base mini: its dense
+    run is mini's to the last bit (Δ 0 against the base), so its moved queries gain against the base what they gain
+    against their own dense run. Tables without ``collections:`` leave it out."""
+    from tour_pyserini.encoders.spec import bundled_model_dir
+    from tour_pyserini.experiments.transfer import run_transfer, with_holm
+    from tour_pyserini.files.experiments import find_experiment
+
+    path = lab / "experiments" / "carry.yaml"
+    entry = f"  same: {{collection: mini, encoder: {bundled_model_dir()}, base: mini}}\n"
+    table = "  own: {scopes: [task], rules: [count], shares: [0.75], teachers: [oracle], collections: [same]}\n"
+    path.write_text(TRANSFER.replace("teachers:\n", entry + "teachers:\n", 1).replace("expect:\n", table + "expect:\n"))
+    transfer = find_experiment("carry")
+    assert all(v.collections == ("mini", "twin") for v in transfer.variants if v.table != "own")
+    own = [v for v in transfer.variants if v.table == "own"]
+    rows = with_holm(run_transfer(transfer, ["mini", "twin", "same"], own, str(lab / "runs" / "own")))
+    cell = rows[0]["collections"]["same"]
+    versus = cell["versus_base"]
+    assert list(rows[0]["collections"]) == ["same"] and versus["base"] == "mini"
+    assert versus["dense_delta"] == 0 and versus["base_dense"] == cell["dense"] and versus["dense_p"] == 1
+    assert versus["delta"] == pytest.approx(cell["delta"], abs=1e-12) and cell["delta"] != 0
+    assert versus["p_holm"] >= versus["p"] and cell["p_holm"] >= cell["p"]

@@ -249,15 +249,24 @@ def transfer_rows(transfer: Transfer, args: argparse.Namespace, argv: list[str] 
     names = chosen(args.collections, list(transfer.collections), "collections", transfer.name)
     teachers = chosen(args.teachers, transfer.teachers, "teachers", transfer.name)
     tables = chosen(args.tables, list(dict.fromkeys(v.table for v in transfer.variants)), "tables", transfer.name)
-    variants = [v for v in transfer.variants if v.teacher in teachers and v.table in tables]
+    variants = [
+        v for v in transfer.variants if v.teacher in teachers and v.table in tables and set(v.collections) & set(names)
+    ]
     if not variants:
-        raise UserError(f"{transfer.name} has no row of those teachers in those tables")
-    if any(v.held_out for v in variants) and len(names) < 2:
+        raise UserError(f"{transfer.name} has no row of those teachers in those tables on those collections")
+    if any(v.held_out and len(set(v.collections) & set(names)) < 2 for v in variants):
         raise UserError("a held-out table fits on the other collections: give two collections or more")
     if args.dry_run:
         for v in variants:
-            print(f"{v.key}: {', '.join(names)}")
+            print(f"{v.key}: {', '.join(c for c in v.collections if c in names)}")
         return
+    used = {c for v in variants for c in v.collections if c in names}
+    for name in sorted(used):
+        encoder = transfer.collections[name].encoder
+        if encoder is not None and not Path(encoder).is_dir():
+            raise UserError(
+                f"{transfer.path}: collection {name!r}: its encoder {encoder} is not there (train it first)"
+            )
     for name in names:
         build_indexes(transfer.collections[name].collection)
     from tour_pyserini.experiments.transfer import run_transfer, write_transfer_report

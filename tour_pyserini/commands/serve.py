@@ -32,6 +32,7 @@ from tour_pyserini.serve.engine import ServeConfig
 from tour_pyserini.serve.requests import RequestLimits
 from tour_pyserini.serve.service import ServiceLimits
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH
+from tour_pyserini.ttt.magnitude import CROSS_VALIDATED
 from tour_pyserini.ttt.state import SCOPES
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,15 @@ def add_policy_flags(ap) -> None:
         f"{ServeConfig.max_key_share}: five clients at least; 1: no cap)",
     )
     ap.add_argument(
+        "--alpha-rule",
+        choices=CROSS_VALIDATED,
+        default=ServeConfig.alpha_rule,
+        help="with --learn: how a task, global or neighbours state's alpha is chosen by cross-validation over the "
+        "rewarded queries, and so whether it is served at all: ranking (default), by held-out rewarded queries' "
+        "re-searched top 10, a document no teacher judged gaining nothing; cv, by their agreement with the teacher "
+        "on their judged candidates alone, which does not see the documents a move brings in",
+    )
+    ap.add_argument(
         "--max-data-mb",
         type=positive_float,
         metavar="MB",
@@ -241,6 +251,7 @@ def serve_config(args: argparse.Namespace, access: AccessConfig):
         refit_steps=args.refit_steps,
         learn_from_anonymous=args.learn_from_anonymous,
         max_key_share=args.max_key_share,
+        alpha_rule=args.alpha_rule,
         keyed_clients=frozenset(map(fingerprint, access.keys)),
         max_data_mb=args.max_data_mb,
     )

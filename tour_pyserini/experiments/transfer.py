@@ -76,7 +76,8 @@ class TransferTask:
         files = col.collection.split(split)
         qrels = read_qrels(files.qrels) if files.qrels else None
         topics = [t for t in read_topics(files.topics) if qrels is None or t.qid in qrels]
-        searcher = build(plan(SearchSpec(col.index, encoder_runtime="torch"), resources)).searcher
+        spec = SearchSpec(col.index, encoder=col.encoder, encoder_runtime="torch")
+        searcher = build(plan(spec, resources)).searcher
         X = searcher.encode([t.text for t in topics])
         judge = split_judge(qrels, [col.metric], topics, searcher.docstore)
         found = searcher.search_candidates(X, judged)
@@ -118,7 +119,11 @@ class TransferTask:
         from tour_pyserini.teachers import ScoreCache
 
         teacher = build(
-            plan(SearchSpec(self.col.index, encoder_runtime="torch", teacher=spec), resources, asks_teacher=True)
+            plan(
+                SearchSpec(self.col.index, encoder=self.col.encoder, encoder_runtime="torch", teacher=spec),
+                resources,
+                asks_teacher=True,
+            )
         ).asked_teacher
         from tqdm import tqdm
 
@@ -229,12 +234,25 @@ def fold_of(task: TransferTask, folds: int) -> np.ndarray:
     return deal(len(task.qids), folds, seed=fold_seed(task.col.name))
 
 
-def row_of(variant: Variant, tasks: list[TransferTask], outcome: dict) -> dict:
+def row_of(variant: Variant, tasks: list[TransferTask], outcome: dict, bases: dict[str, TransferTask]) -> dict:
+    """A row: each collection's mean Δ, its paired t-test, wins/ties/losses and α; where the collection has a base,
+    also its dense run's and its moved queries' Δ against the base's dense run."""
     from tour_pyserini.eval.significance import paired_t_test
 
     collections = {}
     for task in tasks:
         delta = np.array([outcome[task.col.name]["delta"][q] for q in task.qids])
+        if (base := bases.get(task.col.name)) is not None:
+            own = np.array([task.base[q] for q in task.qids])
+            to_base = own - np.array([base.base[q] for q in task.qids])
+            versus = {
+                "base": base.col.name,
+                "base_dense": float(np.mean(list(base.base.values()))),
+                "dense_delta": float(to_base.mean()),
+                "dense_p": paired_t_test(to_base.tolist(), [0.0] * len(to_base)),
+                "delta": float((to_base + delta).mean()),
+                "p": paired_t_test((to_base + delta).tolist(), [0.0] * len(delta)),
+            }
         collections[task.col.name] = {
             "metric": task.col.metric,
             "queries": len(delta),
@@ -247,6 +265,7 @@ def row_of(variant: Variant, tasks: list[TransferTask], outcome: dict) -> dict:
             "alpha": outcome[task.col.name]["alpha"],
             "scopes": outcome[task.col.name]["scopes"],
             "per_query": outcome[task.col.name]["delta"],
+            **({"versus_base": versus} if base is not None else {}),
         }
     return {**variant.__dict__, "key": variant.key, "collections": collections}
 
@@ -281,23 +300,22 @@ def run_transfer(
         store_path.unlink(missing_ok=True)
     store = RowStore(store_path)
     resources = Resources()
-    tasks = [
-        TransferTask.load(transfer.collections[c], transfer.split, transfer.judged, resources) for c in collections
-    ]
-    scores: dict[str, list[np.ndarray]] = {}
+    used = [c for c in collections if any(c in v.collections for v in variants)]
+    wanted = used + [b for c in used if (b := transfer.collections[c].base) in collections and b not in used]
+    loaded = {c: TransferTask.load(transfer.collections[c], transfer.split, transfer.judged, resources) for c in wanted}
+    bases = {c: loaded[b] for c in used if (b := transfer.collections[c].base) in loaded}
+    scores: dict[tuple[str, str], np.ndarray] = {}  # (teacher, collection): its scores of the judged candidates
     rows = []
     for variant in tqdm(variants, desc=transfer.name, unit="row"):
+        tasks = [loaded[c] for c in used if c in variant.collections]
         key = fingerprint(transfer, variant, tasks)
         row = store.get(key)
         if row is None:
-            if variant.teacher not in scores:
-                scores[variant.teacher] = [
-                    stored_scores(t, variant.teacher, transfer, output, resources) for t in tasks
-                ]
-            row = {
-                **row_of(variant, tasks, run_variant(transfer, tasks, scores[variant.teacher], variant)),
-                "fingerprint": key,
-            }
+            for t in tasks:
+                if (variant.teacher, t.col.name) not in scores:
+                    scores[variant.teacher, t.col.name] = stored_scores(t, variant.teacher, transfer, output, resources)
+            mine = [scores[variant.teacher, t.col.name] for t in tasks]
+            row = {**row_of(variant, tasks, run_variant(transfer, tasks, mine, variant), bases), "fingerprint": key}
             store.add(row)
         log.info(
             "%s: %s",
@@ -331,8 +349,14 @@ def with_holm(rows: list[dict]) -> list[dict]:
     out = [{**r, "collections": {c: dict(v) for c, v in r["collections"].items()}} for r in rows]
     for table in dict.fromkeys(r["table"] for r in out):
         cells = [v for r in out if r["table"] == table for v in r["collections"].values()]
-        for cell, p in zip(cells, holm([c["p"] for c in cells])):
-            cell["p_holm"] = p
+        tests = [(cell, "p", "p_holm") for cell in cells]  # and each comparison with a base's dense run
+        for cell in cells:
+            if "versus_base" in cell:
+                cell["versus_base"] = versus = dict(cell["versus_base"])
+                tests += [(versus, "dense_p", "dense_p_holm"), (versus, "p", "p_holm")]
+        for (where, _, corrected), p in zip(tests, holm([where[key] for where, key, _ in tests])):
+            where[corrected] = p
+        for cell in cells:
             cell.pop("per_query", None)
     for r in out:
         r.pop("fingerprint", None)

@@ -13,10 +13,13 @@
       oracle: oracle
       bm25: bm25
       ce: {scifact: "cross-encoder:models/scifact-rce", nq-oracle: "cross-encoder:models/nq-oracle-ce"}
+      scifact@nq-qa:                # the same queries and index, the queries encoded by another encoder
+        {collection: scifact, encoder: models/orqa/nq-oracle-qa, base: scifact, metric: nDCG@10}
     tables:
       main: {scopes: [task, global, neighbours], rules: [count, cv], shares: [0.8]}
       curve: {scopes: [task], rules: [count, cv], shares: [0.1, 0.4, 0.8], teachers: [oracle, bm25]}
       leave-one-out: {scopes: [global], rules: [count, cv], held_out: true}
+      forgetting: {scopes: [task], rules: [count], shares: [0.8], collections: [scifact@nq-qa]}
     tolerance: 0.00005
     expect:                         # TABLE TEACHER SCOPE RULE SHARE: {collection: Δ of its metric}
       main oracle task count 0.8: {scifact: 0.0167}
@@ -24,6 +27,11 @@
 A table's row is a teacher, a scope, a magnitude rule (count or cv) and the share of each collection's queries
 rewarded; with ``held_out: true`` a global state is fitted on every other collection's rewarded queries (all of
 them) and applied to each collection in turn, every one of whose queries is unseen.
+
+A collection entry may name a registered collection (``collection:``) under a name of its own, with the query encoder
+that encodes its queries (``encoder:``, as ``search --encoder`` takes it) and the entry whose dense run it is also
+compared with (``base:``): each row then also reports the moved queries' Δ against that entry's dense retrieval. A
+table runs on the entries its ``collections:`` names; by default on those without an encoder of their own.
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ from tour_pyserini.files.collections import Collection, find_collection
 from tour_pyserini.files.declarations import read_declaration, read_tolerance
 
 FIELDS = {"name", "title", "split", "folds", "judged", "collections", "teachers", "tables", "tolerance", "expect"}
-TABLE_FIELDS = {"scopes", "rules", "shares", "teachers", "held_out"}
+TABLE_FIELDS = {"scopes", "rules", "shares", "teachers", "held_out", "collections"}
+COLLECTION_FIELDS = {"metric", "collection", "encoder", "base"}
 # TTT-Embed's words, which this floor may not import (a test holds them equal to tour_pyserini.ttt's)
 SHARED_SCOPES = ("task", "global", "neighbours")  # a query state moves only its own query: nothing to carry over
 ALPHA_RULES = ("count", "cv", "ranking")
@@ -50,10 +59,13 @@ class TransferCollection:
     collection: Collection
     metric: str
     teachers: dict[str, str]  # teacher name: its spec on this collection
+    entry: str | None = None  # the name rows know it by, where not its collection's
+    encoder: str | None = None  # the query encoder, where not the index's own
+    base: str | None = None  # the entry whose dense run its rows are also compared with
 
     @property
     def name(self) -> str:
-        return self.collection.name
+        return self.entry or self.collection.name
 
     @property
     def index(self) -> str:
@@ -70,6 +82,7 @@ class Variant:
     rule: str
     share: float  # of each collection's queries; 1 with held_out (every other collection's queries)
     held_out: bool
+    collections: tuple[str, ...] = ()  # the entries its table runs on
 
     @property
     def key(self) -> str:
@@ -115,14 +128,20 @@ def _share(value: object, where: str) -> float:
 
 def _collection(path: Path, name: str, raw: object, split: str) -> TransferCollection:
     where = f"{path}: collection {name!r}"
-    if not isinstance(raw, dict) or set(raw) - {"metric"}:
-        raise UserError(f"{where}: a mapping with its metric was expected")
-    collection = find_collection(name)
+    if not isinstance(raw, dict) or set(raw) - COLLECTION_FIELDS:
+        raise UserError(f"{where}: a mapping of {', '.join(sorted(COLLECTION_FIELDS))} was expected")
+    registered = str(raw.get("collection", name))
+    collection = find_collection(registered)
     collection.split(split)
     metric = raw.get("metric", collection.metrics[0])
     if metric not in collection.metrics:
         raise UserError(f"{where}: metric {metric!r} is not one it scores ({', '.join(collection.metrics)})")
-    return TransferCollection(collection, metric, {})
+    encoder, base = raw.get("encoder"), raw.get("base")
+    for field, value in (("encoder", encoder), ("base", base)):
+        if value is not None and not (isinstance(value, str) and value):
+            raise UserError(f"{where}: {field} names a directory or an entry, got {value!r}")
+    entry = None if registered == name else name
+    return TransferCollection(collection, metric, {}, entry, encoder, base)
 
 
 def _teachers(path: Path, raw: object, collections: dict[str, TransferCollection]) -> tuple[str, ...]:
@@ -130,15 +149,23 @@ def _teachers(path: Path, raw: object, collections: dict[str, TransferCollection
         raise UserError(f"{path}: teachers must map names to a teacher spec, or to one spec per collection")
     for name, spec in raw.items():
         where = f"{path}: teacher {name!r}"
-        specs = spec if isinstance(spec, dict) else dict.fromkeys(collections, spec)
-        if set(specs) != set(collections) or not all(isinstance(s, str) and s for s in specs.values()):
+        if isinstance(spec, dict):  # by entry, or by the registered collection an entry names
+            specs = {c: spec.get(c, spec.get(col.collection.name)) for c, col in collections.items()}
+            known = set(collections) | {col.collection.name for col in collections.values()}
+        else:
+            specs, known = dict.fromkeys(collections, spec), set()
+        if set(spec if isinstance(spec, dict) else ()) - known or not all(
+            isinstance(s, str) and s for s in specs.values()
+        ):
             raise UserError(f"{where}: one spec, or a spec for each of {', '.join(collections)}")
         for collection, one in specs.items():
             collections[collection].teachers[str(name)] = str(one)
     return tuple(map(str, raw))
 
 
-def _variants(path: Path, raw: object, teachers: tuple[str, ...]) -> tuple[Variant, ...]:
+def _variants(
+    path: Path, raw: object, teachers: tuple[str, ...], collections: dict[str, TransferCollection]
+) -> tuple[Variant, ...]:
     if not isinstance(raw, dict) or not raw:
         raise UserError(f"{path}: tables must map table names to their scopes, rules and shares")
     variants = []
@@ -159,8 +186,12 @@ def _variants(path: Path, raw: object, teachers: tuple[str, ...]) -> tuple[Varia
             raise UserError(f"{where}: a held-out collection's state is fitted on all the others' queries: no shares")
         shares = [1.0] if held_out else [_share(s, f"{where}: shares") for s in fields.get("shares") or [None]]
         chosen = _names(fields.get("teachers", list(teachers)), f"{where}: teachers", teachers)
+        plain = [c for c, col in collections.items() if col.encoder is None]
+        on = _names(fields.get("collections", plain), f"{where}: collections", tuple(collections))
+        if held_out and len(on) < 2:
+            raise UserError(f"{where}: a held-out table needs two collections or more")
         variants += [
-            Variant(str(table), teacher, scope, rule, share, held_out)
+            Variant(str(table), teacher, scope, rule, share, held_out, on)
             for teacher in chosen
             for share in shares
             for scope in scopes
@@ -197,9 +228,10 @@ def read_transfer(path: Path, raw: dict | None = None) -> Transfer:
         raise UserError(f"{path}: collections must map collection names to their metric")
     collections = {str(n): _collection(path, str(n), c or {}, split) for n, c in cols.items()}
     teachers = _teachers(path, raw.get("teachers"), collections)
-    variants = _variants(path, raw.get("tables"), teachers)
-    if any(v.held_out for v in variants) and len(collections) < 2:
-        raise UserError(f"{path}: a held-out table needs two collections or more")
+    for name, col in collections.items():
+        if col.base is not None and (col.base not in collections or col.base == name):
+            raise UserError(f"{path}: collection {name!r}: base {col.base!r} is not another of its collections")
+    variants = _variants(path, raw.get("tables"), teachers, collections)
     transfer = Transfer(
         raw["name"],
         path,

@@ -32,6 +32,7 @@ from tour_pyserini.serve.quotas import DataQuota, JudgedQueries
 from tour_pyserini.serve.requests import SearchRequest
 from tour_pyserini.teachers import Teacher, TeacherSpec
 from tour_pyserini.ttt.allocation import JUDGE_DEPTH, MAX_DEPTH, Allocator
+from tour_pyserini.ttt.magnitude import RANKING_DEPTH
 from tour_pyserini.ttt.online import MIN_JUDGMENTS, OnlineLearner, Reward, usable
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class ServeConfig:
     learn_from_anonymous: bool = False  # with learn: keep the judgments of clients without a key too
     keyed_clients: frozenset[str] = frozenset()  # with learn: the fingerprints of the keys accepted now
     max_key_share: float = 0.2  # with learn: the most of a refit's queries one client may give
+    alpha_rule: str = "ranking"  # with learn: how a shared state's α is chosen (and whether it is served)
     max_data_mb: float | None = None  # disk data_dir may use; past it nothing is judged (None: no limit)
     names: Mapping[str, str] = field(default_factory=dict)  # path -> route name, where not the base name
 
@@ -259,6 +261,11 @@ class Engine:
             trusted=self.teaches,
             teacher=self.policy_digest,
             room=self.judged.data.writing,
+            alpha_rule=self.config.alpha_rule,
+            search=lambda task, vectors: [
+                [h.docid for h in hits]
+                for hits in self.indexes[task].dense_searcher.search_vectors(vectors, RANKING_DEPTH)
+            ],
         )
         learner.start()
         return learner

@@ -11,8 +11,10 @@ Four rules keep one client from steering what every client is served:
 - a refit uses at most ``max_key_share`` of its queries from any one client (each client's most recent ones,
   up to the largest count that keeps every share within the cap: with a share of 0.2, five clients at least);
 - a global, task or neighbours state moves queries nobody judged, so its α is chosen by cross-validation over
-  the rewarded queries it is fitted on (:mod:`tour_pyserini.ttt.magnitude`); when no α raises their held-out
-  agreement with the teacher significantly, the fitted state is not served, and the status says what was measured;
+  the rewarded queries it is fitted on (:mod:`tour_pyserini.ttt.magnitude`): by default (rule ``ranking``) by what
+  it does to held-out rewarded queries' re-searched top 10, where a document no teacher judged gains nothing
+  (rule ``cv``: by their agreement with the teacher on their judged candidates alone); when no α helps them
+  significantly, the fitted state is not served, and the status says what was measured;
 - one judged query in ``HELD_BACK`` (the 1st, 6th, 11th, ... to arrive) is never fitted on: a new state is served
   only if it orders the held-back queries' candidates as the teacher does at least as often as the state it
   would replace (:mod:`tour_pyserini.ttt.agreement`); otherwise it is dropped and the status says so. A query
@@ -52,7 +54,7 @@ from tour_pyserini.errors import UserError
 from tour_pyserini.teachers.store import Room
 from tour_pyserini.ttt.agreement import mean_agreement
 from tour_pyserini.ttt.fitting import RewardedQuery, fit_scope
-from tour_pyserini.ttt.magnitude import cross_validated_alpha
+from tour_pyserini.ttt.magnitude import CROSS_VALIDATED, MagnitudeConfig, Search, cross_validated_alpha
 from tour_pyserini.ttt.objectives import FitConfig
 from tour_pyserini.ttt.state import State, shift_queries
 
@@ -211,8 +213,10 @@ class OnlineLearner:
 
     ``encode(task, texts)`` gives raw query vectors and ``doc_vectors(task, docids)`` the index vectors of
     judged documents; ``encoder`` is the identity every state records; ``tasks``: the indexes served (rewards of
-    others in the log are not used). ``fit`` holds the objective and the steps of the first fit; warm-started
-    refits take ``refit_steps``. ``max_key_share``: the most of a fit's queries one client may give.
+    others in the log are not used). ``alpha_rule`` chooses a shared state's α (:mod:`tour_pyserini.ttt.magnitude`);
+    the ranking rule re-searches a task's index with ``search(task, vectors)`` (each query's top docids). ``fit``
+    holds the objective and the steps of the first fit; warm-started refits take ``refit_steps``.
+    ``max_key_share``: the most of a fit's queries one client may give.
     """
 
     def __init__(
@@ -230,7 +234,14 @@ class OnlineLearner:
         trusted: Callable[[str], bool] = lambda client: True,
         teacher: str = "",
         room: Room | None = None,
+        alpha_rule: str = "ranking",
+        search: Search | None = None,
     ):
+        if alpha_rule not in CROSS_VALIDATED:
+            raise ValueError(f"a served state's alpha is cross-validated: rule {alpha_rule!r} is not one of those")
+        if alpha_rule == "ranking" and search is None and scope != "query":  # a query state's α is not chosen
+            raise ValueError("the ranking rule re-searches the index: pass search")
+        self.alpha_rule, self.search = alpha_rule, search
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.scope, self.encoder = scope, encoder
@@ -379,6 +390,7 @@ class OnlineLearner:
                 self.vectors[(task, qid)],
                 self.doc_vectors(task, list(judged[(task, qid)])),
                 np.array(list(judged[(task, qid)].values())),
+                tuple(judged[(task, qid)]),
             )
             for task, qid in keys
         ]
@@ -479,7 +491,8 @@ class OnlineLearner:
         if self.scope == "query":  # a query state moves only its own query: neither check can judge it
             return new, {"fitted": True, "held_back": len(held), "served": True}
         # from scratch, with the first fit's steps: what a state fitted on these queries would do
-        choice = cross_validated_alpha(queries, self.scope, self.fit_config)
+        magnitude = MagnitudeConfig(alpha_rule=self.alpha_rule)
+        choice = cross_validated_alpha(queries, self.scope, self.fit_config, magnitude, search=self.search)
         new.provenance["magnitude"] = choice.to_json()
         if choice.alpha == 0:
             log.info("online TTT-Embed: a new state is not served: %s", choice.describe())
@@ -529,6 +542,7 @@ class OnlineLearner:
         with self.lock:
             return {
                 "scope": self.scope,
+                "alpha_rule": self.alpha_rule,
                 "version": version,
                 "rewarded_queries": len(self.judged),
                 "judgments": sum(len(s) for s in self.judged.values()),
