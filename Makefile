@@ -11,7 +11,7 @@ BM25    := indexes/scifact.bm25
 NQ      := collections/nq-oracle
 CRAN    := collections/cranfield
 
-.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-choose bench-ttt bench-transfer bench-scale bench-scale-21m orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
+.PHONY: check install demo regressions regressions-ci nq-demo cranfield teachers test bench bench-choose bench-ttt bench-transfer forgetting bench-scale bench-scale-21m orqa reader bench-qa llm lint clean browser bench-serve bench-runtime bench-methods
 
 install: $(VENV)/.installed
 
@@ -41,7 +41,8 @@ cranfield: install
 regressions: install
 	$(PY) -m tour_pyserini regressions
 	$(PY) -m tour_pyserini experiment methods --teachers bm25 --check --output runs/regressions-methods
-	$(PY) -m tour_pyserini experiment transfer --teachers oracle bm25 --check --output runs/regressions-transfer
+	$(PY) -m tour_pyserini experiment transfer --teachers oracle bm25 --tables $(TRANSFER_TABLES) --check \
+		--output runs/regressions-transfer
 
 regressions-ci: install
 	$(PY) -m tour_pyserini regressions --ci
@@ -141,8 +142,18 @@ bench-ttt: install
 
 # does a TTT-Embed state carry over to queries nobody judged? experiments/transfer.yaml: 5 folds, every query unseen
 # once; the scopes and alpha rules, a learning curve, and each collection left out (runs/bench-transfer.{json,md})
+TRANSFER_TABLES := main curve leave-one-out auto
 bench-transfer: install
-	$(PY) -m tour_pyserini experiment transfer
+	$(PY) -m tour_pyserini experiment transfer --tables $(TRANSFER_TABLES)
+
+# forgetting, in miniature: MiniLM's question encoder fine-tuned on nq-oracle's training questions (ORQA's early
+# update), then the transfer protocol on each collection with it: what it lost against the base encoder, and how much
+# TTT-Embed's shared states give back (experiments/transfer.yaml, table forgetting; runs/bench-forgetting.*)
+forgetting: install
+	test -d models/orqa/nq-oracle-qa || $(PY) -m tour_pyserini train-qa --index indexes/nq-oracle.minilm \
+		--topics collections/nq-oracle/topics.train.jsonl --exclude-texts-from collections/nq-oracle/topics.test.jsonl \
+		--output models/orqa/nq-oracle-qa --precision bf16
+	$(PY) -m tour_pyserini experiment transfer --tables forgetting --output runs/bench-forgetting
 
 # HNSW and IVF-PQ against flat on SciFact, nq-oracle and synthetic collections up to 3M vectors (about an
 # hour on 2 cores, most of it building HNSW at 1M), then Ray's throughput with 1 and 2 local workers

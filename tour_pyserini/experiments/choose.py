@@ -160,40 +160,48 @@ def overlapping_test_splits(topics: str) -> dict[str, int]:
 
 
 def experiment_of(options: ChooseOptions) -> Experiment:
-    """The methods table's grid at one teacher and budget over the given topics, as an experiment of one collection."""
-    name = "yours"
+    """The methods table's grid at one teacher and budget over the given topics, each method with a teacher at each of
+    its settings, as an experiment of one collection."""
     topics = Path(options.topics)
     collection = Collection(
-        name,
+        "yours",
         topics.parent,
         topics,
         "qrels" if options.qrels else "answers",
         (options.measure,),
         {"given": Split(topics, Path(options.qrels) if options.qrels else None)},
     )
+    with_teacher = {variant(m, name): meant(v) for m, settings in SETTINGS.items() for name, v in settings.items()}
+    methods = {m: tuple(shlex.split(f)) for m, f in METHODS.items()}
+    return grid(options, "Which method for these queries", collection, "given", methods, with_teacher)
+
+
+def grid(options: ChooseOptions, title: str, collection: Collection, split: str, methods, with_teacher) -> Experiment:
+    """An experiment of ``methods`` and ``with_teacher`` on ``collection``'s ``split`` at ``options``' teacher and
+    budget."""
     col = ExperimentCollection(
         collection, (options.measure,), (), {options.teacher: options.teacher_flags}, options.index
     )
-    with_teacher = {
-        variant(m, name): v["fit"] if isinstance(v, dict) else tuple(shlex.split(v))
-        for m, settings in SETTINGS.items()
-        for name, v in settings.items()
-    }
     return Experiment(
         "choose",
         Path("choose"),
-        "Which method for these queries",
-        "given",
+        title,
+        split,
         options.hits,
         options.batch_size,
         (options.budget,),
         tuple(options.search),
-        {name: col},
-        {m: tuple(shlex.split(f)) for m, f in METHODS.items()},
+        {collection.name: col},
+        methods,
         with_teacher,
         ("--rewriter", "rerank", "--depth", str(min(10, options.budget))),
         WITHIN,
     )
+
+
+def meant(setting: str | dict) -> tuple[str, ...] | str:
+    """A setting as an experiment takes it: its flags, or the TTT-Embed scope fitted."""
+    return setting["fit"] if isinstance(setting, dict) else tuple(shlex.split(setting))
 
 
 def variant(method: str, setting: str) -> str:
@@ -334,28 +342,9 @@ def judged_on(choice: Choice, options: ChooseOptions, collection: Collection, sp
 
     chosen = choice.chosen or next(r for r in choice.rows if r["method"] == BASELINE)
     method, setting = chosen["method"], chosen.get("setting")
-    with_teacher = {}
-    if method in SETTINGS:
-        value = SETTINGS[method][setting]
-        with_teacher[variant(method, setting)] = value["fit"] if isinstance(value, dict) else tuple(shlex.split(value))
-    col = ExperimentCollection(
-        collection, (options.measure,), (), {options.teacher: options.teacher_flags}, options.index
-    )
-    experiment = Experiment(
-        "choose",
-        Path("choose"),
-        "The chosen method on held-out queries",
-        split,
-        options.hits,
-        options.batch_size,
-        (options.budget,),
-        tuple(options.search),
-        {collection.name: col},
-        {m: tuple(shlex.split(METHODS[m])) for m in dict.fromkeys([BASELINE, method]) if m in METHODS},
-        with_teacher,
-        ("--rewriter", "rerank", "--depth", str(min(10, options.budget))),
-        WITHIN,
-    )
+    with_teacher = {variant(method, setting): meant(SETTINGS[method][setting])} if method in SETTINGS else {}
+    methods = {m: tuple(shlex.split(METHODS[m])) for m in dict.fromkeys([BASELINE, method]) if m in METHODS}
+    experiment = grid(options, "The chosen method on held-out queries", collection, split, methods, with_teacher)
     cells = {collection.name: experiment.cells(collection.name)}
     with tempfile.TemporaryDirectory() as tmp:
         rows = run_experiment(experiment, cells, search_of, RowStore(Path(tmp) / "rows.jsonl"))

@@ -195,3 +195,40 @@ def choice_table(reports: list[dict], table: Experiment) -> str:
             f"{r['seconds'] / 60:.1f} min |"
         )
     return "\n".join(lines) + "\n"
+
+
+def forgetting_table(report: list[dict], table: str) -> str:
+    """A table of a transfer report whose collections each have a base (an encoder against the base encoder): the
+    encoder's dense run against the base's, then per row the moved unseen queries against the encoder's own dense
+    run and against the base's; each with its Holm-corrected p (bold below 0.05)."""
+    rows = [r for r in report if r["table"] == table]
+    names = list(dict.fromkeys(c for r in rows for c in r["collections"]))
+    first = {c: next(r["collections"][c] for r in rows if c in r["collections"]) for c in names}
+
+    def shown(delta: float, p: float) -> str:
+        text = f"{delta:+.4f}"
+        return f"**{text}** ({p_value(p)})" if p < 0.05 else f"{text} ({p_value(p)})"
+
+    head = "| teacher | scope | α rule | " + " | ".join(
+        f"{c}: Δ {first[c]['metric']} against its own dense run; against the base's" for c in names
+    )
+    lines = [head + " |", "|" + "---|" * (3 + len(names))]
+    cells = []
+    for c in names:
+        versus = first[c]["versus_base"]
+        cells.append(
+            f"{versus['base']} {versus['base_dense']:.4f} → {first[c]['dense']:.4f}: "
+            + shown(versus["dense_delta"], versus["dense_p_holm"])
+        )
+    lines.append("| dense, base encoder → this one | | | " + " | ".join(cells) + " |")
+    for r in rows:
+        cells = []
+        for c in names:
+            v = r["collections"].get(c)
+            cells.append(
+                ""
+                if v is None
+                else f"{shown(v['delta'], v['p_holm'])}; {shown(v['versus_base']['delta'], v['versus_base']['p_holm'])}"
+            )
+        lines.append(f"| {r['teacher']} | {r['scope']} | {r['rule']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -348,14 +348,21 @@ def with_holm(rows: list[dict]) -> list[dict]:
 
     out = [{**r, "collections": {c: dict(v) for c, v in r["collections"].items()}} for r in rows]
     for table in dict.fromkeys(r["table"] for r in out):
-        cells = [v for r in out if r["table"] == table for v in r["collections"].values()]
-        tests = [(cell, "p", "p_holm") for cell in cells]  # and each comparison with a base's dense run
-        for cell in cells:
+        named = [(c, v) for r in out if r["table"] == table for c, v in r["collections"].items()]
+        cells = [v for _, v in named]
+        tests = [(cell, "p", "p_holm") for cell in cells]
+        dense: dict[str, list[dict]] = {}  # a collection's dense run against its base's: one test, in every row
+        for name, cell in named:
             if "versus_base" in cell:
                 cell["versus_base"] = versus = dict(cell["versus_base"])
-                tests += [(versus, "dense_p", "dense_p_holm"), (versus, "p", "p_holm")]
+                tests.append((versus, "p", "p_holm"))
+                dense.setdefault(name, []).append(versus)
+        tests += [(same[0], "dense_p", "dense_p_holm") for same in dense.values()]
         for (where, _, corrected), p in zip(tests, holm([where[key] for where, key, _ in tests])):
             where[corrected] = p
+        for same in dense.values():
+            for versus in same[1:]:
+                versus["dense_p_holm"] = same[0]["dense_p_holm"]
         for cell in cells:
             cell.pop("per_query", None)
     for r in out:
@@ -366,11 +373,16 @@ def with_holm(rows: list[dict]) -> list[dict]:
 def write_transfer_report(rows: list[dict], output: str, title: str, source: str) -> None:
     """``OUTPUT.json`` (the rows, Holm-corrected, without per-query values, which ``OUTPUT.rows.jsonl`` keeps) and
     ``OUTPUT.md`` (one table per table of the file)."""
-    from tour_pyserini.experiments.pages import transfer_table
+    from tour_pyserini.experiments.pages import forgetting_table, transfer_table
 
     report = with_holm(rows)
     Path(f"{output}.json").write_text(json.dumps(report, indent=1) + "\n")
-    tables = [f"**{t}**\n\n{transfer_table(report, t)}" for t in dict.fromkeys(r["table"] for r in report)]
+
+    def rendered(table: str) -> str:  # a table whose collections have a base shows both comparisons
+        based = any("versus_base" in c for r in report if r["table"] == table for c in r["collections"].values())
+        return (forgetting_table if based else transfer_table)(report, table)
+
+    tables = [f"**{t}**\n\n{rendered(t)}" for t in dict.fromkeys(r["table"] for r in report)]
     Path(f"{output}.md").write_text(f"# {title}\n\n" + "\n".join(tables) + f"\nMade by `{source}`.\n")
     plot_curves(report, Path(f"{output}-curve.png"))
 
