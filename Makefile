@@ -152,7 +152,7 @@ bench-transfer: install
 forgetting: install
 	test -d models/orqa/nq-oracle-qa || $(PY) -m tour_pyserini train-qa --index indexes/nq-oracle.minilm \
 		--topics collections/nq-oracle/topics.train.jsonl --exclude-texts-from collections/nq-oracle/topics.test.jsonl \
-		--output models/orqa/nq-oracle-qa --precision bf16
+		--output models/orqa/nq-oracle-qa --precision bf16 --lr 1e-4 --eval-every 100
 	$(PY) -m tour_pyserini experiment transfer --tables forgetting --output runs/bench-forgetting
 
 # HNSW and IVF-PQ against flat on SciFact, nq-oracle and synthetic collections up to 3M vectors (about an

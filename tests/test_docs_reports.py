@@ -131,3 +131,19 @@ def test_the_benchmarks_page_shows_the_checks_of_choose():
     moved = json.loads(json.dumps(reports))
     moved[0]["judged"][moved[0]["metric"]] += 0.0001
     assert choice_table(moved, methods) not in text
+
+
+def test_the_benchmarks_page_shows_the_forgetting_table_of_its_report():
+    """The forgetting table, rendered from runs/bench-forgetting.json; a Δ against the base moved by 0.0001 is not
+    there."""
+    import json
+
+    from tour_pyserini.experiments.pages import forgetting_table
+
+    report = json.loads((ROOT / "runs" / "bench-forgetting.json").read_text())
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    rendered = forgetting_table(report, "forgetting")
+    assert f"<!-- forgetting -->\n{rendered}<!-- end forgetting -->" in text, rendered
+    moved = json.loads(json.dumps(report))
+    next(iter(moved[0]["collections"].values()))["versus_base"]["delta"] += 0.0001
+    assert forgetting_table(moved, "forgetting") not in text

@@ -90,7 +90,10 @@ class State:
 
     @property
     def alpha_rule(self) -> str:
-        return "count" if self.chosen_alphas is None else "cv"
+        """How its α was set: count (n/(n + 1)), or the cross-validated rule its provenance names (cv or ranking)."""
+        if self.chosen_alphas is None:
+            return "count"
+        return self.provenance.get("magnitude", {}).get("rule", "cv")
 
     @property
     def neighbourhood(self) -> tuple[np.ndarray, NeighbourConfig]:
