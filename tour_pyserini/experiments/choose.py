@@ -289,10 +289,9 @@ def commands_of(row: dict | None, options: ChooseOptions) -> list[str]:
     TTT-Embed's per-query state its rewards, its fit and the search with it; dense retrieval where none was chosen."""
     search = ["tour-pyserini", "search", "--index", options.index, "--topics", "TOPICS", "--output", "RUN.trec"]
     search += ["--hits", str(options.hits), *options.search]
-    method = BASELINE if row is None else row["method"]
-    if method in METHODS:
-        return [shlex.join([*search, *shlex.split(METHODS[method])])]
-    setting = SETTINGS[method][row["setting"]]
+    if row is None or row["method"] in METHODS:
+        return [shlex.join([*search, *shlex.split(METHODS[BASELINE if row is None else row["method"]])])]
+    setting = SETTINGS[row["method"]][row["setting"]]
     if isinstance(setting, dict):
         b = str(options.budget)
         ttt = ["tour-pyserini", "ttt"]
@@ -341,7 +340,7 @@ def judged_on(choice: Choice, options: ChooseOptions, collection: Collection, sp
     from tour_pyserini.eval.significance import paired_t_test
 
     chosen = choice.chosen or next(r for r in choice.rows if r["method"] == BASELINE)
-    method, setting = chosen["method"], chosen.get("setting")
+    method, setting = chosen["method"], chosen.get("setting", "")
     with_teacher = {variant(method, setting): meant(SETTINGS[method][setting])} if method in SETTINGS else {}
     methods = {m: tuple(shlex.split(METHODS[m])) for m in dict.fromkeys([BASELINE, method]) if m in METHODS}
     experiment = grid(options, "The chosen method on held-out queries", collection, split, methods, with_teacher)

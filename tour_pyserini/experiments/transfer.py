@@ -343,7 +343,8 @@ def stored_scores(task: TransferTask, teacher: str, transfer: Transfer, output: 
 
 def with_holm(rows: list[dict]) -> list[dict]:
     """The rows without their per-query Δs, each collection's cell with ``p_holm``: its p Holm-corrected over every
-    cell of its table (each table one family)."""
+    cell of its table (each table one family, the comparisons with a base's dense run in it); a collection's dense
+    run against its base's is one test, corrected over the table's collections."""
     from tour_pyserini.eval.significance import holm
 
     out = [{**r, "collections": {c: dict(v) for c, v in r["collections"].items()}} for r in rows]
@@ -357,9 +358,11 @@ def with_holm(rows: list[dict]) -> list[dict]:
                 cell["versus_base"] = versus = dict(cell["versus_base"])
                 tests.append((versus, "p", "p_holm"))
                 dense.setdefault(name, []).append(versus)
-        tests += [(same[0], "dense_p", "dense_p_holm") for same in dense.values()]
         for (where, _, corrected), p in zip(tests, holm([where[key] for where, key, _ in tests])):
             where[corrected] = p
+        # the encoders' dense runs against their bases: what was lost, a family of its own
+        for same, p in zip(dense.values(), holm([same[0]["dense_p"] for same in dense.values()])):
+            same[0]["dense_p_holm"] = p
         for same in dense.values():
             for versus in same[1:]:
                 versus["dense_p_holm"] = same[0]["dense_p_holm"]
