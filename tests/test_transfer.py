@@ -171,3 +171,15 @@ def test_an_entry_with_its_own_encoder_is_compared_with_its_base(lab):
     assert versus["dense_delta"] == 0 and versus["base_dense"] == cell["dense"] and versus["dense_p"] == 1
     assert versus["delta"] == pytest.approx(cell["delta"], abs=1e-12) and cell["delta"] != 0
     assert versus["p_holm"] >= versus["p"] and cell["p_holm"] >= cell["p"]
+
+
+def test_a_missing_encoder_is_named_with_the_tables_that_need_it(lab):
+    from tour_pyserini.commands.experiment import main
+
+    entry = "  same: {collection: mini, encoder: models/missing, base: mini}\n"
+    table = "  own: {scopes: [task], rules: [count], shares: [0.75], collections: [same]}\n"
+    text = TRANSFER.replace("teachers:\n", entry + "teachers:\n", 1).replace("expect:\n", table + "expect:\n")
+    (lab / "experiments" / "carry.yaml").write_text(text)
+    with pytest.raises(UserError, match="its encoder models/missing is not there: train it first, or leave out"):
+        main(["carry"])
+    main(["carry", "--tables", "main", "--dry-run"])  # the other tables run without it

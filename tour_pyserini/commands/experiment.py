@@ -264,8 +264,10 @@ def transfer_rows(transfer: Transfer, args: argparse.Namespace, argv: list[str] 
     for name in sorted(used):
         encoder = transfer.collections[name].encoder
         if encoder is not None and not Path(encoder).is_dir():
+            using = sorted({v.table for v in variants if name in v.collections})
             raise UserError(
-                f"{transfer.path}: collection {name!r}: its encoder {encoder} is not there (train it first)"
+                f"{transfer.path}: collection {name!r}: its encoder {encoder} is not there: train it first, or "
+                f"leave out table(s) {', '.join(using)} with --tables"
             )
     for name in names:
         build_indexes(transfer.collections[name].collection)
