@@ -3,6 +3,8 @@ that keeps its chosen α through a file."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,10 @@ def test_a_chosen_alpha_is_what_the_state_applies_and_survives_its_file(tmp_path
     counted = State("task", [("t", None)], state.vectors, [9], ["t"], FitConfig().to_json(), encoder)
     counted.save(tmp_path / "c.safetensors")
     assert State.load(tmp_path / "c.safetensors").alphas == [0.9] and counted.alpha_rule == "count"
+    ranked = replace(state, provenance={"magnitude": {"rule": "ranking"}})  # α chosen by the re-searched rankings
+    ranked.save(tmp_path / "r.safetensors")
+    loaded = State.load(tmp_path / "r.safetensors")
+    assert loaded.alphas == [0.25] and loaded.alpha_rule == ranked.alpha_rule == "ranking"
 
 
 def test_the_rule_is_declared_once():

@@ -158,7 +158,7 @@ class State:
         meta = json.loads(raw) if raw else {}
         if meta.get("format") != FORMAT or vectors is None:
             raise UserError(f"{path}: not a TTT-Embed state file (python -m tour_pyserini.ttt fit writes them)")
-        chosen = meta["alphas"] if meta.get("alpha_rule", "count") == "cv" else None
+        chosen = meta["alphas"] if meta.get("alpha_rule", "count") != "count" else None
         return cls(
             meta["scope"],
             meta["keys"],
