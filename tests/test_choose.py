@@ -174,3 +174,28 @@ def test_a_registered_collection_is_chosen_on_its_training_split(monkeypatch):
     assert (options.index, options.topics, options.qrels) == ("indexes/nq-oracle.minilm", "nq-oracle-train", None)
     options = options_of(parser().parse_args(["--collection", "scifact", "--teacher", "bm25", "--budget", "5"]))
     assert (options.topics, options.qrels, options.measure) == ("scifact-train", "scifact-train", "nDCG@10")
+
+
+def test_pyterrier_frames_become_the_files_the_command_reads(tmp_path, monkeypatch):
+    """Topics and qrels given as PyTerrier's frames are read back as the same queries and judgments; a frame without
+    the columns is one line naming the one missing."""
+    import pandas as pd
+
+    from tour_pyserini.commands.choose import framed
+    from tour_pyserini.files import read_qrels, read_topics
+
+    monkeypatch.chdir(ROOT)
+    wanted = read_topics("scifact-train")[:20]
+    topics = pd.DataFrame({"qid": [t.qid for t in wanted], "query": [t.text for t in wanted]})
+    qrels = read_qrels("scifact-train")
+    frame = pd.DataFrame(
+        [(q, d, label) for q in topics["qid"] for d, label in qrels[q].items()], columns=["qid", "docno", "label"]
+    )
+    back = read_topics(framed(topics, tmp_path / "t.tsv", ("qid", "query")))
+    assert [(t.qid, t.text) for t in back] == [(t.qid, t.text) for t in wanted]
+    assert read_qrels(framed(frame, tmp_path / "q.txt", ("qid", "docno", "label"))) == {
+        q: qrels[q] for q in topics["qid"]
+    }
+    assert framed("scifact-train", tmp_path / "x", ("qid", "query")) == "scifact-train"
+    with pytest.raises(UserError, match="columns qid, docno, label was expected; it lacks label"):
+        framed(frame.drop(columns="label"), tmp_path / "q2.txt", ("qid", "docno", "label"))

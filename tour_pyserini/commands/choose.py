@@ -138,14 +138,37 @@ def check(options: ChooseOptions) -> None:
             plan(search_of(cell.flags, col.index).spec, asks_teacher=cell.fit is not None)
 
 
-def choose(index: str, topics: str, teacher: str, budget: int, **given) -> Choice:
+def choose(index: str, topics, teacher: str, budget: int, **given) -> Choice:
     """The Python face of the command: ``choose("indexes/scifact.minilm", "scifact-train", "bm25", 10,
-    qrels="scifact-train")``; the keywords are :class:`~tour_pyserini.experiments.choose.ChooseOptions`'s."""
+    qrels="scifact-train")``; the keywords are :class:`~tour_pyserini.experiments.choose.ChooseOptions`'s. ``topics``
+    and ``qrels`` may also be PyTerrier's frames (``qid``, ``query``; ``qid``, ``docno``, ``label``), and the
+    returned choice's ``to_dataframe()`` is the table ``pt.Experiment`` would show."""
+    import tempfile
+
     from tour_pyserini.experiments.choose import choose as measure
 
-    options = ChooseOptions(index, topics, teacher, budget, **given)
-    check(options)
-    return measure(options, search_of)
+    with tempfile.TemporaryDirectory() as tmp:
+        topics = framed(topics, Path(tmp) / "topics.tsv", ("qid", "query"))
+        if given.get("qrels") is not None:
+            given["qrels"] = framed(given["qrels"], Path(tmp) / "qrels.txt", ("qid", "docno", "label"))
+        options = ChooseOptions(index, topics, teacher, budget, **given)
+        check(options)
+        return measure(options, search_of)
+
+
+def framed(value, path: Path, columns: tuple[str, ...]) -> str:
+    """``value`` as a path: a PyTerrier frame with ``columns`` written to ``path`` (topics as ``qid<TAB>query``, qrels
+    as TREC's ``qid 0 docno label``); a path or a collection's split name as it is."""
+    if isinstance(value, str | Path):
+        return str(value)
+    if missing := [c for c in columns if c not in getattr(value, "columns", ())]:
+        raise UserError(f"a PyTerrier frame with columns {', '.join(columns)} was expected; it lacks {missing[0]}")
+    if columns[-1] == "query":
+        lines = [f"{q}\t{' '.join(str(text).split())}" for q, text in zip(value["qid"], value["query"])]
+    else:
+        lines = [f"{q} 0 {d} {int(label)}" for q, d, label in zip(value["qid"], value["docno"], value["label"])]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
 
 
 def main(argv: list[str] | None = None) -> None:
