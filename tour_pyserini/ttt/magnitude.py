@@ -90,7 +90,8 @@ class MagnitudeChoice:
 
     def describe(self) -> str:
         best = max(self.gains, key=self.gains.__getitem__) if self.gains else 0.0
-        found = f"best held-out agreement gain {self.gains.get(best, 0.0):+.4f} at alpha {best:g} (p {self.p:.3g}"
+        judged = "re-searched top-10" if self.rule == "ranking" else "agreement"
+        found = f"best held-out {judged} gain {self.gains.get(best, 0.0):+.4f} at alpha {best:g} (p {self.p:.3g}"
         return f"{found}, {self.queries} held-out rewarded queries): alpha {self.alpha:g}"
 
 
