@@ -320,17 +320,20 @@ def choose(options: ChooseOptions, search_of: SearchOf) -> Choice:
             options.topics,
             ", ".join(f"{name} ({n} of its queries' texts)" for name, n in overlap.items()),
         )
-    experiment = experiment_of(options)
-    cells = {name: experiment.cells(name) for name in experiment.collections}
-    with tempfile.TemporaryDirectory() as tmp:
-        store = RowStore(Path(tmp) / "rows.jsonl")
-        rows = run_experiment(experiment, cells, search_of, store, limit=options.limit)
+    rows = measured(experiment_of(options), search_of, options.limit)
     rows = method_rows([{k: v for k, v in r.items() if k != "fingerprint"} for r in rows], options.measure)
     add_significance(rows, BASELINE, WITHIN)
     for r in rows:
         r["ci"] = mean_interval(list(r["per_query"][options.measure].values()))
     chosen = pick(rows, options)
     return Choice(options.measure, rows, chosen, commands_of(chosen, options))
+
+
+def measured(experiment: Experiment, search_of: SearchOf, limit: int | None = None) -> list[dict]:
+    """Every row of ``experiment``, measured afresh (nothing kept once measured)."""
+    cells = {name: experiment.cells(name) for name in experiment.collections}
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_experiment(experiment, cells, search_of, RowStore(Path(tmp) / "rows.jsonl"), limit=limit)
 
 
 def judged_on(choice: Choice, options: ChooseOptions, collection: Collection, split: str, search_of: SearchOf) -> dict:
@@ -344,9 +347,7 @@ def judged_on(choice: Choice, options: ChooseOptions, collection: Collection, sp
     with_teacher = {variant(method, setting): meant(SETTINGS[method][setting])} if method in SETTINGS else {}
     methods = {m: tuple(shlex.split(METHODS[m])) for m in dict.fromkeys([BASELINE, method]) if m in METHODS}
     experiment = grid(options, "The chosen method on held-out queries", collection, split, methods, with_teacher)
-    cells = {collection.name: experiment.cells(collection.name)}
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = run_experiment(experiment, cells, search_of, RowStore(Path(tmp) / "rows.jsonl"))
+    rows = measured(experiment, search_of)
     dense, mine = rows[0], rows[-1]
     values = mine["per_query"][options.measure]
     qids = sorted(values)
