@@ -362,10 +362,8 @@ def with_holm(rows: list[dict]) -> list[dict]:
             where[corrected] = p
         # the encoders' dense runs against their bases: what was lost, a family of its own
         for same, p in zip(dense.values(), holm([same[0]["dense_p"] for same in dense.values()])):
-            same[0]["dense_p_holm"] = p
-        for same in dense.values():
-            for versus in same[1:]:
-                versus["dense_p_holm"] = same[0]["dense_p_holm"]
+            for versus in same:
+                versus["dense_p_holm"] = p
         for cell in cells:
             cell.pop("per_query", None)
     for r in out:
